@@ -1,0 +1,337 @@
+"""One typed configuration, with Apache Kafka's names and defaults.
+
+Broker configs come from a ``server.properties``-style file plus ``--override key=value``
+(the shape of ``kafka-server-start.sh``). Topic configs (``retention.ms``, ``segment.bytes`` ...)
+default to the broker's ``log.*`` synonyms and can be overridden per topic.
+
+Error contract: :class:`ConfigError` (a ``ValueError``) for unknown types, bad values or
+unparseable files; the message names the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    pass
+
+
+# name -> (type, default). Types: int, bool, str, list (comma separated), float.
+BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
+    "node.id": (int, 1),
+    "broker.id": (int, -1),
+    "cluster.id": (str, "strom-cluster-0000000001"),
+    "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
+    "advertised.listeners": (str, ""),
+    "log.dirs": (str, ""),
+    "log.dir": (str, "./strom-data"),
+    "num.partitions": (int, 1),
+    "default.replication.factor": (int, 1),
+    "auto.create.topics.enable": (bool, True),
+    "delete.topic.enable": (bool, True),
+    "socket.request.max.bytes": (int, 104857600),
+    "message.max.bytes": (int, 1048588),
+    "log.segment.bytes": (int, 1073741824),
+    "log.roll.ms": (int, -1),
+    "log.roll.hours": (int, 168),
+    "log.index.interval.bytes": (int, 4096),
+    "log.index.size.max.bytes": (int, 10485760),
+    "log.flush.interval.messages": (int, 9223372036854775807),
+    "log.flush.interval.ms": (int, -1),
+    "log.flush.scheduler.interval.ms": (int, 9223372036854775807),
+    "log.retention.hours": (int, 168),
+    "log.retention.minutes": (int, -1),
+    "log.retention.ms": (int, -2),
+    "log.retention.bytes": (int, -1),
+    "log.retention.check.interval.ms": (int, 300000),
+    "log.cleanup.policy": (str, "delete"),
+    "log.message.timestamp.type": (str, "CreateTime"),
+    "log.segment.delete.delay.ms": (int, 60000),
+    "log.cleaner.min.cleanable.ratio": (float, 0.5),
+    "log.cleaner.min.compaction.lag.ms": (int, 0),
+    "log.cleaner.max.compaction.lag.ms": (int, 9223372036854775807),
+    "log.cleaner.delete.retention.ms": (int, 86400000),
+    "min.insync.replicas": (int, 1),
+    "compression.type": (str, "producer"),
+    "offsets.topic.num.partitions": (int, 50),
+    "offsets.topic.replication.factor": (int, 1),
+    "offsets.topic.segment.bytes": (int, 104857600),
+    "offsets.retention.minutes": (int, 10080),
+    "offsets.retention.check.interval.ms": (int, 600000),
+    "group.initial.rebalance.delay.ms": (int, 3000),
+    "group.min.session.timeout.ms": (int, 6000),
+    "group.max.session.timeout.ms": (int, 1800000),
+    "group.max.size": (int, 2147483647),
+    "group.consumer.session.timeout.ms": (int, 45000),
+    "group.consumer.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.assignors": (str, "uniform,range"),
+    "transaction.state.log.num.partitions": (int, 50),
+    "transaction.max.timeout.ms": (int, 900000),
+    "transactional.id.expiration.ms": (int, 604800000),
+    "producer.id.expiration.ms": (int, 86400000),
+    "max.incremental.fetch.session.cache.slots": (int, 1000),
+    "num.network.threads": (int, 3),
+    "num.io.threads": (int, 8),
+    "connections.max.idle.ms": (int, 600000),
+    "strom.fetch.sendfile": (bool, True),
+}
+
+# Topic config name -> broker synonym it defaults to (Kafka's LogConfig mapping).
+TOPIC_SYNONYMS: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
+}
+
+
+def _parse_value(name: str, typ: type, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        if typ is float and isinstance(raw, int):
+            return float(raw)
+        if isinstance(raw, typ):
+            return raw
+        raise ConfigError(f"invalid value {raw!r} for config {name!r}: expected {typ.__name__}")
+    text = raw.strip()
+    try:
+        if typ is bool:
+            low = text.lower()
+            if low not in ("true", "false"):
+                raise ValueError(text)
+            return low == "true"
+        if typ is int:
+            return int(text)
+        if typ is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"invalid value {raw!r} for config {name!r}: expected {typ.__name__}") from None
+    return text
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-properties-style text (``key=value`` or ``key: value``, ``#``/``!`` comments)."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1]
+            continue
+        line = pending + line
+        pending = ""
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:i].strip()] = line[i + 1 :].strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+@dataclass
+class BrokerConfig:
+    """Broker configuration. ``values`` holds every known key, typed; ``explicit`` what was set."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    explicit: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_sources(
+        cls, properties_file: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
+    ) -> BrokerConfig:
+        given: dict[str, Any] = {}
+        if properties_file is not None:
+            try:
+                given.update(parse_properties(Path(properties_file).read_text()))
+            except OSError as e:
+                raise ConfigError(f"cannot read config file {properties_file}: {e}") from e
+        if isinstance(overrides, Mapping):
+            given.update(overrides)
+        else:
+            for item in overrides:
+                if "=" not in item:
+                    raise ConfigError(f"override {item!r} is not of the form key=value")
+                k, v = item.split("=", 1)
+                given[k.strip()] = v.strip()
+        cfg = cls()
+        for name, (typ, default) in BROKER_DEFAULTS.items():
+            cfg.values[name] = default
+        for name, raw in given.items():
+            if name in BROKER_DEFAULTS:
+                typ = BROKER_DEFAULTS[name][0]
+                cfg.values[name] = cfg.explicit[name] = _parse_value(name, typ, raw)
+            else:
+                # unknown keys are kept (Kafka logs them as unused) so plugins can read them
+                cfg.values[name] = cfg.explicit[name] = raw
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.values["socket.request.max.bytes"] <= 0:
+            raise ConfigError("socket.request.max.bytes must be positive")
+        if self.values["message.max.bytes"] <= 0:
+            raise ConfigError("message.max.bytes must be positive")
+        if self.values["log.segment.bytes"] < 14:
+            raise ConfigError("log.segment.bytes must be at least 14")
+        if self.values["num.partitions"] < 1:
+            raise ConfigError("num.partitions must be at least 1")
+        self.listeners()
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    @property
+    def node_id(self) -> int:
+        nid: int = self.values["node.id"]
+        if "broker.id" in self.explicit and "node.id" not in self.explicit:
+            nid = self.values["broker.id"]
+        return nid
+
+    @property
+    def log_dir(self) -> Path:
+        dirs: str = self.values["log.dirs"] or self.values["log.dir"]
+        return Path(dirs.split(",")[0].strip())
+
+    def listeners(self) -> list[tuple[str, str, int]]:
+        """Parse ``listeners`` into (name, host, port) triples."""
+        out = []
+        for item in str(self.values["listeners"]).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if "://" not in item:
+                raise ConfigError(f"listener {item!r} is not of the form NAME://host:port")
+            name, rest = item.split("://", 1)
+            host, sep, port = rest.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ConfigError(f"listener {item!r} has no valid port")
+            out.append((name, host or "0.0.0.0", int(port)))
+        if not out:
+            raise ConfigError("listeners is empty")
+        return out
+
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to."""
+        adv = str(self.values.get("advertised.listeners") or "")
+        if adv:
+            _, rest = adv.split(",")[0].split("://", 1)
+            host, _, port = rest.rpartition(":")
+            return host, int(port)
+        _, host, port = self.listeners()[0]
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        return host, port
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Effective topic-config defaults derived from the broker's synonyms."""
+        out: dict[str, Any] = {}
+        for tname, bname in TOPIC_SYNONYMS.items():
+            out[tname] = self.values[bname]
+        # retention: log.retention.ms > minutes > hours
+        ms = self.values["log.retention.ms"]
+        if ms == -2 or ms is None:
+            minutes = self.values["log.retention.minutes"]
+            ms = minutes * 60_000 if minutes != -1 else self.values["log.retention.hours"] * 3_600_000
+        out["retention.ms"] = ms
+        roll = self.values["log.roll.ms"]
+        out["segment.ms"] = roll if roll != -1 else self.values["log.roll.hours"] * 3_600_000
+        return out
+
+
+TOPIC_TYPES: dict[str, type] = {
+    "segment.bytes": int,
+    "segment.ms": int,
+    "segment.index.bytes": int,
+    "index.interval.bytes": int,
+    "flush.messages": int,
+    "flush.ms": int,
+    "retention.ms": int,
+    "retention.bytes": int,
+    "cleanup.policy": str,
+    "max.message.bytes": int,
+    "message.timestamp.type": str,
+    "file.delete.delay.ms": int,
+    "min.cleanable.dirty.ratio": float,
+    "min.compaction.lag.ms": int,
+    "max.compaction.lag.ms": int,
+    "delete.retention.ms": int,
+    "min.insync.replicas": int,
+    "compression.type": str,
+}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-partition log settings (topic configs, Kafka names, with broker defaults applied)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    flush_messages: int = 9223372036854775807
+    flush_ms: int = 9223372036854775807
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    file_delete_delay_ms: int = 60000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 9223372036854775807
+    delete_retention_ms: int = 86400000
+    min_insync_replicas: int = 1
+    compression_type: str = "producer"
+
+    @classmethod
+    def from_topic_configs(cls, defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> LogConfig:
+        kwargs: dict[str, Any] = {}
+        for name, typ in TOPIC_TYPES.items():
+            raw = overrides.get(name, defaults.get(name))
+            if raw is None:
+                continue
+            val = _parse_value(name, typ, raw)
+            if name == "flush.ms" and val == -1:
+                val = 9223372036854775807
+            kwargs[name.replace(".", "_")] = val
+        cfg = cls(**kwargs)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.segment_bytes < 14:
+            raise ConfigError("segment.bytes must be at least 14")
+        if self.index_interval_bytes < 0:
+            raise ConfigError("index.interval.bytes must be non-negative")
+        if self.max_message_bytes < 0:
+            raise ConfigError("max.message.bytes must be non-negative")
+        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise ConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
+        for p in self.cleanup_policy.split(","):
+            if p.strip() not in ("delete", "compact"):
+                raise ConfigError(f"invalid cleanup.policy {self.cleanup_policy!r}")
+        if self.compression_type not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
+            raise ConfigError(f"invalid compression.type {self.compression_type!r}")
