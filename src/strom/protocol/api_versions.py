@@ -1,0 +1,73 @@
+"""Advertised API version ranges, shaped like an Apache Kafka 4.0 broker.
+
+Clients decide features from this table: librdkafka enables MsgVer2 (needed for compression and
+idempotence) only with Produce>=3 and Fetch>=4, ZSTD only with Produce>=7/Fetch>=10, and its
+group consumer only with FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit/
+OffsetFetch present; kafka-python guesses the broker version from which APIs and versions are
+listed; Java clients 4.x refuse brokers below the KIP-896 minimums (Produce>=3, Fetch>=4,
+ListOffsets>=1, Metadata>=0, OffsetCommit>=2, OffsetFetch>=1 ...).
+
+The broker advertises an API only when a handler for it is registered, so clients never rely on
+something strom cannot answer.
+"""
+
+from __future__ import annotations
+
+# api_key -> (name, min_version, max_version) as Kafka 4.0 advertises them.
+KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 12),
+    1: ("Fetch", 4, 17),
+    2: ("ListOffsets", 1, 9),
+    3: ("Metadata", 0, 12),
+    8: ("OffsetCommit", 2, 9),
+    9: ("OffsetFetch", 1, 9),
+    10: ("FindCoordinator", 0, 6),
+    11: ("JoinGroup", 0, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 5),
+    17: ("SaslHandshake", 0, 1),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
+    22: ("InitProducerId", 0, 5),
+    23: ("OffsetForLeaderEpoch", 2, 4),
+    24: ("AddPartitionsToTxn", 0, 5),
+    25: ("AddOffsetsToTxn", 0, 4),
+    26: ("EndTxn", 0, 5),
+    28: ("TxnOffsetCommit", 0, 5),
+    32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    35: ("DescribeLogDirs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
+    42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    47: ("OffsetDelete", 0, 0),
+    60: ("DescribeCluster", 0, 1),
+    61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
+    75: ("DescribeTopicPartitions", 0, 0),
+}
+
+API_VERSIONS_KEY = 18
+
+
+def api_name(api_key: int) -> str:
+    entry = KAFKA_API_RANGES.get(api_key)
+    return entry[0] if entry else f"api-{api_key}"
+
+
+def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
+    """(api_key, min, max) for every registered API, in key order."""
+    return [(k, lo, hi) for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items()) if k in registered]
+
+
+def supports(api_key: int, version: int, registered: set[int] | frozenset[int]) -> bool:
+    entry = KAFKA_API_RANGES.get(api_key)
+    return entry is not None and api_key in registered and entry[1] <= version <= entry[2]

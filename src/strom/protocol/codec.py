@@ -1,0 +1,194 @@
+"""Request decoding and response encoding through kio's typed messages (sans-IO).
+
+Handlers answer with plain dicts keyed by kio's (snake_case) field names; :func:`build` turns
+such a dict into the kio entity of the exact response version the client asked for: fields the
+version lacks are dropped, fields the dict omits get their schema default (or a zero value),
+ints become ``timedelta`` for ``*_ms`` duration fields and ``ErrorCode`` for error codes.
+One handler therefore serves every version of its API.
+
+Error contract: :func:`decode_request` raises only ``ProtocolError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from .errors import ProtocolError
+from .framing import skip_tagged_fields
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@cache
+def request_type(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)  # type: ignore[no-any-return]
+
+
+@cache
+def response_type(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)  # type: ignore[no-any-return]
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_type(api_key, version).__flexible__)
+
+
+@cache
+def _reader(cls: type) -> Callable[[Any, int], Any]:
+    return entity_reader(cls)  # type: ignore[no-any-return]
+
+
+@cache
+def _writer(cls: type) -> Callable[[Any, Any], Any]:
+    return entity_writer(cls)  # type: ignore[no-any-return]
+
+
+def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int) -> Any:
+    """Decode a request body (``frame[body_pos:]`` after the v1 header part)."""
+    try:
+        cls = request_type(api_key, version)
+        pos = body_pos
+        if cls.__flexible__:
+            pos = skip_tagged_fields(frame, pos)
+        obj, _size = _reader(cls)(bytes(frame[pos:]), 0)
+        return obj
+    except ProtocolError:
+        raise
+    except Exception as e:  # kio raises assorted errors on malformed bytes
+        raise ProtocolError(f"cannot decode request api_key={api_key} v{version}: {e}") from e
+
+
+def encode_response(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    _writer(type(obj))(buf, obj)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- dict -> entity
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldSpec:
+    name: str
+    kind: str  # "entity", "entity_tuple", "timedelta", "error", "uuid", "datetime", "plain", "tuple"
+    target: Any
+    has_default: bool
+    default: Any
+    optional: bool
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+@cache
+def _fields(cls: type) -> tuple[_FieldSpec, ...]:
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in dataclasses.fields(cls):
+        tp, optional = _unwrap_optional(hints[f.name])
+        origin = typing.get_origin(tp)
+        if origin is tuple:
+            inner = typing.get_args(tp)[0]
+            if dataclasses.is_dataclass(inner):
+                kind, target = "entity_tuple", inner
+            else:
+                kind, target = "tuple", inner
+        elif dataclasses.is_dataclass(tp):
+            kind, target = "entity", tp
+        elif isinstance(tp, type) and issubclass(tp, datetime.timedelta):
+            kind, target = "timedelta", tp
+        elif isinstance(tp, type) and issubclass(tp, datetime.datetime):
+            kind, target = "datetime", tp
+        elif tp is KioErrorCode:
+            kind, target = "error", tp
+        elif tp is uuid.UUID:
+            kind, target = "uuid", tp
+        else:
+            kind, target = "plain", tp
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        specs.append(_FieldSpec(f.name, kind, target, has_default, default, optional))
+    return tuple(specs)
+
+
+def _zero(spec: _FieldSpec) -> Any:
+    if spec.optional:
+        return None
+    if spec.kind in ("entity_tuple", "tuple"):
+        return ()
+    if spec.kind == "entity":
+        return build(spec.target, {})
+    if spec.kind == "timedelta":
+        return datetime.timedelta(0)
+    if spec.kind == "error":
+        return KioErrorCode.none
+    if spec.kind == "uuid":
+        return ZERO_UUID
+    tp = spec.target
+    if tp is bool:
+        return False
+    if isinstance(tp, type) and issubclass(tp, str):
+        return ""
+    if isinstance(tp, type) and issubclass(tp, bytes):
+        return b""
+    if isinstance(tp, type) and issubclass(tp, float):
+        return 0.0
+    return 0
+
+
+def _convert(spec: _FieldSpec, value: Any) -> Any:
+    if value is None:
+        return None if spec.optional else _zero(spec)
+    kind = spec.kind
+    if kind == "entity_tuple":
+        return tuple(v if dataclasses.is_dataclass(v) else build(spec.target, v) for v in value)
+    if kind == "entity":
+        return value if dataclasses.is_dataclass(value) else build(spec.target, value)
+    if kind == "timedelta":
+        return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=int(value))
+    if kind == "error":
+        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
+    if kind == "tuple":
+        return tuple(value)
+    return value
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """Build kio entity ``cls`` from a dict of field values (see module doc)."""
+    kwargs: dict[str, Any] = {}
+    for spec in _fields(cls):
+        if spec.name in data:
+            kwargs[spec.name] = _convert(spec, data[spec.name])
+        elif spec.has_default:
+            continue
+        else:
+            kwargs[spec.name] = _zero(spec)
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """A kio entity as plain Python values (for logging and tests)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    return obj
