@@ -1,0 +1,256 @@
+"""One TCP connection to one Kafka broker, on asyncio streams.
+
+Theory of operation: requests are written as size-prefixed frames in the order they are issued
+(one writer lock), each registered in a FIFO of in-flight requests *before* its bytes are
+written. Kafka answers the requests of one connection in order, so a single reader task pops the
+FIFO head for each response frame and checks that the correlation ids match (a mismatch means
+the stream is corrupt: the connection is failed). Any number of requests may be in flight
+(pipelining). A request sent with ``expect_response=False`` (Produce with acks=0) is not put in
+the FIFO: Kafka sends nothing back for it.
+
+Versions are negotiated once after connecting: ApiVersions v3 first; a broker that does not
+know v3 answers UNSUPPORTED_VERSION in the v0 response format (header v0), so the client retries
+with v0. Every later request uses, per API, the highest version both the broker and kio know.
+
+Error contract: all failures surface as :class:`KafkaError` subclasses. When the connection
+breaks, every in-flight request fails with :class:`KafkaConnectionError` and the connection is
+unusable (``closed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strom.client.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaProtocolError,
+    KafkaTimeoutError,
+)
+from strom.client.messages import (
+    ApiKey,
+    decode_response,
+    encode_request,
+    pick_version,
+    response_correlation_id,
+)
+
+__all__ = ["KafkaConnection"]
+
+CLIENT_SOFTWARE_NAME = "strom-client"
+CLIENT_SOFTWARE_VERSION = "0.1.0"
+
+
+class KafkaConnection:
+    """A pipelined connection to one broker. Use :meth:`open` (connects and negotiates)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "strom",
+        request_timeout: float = 30.0,
+        max_frame_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.max_frame_bytes = max_frame_bytes
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._in_flight: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+        self._next_cid = 0
+        self._write_lock = asyncio.Lock()
+        self._error: KafkaError | None = None
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection({self.host}:{self.port})"
+
+    @property
+    def closed(self) -> bool:
+        return self._error is not None or self._writer is None
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "strom",
+        request_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> KafkaConnection:
+        conn = cls(host, port, client_id=client_id, request_timeout=request_timeout)
+        await conn.connect(connect_timeout)
+        return conn
+
+    async def connect(self, timeout: float = 10.0) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), timeout
+            )
+        except TimeoutError:
+            raise KafkaConnectionError(f"timed out connecting to {self.host}:{self.port}") from None
+        except OSError as e:
+            reason = e.strerror or str(e) or type(e).__name__
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from None
+        self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.host}:{self.port}")
+        try:
+            await self._negotiate()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _negotiate(self) -> None:
+        body, resp_cls = await self._send(
+            ApiKey.API_VERSIONS,
+            3,
+            {
+                "client_software_name": CLIENT_SOFTWARE_NAME,
+                "client_software_version": CLIENT_SOFTWARE_VERSION,
+            },
+        )
+        # A broker without v3 answers in the v0 format: header v0 (correlation id), then the
+        # error code. Look at the code before decoding as v3.
+        if len(body) >= 6 and struct.unpack_from(">h", body, 4)[0] == ErrorCode.unsupported_version:
+            body, resp_cls = await self._send(ApiKey.API_VERSIONS, 0, {})
+        resp = decode_response(resp_cls, body)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(int(resp.error_code), "ApiVersions failed")
+        self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+    def version(self, api_key: int, *, max_version: int | None = None, min_version: int | None = None) -> int:
+        """The version to use for ``api_key`` with this broker (see :func:`pick_version`)."""
+        return pick_version(
+            api_key, self.api_versions.get(api_key), max_version=max_version, min_version=min_version
+        )
+
+    def supports(self, api_key: int) -> bool:
+        try:
+            self.version(api_key)
+        except KafkaError:
+            return False
+        return True
+
+    async def request(
+        self,
+        api_key: int,
+        data: Mapping[str, Any],
+        *,
+        version: int | None = None,
+        max_version: int | None = None,
+        expect_response: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request (built from ``data`` for the negotiated version) and return the
+        decoded kio response, or ``None`` when ``expect_response`` is false."""
+        if version is None:
+            version = self.version(api_key, max_version=max_version)
+        body, resp_cls = await self._send(api_key, version, data, expect_response, timeout)
+        if body is None:
+            return None
+        return decode_response(resp_cls, body)
+
+    async def _send(
+        self,
+        api_key: int,
+        version: int,
+        data: Mapping[str, Any],
+        expect_response: bool = True,
+        timeout: float | None = None,
+    ) -> tuple[Any, type[Any]]:
+        if self._error is not None:
+            raise self._error
+        if self._writer is None:
+            raise KafkaConnectionError(f"not connected to {self.host}:{self.port}")
+        cid = self._next_cid
+        self._next_cid = (self._next_cid + 1) & 0x7FFFFFFF
+        frame, resp_cls = encode_request(api_key, version, cid, self.client_id, data)
+        fut: asyncio.Future[bytes] | None = None
+        async with self._write_lock:
+            if self._error is not None:
+                raise self._error
+            if expect_response:
+                fut = asyncio.get_running_loop().create_future()
+                self._in_flight.append((cid, fut))
+            self._writer.write(frame)
+            try:
+                await self._writer.drain()
+            except (OSError, RuntimeError) as e:
+                self._fail(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {e}"))
+                raise self._error from None  # type: ignore[misc]
+        if fut is None:
+            return None, resp_cls
+        try:
+            body = await asyncio.wait_for(asyncio.shield(fut), timeout or self.request_timeout)
+        except TimeoutError:
+            # the stream position is now unknown for later responses only if we drop this one;
+            # we keep it in the FIFO (the reader discards it when it arrives) and just give up.
+            raise KafkaTimeoutError(
+                f"no response from {self.host}:{self.port} to API {api_key} v{version} "
+                f"within {timeout or self.request_timeout}s"
+            ) from None
+        return body, resp_cls
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reader = self._reader
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = struct.unpack(">i", head)
+                if size < 4 or size > self.max_frame_bytes:
+                    raise KafkaProtocolError(f"invalid response frame size {size}")
+                body = await reader.readexactly(size)
+                cid = response_correlation_id(body)
+                if not self._in_flight:
+                    raise KafkaProtocolError(f"unexpected response with correlation id {cid}")
+                want, fut = self._in_flight.popleft()
+                if cid != want:
+                    raise KafkaProtocolError(f"correlation id mismatch: expected {want}, got {cid}")
+                if not fut.done():
+                    fut.set_result(body)
+        except asyncio.IncompleteReadError:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed by the broker"))
+        except OSError as e:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} failed: {e}"))
+        except KafkaError as e:
+            self._fail(e)
+        except asyncio.CancelledError:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+            raise
+
+    def _fail(self, error: KafkaError) -> None:
+        if self._error is None:
+            self._error = error
+        while self._in_flight:
+            _, fut = self._in_flight.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+                fut.exception()  # mark retrieved: a timed-out caller may never await it
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        """Close the socket; in-flight requests fail with :class:`KafkaConnectionError`."""
+        self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+        if self._read_task is not None:
+            self._read_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._read_task
+            self._read_task = None
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+            self._writer = None
