@@ -169,6 +169,10 @@ def _convert(spec: _FieldSpec, value: Any) -> Any:
         return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
     if kind == "tuple":
         return tuple(value)
+    if kind == "datetime" and isinstance(value, int):
+        if value < 0:
+            return None
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
     return value
 
 

@@ -1,0 +1,51 @@
+# One entry point for set-up, serving and testing. The README's two commands use it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup sysdeps compat serve test lint unit bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# kcat and a JDK for the real-client tests (Debian packages), installed only where missing.
+sysdeps:
+	@missing=""; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	[ -f /usr/share/doc/librdkafka-dev/examples/rdkafka_performance.c ] || missing="$$missing librdkafka-dev"; \
+	if [ -n "$$missing" ]; then \
+	  SUDO=$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The third-party clients of ../shared/compat (confluent-kafka, kafka-python, aiokafka, kcat, Java, kafkajs).
+compat: sysdeps
+	@if [ -x ../shared/compat/setup.sh ] || [ -f ../shared/compat/setup.sh ]; then bash ../shared/compat/setup.sh >/dev/null; \
+	else echo "../shared/compat not found: real-client compat tests will be skipped"; fi
+
+serve: setup
+	$(VENV)/bin/strom serve
+
+lint: setup
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
+
+unit: setup
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+test: setup compat lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup compat
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,307 @@
+"""The broker process: owns the logs, the topic registry, coordinators and listeners.
+
+Startup: read ``meta.properties`` (or write it), load the topic registry, open (and recover)
+every partition log, start the group coordinator (which replays ``__consumer_offsets``), then
+listen. Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
+and close every log cleanly so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..clock import Clock, RealClock
+from ..config import BrokerConfig, ConfigError, LogConfig
+from ..log.partition_log import PartitionLog
+from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
+from ..protocol.errors import ErrorCode
+from ..protocol.records import decode_records
+from .purgatory import FetchPurgatory
+
+if TYPE_CHECKING:
+    from .network import KafkaProtocol
+
+log = logging.getLogger("strom.broker")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class ProducerIdManager:
+    """Hands out producer ids; blocks of ids are reserved on disk before use, so a restart never
+    hands out an id twice."""
+
+    BLOCK = 1000
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._next = 0
+        self._limit = 0
+        if path.exists():
+            self._next = self._limit = int(json.loads(path.read_text())["next_block"])
+
+    def allocate(self) -> int:
+        if self._next >= self._limit:
+            new_limit = self._next + self.BLOCK
+            tmp = self.path.with_suffix(".tmp")
+            with open(tmp, "w") as f:
+                f.write(json.dumps({"next_block": new_limit}))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            self._limit = new_limit
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+class LogOffsetsStorage:
+    """``__consumer_offsets`` storage for the group coordinator, over the real partition logs."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        from ..protocol.records import build_batch
+
+        now = self.broker.clock.time_ms()
+        batch = build_batch([(k, v, [], now) for k, v in records])
+        self.broker.append(OFFSETS_TOPIC, partition, batch, flush=True)
+
+    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        plog = self.broker.logs.get((OFFSETS_TOPIC, partition))
+        if plog is None:
+            return
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            data = plog.read_bytes(offset, 1 << 20, max_offset=plog.log_end_offset)
+            if not data:
+                break
+            last = offset
+            for rec in decode_records(data):
+                if rec.offset >= offset and rec.key is not None:
+                    yield rec.key, rec.value
+                last = rec.offset
+            if last < offset:
+                break
+            offset = last + 1
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or RealClock()
+        self.node_id = config.node_id
+        self.advertised = config.advertised()
+        self.log_dir = config.log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_meta()
+        self.topics = TopicRegistry(self.log_dir)
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.purgatory = FetchPurgatory()
+        self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json")
+        self.connections: set[KafkaProtocol] = set()
+        self.servers: list[asyncio.base_events.Server] = []
+        self.native_sendfile = False
+        self.group_coordinator: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _load_meta(self) -> str:
+        path = self.log_dir / "meta.properties"
+        if path.exists():
+            props = dict(
+                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
+            )
+            stored = int(props.get("node.id", self.node_id))
+            if stored != self.node_id:
+                raise ConfigError(
+                    f"node.id {self.node_id} does not match node.id {stored} stored in {path}"
+                )
+            return props.get("cluster.id", self.config["cluster.id"])
+        cid = self.config["cluster.id"]
+        path.write_text(f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n")
+        return str(cid)
+
+    def log_config(self, info: TopicInfo) -> LogConfig:
+        defaults = self.config.topic_defaults()
+        overrides: dict[str, Any] = dict(info.configs)
+        if info.name == OFFSETS_TOPIC:
+            overrides.setdefault("cleanup.policy", "compact")
+            overrides.setdefault("segment.bytes", str(self.config["offsets.topic.segment.bytes"]))
+        return LogConfig.from_topic_configs(defaults, overrides)
+
+    def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
+        d = self.log_dir / f"{info.name}-{partition}"
+        plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
+        plog.update_high_watermark(plog.log_end_offset)
+        self.logs[(info.name, partition)] = plog
+        return plog
+
+    async def start(self) -> None:
+        from .network import start_listeners
+
+        loop = asyncio.get_running_loop()
+        self.native_sendfile = bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
+        for info in list(self.topics.topics.values()):
+            for p in range(info.partitions):
+                self._open_partition(info, p)
+        if OFFSETS_TOPIC not in self.topics.topics:
+            self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
+                              {"cleanup.policy": "compact"}, internal_ok=True)
+        try:
+            from ..coordinator.group_coordinator import GroupCoordinator
+        except ImportError:
+            GroupCoordinator = None  # noqa: N806
+        if GroupCoordinator is not None:
+            self.group_coordinator = GroupCoordinator(config=self.config, clock=self.clock,
+                                                      storage=LogOffsetsStorage(self))
+            await self.group_coordinator.start()
+        self.servers = await start_listeners(self)
+        self._tasks.append(loop.create_task(self._flusher()))
+        log.info("strom broker %d started (cluster %s), log dir %s, %d partitions",
+                 self.node_id, self.cluster_id, self.log_dir, len(self.logs))
+
+    async def _flusher(self) -> None:
+        interval = 1.0
+        fms = self.config["log.flush.interval.ms"]
+        if 0 < fms < 1000:
+            interval = fms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for plog in list(self.logs.values()):
+                try:
+                    plog.flush_if_due()
+                except OSError:
+                    log.exception("flush failed for %s-%d", plog.topic, plog.partition)
+
+    async def stop(self) -> None:
+        for srv in self.servers:
+            srv.close()
+        for conn in list(self.connections):
+            conn.close()
+        for t in self._tasks:
+            t.cancel()
+        if self.group_coordinator is not None:
+            with contextlib.suppress(Exception):
+                await self.group_coordinator.stop()
+        for plog in self.logs.values():
+            try:
+                plog.close()
+            except Exception:
+                log.exception("closing %s-%d failed", plog.topic, plog.partition)
+        log.info("strom broker %d stopped cleanly", self.node_id)
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
+                     internal_ok: bool = False, validate_only: bool = False) -> TopicInfo:
+        validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal_ok and name in self.topics.topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        configs = dict(configs or {})
+        try:
+            LogConfig.from_topic_configs(self.config.topic_defaults(), configs)
+        except ConfigError as e:
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from e
+        from ..config import TOPIC_TYPES
+
+        for k in configs:
+            if k not in TOPIC_TYPES:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {k}")
+        if validate_only:
+            validate_topic_name(name)
+            if name in self.topics.topics:
+                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+        info = self.topics.create(name, partitions, configs)
+        for p in range(partitions):
+            self._open_partition(info, p)
+        log.info("created topic %s with %d partitions", name, partitions)
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             "This server does not host this topic-partition.")
+        if info.internal:
+            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
+        self.topics.delete(name)
+        for p in range(info.partitions):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                plog.delete()
+        log.info("deleted topic %s", name)
+        return info
+
+    def auto_create(self, name: str) -> TopicInfo | None:
+        """Create a topic on first use when ``auto.create.topics.enable`` (Kafka's behaviour)."""
+        if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
+            return None
+        try:
+            return self.create_topic(name, self.config["num.partitions"])
+        except TopicError as e:
+            if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.topics.get(name)
+            raise
+
+    def topic_partitions(self, topic: str) -> int | None:
+        info = self.topics.get(topic)
+        return info.partitions if info else None
+
+    def log_end_offset(self, topic: str, partition: int) -> int:
+        plog = self.logs.get((topic, partition))
+        return plog.high_watermark if plog else -1
+
+    # ------------------------------------------------------------------ data path
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
+               leader_epoch: int = 0, flush: bool = False) -> Any:
+        plog = self.logs[(topic, partition)]
+        info = plog.append_as_leader(records, leader_epoch)
+        if flush:
+            plog.flush()
+        plog.update_high_watermark(plog.log_end_offset)
+        self.purgatory.notify((topic, partition))
+        return info
+
+
+def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def serve(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    stop = asyncio.Event()
+    _install_signals(asyncio.get_running_loop(), stop)
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+
+
+def run(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT (the ``strom serve`` entry point)."""
+    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    use_uvloop = os.environ.get("STROM_EVENT_LOOP", "auto")
+    if use_uvloop in ("auto", "uvloop") and not config["strom.fetch.sendfile"]:
+        try:
+            import uvloop
+
+            uvloop.run(serve(config))
+            return
+        except ImportError:
+            pass
+    asyncio.run(serve(config))

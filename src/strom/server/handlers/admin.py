@@ -1,0 +1,97 @@
+"""Topic administration and cluster description: CreateTopics (19), DeleteTopics (20),
+DescribeCluster (60)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...metadata.topics import TopicError
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from . import handler
+
+
+@handler(19)
+async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    out = []
+    validate_only = getattr(request, "validate_only", False)
+    seen: set[str] = set()
+    for t in request.topics:
+        name = str(t.name)
+        entry: dict[str, Any] = {"name": name, "topic_id": None, "error_code": 0, "error_message": None,
+                                 "num_partitions": -1, "replication_factor": -1, "configs": None}
+        if name in seen:
+            entry.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name in request")
+            out.append(entry)
+            continue
+        seen.add(name)
+        partitions = t.num_partitions
+        rf = t.replication_factor
+        if t.assignments:
+            partitions = len(t.assignments)
+            if any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+                entry.update(error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             error_message="Replica assignment names brokers that do not exist")
+                out.append(entry)
+                continue
+        if partitions == -1:
+            partitions = broker.config["num.partitions"]
+        if rf == -1:
+            rf = broker.config["default.replication.factor"]
+        if rf != 1 and not t.assignments:
+            entry.update(error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
+                         error_message=f"Replication factor: {rf} larger than available brokers: 1.")
+            out.append(entry)
+            continue
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        try:
+            info = broker.create_topic(name, partitions, configs, validate_only=validate_only)
+        except TopicError as e:
+            entry.update(error_code=e.code, error_message=str(e))
+            out.append(entry)
+            continue
+        entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1, configs=[])
+        out.append(entry)
+    return {"throttle_time": 0, "topics": out}
+
+
+@handler(20)
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    out = []
+    if ctx.api_version >= 6:
+        items = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        items = [(n, None) for n in request.topic_names]
+    for name, tid in items:
+        if name is None and tid is not None:
+            info = broker.topics.by_id.get(tid)
+            if info is None:
+                out.append({"name": None, "topic_id": tid, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                            "error_message": "Topic id not found"})
+                continue
+            name = info.name
+        name = str(name)
+        if not broker.config["delete.topic.enable"]:
+            out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
+            continue
+        try:
+            info = broker.delete_topic(name)
+        except TopicError as e:
+            out.append({"name": name, "topic_id": tid, "error_code": e.code, "error_message": str(e)})
+            continue
+        out.append({"name": name, "topic_id": info.topic_id, "error_code": 0, "error_message": None})
+    return {"throttle_time": 0, "responses": out}
+
+
+@handler(60)
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    host, port = broker.advertised
+    return {
+        "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+        "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_authorized_operations": -2147483648,
+    }

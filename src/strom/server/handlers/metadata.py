@@ -1,0 +1,75 @@
+"""Metadata (3): brokers, controller, topics and partition leadership (single node: this one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from . import handler
+
+
+def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
+    nid = ctx.broker.node_id
+    return [
+        {"error_code": 0, "partition_index": p, "leader_id": nid, "leader_epoch": 0,
+         "replica_nodes": [nid], "isr_nodes": [nid], "offline_replicas": []}
+        for p in range(info.partitions)
+    ]
+
+
+def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
+    return {"error_code": 0, "name": info.name, "topic_id": info.topic_id, "is_internal": info.internal,
+            "partitions": partition_entries(ctx, info), "topic_authorized_operations": -2147483648}
+
+
+@handler(3)
+async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    version = ctx.api_version
+    host, port = broker.advertised
+    topics_out: list[dict[str, Any]] = []
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        topics_out = [topic_entry(ctx, t) for t in broker.topics.topics.values()]
+    else:
+        auto = getattr(request, "allow_auto_topic_creation", True)
+        for t in requested:
+            name = t.name
+            tid = getattr(t, "topic_id", None)
+            if name is None and tid is not None and tid.int != 0:
+                info = broker.topics.by_id.get(tid)
+                if info is None:
+                    topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid,
+                                       "partitions": []})
+                else:
+                    topics_out.append(topic_entry(ctx, info))
+                continue
+            name = str(name)
+            info = broker.topics.get(name)
+            if info is None:
+                try:
+                    validate_topic_name(name)
+                except TopicError as e:
+                    topics_out.append({"error_code": e.code, "name": name, "partitions": []})
+                    continue
+                if auto:
+                    try:
+                        info = broker.auto_create(name)
+                    except TopicError as e:
+                        topics_out.append({"error_code": e.code, "name": name, "partitions": []})
+                        continue
+            if info is None:
+                topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                                   "partitions": []})
+            else:
+                topics_out.append(topic_entry(ctx, info))
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics_out,
+        "cluster_authorized_operations": -2147483648,
+    }

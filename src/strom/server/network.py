@@ -1,0 +1,215 @@
+"""The asyncio network driver: accept connections, feed bytes to the sans-IO ServerConnection,
+run handlers, write responses.
+
+Rules:
+- A connection's requests are handled one at a time, in arrival order (Kafka mutes a channel
+  while a request is in progress), so responses go out in order by construction and
+  ``ServerConnection.send`` checks it.
+- Reading pauses while more than a few requests are queued (back-pressure); the frame buffer
+  is bounded by ``socket.request.max.bytes``.
+- Malformed input (``ProtocolError``) closes that connection only, after logging it.
+- Response parts may be file regions ``(fd, position, length)``: written with ``sendfile``
+  where the event loop supports it natively, else read with ``os.pread`` and written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import codec
+from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name
+from ..protocol.connection import IncomingRequest, ServerConnection
+from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
+from ..protocol.framing import response_header
+from .context import NoResponse, RawResponse, RequestContext
+from .handlers import REGISTRY
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.network")
+_conn_ids = itertools.count(1)
+_MAX_QUEUED = 16
+
+
+class KafkaProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
+        self.queue: deque[IncomingRequest] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.worker: asyncio.Task[None] | None = None
+        self.wakeup = asyncio.Event()
+        self.closed = False
+        self.paused = False
+        self.peer = "?"
+        self.connection_id = f"conn-{next(_conn_ids)}"
+        self._files: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.broker.connections.add(self)
+        self.worker = asyncio.get_running_loop().create_task(self._run())
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            reqs = self.conn.receive_data(data)
+        except ProtocolError as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.close()
+            return
+        if reqs:
+            self.queue.extend(reqs)
+            self.wakeup.set()
+            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.wakeup.set()
+        self.broker.connections.discard(self)
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wakeup.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ request loop
+    async def _run(self) -> None:
+        try:
+            while not self.closed:
+                if not self.queue:
+                    self.wakeup.clear()
+                    await self.wakeup.wait()
+                    continue
+                req = self.queue.popleft()
+                if self.paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
+                    self.paused = False
+                    self.transport.resume_reading()
+                await self._handle(req)
+        except ProtocolError as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.close()
+        except (ConnectionError, asyncio.CancelledError):
+            self.close()
+        except Exception:
+            log.exception("unexpected error on connection from %s", self.peer)
+            self.close()
+
+    async def _handle(self, req: IncomingRequest) -> None:
+        h = req.header
+        key, version = h.api_key, h.api_version
+        handler = REGISTRY.get(key)
+        entry = KAFKA_API_RANGES.get(key)
+        if handler is None or entry is None or not (entry[1] <= version <= entry[2]):
+            await self._unsupported(req)
+            return
+        request = codec.decode_request(key, version, req.frame, req.body_pos)
+        ctx = RequestContext(key, version, h.correlation_id, h.client_id, self.peer.rsplit(":", 1)[0],
+                             self.connection_id, self.broker)
+        try:
+            result = await handler(ctx, request)
+        except KafkaError as e:
+            result = {"error_code": e.code, "error_message": str(e)}
+        if isinstance(result, NoResponse):
+            self.conn.complete_without_response(h.correlation_id)
+            return
+        flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
+        head = response_header(h.correlation_id, flexible)
+        if isinstance(result, RawResponse):
+            await self._send(h.correlation_id, head, result.parts, result.size)
+        else:
+            body = codec.encode_response(codec.build(codec.response_type(key, version), result))
+            await self._send(h.correlation_id, head, [body], len(body))
+
+    async def _unsupported(self, req: IncomingRequest) -> None:
+        """Unknown API or version: a well-formed error response, connection kept.
+
+        ApiVersions answers with a v0 body carrying UNSUPPORTED_VERSION and the supported
+        ranges (KIP-511: clients retry with the highest version listed). Other APIs get their
+        highest known version's response shape with UNSUPPORTED_VERSION in the top-level
+        error code, as close as the protocol allows to "answer, never drop".
+        """
+        h = req.header
+        entry = KAFKA_API_RANGES.get(h.api_key)
+        log.info("unsupported request %s v%d from %s (%s)", api_name(h.api_key), h.api_version,
+                 self.peer, h.client_id)
+        if h.api_key == API_VERSIONS_KEY:
+            from .handlers.api_versions import api_versions_body
+
+            body = codec.encode_response(codec.build(codec.response_type(18, 0), api_versions_body(
+                ErrorCode.UNSUPPORTED_VERSION)))
+            await self._send(h.correlation_id, response_header(h.correlation_id, False), [body], len(body))
+            return
+        if entry is None:
+            # An API Kafka does not have: no schema to answer with; empty body after header.
+            await self._send(h.correlation_id, response_header(h.correlation_id, False), [], 0)
+            return
+        version = min(max(h.api_version, entry[1]), entry[2])
+        try:
+            cls = codec.response_type(h.api_key, version)
+        except Exception:
+            await self._send(h.correlation_id, response_header(h.correlation_id, False), [], 0)
+            return
+        body = codec.encode_response(codec.build(cls, {"error_code": ErrorCode.UNSUPPORTED_VERSION}))
+        flexible = bool(cls.__flexible__)
+        await self._send(h.correlation_id, response_header(h.correlation_id, flexible), [body], len(body))
+
+    async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        prefix = struct.pack(">i", len(head) + size) + head
+        has_files = any(isinstance(p, tuple) for p in parts)
+        if not has_files:
+            self.conn.send(correlation_id, [prefix, *parts])
+            transport.writelines(self.conn.data_to_send())
+            return
+        # file regions: pending bytes first, then sendfile for each region
+        self.conn.send(correlation_id, [])
+        loop = asyncio.get_running_loop()
+        pending: list[bytes | bytearray | memoryview] = [prefix]
+        for p in parts:
+            if not isinstance(p, tuple):
+                pending.append(p)
+                continue
+            fd, pos, length = p
+            if self.broker.native_sendfile:
+                if pending:
+                    transport.writelines(pending)
+                    pending = []
+                f = self._files.get(fd)
+                if f is None:
+                    f = self._files[fd] = os.fdopen(os.dup(fd), "rb", buffering=0)
+                await loop.sendfile(transport, f, pos, length)
+            else:
+                pending.append(os.pread(fd, length, pos))
+        if pending:
+            transport.writelines(pending)
+
+
+async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
+    loop = asyncio.get_running_loop()
+    servers = []
+    for _name, host, port in broker.config.listeners():
+        srv = await loop.create_server(lambda: KafkaProtocol(broker), host, port, reuse_address=True,
+                                       backlog=1024)
+        servers.append(srv)
+        for s in srv.sockets:
+            log.info("listening on %s", s.getsockname())
+    return servers
