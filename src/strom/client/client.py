@@ -146,9 +146,15 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     error_code: int = 0
+    batches_end: int | None = None
+    """Offset after the last complete batch returned (also counts control batches, which
+    yield no records): where the next fetch should start."""
 
     @property
     def next_offset(self) -> int | None:
+        """Where to fetch next, or ``None`` when nothing was returned."""
+        if self.batches_end is not None:
+            return self.batches_end
         return self.records[-1].offset + 1 if self.records else None
 
 
@@ -705,9 +711,12 @@ class Client:
                     continue
                 code = int(pd.error_code)
                 records: list[rec.Record] = []
+                batches_end: int | None = None
                 if not code and pd.records:
+                    data = bytes(pd.records)
                     try:
-                        records = [r for r in rec.decode_records(bytes(pd.records)) if r.offset >= parts[p]]
+                        records = [r for r in rec.decode_records(data) if r.offset >= parts[p]]
+                        batches_end = _batches_end(data)
                     except rec.CorruptRecordError as e:
                         raise KafkaError(int(ErrorCode.corrupt_message), f"{topic}-{p}: {e}") from e
                 out[p] = FetchResult(
@@ -717,6 +726,7 @@ class Client:
                     last_stable_offset=int(getattr(pd, "last_stable_offset", -1)),
                     log_start_offset=int(getattr(pd, "log_start_offset", -1)),
                     error_code=code,
+                    batches_end=batches_end,
                 )
 
 
@@ -728,6 +738,18 @@ async def _gather_conn_errors(errors: list[KafkaError], coros: Sequence[Any]) ->
             errors.append(r)
         elif isinstance(r, BaseException):
             raise r
+
+
+def _batches_end(data: bytes) -> int | None:
+    """Next offset after the last complete v2 batch in ``data`` (``None`` if none is complete)."""
+    pos, end, nxt = 0, len(data), None
+    while end - pos >= rec.BATCH_OVERHEAD:
+        header = rec.parse_header(data, pos)
+        if header.size < rec.BATCH_OVERHEAD or header.size > end - pos:
+            break
+        nxt = header.next_offset
+        pos += header.size
+    return nxt
 
 
 def now_ms() -> int:

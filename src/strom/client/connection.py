@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import struct
 from collections import deque
 from collections.abc import Mapping
@@ -103,7 +104,7 @@ class KafkaConnection:
         except TimeoutError:
             raise KafkaConnectionError(f"timed out connecting to {self.host}:{self.port}") from None
         except OSError as e:
-            reason = e.strerror or str(e) or type(e).__name__
+            reason = os.strerror(e.errno) if e.errno else (e.strerror or str(e) or type(e).__name__)
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from None
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.host}:{self.port}")
         try:

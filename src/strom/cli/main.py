@@ -1,0 +1,209 @@
+"""The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``.
+
+Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
+``kafka-console-producer.sh``, ``kafka-console-consumer.sh``). Commands other than ``serve``
+are thin over :mod:`strom.client` and work against any Kafka-compatible broker.
+
+Exit codes: 0 success, 1 runtime error (broker unreachable, Kafka error ...), 2 usage or
+configuration error, 130 interrupted. Expected errors print one line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from strom.cli import commands
+from strom.client.errors import KafkaError
+
+__all__ = ["build_parser", "main", "run"]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+class UsageError(Exception):
+    """Bad combination of arguments (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bootstrap-server",
+        "--bootstrap-servers",
+        dest="bootstrap_server",
+        default=DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=f"broker(s) to connect to (default {DEFAULT_BOOTSTRAP})",
+    )
+    p.add_argument(
+        "--request-timeout-ms", type=int, default=30_000, help="per-request timeout (default 30000)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="strom", description="strom: a Kafka-compatible broker and its tools")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    serve = sub.add_parser("serve", help="run a broker (like kafka-server-start.sh)")
+    serve.add_argument("config", nargs="?", metavar="server.properties", help="broker config file")
+    serve.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a config (repeatable)"
+    )
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete topics (like kafka-topics.sh)")
+    _add_bootstrap(topics)
+    topics.add_argument("action", nargs="?", choices=("create", "list", "describe", "delete"))
+    for flag in ("create", "list", "describe", "delete"):
+        topics.add_argument(f"--{flag}", dest=f"flag_{flag}", action="store_true", help=f"same as '{flag}'")
+    topics.add_argument("--topic", help="topic name")
+    topics.add_argument("--partitions", type=int, help="number of partitions (default: broker's)")
+    topics.add_argument("--replication-factor", type=int, help="replication factor (default: broker's)")
+    topics.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)"
+    )
+    topics.add_argument("--if-not-exists", action="store_true", help="create: no error if it exists")
+    topics.add_argument("--if-exists", action="store_true", help="describe/delete: no error if absent")
+    topics.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
+
+    produce = sub.add_parser("produce", help="send stdin lines as records (like kafka-console-producer.sh)")
+    _add_bootstrap(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=int, help="partition (default: by key hash, else spread)")
+    produce.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="reader property: parse.key, key.separator, parse.headers, headers.delimiter, "
+        "headers.separator, headers.key.separator, null.marker, ignore.error",
+    )
+    produce.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="acks, compression.type, linger.ms, batch.size",
+    )
+    produce.add_argument("--key-separator", help="parse a key before SEP on each line (sets parse.key=true)")
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V]",
+        help="header(s) added to every record (repeatable; pairs split by --headers-separator)",
+    )
+    produce.add_argument(
+        "--headers-separator", default=",", help="separator between --header pairs (default ,)"
+    )
+    produce.add_argument("--compression-type", "--compression-codec", choices=COMPRESSION_TYPES, default=None)
+    produce.add_argument("--acks", choices=("all", "-1", "0", "1"), default=None, help="default all")
+    produce.add_argument("--batch-size", type=int, default=None, help="max bytes per batch (default 524288)")
+    produce.add_argument("--linger-ms", type=int, default=None, help="wait to fill a batch (default 5)")
+
+    consume = sub.add_parser("consume", help="print records (like kafka-console-consumer.sh)")
+    _add_bootstrap(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, help="only this partition (default: all)")
+    consume.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    consume.add_argument("--offset", help="N, earliest or latest (default latest)")
+    consume.add_argument("--max-messages", type=int, help="exit after N records")
+    consume.add_argument("--timeout-ms", type=int, help="exit when no record arrives for this long")
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="print.key, print.offset, print.timestamp, print.headers, print.partition, print.value, "
+        "key.separator, line.separator, headers.separator, headers.key.separator, null.literal",
+    )
+    consume.add_argument("--max-wait-ms", type=int, default=500, help="fetch long-poll wait (default 500)")
+    consume.add_argument("--fetch-max-bytes", type=int, default=1 << 20, help="max bytes per fetch")
+    return parser
+
+
+def _topics_action(args: argparse.Namespace) -> str:
+    chosen = [f for f in ("create", "list", "describe", "delete") if getattr(args, f"flag_{f}")]
+    if args.action:
+        chosen.append(args.action)
+    chosen = list(dict.fromkeys(chosen))
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of create, list, describe, delete")
+    action = chosen[0]
+    if action in ("create", "delete") and not args.topic:
+        raise UsageError(f"{action} needs --topic")
+    return action
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from strom.config import BrokerConfig, ConfigError
+
+    try:
+        config = BrokerConfig.from_sources(args.config, args.override)
+    except ConfigError as e:
+        print(f"strom serve: configuration error: {e}", file=sys.stderr)
+        return 2
+    broker: Any = importlib.import_module("strom.server.broker")
+    result = broker.run(config)
+    if inspect.isawaitable(result):
+        result = asyncio.run(_await(result))
+    return result if isinstance(result, int) else 0
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = f"strom {args.command}"
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "topics":
+            action = _topics_action(args)
+            return asyncio.run(commands.topics(args, action))
+        if args.command == "produce":
+            return asyncio.run(commands.produce(args))
+        if args.command == "consume":
+            return asyncio.run(commands.consume(args))
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except commands.CommandError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KafkaError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    raise AssertionError(f"unknown command {args.command!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point."""
+    code = run(argv)
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+    sys.exit(code)
