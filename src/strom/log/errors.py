@@ -1,0 +1,83 @@
+"""Errors raised by the partition log, each carrying its Kafka error code as ``error_code``.
+
+The server maps ``exc.error_code`` straight into the response's error field.
+:class:`CorruptRecordError` is the protocol package's own class (code 2, a ``ValueError``), re-exported
+so that callers catch one type whether the bytes failed framing in ``protocol.records`` or here.
+"""
+
+from __future__ import annotations
+
+from strom.protocol.records import CorruptRecordError
+
+__all__ = [
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "KafkaStorageError",
+    "LogError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "RecordListTooLargeError",
+    "UnknownProducerIdError",
+]
+
+
+class LogError(Exception):
+    """Base of the log's own errors. ``error_code`` is the Kafka protocol error code."""
+
+    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A well-framed batch whose header contradicts itself (e.g. zero records, or a
+    lastOffsetDelta that disagrees with the record count). Kafka INVALID_RECORD (87); it is a
+    CorruptRecordError so old Produce versions can answer CORRUPT_MESSAGE (2) instead."""
+
+    error_code = 87
+
+
+class OffsetOutOfRangeError(LogError):
+    error_code = 1
+
+
+class MessageTooLargeError(LogError):
+    """One batch is larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
+
+    error_code = 10
+
+
+class RecordListTooLargeError(LogError):
+    """The whole append is larger than segment.bytes (RECORD_LIST_TOO_LARGE)."""
+
+    error_code = 18
+
+
+class InvalidTimestampError(LogError):
+    error_code = 32
+
+
+class OutOfOrderSequenceError(LogError):
+    error_code = 45
+
+
+class InvalidProducerEpochError(LogError):
+    error_code = 47
+
+
+class KafkaStorageError(LogError):
+    """An I/O error on the log directory (KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+
+
+class UnknownProducerIdError(LogError):
+    error_code = 59
+
+
+class CorruptIndexError(LogError):
+    """An index file failed its sanity check. Internal: the log rebuilds the index."""
+
+    error_code = 2

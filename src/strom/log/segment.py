@@ -1,0 +1,482 @@
+"""One log segment: ``%020d.log`` plus its ``.index`` and ``.timeindex`` (Kafka's LogSegment).
+
+Theory of operation
+-------------------
+The ``.log`` file is a concatenation of already-validated v2 record batches whose offsets were
+assigned by the log. The segment never decodes records on the hot path: it only reads batch
+*headers* (61 bytes) to find batch boundaries.
+
+* append: the bytes are written with ``os.pwrite`` at the end of the file, so a reader using
+  ``os.pread``/``sendfile`` on the same fd sees them as soon as ``append`` returns. Every
+  ``index.interval.bytes`` of log, the batch about to be written gets an offset-index entry
+  (its last offset, its position) and the time index gets the largest timestamp so far.
+* read: the index gives a position at or before the batch holding ``start_offset``; headers are
+  scanned forward to that batch. The result is a ``(position, length)`` slice made of whole
+  batches, cut at ``max_size`` and ``max_position``.
+* recover: re-validates every batch from byte 0 (length, magic, CRC32C, increasing offsets),
+  rebuilds both indexes, and truncates the file at the first invalid byte.
+* delete: files are renamed to ``*.deleted`` first, then unlinked (Kafka's rename-then-delete), so
+  a crash mid-way leaves files the next load recognises as garbage.
+
+Error contract: ``recover`` never raises for bad data (it truncates); ``read``/``translate_offset``
+raise :class:`CorruptRecordError` only if the file changed under us; ``OSError`` propagates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.clock import Clock
+from strom.log.errors import CorruptIndexError, CorruptRecordError
+from strom.log.index import OffsetIndex, TimeIndex
+from strom.protocol.records import (
+    BATCH_OVERHEAD,
+    BatchHeader,
+    decode_batch_records,
+    iter_batches,
+    parse_header,
+    verify_crc,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+_SCAN_CHUNK = 8192
+_RECOVER_CHUNK = 1 << 20
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """A run of whole batches in a segment's ``.log``: ``length`` bytes at ``position``."""
+
+    position: int
+    length: int
+    first_batch_offset: int
+
+
+class LogSegment:
+    """A segment of the log. Create with :meth:`open`; the files stay open until :meth:`close`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        clock: Clock,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        prefix = filename_prefix(base_offset)
+        self.log_path = directory / (prefix + LOG_SUFFIX)
+        self.index_path = directory / (prefix + INDEX_SUFFIX)
+        self.time_index_path = directory / (prefix + TIME_INDEX_SUFFIX)
+        self.indexes_existed = self.index_path.exists() and self.time_index_path.exists()
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_size)
+        self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_size)
+        self._bytes_since_last_index_entry = 0
+        # largest timestamp in the segment and the base offset of the first batch that has it
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        self.rolling_based_timestamp: int | None = None
+        self.created_ms = clock.time_ms()
+        self._clock = clock
+        self.closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = 10 * 1024 * 1024,
+        clock: Clock,
+    ) -> LogSegment:
+        """Open (or create) the segment's files. Does not validate: call :meth:`sanity_check`
+        (trusted, after a clean shutdown) or :meth:`recover`."""
+        return cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_size=max_index_size,
+            clock=clock,
+        )
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    def sanity_check(self) -> None:
+        """Check the indexes of a segment that is trusted (clean shutdown, or flushed before the
+        recovery point) and load its timestamps. Raises CorruptIndexError if they are missing
+        or inconsistent; the caller then runs :meth:`recover`."""
+        if not self.indexes_existed:
+            raise CorruptIndexError(f"index files of segment {self.base_offset} are missing")
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check()
+        # an indexed position must be a batch boundary
+        if len(self.offset_index):
+            off, pos = self.offset_index.lookup(self.offset_index.last_offset)
+            h = self._header_at(pos)
+            if h is None or h.last_offset != off:
+                raise CorruptIndexError(f"index of segment {self.base_offset} points inside a batch")
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = self.time_index.last_entry
+        if self.max_timestamp_so_far < 0:
+            self.offset_of_max_timestamp = -1
+        if self.size:
+            first = self._header_at(0)
+            if first is None:
+                raise CorruptIndexError(f"segment {self.base_offset} does not start with a batch")
+            self.rolling_based_timestamp = first.max_timestamp
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch in this segment (scans headers from the last index
+        entry), or ``base_offset`` if empty."""
+        _, pos = self.offset_index.lookup(self.offset_index.last_offset)
+        nxt = self.base_offset
+        for _, h in self.iter_headers(pos):
+            nxt = h.next_offset
+        return nxt
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def flush_log(self) -> None:
+        os.fsync(self._fd)
+
+    def on_become_inactive(self) -> None:
+        """Called when a newer segment takes over: make the time index end with the segment's
+        largest timestamp (Kafka's onBecomeInactiveSegment)."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+        self._fd = -1
+        self.closed = True
+
+    def close_handles(self) -> None:
+        """Close the files without touching them (used before deleting)."""
+        if self.closed:
+            return
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+        self._fd = -1
+        self.closed = True
+
+    def delete(self) -> None:
+        """Rename every file to ``*.deleted`` then unlink it."""
+        self.close_handles()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            doomed = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, doomed)
+            except FileNotFoundError:
+                continue
+            os.unlink(doomed)
+
+    # ------------------------------------------------------------------ append
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= _MAX_RELATIVE_OFFSET
+
+    def should_roll(
+        self,
+        *,
+        append_size: int,
+        max_timestamp: int,
+        last_offset: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+    ) -> bool:
+        """Kafka's LogSegment.shouldRoll."""
+        if self.size == 0:
+            return False
+        if self.size > segment_bytes - append_size:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        if not self.can_hold_offset(last_offset):
+            return True
+        rb = self.rolling_based_timestamp
+        waited = max_timestamp - rb if rb is not None and rb >= 0 else now_ms - self.created_ms
+        return waited > segment_ms
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        largest_timestamp: int,
+        offset_of_largest_timestamp: int,
+        batches: list[tuple[int, BatchHeader]] | None = None,
+    ) -> None:
+        """Append validated batches whose offsets are already assigned.
+
+        ``batches`` is ``[(position in records, header)]`` if the caller already parsed them.
+        ``offset_of_largest_timestamp`` is the base offset of the first batch holding
+        ``largest_timestamp``.
+        """
+        if batches is None:
+            batches = list(iter_batches(records))
+        if not batches:
+            return
+        if not self.can_hold_offset(batches[-1][1].last_offset):
+            raise ValueError(f"offset {batches[-1][1].last_offset} does not fit segment {self.base_offset}")
+        start = self.size
+        if start == 0:
+            self.rolling_based_timestamp = batches[0][1].max_timestamp
+        self._update_max_timestamp(largest_timestamp, offset_of_largest_timestamp)
+        interval = self.index_interval_bytes
+        for pos, h in batches:
+            if self._bytes_since_last_index_entry > interval:
+                self.offset_index.append(h.last_offset, start + pos)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += h.size
+        view = memoryview(records)
+        written = 0
+        total = len(view)
+        while written < total:
+            written += os.pwrite(self._fd, view[written:], start + written)
+        self.size = start + total
+
+    def _update_max_timestamp(self, ts: int, offset: int) -> None:
+        if ts > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = ts
+            self.offset_of_max_timestamp = offset
+
+    # ------------------------------------------------------------------ read
+
+    def _header_at(self, position: int) -> BatchHeader | None:
+        if position + BATCH_OVERHEAD > self.size:
+            return None
+        data = os.pread(self._fd, BATCH_OVERHEAD, position)
+        if len(data) < BATCH_OVERHEAD:
+            return None
+        return parse_header(data)
+
+    def iter_headers(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield ``(position, header)`` of each batch from ``start_position`` (a batch boundary)
+        to ``end_position`` (default: end of file). Reads headers only, in small chunks."""
+        end = self.size if end_position is None else min(end_position, self.size)
+        pos = start_position
+        buf = b""
+        buf_start = pos
+        while pos < end:
+            off = pos - buf_start
+            if off + BATCH_OVERHEAD > len(buf):
+                buf = os.pread(self._fd, max(BATCH_OVERHEAD, min(_SCAN_CHUNK, end - pos)), pos)
+                buf_start = pos
+                off = 0
+                if len(buf) < BATCH_OVERHEAD:
+                    raise CorruptRecordError(
+                        f"segment {self.base_offset}: batch header truncated at position {pos}"
+                    )
+            h = parse_header(buf, off)
+            if h.batch_length < BATCH_OVERHEAD - 12:
+                raise CorruptRecordError(f"segment {self.base_offset}: bad batch length at position {pos}")
+            yield pos, h
+            pos += h.size
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """``(position, header)`` of the first batch whose last offset >= ``offset``, or None."""
+        _, pos = self.offset_index.lookup(offset)
+        for p, h in self.iter_headers(max(pos, starting_position)):
+            if h.last_offset >= offset:
+                return p, h
+        return None
+
+    def _boundary_at_or_before(self, limit: int, from_position: int) -> int:
+        """Largest batch boundary <= ``limit`` and >= ``from_position`` (a boundary)."""
+        if limit >= self.size:
+            return self.size
+        pos = max(from_position, self.offset_index.floor_position(limit))
+        if limit - pos <= 65536:
+            window = os.pread(self._fd, limit - pos, pos)
+            off = 0
+            while off + BATCH_OVERHEAD <= len(window):
+                h = parse_header(window, off)
+                if off + h.size > len(window):
+                    break
+                off += h.size
+            return pos + off
+        for p, h in self.iter_headers(pos, self.size):
+            if p + h.size > limit:
+                return p
+        return self.size
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> LogSlice | None:
+        """Whole batches starting with the one that contains ``start_offset``.
+
+        Returns None if no batch in this segment holds an offset >= ``start_offset``. Otherwise a
+        slice (possibly of length 0) of at most ``max_size`` bytes ending at or before
+        ``max_position``; with ``min_one_message`` the first batch is returned even if it is
+        larger than ``max_size`` (but never past ``max_position``).
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start, first = found
+        max_pos = self.size if max_position is None else min(max_position, self.size)
+        if start >= max_pos:
+            return LogSlice(start, 0, first.base_offset)
+        limit = min(max_pos, start + max(max_size, 0))
+        if first.size > limit - start:
+            if min_one_message and start + first.size <= max_pos:
+                return LogSlice(start, first.size, first.base_offset)
+            return LogSlice(start, 0, first.base_offset)
+        end = self._boundary_at_or_before(limit, start + first.size)
+        return LogSlice(start, end - start, first.base_offset)
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        return os.pread(self._fd, header.size, position)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """First ``(offset, timestamp)`` with timestamp >= ``timestamp`` and offset >=
+        ``starting_offset``; None if this segment has none. Decodes only the one batch found."""
+        _, idx_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(idx_offset, starting_offset))
+        for p, h in self.iter_headers(pos):
+            if h.max_timestamp < timestamp or h.last_offset < starting_offset:
+                continue
+            found = self._first_record_at_or_after(p, h, timestamp, starting_offset)
+            if found is not None:
+                return found
+        return None
+
+    def _first_record_at_or_after(
+        self, pos: int, h: BatchHeader, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        if h.timestamp_type == 1:  # LogAppendTime: every record carries max_timestamp
+            return max(h.base_offset, starting_offset), h.max_timestamp
+        data = self.read_batch(pos, h)
+        for rec in decode_batch_records(data, 0, h):
+            if rec.timestamp >= timestamp and rec.offset >= starting_offset:
+                return rec.offset, rec.timestamp
+        return None
+
+    def offset_of_timestamp_in_batch(self, batch_offset: int, timestamp: int) -> int:
+        """Offset of the first record with exactly ``timestamp`` in the batch at ``batch_offset``."""
+        found = self.translate_offset(batch_offset)
+        if found is None:
+            return batch_offset
+        pos, h = found
+        got = self._first_record_at_or_after(pos, h, timestamp, h.base_offset)
+        return got[0] if got is not None else h.base_offset
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> int:
+        """Re-validate every batch from byte 0, rebuild both indexes and truncate the file at the
+        first invalid byte. Returns the number of bytes truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        self.rolling_based_timestamp = None
+        file_size = os.fstat(self._fd).st_size
+        pos = 0
+        last_index_pos = 0
+        expected = self.base_offset
+        buf = b""
+        buf_start = 0
+        interval = self.index_interval_bytes
+        while pos < file_size:
+            if file_size - pos < BATCH_OVERHEAD:
+                break
+            off = pos - buf_start
+            if off + BATCH_OVERHEAD > len(buf):
+                buf = os.pread(self._fd, min(_RECOVER_CHUNK, file_size - pos), pos)
+                buf_start, off = pos, 0
+            h = parse_header(buf, off)
+            if (
+                h.magic != 2
+                or h.batch_length < BATCH_OVERHEAD - 12
+                or pos + h.size > file_size
+                or h.base_offset < expected
+                or h.last_offset_delta < 0
+                or not self.can_hold_offset(h.last_offset)
+            ):
+                break
+            if off + h.size > len(buf):
+                buf = os.pread(self._fd, max(h.size, min(_RECOVER_CHUNK, file_size - pos)), pos)
+                buf_start, off = pos, 0
+                if len(buf) < h.size:
+                    break
+            try:
+                verify_crc(buf, off, h)
+            except CorruptRecordError:
+                break
+            if pos == 0:
+                self.rolling_based_timestamp = h.max_timestamp
+            self._update_max_timestamp(h.max_timestamp, h.base_offset)
+            if pos - last_index_pos > interval:
+                self.offset_index.append(h.last_offset, pos)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                last_index_pos = pos
+            expected = h.next_offset
+            pos += h.size
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self._fd, pos)
+        self.size = pos
+        self._bytes_since_last_index_entry = pos - last_index_pos
+        self.indexes_existed = True
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset >= ``offset`` (the batch holding ``offset`` and
+        everything after). Returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        pos, _ = found
+        removed = self.size - pos
+        self.offset_index.truncate_to_position(pos)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self._fd, pos)
+        self.size = pos
+        self._bytes_since_last_index_entry = 0
+        if pos == 0:
+            self.rolling_based_timestamp = None
+            self.created_ms = self._clock.time_ms()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = self.time_index.last_entry
+        if self.max_timestamp_so_far < 0:
+            self.offset_of_max_timestamp = -1
+        return removed
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
