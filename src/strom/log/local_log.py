@@ -1,0 +1,290 @@
+"""The ordered segments of one partition on local disk (Kafka's LocalLog + LogLoader).
+
+Theory of operation
+-------------------
+Segments are kept sorted by base offset; the last one is the *active* segment that receives
+appends. ``recovery_point`` is the offset below which every byte is known to be fsynced.
+
+Loading (:meth:`LocalLog.load`):
+
+1. Leftovers of interrupted operations are removed: ``*.deleted`` (rename-then-delete was cut
+   short), ``*.tmp``, ``*.cleaned``/``*.swap`` (compaction, not yet implemented) and index files
+   whose ``.log`` is gone.
+2. After a clean shutdown every segment is trusted; its indexes are only sanity-checked and rebuilt
+   (by a full :meth:`LogSegment.recover`) if the check fails or a file is missing.
+3. After an unclean shutdown, segments below the one holding the recovery point are treated as
+   in (2); that segment and every later one are recovered (re-validated batch by batch). The
+   first segment that had to be truncated ends the log: all later segments are deleted, since
+   offsets after a hole cannot be trusted.
+
+Offsets are not re-checked across segment boundaries beyond "base offsets increase".
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from strom.clock import Clock
+from strom.config import LogConfig
+from strom.log.errors import CorruptIndexError, CorruptRecordError
+from strom.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+from strom.protocol.records import BatchHeader
+
+
+class FileRegion(NamedTuple):
+    """``length`` bytes at ``position`` of the open file ``fd`` (for os.sendfile / os.pread).
+
+    The fd belongs to the log: use it before the next call that may delete segments."""
+
+    fd: int
+    position: int
+    length: int
+
+
+@dataclass(frozen=True)
+class FetchData:
+    regions: list[FileRegion]
+    size: int
+
+    def read_bytes(self) -> bytes:
+        parts = []
+        for r in self.regions:
+            got = os.pread(r.fd, r.length, r.position)
+            parts.append(got)
+        return b"".join(parts)
+
+
+EMPTY_FETCH = FetchData([], 0)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _offset_of(name: str, suffix: str) -> int | None:
+    stem = name[: -len(suffix)]
+    return int(stem) if stem.isdigit() else None
+
+
+class LocalLog:
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock, segments: list[LogSegment],
+                 recovery_point: int, next_offset: int) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.recovery_point = recovery_point
+        self.log_end_offset = next_offset
+        self.last_flush_ms = clock.monotonic_ms()
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        recovery_point: int,
+        clean_shutdown: bool,
+        log_start_offset: int,
+    ) -> LocalLog:
+        directory.mkdir(parents=True, exist_ok=True)
+        log_bases: set[int] = set()
+        for entry in os.scandir(directory):
+            name = entry.name
+            if name.endswith((DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")):
+                os.unlink(entry.path)
+            elif name.endswith(LOG_SUFFIX):
+                base = _offset_of(name, LOG_SUFFIX)
+                if base is not None:
+                    log_bases.add(base)
+        for entry in os.scandir(directory):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                if entry.name.endswith(suffix):
+                    base = _offset_of(entry.name, suffix)
+                    if base is not None and base not in log_bases:
+                        os.unlink(entry.path)
+
+        def open_segment(base: int) -> LogSegment:
+            return LogSegment.open(directory, base, index_interval_bytes=config.index_interval_bytes,
+                                   max_index_size=config.segment_index_bytes, clock=clock)
+
+        bases = sorted(log_bases)
+        # index of the first segment that needs recovery (len(bases) if none)
+        first_unflushed = len(bases) if clean_shutdown else max(0, bisect_right(bases, recovery_point) - 1)
+        segments: list[LogSegment] = []
+        recovered_any = False
+        for i, base in enumerate(bases):
+            seg = open_segment(base)
+            if i >= first_unflushed:
+                recovered_any = True
+                truncated = seg.recover()
+                segments.append(seg)
+                if truncated:
+                    for later in bases[i + 1:]:
+                        open_segment(later).delete()
+                    break
+            else:
+                try:
+                    seg.sanity_check()
+                except (CorruptIndexError, CorruptRecordError):
+                    seg.recover()
+                segments.append(seg)
+        # an empty segment followed by others is an interrupted roll; drop empty non-active ones
+        kept = [s for s in segments[:-1] if s.size > 0] + segments[-1:]
+        for s in segments[:-1]:
+            if s.size == 0:
+                s.delete()
+        segments = kept
+        if not segments:
+            segments = [open_segment(log_start_offset)]
+            segments[0].recover()
+        next_offset = segments[-1].read_next_offset()
+        log = cls(directory, config, clock, segments, min(recovery_point, next_offset), next_offset)
+        if recovered_any:
+            # recovery read the data but did not make it durable: do that once, then trust it
+            first_recovered = bases[first_unflushed]
+            for seg in segments:
+                if seg.base_offset >= first_recovered:
+                    seg.flush()
+            log.recovery_point = next_offset
+        return log
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def segment_index_for(self, offset: int) -> int:
+        """Index of the segment with the largest base offset <= ``offset`` (0 if none)."""
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    # ------------------------------------------------------------------ append / roll
+
+    def should_roll(self, append_size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
+        return self.active_segment.should_roll(
+            append_size=append_size, max_timestamp=max_timestamp, last_offset=last_offset, now_ms=now_ms,
+            segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms,
+        )
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one is finalised and fsynced
+        and the recovery point moves to the new base offset."""
+        new_base = self.log_end_offset
+        old = self.active_segment
+        if old.base_offset == new_base and old.size == 0:
+            return old
+        old.on_become_inactive()
+        old.flush()
+        seg = LogSegment.open(self.directory, new_base, index_interval_bytes=self.config.index_interval_bytes,
+                              max_index_size=self.config.segment_index_bytes, clock=self.clock)
+        seg.recover()  # a fresh (empty) segment: this only resets state and creates the files
+        self.segments.append(seg)
+        self._bases.append(new_base)
+        fsync_dir(self.directory)
+        self.recovery_point = max(self.recovery_point, new_base)
+        return seg
+
+    def append(self, records: bytearray, batches: list[tuple[int, BatchHeader]], last_offset: int,
+               largest_timestamp: int, offset_of_largest_timestamp: int) -> None:
+        self.active_segment.append(records, largest_timestamp, offset_of_largest_timestamp, batches)
+        self.log_end_offset = last_offset + 1
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)."""
+        upto = self.log_end_offset if offset is None else offset
+        if upto <= self.recovery_point:
+            self.last_flush_ms = self.clock.monotonic_ms()
+            return
+        for seg in self.segments[self.segment_index_for(self.recovery_point):]:
+            if seg.base_offset >= upto:
+                break
+            seg.flush_log()
+        self.recovery_point = upto
+        self.last_flush_ms = self.clock.monotonic_ms()
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool
+             ) -> FetchData:
+        regions: list[FileRegion] = []
+        total = 0
+        remaining = max_bytes
+        i = self.segment_index_for(start_offset)
+        offset = start_offset
+        while i < len(self.segments):
+            seg = self.segments[i]
+            next_base = self._bases[i + 1] if i + 1 < len(self.segments) else None
+            max_pos: int | None = None
+            last_segment = next_base is None
+            if max_offset is not None and (next_base is None or max_offset < next_base):
+                found = seg.translate_offset(max_offset)
+                max_pos = found[0] if found is not None else seg.size
+                last_segment = True
+            sl = seg.read(offset, remaining, max_pos, min_one_message and not regions)
+            if sl is not None:
+                if sl.length == 0:
+                    break
+                regions.append(FileRegion(seg.fd, sl.position, sl.length))
+                total += sl.length
+                remaining -= sl.length
+                end = seg.size if max_pos is None else max_pos
+                if remaining <= 0 or sl.position + sl.length < end:
+                    break
+            if last_segment or next_base is None:
+                break
+            offset = next_base
+            i += 1
+        return FetchData(regions, total)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+    def close_handles(self) -> None:
+        for seg in self.segments:
+            seg.close_handles()
+
+    def delete_all_segments(self) -> None:
+        for seg in self.segments:
+            seg.delete()
+        self.segments = []
+        self._bases = []
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= ``offset`` (whole batches: the batch holding ``offset`` goes)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+        seg = self.active_segment
+        seg.truncate_to(offset)
+        self.log_end_offset = seg.read_next_offset() if seg.size else seg.base_offset
+        if len(self.segments) > 1 and seg.size == 0 and self.log_end_offset < seg.base_offset:
+            self.log_end_offset = seg.base_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
