@@ -155,7 +155,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"strom serve: configuration error: {e}", file=sys.stderr)
         return 2
-    broker: Any = importlib.import_module("strom.server.broker")
+    try:
+        broker: Any = importlib.import_module("strom.server.broker")
+    except ImportError as e:
+        print(f"strom serve: error: the broker cannot be loaded: {e}", file=sys.stderr)
+        return 1
     result = broker.run(config)
     if inspect.isawaitable(result):
         result = asyncio.run(_await(result))

@@ -217,9 +217,11 @@ class KafkaConnection:
                 cid = response_correlation_id(body)
                 if not self._in_flight:
                     raise KafkaProtocolError(f"unexpected response with correlation id {cid}")
-                want, fut = self._in_flight.popleft()
+                want, fut = self._in_flight[0]
                 if cid != want:
+                    # left in the FIFO: _fail() fails it along with the others
                     raise KafkaProtocolError(f"correlation id mismatch: expected {want}, got {cid}")
+                self._in_flight.popleft()
                 if not fut.done():
                     fut.set_result(body)
         except asyncio.IncompleteReadError:
