@@ -148,8 +148,10 @@ class Broker:
         return plog
 
     async def start(self) -> None:
+        from .handlers import load_all
         from .network import start_listeners
 
+        load_all()
         loop = asyncio.get_running_loop()
         self.native_sendfile = bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         for info in list(self.topics.topics.values()):
