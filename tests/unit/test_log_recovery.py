@@ -264,3 +264,17 @@ def test_delete_removes_everything(tmp_path: Path) -> None:
     log.delete()
     assert not d.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_torn_tail_after_clean_shutdown_is_still_recovered(tmp_path: Path) -> None:
+    """A clean-shutdown marker does not make a segment whose tail is not whole batches trusted."""
+    d = tmp_path / "t-0"
+    log = open_log(d, **CFG)
+    for i in range(30):
+        log.append_as_leader(batch(3, tag=i, ts=T0 + 10 * i), 0)
+    log.close()
+    p = last_log(d)
+    with open(p, "ab") as f:
+        f.write(b"\x00" * 7)
+    log = open_log(d, **CFG)
+    check_consistent(log, [(3 * i, 3 * i + 2) for i in range(30)])

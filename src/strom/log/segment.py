@@ -131,12 +131,23 @@ class LogSegment:
             raise CorruptIndexError(f"index files of segment {self.base_offset} are missing")
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
-        # an indexed position must be a batch boundary
+        # an indexed position must be a batch boundary, and the batches after the last entry
+        # must end exactly at the end of the file (catches a torn tail in a "trusted" segment)
+        off, pos = self.offset_index.lookup(self.offset_index.last_offset)
         if len(self.offset_index):
-            off, pos = self.offset_index.lookup(self.offset_index.last_offset)
             h = self._header_at(pos)
             if h is None or h.last_offset != off:
                 raise CorruptIndexError(f"index of segment {self.base_offset} points inside a batch")
+        end = pos
+        try:
+            for p, h in self.iter_headers(pos):
+                if h.magic != 2 or p + h.size > self.size:
+                    break
+                end = p + h.size
+        except CorruptRecordError:
+            pass
+        if end != self.size:
+            raise CorruptIndexError(f"segment {self.base_offset} does not end on a batch boundary")
         self.max_timestamp_so_far, self.offset_of_max_timestamp = self.time_index.last_entry
         if self.max_timestamp_so_far < 0:
             self.offset_of_max_timestamp = -1
