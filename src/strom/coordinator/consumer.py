@@ -1,0 +1,491 @@
+"""The KIP-848 consumer-group protocol (ConsumerGroupHeartbeat) as a state machine.
+
+Theory of operation (Kafka's ``ConsumerGroup`` / ``CurrentAssignmentBuilder``):
+
+* The group has a **group epoch**, bumped whenever the inputs of the assignment change: a member
+  joins or leaves, a subscription or assignor changes, or the partition count of a subscribed
+  topic changes. The **target assignment** is recomputed by the server-side assignor (``uniform``
+  by default, or ``range``) when the group epoch is ahead of the **assignment epoch**.
+* Each member converges to its share of the target assignment through heartbeats, never owning a
+  partition another member still owns:
+
+  - partitions it holds that are no longer in its target are **revoked first**: the member stays
+    at its old epoch (state ``unrevoked_partitions``) and is told its reduced assignment; once a
+    heartbeat reports it no longer owns them, they are released;
+  - then it moves to the target epoch and receives the new partitions that are free; partitions
+    still held by others are added on later heartbeats (state ``unreleased_partitions``).
+
+* A member that misses its session timeout, or does not revoke within its rebalance timeout, is
+  removed (fenced); its partitions are released.
+* Epochs in requests: 0 joins, -1 leaves, -2 leaves temporarily (static member, keeps its
+  assignment for a rejoin with the same instance id), >0 heartbeats. A heartbeat with an epoch
+  other than the member's gets FENCED_MEMBER_EPOCH (the previous epoch is tolerated when the
+  member's owned partitions show it simply missed a response).
+
+Topics are identified by name internally; the resolver passed to :meth:`ConsumerGroup.heartbeat`
+maps names to (topic id, partition count). Consumer groups are kept in memory only (not written to
+``__consumer_offsets``): after a broker restart members get UNKNOWN_MEMBER_ID and rejoin, which
+Kafka clients handle; their committed offsets are persisted like every group's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..clock import Clock
+from ..protocol.errors import ErrorCode
+
+TopicResolver = Callable[[str], "tuple[uuid.UUID, int] | None"]
+Assignment = dict[str, set[int]]  # topic name -> partitions
+
+ASSIGNORS = ("uniform", "range")
+
+STABLE = "stable"
+UNREVOKED = "unrevoked_partitions"
+UNRELEASED = "unreleased_partitions"
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 5000
+    assignors: tuple[str, ...] = ASSIGNORS
+    max_size: int = 2147483647
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: str = STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    session_deadline: int = 0
+    revocation_deadline: int | None = None
+    last_sent: Assignment | None = None
+
+
+@dataclass
+class HeartbeatResult:
+    error: int
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: list[tuple[uuid.UUID, list[int]]] | None = None
+
+
+def _count(a: Assignment) -> int:
+    return sum(len(ps) for ps in a.values())
+
+
+def _flatten(a: Assignment) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in a.items() for p in ps}
+
+
+def _unflatten(tps: set[tuple[str, int]]) -> Assignment:
+    out: Assignment = {}
+    for t, p in tps:
+        out.setdefault(t, set()).add(p)
+    return out
+
+
+def uniform_assign(
+    members: dict[str, list[str]], partitions: dict[str, int], previous: dict[str, Assignment]
+) -> dict[str, Assignment]:
+    """Balanced and sticky: keep previous ownership where the balance allows, spread the rest.
+    ``members``: member id -> subscribed topics; ``partitions``: topic -> partition count."""
+    owner: dict[tuple[str, int], str] = {}
+    counts = dict.fromkeys(members, 0)
+    all_tps = sorted((t, p) for t, n in partitions.items() for p in range(n))
+    subscribed = {m: set(ts) for m, ts in members.items()}
+    for m, a in sorted(previous.items()):
+        if m not in members:
+            continue
+        for tp in sorted(_flatten(a)):
+            if (
+                tp[0] in subscribed[m]
+                and tp[0] in partitions
+                and tp[1] < partitions[tp[0]]
+                and tp not in owner
+            ):
+                owner[tp] = m
+                counts[m] += 1
+    for tp in all_tps:
+        if tp in owner:
+            continue
+        eligible = [m for m in members if tp[0] in subscribed[m]]
+        if eligible:
+            best = min(eligible, key=lambda m: (counts[m], m))
+            owner[tp] = best
+            counts[best] += 1
+    # Move partitions from the most to the least loaded eligible member until balanced.
+    moved = True
+    while moved:
+        moved = False
+        for tp in all_tps:
+            cur = owner.get(tp)
+            if cur is None:
+                continue
+            eligible = [m for m in members if tp[0] in subscribed[m]]
+            best = min(eligible, key=lambda m: (counts[m], m))
+            if counts[best] < counts[cur] - 1:
+                owner[tp] = best
+                counts[cur] -= 1
+                counts[best] += 1
+                moved = True
+    out: dict[str, Assignment] = {m: {} for m in members}
+    for (t, p), m in owner.items():
+        out[m].setdefault(t, set()).add(p)
+    return out
+
+
+def range_assign(
+    members: dict[str, list[str]], partitions: dict[str, int], previous: dict[str, Assignment]
+) -> dict[str, Assignment]:
+    """Per topic, contiguous ranges of partitions over the subscribed members (sorted by id)."""
+    out: dict[str, Assignment] = {m: {} for m in members}
+    for t, n in sorted(partitions.items()):
+        subs = sorted(m for m, ts in members.items() if t in ts)
+        if not subs:
+            continue
+        per, extra = divmod(n, len(subs))
+        start = 0
+        for i, m in enumerate(subs):
+            size = per + (1 if i < extra else 0)
+            if size:
+                out[m][t] = set(range(start, start + size))
+            start += size
+    return out
+
+
+class ConsumerGroup:
+    group_type = "consumer"
+    protocol_type = "consumer"
+
+    def __init__(self, group_id: str, clock: Clock, config: ConsumerConfig | None = None) -> None:
+        self.group_id = group_id
+        self.clock = clock
+        self.config = config or ConsumerConfig()
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}
+        self.target: dict[str, Assignment] = {}
+        self.owners: dict[tuple[str, int], str] = {}
+        self.topic_meta: dict[str, tuple[uuid.UUID, int]] = {}
+        self.dead = False
+        self.state_timestamp = clock.time_ms()
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def state(self) -> str:
+        if self.dead:
+            return "Dead"
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state != STABLE:
+                return "Reconciling"
+        return "Stable"
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def assignor_name(self) -> str:
+        for m in self.members.values():
+            if m.server_assignor:
+                return m.server_assignor
+        return self.config.assignors[0] if self.config.assignors else "uniform"
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+
+    # ------------------------------------------------------------------ membership
+
+    def _release(self, m: ConsumerMember) -> None:
+        for tp in _flatten(m.assigned) | _flatten(m.pending_revocation):
+            if self.owners.get(tp) == m.member_id:
+                del self.owners[tp]
+
+    def remove_member(self, member_id: str) -> None:
+        m = self.members.pop(member_id, None)
+        if m is None:
+            return
+        self._release(m)
+        if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
+            del self.static_members[m.instance_id]
+        self.target.pop(member_id, None)
+        self.group_epoch += 1
+        self.state_timestamp = self.clock.time_ms()
+
+    def _refresh_topics(self, resolve: TopicResolver) -> bool:
+        meta: dict[str, tuple[uuid.UUID, int]] = {}
+        for t in sorted(self.subscribed_topics()):
+            r = resolve(t)
+            if r is not None and r[1] > 0:
+                meta[t] = r
+        if meta != self.topic_meta:
+            self.topic_meta = meta
+            return True
+        return False
+
+    def _compute_target(self) -> None:
+        subs = {mid: m.subscribed_topic_names for mid, m in self.members.items()}
+        parts = {t: n for t, (_tid, n) in self.topic_meta.items()}
+        fn = range_assign if self.assignor_name() == "range" else uniform_assign
+        self.target = fn(subs, parts, self.target)
+        self.assignment_epoch = self.group_epoch
+
+    def _reconcile(self, m: ConsumerMember, owned: Assignment | None) -> None:
+        now = self.clock.monotonic_ms()
+        if m.state == UNREVOKED:
+            if owned is None or _flatten(owned) & _flatten(m.pending_revocation):
+                return
+            for tp in _flatten(m.pending_revocation):
+                if self.owners.get(tp) == m.member_id:
+                    del self.owners[tp]
+            m.pending_revocation = {}
+            m.revocation_deadline = None
+            m.state = STABLE
+            m.previous_member_epoch = m.member_epoch
+            m.member_epoch = self.assignment_epoch
+        if m.member_epoch == self.assignment_epoch and m.state == STABLE:
+            return
+        target = _flatten(self.target.get(m.member_id, {}))
+        current = _flatten(m.assigned)
+        revoking = current - target
+        kept = current & target
+        if revoking:
+            m.assigned = _unflatten(kept)
+            m.pending_revocation = _unflatten(revoking)
+            m.state = UNREVOKED
+            m.revocation_deadline = now + m.rebalance_timeout_ms
+            return
+        free = {tp for tp in target - current if self.owners.get(tp) in (None, m.member_id)}
+        for tp in free:
+            self.owners[tp] = m.member_id
+        m.assigned = _unflatten(kept | free)
+        m.state = UNRELEASED if (target - current) - free else STABLE
+        if m.member_epoch != self.assignment_epoch:
+            m.previous_member_epoch = m.member_epoch
+            m.member_epoch = self.assignment_epoch
+
+    def heartbeat(
+        self,
+        *,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        subscribed_topic_names: list[str] | None,
+        subscribed_topic_regex: str | None,
+        server_assignor: str | None,
+        owned: Assignment | None,
+        client_id: str,
+        client_host: str,
+        resolve: TopicResolver,
+    ) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+        UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID, INVALID_REQUEST, GROUP_MAX_SIZE_REACHED."""
+        interval = self.config.heartbeat_interval_ms
+        if server_assignor is not None and server_assignor not in self.config.assignors:
+            return HeartbeatResult(ErrorCode.UNSUPPORTED_ASSIGNOR, f"unknown assignor {server_assignor}")
+        if member_epoch in (-1, -2):
+            m = self.members.get(member_id)
+            if m is None:
+                return HeartbeatResult(
+                    ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id, member_epoch=member_epoch
+                )
+            if member_epoch == -2 and m.instance_id is not None:
+                # Temporary leave: keep the assignment for a rejoin with the same instance id.
+                m.previous_member_epoch = m.member_epoch
+                m.member_epoch = -2
+                m.session_deadline = self.clock.monotonic_ms() + self.config.session_timeout_ms
+            else:
+                self.remove_member(member_id)
+            return HeartbeatResult(
+                ErrorCode.NONE, member_id=member_id, member_epoch=member_epoch, heartbeat_interval_ms=interval
+            )
+        now = self.clock.monotonic_ms()
+        bump = False
+        if member_epoch == 0:
+            if subscribed_topic_names is None and subscribed_topic_regex is None:
+                return HeartbeatResult(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set on join")
+            if subscribed_topic_regex is not None and subscribed_topic_names is None:
+                return HeartbeatResult(ErrorCode.INVALID_REQUEST, "subscribed_topic_regex is not supported")
+            if not member_id:
+                member_id = str(uuid.uuid4())
+            inherited: ConsumerMember | None = None
+            if instance_id is not None:
+                old_id = self.static_members.get(instance_id)
+                if old_id is not None and old_id != member_id:
+                    old = self.members.get(old_id)
+                    if old is not None and old.member_epoch != -2:
+                        return HeartbeatResult(
+                            ErrorCode.UNRELEASED_INSTANCE_ID,
+                            f"instance id {instance_id} is in use by {old_id}",
+                        )
+                    inherited = old
+            existing = self.members.get(member_id)
+            if existing is not None:
+                self.remove_member(member_id)
+            if existing is None and inherited is None and len(self.members) >= self.config.max_size:
+                return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
+            m = ConsumerMember(
+                member_id=member_id,
+                instance_id=instance_id,
+                rack_id=rack_id,
+                client_id=client_id,
+                client_host=client_host,
+                subscribed_topic_names=list(subscribed_topic_names or []),
+                subscribed_topic_regex=subscribed_topic_regex,
+                server_assignor=server_assignor,
+                rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else 300000,
+            )
+            if inherited is not None:
+                # static rejoin: the new member id takes over the old member's partitions and epoch
+                self.members.pop(inherited.member_id, None)
+                for tp in _flatten(inherited.assigned) | _flatten(inherited.pending_revocation):
+                    if self.owners.get(tp) == inherited.member_id:
+                        self.owners[tp] = member_id
+                m.assigned = inherited.assigned
+                m.pending_revocation = inherited.pending_revocation
+                m.state = inherited.state
+                m.member_epoch = inherited.previous_member_epoch if inherited.previous_member_epoch > 0 else 0
+                if inherited.member_id in self.target:
+                    self.target[member_id] = self.target.pop(inherited.member_id)
+                subs_changed = inherited.subscribed_topic_names != m.subscribed_topic_names
+                bump = subs_changed
+            else:
+                bump = True
+            self.members[member_id] = m
+            if instance_id is not None:
+                self.static_members[instance_id] = member_id
+            self.state_timestamp = self.clock.time_ms()
+        else:
+            found = self.members.get(member_id)
+            if found is None:
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is unknown")
+            m = found
+            if member_epoch != m.member_epoch:
+                lost_response = (
+                    member_epoch == m.previous_member_epoch
+                    and owned is not None
+                    and _flatten(owned) <= _flatten(m.assigned)
+                )
+                if not lost_response:
+                    return HeartbeatResult(
+                        ErrorCode.FENCED_MEMBER_EPOCH,
+                        f"epoch {member_epoch} is not the member's epoch {m.member_epoch}",
+                    )
+            if (
+                subscribed_topic_names is not None
+                and list(subscribed_topic_names) != m.subscribed_topic_names
+            ):
+                m.subscribed_topic_names = list(subscribed_topic_names)
+                bump = True
+            if server_assignor is not None and server_assignor != m.server_assignor:
+                m.server_assignor = server_assignor
+                bump = True
+            if rebalance_timeout_ms > 0:
+                m.rebalance_timeout_ms = rebalance_timeout_ms
+            if rack_id is not None:
+                m.rack_id = rack_id
+        m.session_deadline = now + self.config.session_timeout_ms
+        if self._refresh_topics(resolve):
+            bump = True
+        if bump:
+            self.group_epoch += 1
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+        self._reconcile(m, owned)
+        send = member_epoch == 0 or m.last_sent != m.assigned or (owned is not None and owned != m.assigned)
+        assignment: list[tuple[uuid.UUID, list[int]]] | None = None
+        if send:
+            m.last_sent = {t: set(ps) for t, ps in m.assigned.items()}
+            assignment = [
+                (self.topic_meta[t][0], sorted(ps))
+                for t, ps in sorted(m.assigned.items())
+                if t in self.topic_meta and ps
+            ]
+        return HeartbeatResult(ErrorCode.NONE, None, member_id, m.member_epoch, interval, assignment)
+
+    # ------------------------------------------------------------------ offsets / timers / views
+
+    def validate_offset_commit(self, member_id: str, member_epoch: int) -> int:
+        if member_epoch < 0 and not member_id and not self.members:
+            return ErrorCode.NONE
+        m = self.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch not in (m.member_epoch, m.previous_member_epoch):
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        if member_id is None or member_epoch < 0:
+            return ErrorCode.NONE
+        m = self.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != m.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def next_deadline(self) -> int | None:
+        ds = [m.session_deadline for m in self.members.values()]
+        ds += [m.revocation_deadline for m in self.members.values() if m.revocation_deadline is not None]
+        return min(ds) if ds else None
+
+    def tick(self) -> list[str]:
+        """Fence members whose session or revocation deadline passed; returns their ids."""
+        now = self.clock.monotonic_ms()
+        gone = [
+            mid
+            for mid, m in self.members.items()
+            if now >= m.session_deadline
+            or (m.revocation_deadline is not None and now >= m.revocation_deadline)
+        ]
+        for mid in gone:
+            self.remove_member(mid)
+        return gone
+
+    def describe_member(self, m: ConsumerMember) -> dict[str, object]:
+        def conv(a: Assignment) -> dict[str, object]:
+            return {
+                "topic_partitions": [
+                    {"topic_id": self.topic_meta[t][0], "topic_name": t, "partitions": sorted(ps)}
+                    for t, ps in sorted(a.items())
+                    if t in self.topic_meta and ps
+                ]
+            }
+
+        return {
+            "member_id": m.member_id,
+            "instance_id": m.instance_id,
+            "rack_id": m.rack_id,
+            "member_epoch": m.member_epoch,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "subscribed_topic_names": list(m.subscribed_topic_names),
+            "subscribed_topic_regex": m.subscribed_topic_regex,
+            "assignment": conv(m.assigned),
+            "target_assignment": conv(self.target.get(m.member_id, {})),
+            "member_type": 1,
+        }

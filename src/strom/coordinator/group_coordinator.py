@@ -1,0 +1,784 @@
+"""The group coordinator runtime: groups, committed offsets, ``__consumer_offsets`` I/O, timers.
+
+Every operation runs as one *step* under the lock of the group's ``__consumer_offsets``
+partition: the step validates and mutates the in-memory state machines (:mod:`.classic`,
+:mod:`.consumer`) and collects records and pending answers in an :class:`Effects`; the runtime
+then appends the records, **replays** them, and only then answers (Kafka's
+``CoordinatorResult(records, response)``). Committed offsets exist only through replay: a commit
+step emits OffsetCommit records and the offsets become visible when the append returned and the
+records were replayed; ``start()`` rebuilds the same state by replaying every partition, the one
+code path for both. Classic-group membership is live state that the state machine owns; its
+GroupMetadata records (written when a generation's assignment is set, when a group becomes Empty,
+or when a static member is replaced) are replayed at load to rebuild generation, protocol,
+members and assignments, exactly what Kafka persists.
+
+Error contract: coordinator methods return Kafka error codes in their results and never raise
+for client input; storage failures become COORDINATOR_NOT_AVAILABLE (retriable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..clock import Clock, RealClock
+from ..protocol.errors import ErrorCode
+from .classic import ClassicConfig, ClassicGroup, GroupState, JoinResult, SyncResult
+from .consumer import Assignment, ConsumerConfig, ConsumerGroup, HeartbeatResult, TopicResolver
+from .effects import Effects, Pending
+from .records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_key,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for,
+)
+from .storage import MemoryOffsetsStorage, OffsetsStorage
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Group = ClassicGroup | ConsumerGroup
+TopicPartition = tuple[str, int]
+
+OFFSET_METADATA_MAX_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+@dataclass
+class CoordinatorConfig:
+    num_partitions: int = 50
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_check_interval_ms: int = 600000
+    classic: ClassicConfig = field(default_factory=ClassicConfig)
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+
+    @classmethod
+    def from_broker(cls, cfg: Any) -> CoordinatorConfig:
+        def get(name: str, default: Any) -> Any:
+            try:
+                v = cfg[name]
+            except (KeyError, TypeError):
+                return default
+            return default if v is None else v
+
+        assignors = tuple(
+            a.strip().lower()
+            for a in str(get("group.consumer.assignors", "uniform,range")).split(",")
+            if a.strip()
+        )
+        # Kafka accepts class names too; keep the known short names.
+        known = tuple(a.rsplit(".", 1)[-1].replace("assignor", "") or a for a in assignors)
+        known = tuple(a for a in known if a in ("uniform", "range")) or ("uniform", "range")
+        return cls(
+            num_partitions=int(get("offsets.topic.num.partitions", 50)),
+            offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
+            retention_check_interval_ms=int(get("offsets.retention.check.interval.ms", 600000)),
+            classic=ClassicConfig(
+                min_session_timeout_ms=int(get("group.min.session.timeout.ms", 6000)),
+                max_session_timeout_ms=int(get("group.max.session.timeout.ms", 1800000)),
+                initial_rebalance_delay_ms=int(get("group.initial.rebalance.delay.ms", 3000)),
+                max_size=int(get("group.max.size", 2147483647)),
+            ),
+            consumer=ConsumerConfig(
+                session_timeout_ms=int(get("group.consumer.session.timeout.ms", 45000)),
+                heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", 5000)),
+                assignors=known,
+            ),
+        )
+
+
+class GroupCoordinator:
+    """See the module doc. Construct, ``await start()`` (loads), use, ``await stop()``."""
+
+    def __init__(
+        self,
+        config: Any = None,
+        clock: Clock | None = None,
+        storage: OffsetsStorage | None = None,
+        *,
+        run_timer: bool = True,
+        new_member_id: Callable[[str], str] | None = None,
+    ) -> None:
+        self.config = (
+            config
+            if isinstance(config, CoordinatorConfig)
+            else (CoordinatorConfig.from_broker(config) if config is not None else CoordinatorConfig())
+        )
+        self.clock: Clock = clock or RealClock()
+        self.storage: OffsetsStorage = storage if storage is not None else MemoryOffsetsStorage()
+        self.run_timer = run_timer
+        self.new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.loading: set[int] = set(range(self.config.num_partitions))
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._timer: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._next_retention_check = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.num_partitions)
+
+    async def start(self) -> None:
+        """Load every ``__consumer_offsets`` partition, then start the timer task."""
+        for p in range(self.config.num_partitions):
+            self.load_partition(p, self.storage.read_all(p))
+            await asyncio.sleep(0)
+        self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
+        if self.run_timer:
+            self._wakeup = asyncio.Event()
+            self._timer = asyncio.create_task(self._timer_loop(), name="group-coordinator-timer")
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+        for g in self.groups.values():
+            if isinstance(g, ClassicGroup):
+                for m in g.members.values():
+                    for pend in (m.join_pending, m.sync_pending):
+                        if pend is not None:
+                            pend.fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def load_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Replay one partition from its first record (the load path of ``start``)."""
+        self.loading.add(partition)
+        metadata: dict[str, GroupMetadataValue | None] = {}
+        for key, value in records:
+            try:
+                k = decode_key(key)
+                if isinstance(k, GroupMetadataKey):
+                    metadata[k.group] = decode_group_metadata_value(value) if value is not None else None
+                else:
+                    self._replay(key, value)
+            except RecordFormatError as e:
+                log.warning("skipping malformed __consumer_offsets-%d record: %s", partition, e)
+        for gid, gm in metadata.items():
+            if gm is None:
+                if gid not in self.offsets:
+                    self.groups.pop(gid, None)
+                else:
+                    self.groups[gid] = self._new_classic(gid)
+            else:
+                self.groups[gid] = ClassicGroup.load(
+                    gid, gm, self.clock, self.config.classic, self.new_member_id
+                )
+        for gid in self.offsets:
+            if gid not in self.groups and self.partition_for(gid) == partition:
+                self.groups[gid] = self._new_classic(gid)
+        self.loading.discard(partition)
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        """Apply one record to the state (runtime and load). GroupMetadata values are applied
+        by the load path only; at runtime the state machine already holds them."""
+        k = decode_key(key)
+        if isinstance(k, OffsetCommitKey):
+            tp = (k.topic, k.partition)
+            if value is None:
+                offs = self.offsets.get(k.group)
+                if offs is not None:
+                    offs.pop(tp, None)
+                    if not offs:
+                        del self.offsets[k.group]
+            else:
+                v = decode_offset_commit_value(value)
+                self.offsets.setdefault(k.group, {})[tp] = OffsetAndMetadata(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+                )
+        elif isinstance(k, GroupMetadataKey) and value is None:
+            g = self.groups.get(k.group)
+            if g is not None and (
+                (isinstance(g, ClassicGroup) and g.state == GroupState.DEAD)
+                or (isinstance(g, ConsumerGroup) and g.dead)
+            ):
+                del self.groups[k.group]
+
+    def _new_classic(self, group_id: str) -> ClassicGroup:
+        return ClassicGroup(group_id, self.clock, self.config.classic, self.new_member_id)
+
+    def _lock(self, partition: int) -> asyncio.Lock:
+        lock = self._locks.get(partition)
+        if lock is None:
+            lock = self._locks[partition] = asyncio.Lock()
+        return lock
+
+    def _is_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading
+
+    async def _run(self, group_id: str, step: Callable[[Effects], T]) -> tuple[T, bool]:
+        """Run a step under the partition lock, append its records, replay them, answer."""
+        partition = self.partition_for(group_id)
+        async with self._lock(partition):
+            eff = Effects()
+            value = step(eff)
+            ok = True
+            if eff.records:
+                try:
+                    await self.storage.append(partition, eff.records)
+                except Exception as e:  # storage failure: nothing acknowledged
+                    log.warning("append to __consumer_offsets-%d failed: %s", partition, e)
+                    ok = False
+                if ok:
+                    for k, v in eff.records:
+                        self._replay(k, v)
+            if ok:
+                eff.deliver()
+            else:
+                eff.abort(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if self._wakeup is not None:
+            self._wakeup.set()
+        return value, ok
+
+    @staticmethod
+    async def _await(p: Pending[T]) -> T:
+        if p.done:
+            return p.result()
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def cb(v: T) -> None:
+            if not fut.done():
+                fut.set_result(v)
+
+        p.add_callback(cb)
+        return await fut
+
+    # ------------------------------------------------------------------ classic protocol
+
+    async def join_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        api_version: int = 9,
+    ) -> JoinResult:
+        """JoinGroup; waits until the join phase ends (or an error)."""
+        if not group_id:
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if self._is_loading(group_id):
+            return JoinResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, member_id)
+        cc = self.config.classic
+        if not cc.min_session_timeout_ms <= session_timeout_ms <= cc.max_session_timeout_ms:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+
+        def step(eff: Effects) -> Pending[JoinResult]:
+            g = self.groups.get(group_id)
+            if isinstance(g, ConsumerGroup):
+                if not g.is_empty():
+                    p0: Pending[JoinResult] = Pending(lambda c: JoinResult(c, member_id))
+                    eff.complete(p0, JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
+                    return p0
+                g = None
+            if g is None:
+                if member_id:
+                    p1: Pending[JoinResult] = Pending(lambda c: JoinResult(c, member_id))
+                    eff.complete(p1, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+                    return p1
+                g = self.groups[group_id] = self._new_classic(group_id)
+            return g.join(
+                eff,
+                member_id=member_id,
+                group_instance_id=group_instance_id,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms if api_version >= 1 else session_timeout_ms,
+                client_id=client_id,
+                client_host=client_host,
+                require_known_member_id=api_version >= 4,
+                supports_skip_assignment=api_version >= 9,
+            )
+
+        pending, _ok = await self._run(group_id, step)
+        return await self._await(pending)
+
+    async def sync_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: dict[str, bytes] | None = None,
+    ) -> SyncResult:
+        if not group_id:
+            return SyncResult(ErrorCode.INVALID_GROUP_ID)
+        if self._is_loading(group_id):
+            return SyncResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+        def step(eff: Effects) -> Pending[SyncResult]:
+            g = self.groups.get(group_id)
+            if not isinstance(g, ClassicGroup):
+                p: Pending[SyncResult] = Pending(lambda c: SyncResult(c))
+                eff.complete(p, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+                return p
+            return g.sync(
+                eff,
+                member_id=member_id,
+                generation_id=generation_id,
+                group_instance_id=group_instance_id,
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
+                assignments=assignments or {},
+            )
+
+        pending, _ok = await self._run(group_id, step)
+        return await self._await(pending)
+
+    async def heartbeat(
+        self, group_id: str, *, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if self._is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        g = self.groups.get(group_id)
+        if not isinstance(g, ClassicGroup):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return g.heartbeat(member_id, generation_id, group_instance_id)
+
+    async def leave_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[int, list[int]]:
+        """LeaveGroup: (top-level error, per-member errors)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        if self._is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
+
+        def step(eff: Effects) -> tuple[int, list[int]]:
+            g = self.groups.get(group_id)
+            if not isinstance(g, ClassicGroup):
+                return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
+            if g.state == GroupState.DEAD:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.NONE, g.leave(eff, members)
+
+        (top, errs), ok = await self._run(group_id, step)
+        return (top, errs) if ok else (ErrorCode.COORDINATOR_NOT_AVAILABLE, errs)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        group_instance_id: str | None = None,
+        retention_ms: int = -1,
+        api_version: int = 9,
+    ) -> dict[TopicPartition, int]:
+        """OffsetCommit: per partition error. ``offsets``: tp -> (offset, leader epoch, metadata).
+        Acknowledged (NONE) only once the records are durable."""
+        if self._is_loading(group_id):
+            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+        def step(eff: Effects) -> dict[TopicPartition, int]:
+            g = self.groups.get(group_id)
+            err: int = ErrorCode.NONE
+            if g is None:
+                if generation_id < 0:
+                    g = self.groups[group_id] = self._new_classic(group_id)
+                else:
+                    err = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+            elif isinstance(g, ClassicGroup):
+                err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
+            else:
+                err = g.validate_offset_commit(member_id, generation_id)
+            if err != ErrorCode.NONE:
+                return dict.fromkeys(offsets, err)
+            now = self.clock.time_ms()
+            out: dict[TopicPartition, int] = {}
+            for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
+                meta = metadata or ""
+                if len(meta.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    out[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    continue
+                value = OffsetCommitValue(
+                    offset=offset,
+                    metadata=meta,
+                    commit_timestamp=now,
+                    leader_epoch=leader_epoch,
+                    expire_timestamp=now + retention_ms if retention_ms > 0 else -1,
+                )
+                eff.records.append(
+                    (encode_offset_commit_key(group_id, topic, partition), encode_offset_commit_value(value))
+                )
+                out[(topic, partition)] = ErrorCode.NONE
+            return out
+
+        result, ok = await self._run(group_id, step)
+        if not ok:
+            return {
+                tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.NONE else e)
+                for tp, e in result.items()
+            }
+        return result
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> tuple[int, dict[str, dict[int, OffsetAndMetadata | None]]]:
+        """OffsetFetch: (group error, topic -> partition -> committed or None).
+        ``topics`` None means every partition the group committed."""
+        if self._is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, {}
+        g = self.groups.get(group_id)
+        if isinstance(g, ConsumerGroup):
+            err = g.validate_offset_fetch(member_id, member_epoch)
+            if err != ErrorCode.NONE:
+                return err, {}
+        committed = self.offsets.get(group_id, {})
+        out: dict[str, dict[int, OffsetAndMetadata | None]] = {}
+        if topics is None:
+            for (t, p), om in sorted(committed.items()):
+                out.setdefault(t, {})[p] = om
+        else:
+            for t, parts in topics:
+                d = out.setdefault(t, {})
+                for p in parts:
+                    d[p] = committed.get((t, p))
+        return ErrorCode.NONE, out
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete: (group error, per partition error)."""
+        if self._is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, {}
+
+        def step(eff: Effects) -> tuple[int, dict[TopicPartition, int]]:
+            g = self.groups.get(group_id)
+            if g is None:
+                return ErrorCode.GROUP_ID_NOT_FOUND, {}
+            subscribed: set[str] | None = set()
+            if isinstance(g, ClassicGroup):
+                if g.state == GroupState.DEAD:
+                    return ErrorCode.GROUP_ID_NOT_FOUND, {}
+                if g.state != GroupState.EMPTY:
+                    if g.protocol_type != "consumer" or g.subscribed_topics is None:
+                        return ErrorCode.NON_EMPTY_GROUP, {}
+                    subscribed = g.subscribed_topics
+            else:
+                subscribed = g.subscribed_topics()
+            out: dict[TopicPartition, int] = {}
+            committed = self.offsets.get(group_id, {})
+            for tp in partitions:
+                if subscribed and tp[0] in subscribed:
+                    out[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                    continue
+                out[tp] = ErrorCode.NONE
+                if tp in committed:
+                    eff.records.append((encode_offset_commit_key(group_id, tp[0], tp[1]), None))
+            return ErrorCode.NONE, out
+
+        (err, result), ok = await self._run(group_id, step)
+        if not ok:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+        return err, result
+
+    # ------------------------------------------------------------------ admin
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE}
+        if not group_id:
+            return {**base, "error_code": ErrorCode.INVALID_GROUP_ID, "group_state": "Dead"}
+        if self._is_loading(group_id):
+            return {**base, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": "Dead"}
+        g = self.groups.get(group_id)
+        if isinstance(g, ClassicGroup):
+            return {**base, **g.describe()}
+        if isinstance(g, ConsumerGroup):
+            # Kafka describes consumer-protocol groups through ConsumerGroupDescribe; the classic
+            # view shows the state and members without classic metadata.
+            return {
+                **base,
+                "group_state": g.state,
+                "protocol_type": "consumer",
+                "protocol_data": "",
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                    }
+                    for m in g.members.values()
+                ],
+            }
+        return {**base, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict[str, str]]:
+        want_states = {s.lower() for s in states}
+        want_types = {t.lower() for t in types}
+        out = []
+        for gid, g in sorted(self.groups.items()):
+            state = g.state.value if isinstance(g, ClassicGroup) else g.state
+            if state == "Dead":
+                continue
+            if want_states and state.lower() not in want_states:
+                continue
+            if want_types and g.group_type not in want_types:
+                continue
+            out.append(
+                {
+                    "group_id": gid,
+                    "protocol_type": g.protocol_type or "",
+                    "group_state": state,
+                    "group_type": g.group_type,
+                }
+            )
+        return out
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for gid in group_ids:
+            out[gid] = await self._delete_group(gid)
+        return out
+
+    async def _delete_group(self, group_id: str) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if self._is_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+        def step(eff: Effects) -> int:
+            g = self.groups.get(group_id)
+            if g is None or (isinstance(g, ClassicGroup) and g.state == GroupState.DEAD):
+                return ErrorCode.GROUP_ID_NOT_FOUND
+            if not g.is_empty() or (isinstance(g, ClassicGroup) and g.state != GroupState.EMPTY):
+                return ErrorCode.NON_EMPTY_GROUP
+            self._delete_records(eff, group_id, g)
+            return ErrorCode.NONE
+
+        err, ok = await self._run(group_id, step)
+        return err if ok else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def _delete_records(self, eff: Effects, group_id: str, g: Group) -> None:
+        for topic, partition in self.offsets.get(group_id, {}):
+            eff.records.append((encode_offset_commit_key(group_id, topic, partition), None))
+        eff.records.append((encode_group_metadata_key(group_id), None))
+        if isinstance(g, ClassicGroup):
+            g.mark_dead(eff)
+        else:
+            g.dead = True
+
+        def revive() -> None:
+            if self.groups.get(group_id) is g:
+                self.groups[group_id] = self._new_classic(group_id)
+
+        eff.on_failure.append(revive)
+
+    # ------------------------------------------------------------------ KIP-848
+
+    async def consumer_group_heartbeat(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: list[str] | None = None,
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
+        owned: Assignment | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        resolve: TopicResolver,
+    ) -> HeartbeatResult:
+        if not group_id:
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, "group id must not be empty")
+        if self._is_loading(group_id):
+            return HeartbeatResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+        def step(eff: Effects) -> HeartbeatResult:
+            g = self.groups.get(group_id)
+            if isinstance(g, ClassicGroup):
+                if g.state not in (GroupState.EMPTY, GroupState.DEAD) or g.members:
+                    return HeartbeatResult(
+                        ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
+                    )
+                g = None
+            if g is None:
+                if member_epoch != 0:
+                    return HeartbeatResult(
+                        ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} has no member {member_id}"
+                    )
+                g = self.groups[group_id] = ConsumerGroup(group_id, self.clock, self.config.consumer)
+            return g.heartbeat(
+                member_id=member_id,
+                member_epoch=member_epoch,
+                instance_id=instance_id,
+                rack_id=rack_id,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                subscribed_topic_names=subscribed_topic_names,
+                subscribed_topic_regex=subscribed_topic_regex,
+                server_assignor=server_assignor,
+                owned=owned,
+                client_id=client_id,
+                client_host=client_host,
+                resolve=resolve,
+            )
+
+        result, _ok = await self._run(group_id, step)
+        return result
+
+    def consumer_group_describe(self, group_id: str) -> dict[str, Any]:
+        base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE}
+        if self._is_loading(group_id):
+            return {**base, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+        g = self.groups.get(group_id)
+        if not isinstance(g, ConsumerGroup) or g.dead:
+            msg = (
+                f"Group {group_id} not found." if g is None else f"Group {group_id} is not a consumer group."
+            )
+            return {**base, "error_code": ErrorCode.GROUP_ID_NOT_FOUND, "error_message": msg}
+        return {
+            **base,
+            "group_state": g.state,
+            "group_epoch": g.group_epoch,
+            "assignment_epoch": g.assignment_epoch,
+            "assignor_name": g.assignor_name(),
+            "members": [g.describe_member(m) for m in g.members.values()],
+        }
+
+    # ------------------------------------------------------------------ timers
+
+    def next_deadline(self) -> int | None:
+        ds = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        return min(ds) if ds else None
+
+    async def tick(self) -> None:
+        """Expire everything due at the clock's now (sessions, join/sync phases, offsets)."""
+        now = self.clock.monotonic_ms()
+        for gid, g in list(self.groups.items()):
+            d = g.next_deadline()
+            if d is None or d > now:
+                continue
+            if isinstance(g, ClassicGroup):
+                grp = g
+
+                def step(eff: Effects, grp: ClassicGroup = grp) -> None:
+                    grp.tick(eff)
+
+                await self._run(gid, step)
+            else:
+                g.tick()
+        if self.clock.time_ms() >= self._next_retention_check:
+            self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> int:
+        """Kafka's offset retention (KIP-211); returns how many offsets expired."""
+        now = self.clock.time_ms()
+        retention = self.config.offsets_retention_ms
+        total = 0
+        for gid in list(self.groups):
+            g = self.groups.get(gid)
+            if g is None:
+                continue
+
+            def step(eff: Effects, gid: str = gid, g: Group = g) -> int:
+                committed = self.offsets.get(gid, {})
+                base: Callable[[OffsetAndMetadata], int] | None = None
+                keep_topics: set[str] = set()
+                if isinstance(g, ClassicGroup):
+                    if g.state == GroupState.EMPTY:
+                        ts = g.state_timestamp
+                        base = (lambda om: ts) if g.protocol_type else (lambda om: om.commit_timestamp)
+                    elif g.state == GroupState.STABLE and g.subscribed_topics is not None:
+                        base = lambda om: om.commit_timestamp  # noqa: E731
+                        keep_topics = g.subscribed_topics
+                elif g.is_empty():
+                    ts = g.state_timestamp
+                    base = lambda om: ts  # noqa: E731
+                else:
+                    base = lambda om: om.commit_timestamp  # noqa: E731
+                    keep_topics = g.subscribed_topics()
+                if base is None:
+                    return 0
+                expired = []
+                for tp, om in committed.items():
+                    if tp[0] in keep_topics:
+                        continue
+                    if om.expire_timestamp >= 0:
+                        if now >= om.expire_timestamp:
+                            expired.append(tp)
+                    elif now - base(om) >= retention:
+                        expired.append(tp)
+                for t, p in expired:
+                    eff.records.append((encode_offset_commit_key(gid, t, p), None))
+                if (
+                    g.is_empty()
+                    and len(expired) == len(committed)
+                    and (not isinstance(g, ClassicGroup) or g.state == GroupState.EMPTY)
+                ):
+                    self._delete_records_group_only(eff, gid, g)
+                return len(expired)
+
+            n, ok = await self._run(gid, step)
+            if ok:
+                total += n
+        return total
+
+    def _delete_records_group_only(self, eff: Effects, group_id: str, g: Group) -> None:
+        eff.records.append((encode_group_metadata_key(group_id), None))
+        if isinstance(g, ClassicGroup):
+            g.mark_dead(eff)
+        else:
+            g.dead = True
+
+    async def _timer_loop(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # keep the timer alive; a bug here must not stop every group
+                log.exception("group coordinator timer step failed")
+            nxt = self.next_deadline()
+            now = self.clock.monotonic_ms()
+            delay = 1.0 if nxt is None else min(max((nxt - now) / 1000.0, 0.005), 1.0)
+            self._wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), delay)

@@ -1,0 +1,424 @@
+"""Group APIs: FindCoordinator (10), OffsetCommit (8), OffsetFetch (9), JoinGroup (11),
+Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16),
+DeleteGroups (42), OffsetDelete (47), ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69).
+
+Thin glue: each handler maps the request of any version onto :class:`GroupCoordinator` and the
+result onto the response dict (the codec drops what the version lacks). This single broker is the
+coordinator of every group and transactional id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from . import handler
+
+
+def _ms(value: Any, default: int = -1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    coord = getattr(ctx.broker, "group_coordinator", None)
+    if coord is None:
+        from ...protocol.errors import KafkaError
+
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert isinstance(coord, GroupCoordinator)
+    return coord
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.client_host or ""
+    return host if host.startswith("/") else f"/{host}"
+
+
+# --------------------------------------------------------------------------- FindCoordinator
+
+
+@handler(10)
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    host, port = ctx.broker.advertised
+    node = ctx.broker.node_id
+    key_type = int(getattr(request, "key_type", 0))
+
+    def one(key: str) -> dict[str, Any]:
+        if key_type not in (0, 1):
+            return {
+                "key": key,
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown key type {key_type}",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        return {
+            "key": key,
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "node_id": node,
+            "host": host,
+            "port": port,
+        }
+
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [one(str(k)) for k in request.coordinator_keys]}
+    entry = one(str(request.key))
+    entry.pop("key")
+    return {"throttle_time": 0, **entry}
+
+
+# --------------------------------------------------------------------------- classic protocol
+
+
+@handler(11)
+async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    session_ms = _ms(request.session_timeout)
+    result = await coord.join_group(
+        str(request.group_id),
+        member_id=str(request.member_id or ""),
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=str(request.protocol_type),
+        protocols=[(str(p.name), bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", None), session_ms),
+        client_id=ctx.client_id or "",
+        client_host=_client_host(ctx),
+        api_version=ctx.api_version,
+    )
+    members = [
+        {"member_id": mid, "group_instance_id": iid, "metadata": meta} for mid, iid, meta in result.members
+    ]
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "leader": result.leader,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": members,
+    }
+
+
+@handler(14)
+async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    result = await coord.sync_group(
+        str(request.group_id),
+        member_id=str(request.member_id),
+        generation_id=int(request.generation_id),
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={str(a.member_id): bytes(a.assignment) for a in request.assignments},
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+@handler(12)
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    err = await _coordinator(ctx).heartbeat(
+        str(request.group_id),
+        member_id=str(request.member_id),
+        generation_id=int(request.generation_id),
+        group_instance_id=getattr(request, "group_instance_id", None),
+    )
+    return {"throttle_time": 0, "error_code": err}
+
+
+@handler(13)
+async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if ctx.api_version >= 3:
+        members = [(str(m.member_id or ""), m.group_instance_id) for m in request.members]
+    else:
+        members = [(str(request.member_id), None)]
+    top, errs = await coord.leave_group(str(request.group_id), members)
+    if ctx.api_version < 3:
+        if top == ErrorCode.NONE and errs:
+            top = errs[0]
+        return {"throttle_time": 0, "error_code": top}
+    return {
+        "throttle_time": 0,
+        "error_code": top,
+        "members": [
+            {"member_id": mid, "group_instance_id": iid, "error_code": e}
+            for (mid, iid), e in zip(members, errs, strict=False)
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+@handler(8)
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    broker = ctx.broker
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    errors: dict[tuple[str, int], int] = {}
+    order: list[tuple[str, list[int]]] = []
+    for t in request.topics:
+        name = str(t.name)
+        count = broker.topic_partitions(name)
+        parts = []
+        for p in t.partitions:
+            tp = (name, int(p.partition_index))
+            parts.append(tp[1])
+            if count is None or not 0 <= tp[1] < count:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[tp] = (
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )
+        order.append((name, parts))
+    if offsets or not errors:
+        retention = _ms(getattr(request, "retention_time", None), -1)
+        errors.update(
+            await coord.commit_offsets(
+                str(request.group_id),
+                member_id=str(getattr(request, "member_id", "") or ""),
+                generation_id=int(getattr(request, "generation_id_or_member_epoch", -1)),
+                group_instance_id=getattr(request, "group_instance_id", None),
+                offsets=offsets,
+                retention_ms=retention,
+                api_version=ctx.api_version,
+            )
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": name,
+                "partitions": [{"partition_index": p, "error_code": errors.get((name, p), 0)} for p in parts],
+            }
+            for name, parts in order
+        ],
+    }
+
+
+def _fetch_topics(
+    coord: GroupCoordinator,
+    group_id: str,
+    topics: Any,
+    member_id: str | None,
+    member_epoch: int,
+    partition_errors: bool,
+) -> tuple[int, list[dict[str, Any]]]:
+    wanted = (
+        None if topics is None else [(str(t.name), [int(p) for p in t.partition_indexes]) for t in topics]
+    )
+    err, found = coord.fetch_offsets(group_id, wanted, member_id=member_id, member_epoch=member_epoch)
+    out: list[dict[str, Any]] = []
+    if err != ErrorCode.NONE and partition_errors and wanted is not None:
+        # v0/v1 have no group-level error: report it on every partition
+        for name, wanted_parts in wanted:
+            out.append(
+                {
+                    "name": name,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": -1,
+                            "committed_leader_epoch": -1,
+                            "metadata": "",
+                            "error_code": err,
+                        }
+                        for p in wanted_parts
+                    ],
+                }
+            )
+        return err, out
+    for name, parts_map in found.items():
+        parts: list[dict[str, Any]] = []
+        for p, om in parts_map.items():
+            if isinstance(om, OffsetAndMetadata):
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": om.offset,
+                        "committed_leader_epoch": om.leader_epoch,
+                        "metadata": om.metadata,
+                        "error_code": 0,
+                    }
+                )
+            else:
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": 0,
+                    }
+                )
+        out.append({"name": name, "partitions": parts})
+    return err, out
+
+
+@handler(9)
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            err, topics = _fetch_topics(
+                coord,
+                str(g.group_id),
+                g.topics,
+                getattr(g, "member_id", None),
+                int(getattr(g, "member_epoch", -1)),
+                False,
+            )
+            groups.append(
+                {"group_id": str(g.group_id), "topics": topics if err == 0 else [], "error_code": err}
+            )
+        return {"throttle_time": 0, "groups": groups}
+    err, topics = _fetch_topics(coord, str(request.group_id), request.topics, None, -1, ctx.api_version < 2)
+    return {
+        "throttle_time": 0,
+        "topics": topics if err == 0 or ctx.api_version < 2 else [],
+        "error_code": err,
+    }
+
+
+@handler(47)
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    broker = ctx.broker
+    wanted: list[tuple[str, int]] = []
+    errors: dict[tuple[str, int], int] = {}
+    for t in request.topics:
+        name = str(t.name)
+        count = broker.topic_partitions(name)
+        for p in t.partitions:
+            tp = (name, int(p.partition_index))
+            if count is None or not 0 <= tp[1] < count:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append(tp)
+    err, result = await coord.delete_offsets(str(request.group_id), wanted)
+    if err != ErrorCode.NONE:
+        return {"throttle_time": 0, "error_code": err, "topics": []}
+    errors.update(result)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "topics": [
+            {
+                "name": str(t.name),
+                "partitions": [
+                    {
+                        "partition_index": int(p.partition_index),
+                        "error_code": errors.get((str(t.name), int(p.partition_index)), 0),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in request.topics
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- admin
+
+
+@handler(15)
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    return {"throttle_time": 0, "groups": [coord.describe_group(str(g)) for g in request.groups]}
+
+
+@handler(16)
+async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    groups = coord.list_groups(
+        [str(s) for s in getattr(request, "states_filter", ()) or ()],
+        [str(t) for t in getattr(request, "types_filter", ()) or ()],
+    )
+    return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+
+@handler(42)
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    names = [str(g) for g in request.groups_names]
+    result = await coord.delete_groups(names)
+    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": result[g]} for g in names]}
+
+
+# --------------------------------------------------------------------------- KIP-848
+
+
+@handler(68)
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    topics = ctx.broker.topics
+
+    def resolve(name: str) -> tuple[uuid.UUID, int] | None:
+        info = topics.get(name)
+        return (info.topic_id, info.partitions) if info is not None else None
+
+    owned: dict[str, set[int]] | None = None
+    if request.topic_partitions is not None:
+        owned = {}
+        for tp in request.topic_partitions:
+            info = topics.by_id.get(tp.topic_id)
+            if info is not None:
+                owned.setdefault(info.name, set()).update(int(p) for p in tp.partitions)
+    names = request.subscribed_topic_names
+    result = await coord.consumer_group_heartbeat(
+        str(request.group_id),
+        member_id=str(request.member_id or ""),
+        member_epoch=int(request.member_epoch),
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout, -1),
+        subscribed_topic_names=None if names is None else [str(n) for n in names],
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=owned,
+        client_id=ctx.client_id or "",
+        client_host=_client_host(ctx),
+        resolve=resolve,
+    )
+    assignment = None
+    if result.assignment is not None:
+        assignment = {
+            "topic_partitions": [{"topic_id": tid, "partitions": parts} for tid, parts in result.assignment]
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "error_message": result.error_message,
+        "member_id": result.member_id,
+        "member_epoch": result.member_epoch,
+        "heartbeat_interval": result.heartbeat_interval_ms,
+        "assignment": assignment,
+    }
+
+
+@handler(69)
+async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    return {"throttle_time": 0, "groups": [coord.consumer_group_describe(str(g)) for g in request.group_ids]}
