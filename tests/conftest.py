@@ -24,8 +24,9 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker for a whole test module (faster; tests use distinct topic names)."""
-    b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data",
-                      overrides=["group.initial.rebalance.delay.ms=0"])
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("shared") / "data", overrides=["group.initial.rebalance.delay.ms=0"]
+    )
     b.start()
     try:
         yield b

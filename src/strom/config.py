@@ -174,7 +174,7 @@ class BrokerConfig:
                 k, v = item.split("=", 1)
                 given[k.strip()] = v.strip()
         cfg = cls()
-        for name, (typ, default) in BROKER_DEFAULTS.items():
+        for name, (_typ, default) in BROKER_DEFAULTS.items():
             cfg.values[name] = default
         for name, raw in given.items():
             if name in BROKER_DEFAULTS:
@@ -238,12 +238,12 @@ class BrokerConfig:
         adv = str(self.values.get("advertised.listeners") or "")
         if adv:
             _, rest = adv.split(",")[0].split("://", 1)
-            host, _, port = rest.rpartition(":")
-            return host, int(port)
-        _, host, port = self.listeners()[0]
-        if host in ("0.0.0.0", "", "::"):
-            host = "127.0.0.1"
-        return host, port
+            ahost, _, aport = rest.rpartition(":")
+            return ahost, int(aport)
+        _, lhost, lport = self.listeners()[0]
+        if lhost in ("0.0.0.0", "", "::"):
+            lhost = "127.0.0.1"
+        return lhost, lport
 
     def topic_defaults(self) -> dict[str, Any]:
         """Effective topic-config defaults derived from the broker's synonyms."""

@@ -35,7 +35,7 @@ def test_frames_split_across_reads_are_reassembled() -> None:
 
 def test_oversized_frame_is_refused_before_buffering() -> None:
     dec = FrameDecoder(100)
-    with pytest.raises(ProtocolError, match="socket.request.max.bytes"):
+    with pytest.raises(ProtocolError, match=r"socket\.request\.max\.bytes"):
         dec.feed(struct.pack(">i", 101))
 
 
@@ -76,8 +76,15 @@ def test_decode_garbage_body_raises_protocol_error_only() -> None:
 
 def test_build_fills_defaults_and_drops_unknown_fields() -> None:
     cls = codec.response_type(3, 1)
-    obj = codec.build(cls, {"brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": None}],
-                            "cluster_id": "x", "topics": [], "throttle_time": 5})
+    obj = codec.build(
+        cls,
+        {
+            "brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": None}],
+            "cluster_id": "x",
+            "topics": [],
+            "throttle_time": 5,
+        },
+    )
     assert obj.brokers[0].port == 9
     assert not hasattr(obj, "cluster_id")  # v1 has no cluster id
     assert codec.encode_response(obj)
@@ -98,11 +105,11 @@ def test_properties_and_overrides() -> None:
 
 
 def test_bad_configs_are_clear_errors() -> None:
-    with pytest.raises(ConfigError, match="num.partitions"):
+    with pytest.raises(ConfigError, match=r"num\.partitions"):
         BrokerConfig.from_sources(None, ["num.partitions=many"])
     with pytest.raises(ConfigError, match="key=value"):
         BrokerConfig.from_sources(None, ["oops"])
     with pytest.raises(ConfigError, match="listener"):
         BrokerConfig.from_sources(None, ["listeners=nonsense"])
-    with pytest.raises(ConfigError, match="cleanup.policy"):
+    with pytest.raises(ConfigError, match=r"cleanup\.policy"):
         LogConfig.from_topic_configs({}, {"cleanup.policy": "shred"})

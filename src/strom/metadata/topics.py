@@ -35,7 +35,7 @@ def validate_topic_name(name: str) -> None:
     if not name:
         raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_NAME_LENGTH:
         raise TopicError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -44,7 +44,7 @@ def validate_topic_name(name: str) -> None:
     if not _LEGAL.match(name):
         raise TopicError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            f'Topic name "{name}" is illegal, it contains a character other than '
             "ASCII alphanumerics, '.', '_' and '-'",
         )
 
@@ -61,8 +61,12 @@ class TopicInfo:
         return self.name in INTERNAL_TOPICS
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "id": str(self.topic_id), "partitions": self.partitions,
-                "configs": self.configs}
+        return {
+            "name": self.name,
+            "id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": self.configs,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicInfo:
@@ -116,8 +120,9 @@ class TopicRegistry:
     def delete(self, name: str) -> TopicInfo:
         info = self.topics.pop(name, None)
         if info is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             "This server does not host this topic-partition.")
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            )
         self.by_id.pop(info.topic_id, None)
         self._save()
         return info

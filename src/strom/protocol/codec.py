@@ -42,16 +42,16 @@ def response_type(api_key: int, version: int) -> type:
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    return bool(request_type(api_key, version).__flexible__)
+    return bool(getattr(request_type(api_key, version), "__flexible__", False))
 
 
 @cache
-def _reader(cls: type) -> Callable[[Any, int], Any]:
+def _reader(cls: Any) -> Callable[[Any, int], Any]:
     return entity_reader(cls)  # type: ignore[no-any-return]
 
 
 @cache
-def _writer(cls: type) -> Callable[[Any, Any], Any]:
+def _writer(cls: Any) -> Callable[[Any, Any], Any]:
     return entity_writer(cls)  # type: ignore[no-any-return]
 
 
@@ -60,7 +60,7 @@ def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int)
     try:
         cls = request_type(api_key, version)
         pos = body_pos
-        if cls.__flexible__:
+        if getattr(cls, "__flexible__", False):
             pos = skip_tagged_fields(frame, pos)
         obj, _size = _reader(cls)(bytes(frame[pos:]), 0)
         return obj
@@ -72,7 +72,8 @@ def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int)
 
 def encode_response(obj: Any) -> bytes:
     buf = io.BytesIO()
-    _writer(type(obj))(buf, obj)
+    writer: Any = _writer
+    writer(type(obj))(buf, obj)
     return buf.getvalue()
 
 
@@ -98,9 +99,10 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 
 
 @cache
-def _fields(cls: type) -> tuple[_FieldSpec, ...]:
+def _fields(cls: Any) -> tuple[_FieldSpec, ...]:
     hints = typing.get_type_hints(cls)
     specs = []
+    target: Any
     for f in dataclasses.fields(cls):
         tp, optional = _unwrap_optional(hints[f.name])
         origin = typing.get_origin(tp)

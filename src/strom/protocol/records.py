@@ -137,7 +137,9 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
             raise CorruptRecordError(f"unsupported record batch magic {header.magic} at position {pos}")
         size = header.batch_length + LOG_OVERHEAD
         if size < BATCH_OVERHEAD or pos + size > end:
-            raise CorruptRecordError(f"record batch at position {pos} has invalid length {header.batch_length}")
+            raise CorruptRecordError(
+                f"record batch at position {pos} has invalid length {header.batch_length}"
+            )
         if header.last_offset_delta < 0 or header.records_count < 0:
             raise CorruptRecordError(f"record batch at position {pos} has negative counts")
         yield pos, header
@@ -278,7 +280,11 @@ RecordInput = tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None
 
 
 def _encode_record(
-    out: bytearray, delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
+    out: bytearray,
+    delta: int,
+    ts_delta: int,
+    key: bytes | None,
+    value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]],
 ) -> None:
     body = bytearray(b"\x00")  # attributes
@@ -337,8 +343,19 @@ def build_batch(
     batch_length = BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
     buf = bytearray(
         HEADER_STRUCT.pack(
-            base_offset, batch_length, partition_leader_epoch, 2, 0, attributes, len(recs) - 1,
-            base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(recs),
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            len(recs) - 1,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(recs),
         )
     )
     buf += payload
@@ -375,7 +392,9 @@ def decode_batch_records(
             headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         if p != end:
             raise CorruptRecordError("record length does not match its contents")
-        ts = header.max_timestamp if ts_type == TIMESTAMP_LOG_APPEND_TIME else header.base_timestamp + ts_delta
+        ts = (
+            header.max_timestamp if ts_type == TIMESTAMP_LOG_APPEND_TIME else header.base_timestamp + ts_delta
+        )
         yield Record(header.base_offset + off_delta, ts, ts_type, key, value, headers)
 
 

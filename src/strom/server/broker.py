@@ -124,10 +124,8 @@ class Broker:
             )
             stored = int(props.get("node.id", self.node_id))
             if stored != self.node_id:
-                raise ConfigError(
-                    f"node.id {self.node_id} does not match node.id {stored} stored in {path}"
-                )
-            return props.get("cluster.id", self.config["cluster.id"])
+                raise ConfigError(f"node.id {self.node_id} does not match node.id {stored} stored in {path}")
+            return str(props.get("cluster.id", self.config["cluster.id"]))
         cid = self.config["cluster.id"]
         path.write_text(f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n")
         return str(cid)
@@ -153,25 +151,34 @@ class Broker:
 
         load_all()
         loop = asyncio.get_running_loop()
-        self.native_sendfile = bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
+        self.native_sendfile = (
+            bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
+        )
         for info in list(self.topics.topics.values()):
             for p in range(info.partitions):
                 self._open_partition(info, p)
         if OFFSETS_TOPIC not in self.topics.topics:
-            self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
-                              {"cleanup.policy": "compact"}, internal_ok=True)
-        try:
-            from ..coordinator.group_coordinator import GroupCoordinator
-        except ImportError:
-            GroupCoordinator = None  # noqa: N806
-        if GroupCoordinator is not None:
-            self.group_coordinator = GroupCoordinator(config=self.config, clock=self.clock,
-                                                      storage=LogOffsetsStorage(self))
-            await self.group_coordinator.start()
+            self.create_topic(
+                OFFSETS_TOPIC,
+                self.config["offsets.topic.num.partitions"],
+                {"cleanup.policy": "compact"},
+                internal_ok=True,
+            )
+        from ..coordinator.group_coordinator import GroupCoordinator
+
+        self.group_coordinator = GroupCoordinator(
+            config=self.config, clock=self.clock, storage=LogOffsetsStorage(self)
+        )
+        await self.group_coordinator.start()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
-        log.info("strom broker %d started (cluster %s), log dir %s, %d partitions",
-                 self.node_id, self.cluster_id, self.log_dir, len(self.logs))
+        log.info(
+            "strom broker %d started (cluster %s), log dir %s, %d partitions",
+            self.node_id,
+            self.cluster_id,
+            self.log_dir,
+            len(self.logs),
+        )
 
     async def _flusher(self) -> None:
         interval = 1.0
@@ -204,8 +211,15 @@ class Broker:
         log.info("strom broker %d stopped cleanly", self.node_id)
 
     # ------------------------------------------------------------------ topics
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
-                     internal_ok: bool = False, validate_only: bool = False) -> TopicInfo:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        *,
+        internal_ok: bool = False,
+        validate_only: bool = False,
+    ) -> TopicInfo:
         validate_topic_name(name)
         if name in INTERNAL_TOPICS and not internal_ok and name in self.topics.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -233,8 +247,9 @@ class Broker:
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
         if info is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             "This server does not host this topic-partition.")
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            )
         if info.internal:
             raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
         self.topics.delete(name)
@@ -265,8 +280,14 @@ class Broker:
         return plog.high_watermark if plog else -1
 
     # ------------------------------------------------------------------ data path
-    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
-               leader_epoch: int = 0, flush: bool = False) -> Any:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int = 0,
+        flush: bool = False,
+    ) -> Any:
         plog = self.logs[(topic, partition)]
         info = plog.append_as_leader(records, leader_epoch)
         if flush:
@@ -295,8 +316,10 @@ async def serve(config: BrokerConfig) -> None:
 
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT (the ``strom serve`` entry point)."""
-    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
-                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+    )
     use_uvloop = os.environ.get("STROM_EVENT_LOOP", "auto")
     if use_uvloop in ("auto", "uvloop") and not config["strom.fetch.sendfile"]:
         try:

@@ -120,8 +120,15 @@ class KafkaProtocol(asyncio.Protocol):
             await self._unsupported(req)
             return
         request = codec.decode_request(key, version, req.frame, req.body_pos)
-        ctx = RequestContext(key, version, h.correlation_id, h.client_id, self.peer.rsplit(":", 1)[0],
-                             self.connection_id, self.broker)
+        ctx = RequestContext(
+            key,
+            version,
+            h.correlation_id,
+            h.client_id,
+            self.peer.rsplit(":", 1)[0],
+            self.connection_id,
+            self.broker,
+        )
         try:
             result = await handler(ctx, request)
         except KafkaError as e:
@@ -147,13 +154,19 @@ class KafkaProtocol(asyncio.Protocol):
         """
         h = req.header
         entry = KAFKA_API_RANGES.get(h.api_key)
-        log.info("unsupported request %s v%d from %s (%s)", api_name(h.api_key), h.api_version,
-                 self.peer, h.client_id)
+        log.info(
+            "unsupported request %s v%d from %s (%s)",
+            api_name(h.api_key),
+            h.api_version,
+            self.peer,
+            h.client_id,
+        )
         if h.api_key == API_VERSIONS_KEY:
             from .handlers.api_versions import api_versions_body
 
-            body = codec.encode_response(codec.build(codec.response_type(18, 0), api_versions_body(
-                ErrorCode.UNSUPPORTED_VERSION)))
+            body = codec.encode_response(
+                codec.build(codec.response_type(18, 0), api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
+            )
             await self._send(h.correlation_id, response_header(h.correlation_id, False), [body], len(body))
             return
         if entry is None:
@@ -167,7 +180,7 @@ class KafkaProtocol(asyncio.Protocol):
             await self._send(h.correlation_id, response_header(h.correlation_id, False), [], 0)
             return
         body = codec.encode_response(codec.build(cls, {"error_code": ErrorCode.UNSUPPORTED_VERSION}))
-        flexible = bool(cls.__flexible__)
+        flexible = bool(getattr(cls, "__flexible__", False))
         await self._send(h.correlation_id, response_header(h.correlation_id, flexible), [body], len(body))
 
     async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
@@ -207,8 +220,9 @@ async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
     loop = asyncio.get_running_loop()
     servers = []
     for _name, host, port in broker.config.listeners():
-        srv = await loop.create_server(lambda: KafkaProtocol(broker), host, port, reuse_address=True,
-                                       backlog=1024)
+        srv = await loop.create_server(
+            lambda: KafkaProtocol(broker), host, port, reuse_address=True, backlog=1024
+        )
         servers.append(srv)
         for s in srv.sockets:
             log.info("listening on %s", s.getsockname())

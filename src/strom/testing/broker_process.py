@@ -21,8 +21,13 @@ def free_port() -> int:
 class BrokerProcess:
     """A broker subprocess. ``overrides`` are ``key=value`` strings passed as ``--override``."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, overrides: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        overrides: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.overrides = list(overrides or [])
@@ -35,9 +40,16 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        args = [sys.executable, "-m", "strom", "serve",
-                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "--override", f"log.dirs={self.data_dir}"]
+        args = [
+            sys.executable,
+            "-m",
+            "strom",
+            "serve",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override",
+            f"log.dirs={self.data_dir}",
+        ]
         for o in self.overrides:
             args += ["--override", o]
         env = dict(os.environ)

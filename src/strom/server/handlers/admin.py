@@ -19,10 +19,19 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
     seen: set[str] = set()
     for t in request.topics:
         name = str(t.name)
-        entry: dict[str, Any] = {"name": name, "topic_id": None, "error_code": 0, "error_message": None,
-                                 "num_partitions": -1, "replication_factor": -1, "configs": None}
+        entry: dict[str, Any] = {
+            "name": name,
+            "topic_id": None,
+            "error_code": 0,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+        }
         if name in seen:
-            entry.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name in request")
+            entry.update(
+                error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name in request"
+            )
             out.append(entry)
             continue
         seen.add(name)
@@ -31,8 +40,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         if t.assignments:
             partitions = len(t.assignments)
             if any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
-                entry.update(error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             error_message="Replica assignment names brokers that do not exist")
+                entry.update(
+                    error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    error_message="Replica assignment names brokers that do not exist",
+                )
                 out.append(entry)
                 continue
         if partitions == -1:
@@ -40,8 +51,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         if rf == -1:
             rf = broker.config["default.replication.factor"]
         if rf != 1 and not t.assignments:
-            entry.update(error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
-                         error_message=f"Replication factor: {rf} larger than available brokers: 1.")
+            entry.update(
+                error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
+                error_message=f"Replication factor: {rf} larger than available brokers: 1.",
+            )
             out.append(entry)
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
@@ -68,8 +81,14 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
         if name is None and tid is not None:
             info = broker.topics.by_id.get(tid)
             if info is None:
-                out.append({"name": None, "topic_id": tid, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
-                            "error_message": "Topic id not found"})
+                out.append(
+                    {
+                        "name": None,
+                        "topic_id": tid,
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                        "error_message": "Topic id not found",
+                    }
+                )
                 continue
             name = info.name
         name = str(name)
@@ -90,8 +109,12 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
     broker = ctx.broker
     host, port = broker.advertised
     return {
-        "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-        "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": 1,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
         "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_authorized_operations": -2147483648,
     }

@@ -77,9 +77,13 @@ def encode_fetch_response(
         else:
             out += _I32.pack(len(t.partitions))
         for p in t.partitions:
-            out += _PART_FIXED.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
-                                    p.log_start_offset) if version >= 5 else \
-                struct.pack(">ihqq", p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+            out += (
+                _PART_FIXED.pack(
+                    p.partition, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset
+                )
+                if version >= 5
+                else struct.pack(">ihqq", p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+            )
             if p.aborted is None:
                 out += b"\x00" if flexible else _I32.pack(-1)
             else:
@@ -117,7 +121,9 @@ def encode_fetch_response(
     return parts, size
 
 
-def _read_partitions(ctx: RequestContext, request: Any, budget: int, version: int) -> tuple[list[TopicResult], int, bool]:
+def _read_partitions(
+    ctx: RequestContext, request: Any, budget: int, version: int
+) -> tuple[list[TopicResult], int, bool]:
     """One pass over the requested partitions. Returns (results, bytes, any_error)."""
     broker = ctx.broker
     results: list[TopicResult] = []
@@ -141,8 +147,11 @@ def _read_partitions(ctx: RequestContext, request: Any, budget: int, version: in
             tres.partitions.append(pr)
             plog = broker.logs.get((name, fp.partition)) if info is not None else None
             if plog is None:
-                pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID if (version >= 13 and info is None) \
+                pr.error_code = (
+                    ErrorCode.UNKNOWN_TOPIC_ID
+                    if (version >= 13 and info is None)
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
                 any_error = True
                 continue
             hw = plog.high_watermark

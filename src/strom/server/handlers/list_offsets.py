@@ -23,8 +23,15 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
             idx = p.partition_index
             plog = broker.logs.get((name, idx))
             if plog is None:
-                parts.append({"partition_index": idx, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                parts.append(
+                    {
+                        "partition_index": idx,
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
                 continue
             ts = p.timestamp
             offset, found_ts = -1, -1
@@ -41,10 +48,25 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
                 if hit is not None and hit[0] < plog.high_watermark:
                     offset, found_ts = hit
             else:
-                parts.append({"partition_index": idx, "error_code": ErrorCode.INVALID_REQUEST,
-                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                parts.append(
+                    {
+                        "partition_index": idx,
+                        "error_code": ErrorCode.INVALID_REQUEST,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
                 continue
-            parts.append({"partition_index": idx, "error_code": 0, "timestamp": found_ts, "offset": offset,
-                          "leader_epoch": 0 if offset >= 0 else -1, "old_style_offsets": [offset]})
+            parts.append(
+                {
+                    "partition_index": idx,
+                    "error_code": 0,
+                    "timestamp": found_ts,
+                    "offset": offset,
+                    "leader_epoch": 0 if offset >= 0 else -1,
+                    "old_style_offsets": [offset],
+                }
+            )
         topics.append({"name": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -13,15 +13,28 @@ from . import handler
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     nid = ctx.broker.node_id
     return [
-        {"error_code": 0, "partition_index": p, "leader_id": nid, "leader_epoch": 0,
-         "replica_nodes": [nid], "isr_nodes": [nid], "offline_replicas": []}
+        {
+            "error_code": 0,
+            "partition_index": p,
+            "leader_id": nid,
+            "leader_epoch": 0,
+            "replica_nodes": [nid],
+            "isr_nodes": [nid],
+            "offline_replicas": [],
+        }
         for p in range(info.partitions)
     ]
 
 
 def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
-    return {"error_code": 0, "name": info.name, "topic_id": info.topic_id, "is_internal": info.internal,
-            "partitions": partition_entries(ctx, info), "topic_authorized_operations": -2147483648}
+    return {
+        "error_code": 0,
+        "name": info.name,
+        "topic_id": info.topic_id,
+        "is_internal": info.internal,
+        "partitions": partition_entries(ctx, info),
+        "topic_authorized_operations": -2147483648,
+    }
 
 
 @handler(3)
@@ -41,8 +54,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             if name is None and tid is not None and tid.int != 0:
                 info = broker.topics.by_id.get(tid)
                 if info is None:
-                    topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid,
-                                       "partitions": []})
+                    topics_out.append(
+                        {
+                            "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                            "name": None,
+                            "topic_id": tid,
+                            "partitions": [],
+                        }
+                    )
                 else:
                     topics_out.append(topic_entry(ctx, info))
                 continue
@@ -61,8 +80,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                         topics_out.append({"error_code": e.code, "name": name, "partitions": []})
                         continue
             if info is None:
-                topics_out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
-                                   "partitions": []})
+                topics_out.append(
+                    {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+                )
             else:
                 topics_out.append(topic_entry(ctx, info))
     return {

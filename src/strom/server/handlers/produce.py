@@ -18,8 +18,14 @@ log = logging.getLogger("strom.produce")
 
 
 def _partition_error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
-    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": -1,
-            "log_start_offset": -1, "error_message": message}
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "error_message": message,
+    }
 
 
 @handler(0)
@@ -40,8 +46,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
                 parts.append(_partition_error(idx, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if info.internal and name == "__consumer_offsets":
-                parts.append(_partition_error(idx, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                              "Cannot append to internal topic __consumer_offsets"))
+                parts.append(
+                    _partition_error(
+                        idx,
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        "Cannot append to internal topic __consumer_offsets",
+                    )
+                )
                 continue
             records = pd.records
             if not records:
@@ -50,21 +61,30 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
             try:
                 res = broker.append(name, idx, records)
             except OSError as e:
-                code = ErrorCode.KAFKA_STORAGE_ERROR
-                log.error("append to %s-%d failed (%s): %s", name, idx,
-                          errno.errorcode.get(e.errno or 0, "?"), e)
-                parts.append(_partition_error(idx, code, f"storage error: {e.strerror or e}"))
+                log.error(
+                    "append to %s-%d failed (%s): %s", name, idx, errno.errorcode.get(e.errno or 0, "?"), e
+                )
+                parts.append(
+                    _partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {e.strerror or e}")
+                )
                 continue
             except Exception as e:  # log errors carry Kafka codes
-                code = getattr(e, "error_code", None)
+                code: int | None = getattr(e, "error_code", None)
                 if code is None:
                     log.exception("unexpected append failure on %s-%d", name, idx)
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
                 parts.append(_partition_error(idx, code, str(e)))
                 continue
-            parts.append({"index": idx, "error_code": 0, "base_offset": res.first_offset,
-                          "log_append_time": res.log_append_time, "log_start_offset": res.log_start_offset,
-                          "error_message": None})
+            parts.append(
+                {
+                    "index": idx,
+                    "error_code": 0,
+                    "base_offset": res.first_offset,
+                    "log_append_time": res.log_append_time,
+                    "log_start_offset": res.log_start_offset,
+                    "error_message": None,
+                }
+            )
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
         return NoResponse()

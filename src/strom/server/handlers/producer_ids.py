@@ -13,13 +13,20 @@ from . import handler
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
         # No transaction coordinator yet: refuse clearly rather than pretend.
-        return {"throttle_time": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "producer_id": -1, "producer_epoch": -1}
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
-    if pid >= 0 and epoch >= 0:
+    if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer asks to bump its epoch after an error.
-        if epoch < 32766:
-            return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1}
-    return {"throttle_time": 0, "error_code": 0, "producer_id": ctx.broker.producer_ids.allocate(),
-            "producer_epoch": 0}
+        return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1}
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "producer_id": ctx.broker.producer_ids.allocate(),
+        "producer_epoch": 0,
+    }
