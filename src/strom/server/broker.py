@@ -307,7 +307,12 @@ async def serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
-    await broker.start()
+    try:
+        await broker.start()
+    except OSError as e:
+        log.error("cannot start broker: %s", e)
+        await broker.stop()
+        raise SystemExit(1) from None
     try:
         await stop.wait()
     finally:
