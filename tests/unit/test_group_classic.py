@@ -27,7 +27,9 @@ class Harness:
         self.clock = ManualClock()
         counter = itertools.count(1)
         self.g = ClassicGroup(
-            "g", self.clock, ClassicConfig(initial_rebalance_delay_ms=delay),
+            "g",
+            self.clock,
+            ClassicConfig(initial_rebalance_delay_ms=delay),
             new_member_id=lambda client: f"{client}-{next(counter)}",
         )
         self.records: list[tuple[bytes, bytes | None]] = []
@@ -39,13 +41,32 @@ class Harness:
         eff.deliver()
         return out
 
-    def join(self, member_id: str = "", *, instance: str | None = None, protos=PROTOS,  # type: ignore[no-untyped-def]
-             session: int = 10000, rebalance: int = 30000, version: int = 9,
-             client: str = "c") -> Pending[JoinResult]:
-        return self._run(lambda eff: self.g.join(
-            eff, member_id=member_id, group_instance_id=instance, protocol_type="consumer", protocols=protos,
-            session_timeout_ms=session, rebalance_timeout_ms=rebalance, client_id=client, client_host="/h",
-            require_known_member_id=version >= 4, supports_skip_assignment=version >= 9))
+    def join(
+        self,
+        member_id: str = "",
+        *,
+        instance: str | None = None,
+        protos=PROTOS,  # type: ignore[no-untyped-def]
+        session: int = 10000,
+        rebalance: int = 30000,
+        version: int = 9,
+        client: str = "c",
+    ) -> Pending[JoinResult]:
+        return self._run(
+            lambda eff: self.g.join(
+                eff,
+                member_id=member_id,
+                group_instance_id=instance,
+                protocol_type="consumer",
+                protocols=protos,
+                session_timeout_ms=session,
+                rebalance_timeout_ms=rebalance,
+                client_id=client,
+                client_host="/h",
+                require_known_member_id=version >= 4,
+                supports_skip_assignment=version >= 9,
+            )
+        )
 
     def join_new(self, **kw) -> Pending[JoinResult]:  # type: ignore[no-untyped-def]
         """Both rounds of a v4+ join of a new member."""
@@ -54,11 +75,24 @@ class Harness:
         kw.pop("member_id", None)
         return self.join(p.result().member_id, **kw)
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None,
-             instance: str | None = None) -> Pending[SyncResult]:
-        return self._run(lambda eff: self.g.sync(
-            eff, member_id=member_id, generation_id=generation, group_instance_id=instance,
-            protocol_type="consumer", protocol_name=self.g.protocol_name, assignments=assignments or {}))
+    def sync(
+        self,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes] | None = None,
+        instance: str | None = None,
+    ) -> Pending[SyncResult]:
+        return self._run(
+            lambda eff: self.g.sync(
+                eff,
+                member_id=member_id,
+                generation_id=generation,
+                group_instance_id=instance,
+                protocol_type="consumer",
+                protocol_name=self.g.protocol_name,
+                assignments=assignments or {},
+            )
+        )
 
     def tick(self, ms: int = 0) -> None:
         self.clock.advance(ms)
@@ -223,7 +257,9 @@ def test_static_member_restart_keeps_assignment_without_rebalance() -> None:
     assert a2.done and b.done
     gen = h.g.generation_id
     h.sync(b.result().member_id, gen, instance="i-b")
-    h.sync(a.result().member_id, gen, {a.result().member_id: b"A", b.result().member_id: b"B"}, instance="i-a")
+    h.sync(
+        a.result().member_id, gen, {a.result().member_id: b"A", b.result().member_id: b"B"}, instance="i-a"
+    )
     assert h.g.state == GroupState.STABLE
     old_b = b.result().member_id
     # b restarts: new process, empty member id, same instance id
@@ -286,7 +322,7 @@ def test_pending_member_expires() -> None:
 def test_commit_validation() -> None:
     h = Harness()
     assert h.g.validate_offset_commit("", None, -1) == E.NONE  # simple consumer on empty group
-    a, b = h.stable_group(2)
+    a, _b = h.stable_group(2)
     assert h.g.validate_offset_commit("", None, -1) == E.UNKNOWN_MEMBER_ID
     assert h.g.validate_offset_commit(a, None, 1) == E.NONE
     assert h.g.validate_offset_commit(a, None, 0) == E.ILLEGAL_GENERATION

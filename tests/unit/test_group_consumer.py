@@ -1,0 +1,105 @@
+"""KIP-848 consumer groups: assignors, epochs, revocation before assignment, fencing."""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.clock import ManualClock
+from strom.coordinator.consumer import ConsumerGroup, HeartbeatResult, range_assign, uniform_assign
+from strom.protocol.errors import ErrorCode as E
+
+TID = uuid.UUID(int=7)
+TOPICS = {"t": (TID, 6)}
+
+
+def resolve(name: str) -> tuple[uuid.UUID, int] | None:
+    return TOPICS.get(name)
+
+
+def hb(
+    g: ConsumerGroup,
+    mid: str,
+    epoch: int,
+    owned: dict[str, set[int]] | None = None,
+    subs: list[str] | None = None,
+    **kw: object,
+) -> HeartbeatResult:
+    return g.heartbeat(
+        member_id=mid,
+        member_epoch=epoch,
+        instance_id=kw.get("instance"),  # type: ignore[arg-type]
+        rack_id=None,
+        rebalance_timeout_ms=30000,
+        subscribed_topic_names=subs if subs is not None else (["t"] if epoch == 0 else None),
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        owned=owned,
+        client_id="c",
+        client_host="/h",
+        resolve=resolve,
+    )
+
+
+def parts(r: HeartbeatResult) -> set[int]:
+    assert r.assignment is not None
+    return {p for _tid, ps in r.assignment for p in ps}
+
+
+def test_assignors_balance() -> None:
+    out = uniform_assign({"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 6}, {})
+    assert sorted(len(a["t"]) for a in out.values()) == [2, 2, 2]
+    sticky = uniform_assign({"a": ["t"], "b": ["t"], "c": ["t"], "d": ["t"]}, {"t": 6}, out)
+    moved = sum(len(out[m]["t"] - sticky[m].get("t", set())) for m in out)
+    assert moved == 1  # only what must move
+    r = range_assign({"a": ["t"], "b": ["t"]}, {"t": 5}, {})
+    assert r["a"]["t"] == {0, 1, 2} and r["b"]["t"] == {3, 4}
+
+
+def test_join_gets_everything_then_revocation_before_reassignment() -> None:
+    clock = ManualClock()
+    g = ConsumerGroup("g", clock)
+    r1 = hb(g, "a", 0)
+    assert r1.error == E.NONE and r1.member_epoch == 1 and parts(r1) == set(range(6))
+    assert g.state == "Stable"
+    r2 = hb(g, "b", 0)
+    assert r2.member_epoch == 2 and parts(r2) == set()  # a still owns them
+    ra = hb(g, "a", 1, owned={"t": set(range(6))})
+    assert ra.member_epoch == 1 and len(parts(ra)) == 3  # revoke first, same epoch
+    rb = hb(g, "b", 2)
+    assert rb.assignment is None or parts(rb) == set()  # not released yet
+    ra2 = hb(g, "a", 1, owned={"t": parts(ra)})
+    assert ra2.member_epoch == 2
+    rb2 = hb(g, "b", 2, owned=set())
+    assert rb2.member_epoch == 2 and parts(rb2) == set(range(6)) - parts(ra)
+    assert g.state == "Stable"
+
+
+def test_fencing_and_leave_and_session_timeout() -> None:
+    clock = ManualClock()
+    g = ConsumerGroup("g", clock)
+    hb(g, "a", 0)
+    assert hb(g, "a", 5).error == E.FENCED_MEMBER_EPOCH
+    assert hb(g, "zz", 3).error == E.UNKNOWN_MEMBER_ID
+    hb(g, "b", 0)
+    assert hb(g, "b", -1).member_epoch == -1 and "b" not in g.members
+    clock.advance(45001)
+    assert g.tick() == ["a"] and g.state == "Empty"
+
+
+def test_commit_validation_uses_member_epoch() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    assert g.validate_offset_commit("", -1) == E.NONE
+    r = hb(g, "a", 0)
+    assert g.validate_offset_commit("a", r.member_epoch) == E.NONE
+    assert g.validate_offset_commit("a", r.member_epoch + 3) == E.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit("x", 1) == E.UNKNOWN_MEMBER_ID
+
+
+def test_static_member_temporary_leave_and_rejoin_keeps_partitions() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    r = hb(g, "a", 0, instance="i-a")
+    before = parts(r)
+    assert hb(g, "a", -2).member_epoch == -2
+    r2 = hb(g, "a2", 0, instance="i-a")
+    assert r2.error == E.NONE and parts(r2) == before and r2.member_epoch == r.member_epoch
+    assert hb(g, "a3", 0, instance="i-a").error == E.UNRELEASED_INSTANCE_ID
