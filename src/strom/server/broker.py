@@ -172,6 +172,12 @@ class Broker:
         await self.group_coordinator.start()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
+        try:
+            from .log_tasks import start_log_tasks
+        except ImportError:
+            pass
+        else:
+            self._tasks.extend(start_log_tasks(self))
         log.info(
             "strom broker %d started (cluster %s), log dir %s, %d partitions",
             self.node_id,

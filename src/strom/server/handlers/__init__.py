@@ -20,7 +20,19 @@ Handler = Callable[[RequestContext, Any], Awaitable[HandlerResult]]
 
 REGISTRY: dict[int, Handler] = {}
 
-_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "admin", "producer_ids", "groups")
+_MODULES = (
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "admin",
+    "producer_ids",
+    "groups",
+    "configs",
+    "log_admin",
+    "transactions",
+)
 
 
 def handler(api_key: int) -> Callable[[Handler], Handler]:
