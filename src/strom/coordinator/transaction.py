@@ -1,0 +1,284 @@
+"""The transaction coordinator's state machine (Kafka's TransactionStateManager/TransactionMetadata).
+
+Theory of operation
+-------------------
+One :class:`TxnMetadata` per ``transactional.id``, in one of Kafka's states::
+
+    Empty --AddPartitions/AddOffsets--> Ongoing
+    Ongoing --EndTxn(commit)--> PrepareCommit --markers--> CompleteCommit
+    Ongoing --EndTxn(abort) or timeout--> PrepareAbort --markers--> CompleteAbort
+    Complete*/Empty --InitProducerId--> Empty (epoch bumped)
+
+Every method is a pure decision over the current state and the injected clock: it mutates
+nothing and returns a :class:`TxnResult` holding the new metadata to persist (a record of
+``__transaction_state``), the response error, and, for EndTxn, the markers to write. The
+runtime persists the record, then calls :meth:`TransactionStateMachine.replay` with it, which
+is the only place state changes — the same path recovery takes when it reads the log back.
+
+Rules (Kafka's): a request with an older epoch gets PRODUCER_FENCED; an unknown producer id or
+a different one INVALID_PRODUCER_ID_MAPPING; an operation while markers are being written
+CONCURRENT_TRANSACTIONS; EndTxn outside a transaction INVALID_TXN_STATE (retries of a completed
+EndTxn with the same outcome succeed); InitProducerId on an Ongoing transaction fences it
+(epoch bump, abort) before handing out the next epoch; a transaction older than its timeout is
+aborted by :meth:`expired` with an epoch bump so the zombie producer is fenced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..clock import Clock
+from ..protocol.errors import ErrorCode
+
+TopicPartition = tuple[str, int]
+MAX_EPOCH = 32767
+
+
+class TxnState(Enum):
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        return {
+            TxnState.EMPTY: "Empty",
+            TxnState.ONGOING: "Ongoing",
+            TxnState.PREPARE_COMMIT: "PrepareCommit",
+            TxnState.PREPARE_ABORT: "PrepareAbort",
+            TxnState.COMPLETE_COMMIT: "CompleteCommit",
+            TxnState.COMPLETE_ABORT: "CompleteAbort",
+            TxnState.DEAD: "Dead",
+            TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+        }[self]
+
+
+KAFKA_STATE_NAMES = {s.kafka_name: s for s in TxnState}
+
+
+@dataclass(frozen=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition] = frozenset()
+    start_ms: int = -1
+    last_update_ms: int = -1
+    last_producer_epoch: int = -1
+
+    def with_(self, **changes: object) -> TxnMetadata:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Markers:
+    """Markers to write: one control batch per partition, then the completion record."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: frozenset[TopicPartition]
+    complete: TxnMetadata
+
+
+@dataclass
+class TxnResult:
+    error: int = ErrorCode.NONE
+    record: TxnMetadata | None = None  # to persist (and replay) before answering
+    markers: Markers | None = None  # to write after ``record``; then persist markers.complete
+    partition_errors: dict[TopicPartition, int] = field(default_factory=dict)
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionStateMachine:
+    def __init__(self, clock: Clock, allocate_producer_id: Callable[[], int], max_timeout_ms: int) -> None:
+        self.clock = clock
+        self.allocate_producer_id = allocate_producer_id
+        self.max_timeout_ms = max_timeout_ms
+        self.txns: dict[str, TxnMetadata] = {}
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, meta: TxnMetadata | None, transactional_id: str | None = None) -> None:
+        """Apply a persisted record (``None`` = tombstone of ``transactional_id``)."""
+        if meta is None:
+            if transactional_id is not None:
+                self.txns.pop(transactional_id, None)
+            return
+        self.txns[meta.transactional_id] = meta
+
+    # ------------------------------------------------------------------ validation
+    def _check(self, txn_id: str, producer_id: int, epoch: int) -> tuple[TxnMetadata | None, int]:
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.state == TxnState.DEAD:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_id != producer_id:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch < meta.producer_epoch:
+            return None, ErrorCode.PRODUCER_FENCED
+        if epoch > meta.producer_epoch:
+            return None, ErrorCode.INVALID_PRODUCER_EPOCH
+        return meta, ErrorCode.NONE
+
+    # ------------------------------------------------------------------ requests
+    def init_producer_id(
+        self, txn_id: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
+    ) -> TxnResult:
+        now = self.clock.time_ms()
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return TxnResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.state == TxnState.DEAD:
+            pid = self.allocate_producer_id()
+            new = TxnMetadata(txn_id, pid, 0, timeout_ms, TxnState.EMPTY, frozenset(), -1, now)
+            return TxnResult(record=new, producer_id=pid, producer_epoch=0)
+        # KIP-360: a producer recovering with its old ids is fenced unless they are the current
+        # ones (or the ones just before a bump the producer did not see the answer to)
+        current = (meta.producer_id, meta.producer_epoch)
+        previous = (meta.producer_id, meta.last_producer_epoch)
+        if expected_pid >= 0 and (expected_pid, expected_epoch) not in (current, previous):
+            return TxnResult(ErrorCode.PRODUCER_FENCED)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+            return TxnResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.state == TxnState.ONGOING:
+            # Fence the current producer: abort its transaction with a bumped epoch. The runtime
+            # writes the markers, then the caller retries (Kafka answers CONCURRENT_TRANSACTIONS
+            # here too; clients retry InitProducerId on it).
+            return self._abort_with_fence(meta, now, ErrorCode.CONCURRENT_TRANSACTIONS)
+        pid, epoch = meta.producer_id, meta.producer_epoch + 1
+        if epoch >= MAX_EPOCH - 1:
+            pid, epoch = self.allocate_producer_id(), 0
+        new = meta.with_(
+            producer_id=pid,
+            producer_epoch=epoch,
+            last_producer_epoch=meta.producer_epoch,
+            timeout_ms=timeout_ms,
+            state=TxnState.EMPTY,
+            partitions=frozenset(),
+            start_ms=-1,
+            last_update_ms=now,
+        )
+        return TxnResult(record=new, producer_id=pid, producer_epoch=epoch)
+
+    def _abort_with_fence(self, meta: TxnMetadata, now: int, error: int) -> TxnResult:
+        epoch = meta.producer_epoch + 1
+        prepare = meta.with_(
+            producer_epoch=epoch,
+            last_producer_epoch=meta.producer_epoch,
+            state=TxnState.PREPARE_ABORT,
+            last_update_ms=now,
+        )
+        complete = prepare.with_(state=TxnState.COMPLETE_ABORT, partitions=frozenset(), last_update_ms=now)
+        markers = Markers(meta.producer_id, epoch, False, meta.partitions, complete)
+        return TxnResult(error, record=prepare, markers=markers)
+
+    def add_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> TxnResult:
+        parts = frozenset(partitions)
+        meta, err = self._check(txn_id, producer_id, epoch)
+        if meta is None:
+            return TxnResult(err, partition_errors=dict.fromkeys(parts, err))
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+            err = ErrorCode.CONCURRENT_TRANSACTIONS
+            return TxnResult(err, partition_errors=dict.fromkeys(parts, err))
+        if meta.state == TxnState.ONGOING and parts <= meta.partitions:
+            return TxnResult(partition_errors=dict.fromkeys(parts, 0))
+        now = self.clock.time_ms()
+        start = meta.start_ms if meta.state == TxnState.ONGOING else now
+        new = meta.with_(
+            state=TxnState.ONGOING, partitions=meta.partitions | parts, start_ms=start, last_update_ms=now
+        )
+        return TxnResult(record=new, partition_errors=dict.fromkeys(parts, 0))
+
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn ``verify_only`` (KIP-890): are these partitions in the transaction?"""
+        meta, err = self._check(txn_id, producer_id, epoch)
+        out = {}
+        for tp in partitions:
+            if meta is None:
+                out[tp] = err
+            elif meta.state != TxnState.ONGOING or tp not in meta.partitions:
+                out[tp] = ErrorCode.INVALID_TXN_STATE
+            else:
+                out[tp] = 0
+        return out
+
+    def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> TxnResult:
+        meta, err = self._check(txn_id, producer_id, epoch)
+        if meta is None:
+            return TxnResult(err)
+        now = self.clock.time_ms()
+        state = meta.state
+        if state == TxnState.ONGOING:
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            prepare = meta.with_(state=target, last_update_ms=now)
+            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            complete = prepare.with_(state=done, partitions=frozenset(), last_update_ms=now)
+            return TxnResult(
+                record=prepare, markers=Markers(producer_id, epoch, commit, meta.partitions, complete)
+            )
+        if (state == TxnState.COMPLETE_COMMIT and commit) or (
+            state == TxnState.COMPLETE_ABORT and not commit
+        ):
+            return TxnResult()  # a retry of an EndTxn that already completed
+        if (state == TxnState.PREPARE_COMMIT and commit) or (state == TxnState.PREPARE_ABORT and not commit):
+            return TxnResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state == TxnState.EMPTY and not commit:
+            # aborting an empty transaction is allowed by clients (abortTransaction after init)
+            return TxnResult()
+        return TxnResult(ErrorCode.INVALID_TXN_STATE)
+
+    # ------------------------------------------------------------------ timeouts
+    def expired(self) -> list[TxnResult]:
+        """Ongoing transactions past their timeout: abort them, fencing the producer."""
+        now = self.clock.time_ms()
+        out = []
+        for meta in self.txns.values():
+            if (
+                meta.state == TxnState.ONGOING
+                and meta.start_ms >= 0
+                and now > meta.start_ms + meta.timeout_ms
+            ):
+                out.append(self._abort_with_fence(meta, now, ErrorCode.NONE))
+        return out
+
+    def incomplete(self) -> list[TxnResult]:
+        """After recovery: transactions whose markers may not all have been written."""
+        out = []
+        for meta in self.txns.values():
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                commit = meta.state == TxnState.PREPARE_COMMIT
+                done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+                complete = meta.with_(state=done, partitions=frozenset(), last_update_ms=self.clock.time_ms())
+                out.append(
+                    TxnResult(
+                        markers=Markers(
+                            meta.producer_id, meta.producer_epoch, commit, meta.partitions, complete
+                        )
+                    )
+                )
+        return out
+
+    def expire_ids(self, expiration_ms: int) -> list[str]:
+        """``transactional.id.expiration.ms``: idle, completed ids to tombstone."""
+        now = self.clock.time_ms()
+        return [
+            m.transactional_id
+            for m in self.txns.values()
+            if m.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and m.last_update_ms >= 0
+            and now - m.last_update_ms > expiration_ms
+        ]

@@ -1,0 +1,235 @@
+"""The transaction coordinator runtime: persists decisions of :class:`TransactionStateMachine`
+to ``__transaction_state``, writes transaction markers, aborts timed-out transactions, and
+reloads everything on start.
+
+Order of a commit (single node, so markers are written synchronously before answering):
+persist PrepareCommit → write a COMMIT control batch to every partition of the transaction
+(offsets partitions included: the group coordinator then materialises the pending
+transactional offsets) → persist CompleteCommit → answer. A crash anywhere in between leaves a
+Prepare* record; :meth:`start` finds it and writes the markers again (a duplicate marker for a
+producer with no open transaction is harmless), so a prepared transaction always completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from ..clock import Clock
+from ..protocol.errors import ErrorCode
+from .records import partition_for
+from .transaction import Markers, TransactionStateMachine, TxnMetadata, TxnResult, TxnState
+from .transaction_records import TxnRecordError, decode_key, decode_value, encode_key, encode_value
+
+log = logging.getLogger("strom.txn")
+TopicPartition = tuple[str, int]
+
+
+class TxnStorage(Protocol):
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
+
+    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
+
+
+class MarkerWriter(Protocol):
+    async def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TopicPartition]
+    ) -> None: ...
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        storage: TxnStorage,
+        markers: MarkerWriter,
+        allocate_producer_id: Callable[[], int],
+        num_partitions: int = 50,
+        max_timeout_ms: int = 900_000,
+        id_expiration_ms: int = 604_800_000,
+        abort_check_interval_ms: int = 10_000,
+    ) -> None:
+        self.clock = clock
+        self.storage = storage
+        self.markers = markers
+        self.num_partitions = num_partitions
+        self.id_expiration_ms = id_expiration_ms
+        self.abort_check_interval_ms = abort_check_interval_ms
+        self.sm = TransactionStateMachine(clock, allocate_producer_id, max_timeout_ms)
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.loaded = False
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        for p in range(self.num_partitions):
+            for key, value in self.storage.read_all(p):
+                try:
+                    tid = decode_key(key)
+                    self.sm.replay(None if value is None else decode_value(tid, value), tid)
+                except TxnRecordError as e:
+                    log.error("skipping corrupt __transaction_state record in partition %d: %s", p, e)
+        self.loaded = True
+        for res in self.sm.incomplete():
+            assert res.markers is not None
+            log.info(
+                "completing prepared transaction %s after restart", res.markers.complete.transactional_id
+            )
+            async with self._lock:
+                await self._write_markers(res.markers)
+        self._task = asyncio.get_running_loop().create_task(self._timer())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.abort_check_interval_ms / 1000)
+            try:
+                await self.abort_expired()
+            except Exception:
+                log.exception("transaction timeout check failed")
+
+    async def abort_expired(self) -> int:
+        async with self._lock:
+            results = self.sm.expired()
+            for res in results:
+                assert res.record is not None and res.markers is not None
+                log.info("aborting transaction %s: timed out", res.record.transactional_id)
+                await self._persist(res.record)
+                await self._write_markers(res.markers)
+            for tid in self.sm.expire_ids(self.id_expiration_ms):
+                await self.storage.append(self.partition_for(tid), [(encode_key(tid), None)])
+                self.sm.replay(None, tid)
+            return len(results)
+
+    # ------------------------------------------------------------------ persistence
+    async def _persist(self, meta: TxnMetadata) -> None:
+        tid = meta.transactional_id
+        await self.storage.append(self.partition_for(tid), [(encode_key(tid), encode_value(meta))])
+        self.sm.replay(meta)
+
+    async def _write_markers(self, markers: Markers) -> None:
+        await self.markers.write_markers(
+            markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
+        )
+        await self._persist(markers.complete)
+
+    async def _apply(self, res: TxnResult) -> TxnResult:
+        if res.record is not None:
+            await self._persist(res.record)
+        if res.markers is not None:
+            await self._write_markers(res.markers)
+        return res
+
+    def _not_ready(self) -> int | None:
+        return None if self.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    # ------------------------------------------------------------------ API
+    async def init_producer_id(
+        self, txn_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int, int]:
+        if (err := self._not_ready()) is not None:
+            return err, -1, -1
+        async with self._lock:
+            res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch))
+            if res.error == ErrorCode.CONCURRENT_TRANSACTIONS and res.markers is not None:
+                # we fenced and aborted the previous producer's transaction synchronously; hand out
+                # the next epoch now instead of making the client retry
+                res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms))
+            return res.error, res.producer_id, res.producer_epoch
+
+    async def add_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        parts = list(partitions)
+        if (err := self._not_ready()) is not None:
+            return dict.fromkeys(parts, err)
+        async with self._lock:
+            res = await self._apply(self.sm.add_partitions(txn_id, producer_id, epoch, parts))
+            return res.partition_errors
+
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return self.sm.verify_partitions(txn_id, producer_id, epoch, partitions)
+
+    async def add_offsets(
+        self, txn_id: str, producer_id: int, epoch: int, group_id: str, offsets_partition: int
+    ) -> int:
+        res = await self.add_partitions(
+            txn_id, producer_id, epoch, [("__consumer_offsets", offsets_partition)]
+        )
+        return next(iter(res.values()), 0)
+
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        if (err := self._not_ready()) is not None:
+            return err
+        async with self._lock:
+            res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit))
+            return res.error
+
+    async def abort(self, txn_id: str) -> int:
+        """Admin abort (``strom transactions abort``): abort the ongoing transaction, fencing."""
+        async with self._lock:
+            meta = self.sm.txns.get(txn_id)
+            if meta is None:
+                return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            if meta.state != TxnState.ONGOING:
+                return ErrorCode.INVALID_TXN_STATE
+            await self._apply(self.sm._abort_with_fence(meta, self.clock.time_ms(), ErrorCode.NONE))
+            return ErrorCode.NONE
+
+    def describe(self, txn_id: str) -> dict[str, Any]:
+        meta = self.sm.txns.get(txn_id)
+        if meta is None:
+            return {
+                "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                "transactional_id": txn_id,
+                "transaction_state": "",
+                "transaction_timeout": 0,
+                "transaction_start_time": -1,
+                "producer_id": -1,
+                "producer_epoch": -1,
+                "topics": [],
+            }
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(meta.partitions):
+            by_topic.setdefault(t, []).append(p)
+        return {
+            "error_code": 0,
+            "transactional_id": txn_id,
+            "transaction_state": meta.state.kafka_name,
+            "transaction_timeout": meta.timeout_ms,
+            "transaction_start_time": meta.start_ms,
+            "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+
+    def list(
+        self, states: Iterable[str] = (), producer_ids: Iterable[int] = (), min_duration_ms: int = -1
+    ) -> list[TxnMetadata]:
+        states = set(states)
+        pids = set(producer_ids)
+        now = self.clock.time_ms()
+        out = []
+        for m in self.sm.txns.values():
+            if states and m.state.kafka_name not in states:
+                continue
+            if pids and m.producer_id not in pids:
+                continue
+            if min_duration_ms >= 0 and (m.state != TxnState.ONGOING or now - m.start_ms < min_duration_ms):
+                continue
+            out.append(m)
+        return out

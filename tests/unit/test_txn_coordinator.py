@@ -1,0 +1,242 @@
+"""Transaction coordinator driven directly (no sockets), on a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strom.clock import ManualClock
+from strom.coordinator.transaction import TransactionStateMachine, TxnState
+from strom.coordinator.transaction_coordinator import TransactionCoordinator
+from strom.coordinator.transaction_records import decode_key, decode_value, encode_key, encode_value
+from strom.protocol.errors import ErrorCode
+
+TP = tuple[str, int]
+
+
+class MemoryStorage:
+    def __init__(self) -> None:
+        self.parts: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        self.parts.setdefault(partition, []).extend(records)
+
+    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        return list(self.parts.get(partition, []))
+
+
+class RecordingMarkers:
+    """Stands in for the partition logs: records which markers were written, in order."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.written: list[tuple[int, int, bool, TP]] = []
+        self.fail_after = fail_after
+
+    async def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TP]
+    ) -> None:
+        for tp in partitions:
+            if self.fail_after is not None and len(self.written) >= self.fail_after:
+                raise OSError("simulated crash while writing markers")
+            self.written.append((producer_id, producer_epoch, commit, tp))
+
+
+def make(
+    clock: ManualClock | None = None,
+    storage: MemoryStorage | None = None,
+    markers: RecordingMarkers | None = None,
+) -> tuple[TransactionCoordinator, MemoryStorage, RecordingMarkers]:
+    storage = storage or MemoryStorage()
+    markers = markers or RecordingMarkers()
+    ids = itertools.count(1000)
+    coord = TransactionCoordinator(
+        clock=clock or ManualClock(),
+        storage=storage,
+        markers=markers,
+        allocate_producer_id=lambda: next(ids),
+        num_partitions=5,
+        max_timeout_ms=60_000,
+    )
+    return coord, storage, markers
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_commit_flow_writes_markers_then_completes() -> None:
+    async def go() -> None:
+        coord, _storage, markers = make()
+        await coord.start()
+        err, pid, epoch = await coord.init_producer_id("app", 10_000)
+        assert (err, epoch) == (0, 0)
+        res = await coord.add_partitions("app", pid, epoch, [("out", 0), ("out", 1)])
+        assert res == {("out", 0): 0, ("out", 1): 0}
+        assert coord.sm.txns["app"].state == TxnState.ONGOING
+        assert await coord.end_txn("app", pid, epoch, True) == 0
+        assert markers.written == [(pid, 0, True, ("out", 0)), (pid, 0, True, ("out", 1))]
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        # a retried EndTxn(commit) succeeds; EndTxn(abort) now is invalid
+        assert await coord.end_txn("app", pid, epoch, True) == 0
+        assert await coord.end_txn("app", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+        await coord.stop()
+
+    run(go())
+
+
+def test_out_of_order_and_wrong_ids() -> None:
+    async def go() -> None:
+        coord, _, _ = make()
+        await coord.start()
+        err, pid, epoch = await coord.init_producer_id("a", 10_000)
+        assert await coord.end_txn("a", pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
+        assert await coord.end_txn("a", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert await coord.end_txn("nobody", 5, 0, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        bad = await coord.add_partitions("a", pid, epoch + 3, [("t", 0)])
+        assert bad == {("t", 0): ErrorCode.INVALID_PRODUCER_EPOCH}
+        err, _, _ = await coord.init_producer_id("b", 10**9)
+        assert err == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        await coord.stop()
+
+    run(go())
+
+
+def test_second_producer_fences_the_first_and_aborts_its_transaction() -> None:
+    async def go() -> None:
+        coord, _, markers = make()
+        await coord.start()
+        _, pid, e0 = await coord.init_producer_id("app", 10_000)
+        await coord.add_partitions("app", pid, e0, [("out", 0)])
+        err, pid2, e1 = await coord.init_producer_id("app", 10_000)
+        assert err == 0 and pid2 == pid and e1 == e0 + 2
+        assert markers.written == [(pid, e0 + 1, False, ("out", 0))]  # aborted with the fencing epoch
+        assert await coord.end_txn("app", pid, e0, True) == ErrorCode.PRODUCER_FENCED
+        assert await coord.add_partitions("app", pid, e0, [("x", 0)]) == {("x", 0): ErrorCode.PRODUCER_FENCED}
+        await coord.stop()
+
+    run(go())
+
+
+def test_timeout_aborts_and_fences() -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        coord, _, markers = make(clock)
+        await coord.start()
+        _, pid, e0 = await coord.init_producer_id("slow", 5_000)
+        await coord.add_partitions("slow", pid, e0, [("out", 3)])
+        clock.advance(4_000)
+        assert await coord.abort_expired() == 0
+        clock.advance(2_000)
+        assert await coord.abort_expired() == 1
+        assert markers.written == [(pid, e0 + 1, False, ("out", 3))]
+        assert coord.sm.txns["slow"].state == TxnState.COMPLETE_ABORT
+        assert await coord.end_txn("slow", pid, e0, True) == ErrorCode.PRODUCER_FENCED
+        await coord.stop()
+
+    run(go())
+
+
+def test_restart_replays_state_and_completes_prepared_transactions() -> None:
+    async def go() -> None:
+        storage = MemoryStorage()
+        crashing = RecordingMarkers(fail_after=1)
+        coord, _, _ = make(storage=storage, markers=crashing)
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 10_000)
+        await coord.add_partitions("app", pid, e, [("a", 0), ("b", 0)])
+        with pytest.raises(OSError):
+            await coord.end_txn("app", pid, e, True)  # crash after one marker
+        await coord.stop()
+        # a new coordinator over the same storage: PrepareCommit found, markers written again
+        markers2 = RecordingMarkers()
+        coord2, _, _ = make(storage=storage, markers=markers2)
+        await coord2.start()
+        assert [m[3] for m in markers2.written] == [("a", 0), ("b", 0)]
+        assert all(m[2] for m in markers2.written)
+        meta = coord2.sm.txns["app"]
+        assert (meta.state, meta.producer_id, meta.producer_epoch) == (TxnState.COMPLETE_COMMIT, pid, e)
+        # and the id keeps its epoch lineage
+        err, pid2, e2 = await coord2.init_producer_id("app", 10_000)
+        assert (err, pid2, e2) == (0, pid, e + 1)
+        await coord2.stop()
+
+    run(go())
+
+
+def test_id_expiration_tombstones() -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        coord, storage, _ = make(clock)
+        coord.id_expiration_ms = 1000
+        await coord.start()
+        await coord.init_producer_id("old", 10_000)
+        clock.advance(2000)
+        await coord.abort_expired()
+        assert "old" not in coord.sm.txns
+        part = coord.partition_for("old")
+        assert storage.parts[part][-1] == (encode_key("old"), None)
+        await coord.stop()
+
+    run(go())
+
+
+def test_records_roundtrip() -> None:
+    sm = TransactionStateMachine(ManualClock(), lambda: 7, 60_000)
+    res = sm.init_producer_id("t-1", 1000)
+    assert res.record is not None
+    sm.replay(res.record)
+    res2 = sm.add_partitions("t-1", 7, 0, [("x", 1), ("y", 0), ("x", 0)])
+    assert res2.record is not None
+    m = res2.record
+    assert decode_value(decode_key(encode_key("t-1")), encode_value(m)) == m
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["init", "add", "commit", "abort", "tick"]),
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 2),
+    ),
+    max_size=40,
+)
+
+
+@given(ops)
+@settings(max_examples=80, deadline=None)
+def test_random_operations_keep_invariants(seq: list[tuple[str, str, int]]) -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        coord, storage, _markers = make(clock)
+        await coord.start()
+        known: dict[str, tuple[int, int]] = {}
+        for op, tid, n in seq:
+            pid, epoch = known.get(tid, (1, 0))
+            if op == "init":
+                err, p, e = await coord.init_producer_id(tid, 3000)
+                if err == 0:
+                    assert e > known.get(tid, (p, -1))[1] or p != known.get(tid, (p, -1))[0]
+                    known[tid] = (p, e)
+            elif op == "add":
+                await coord.add_partitions(tid, pid, epoch, [("t", n)])
+            elif op in ("commit", "abort"):
+                await coord.end_txn(tid, pid, epoch, op == "commit")
+            else:
+                clock.advance(2000)
+                await coord.abort_expired()
+            for meta in coord.sm.txns.values():
+                assert meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                if meta.state != TxnState.ONGOING:
+                    assert not meta.partitions
+        # replaying the log gives the same state
+        coord2, _, _ = make(storage=storage)
+        await coord2.start()
+        assert coord2.sm.txns == coord.sm.txns
+        await coord.stop()
+        await coord2.stop()
+
+    run(go())
