@@ -249,7 +249,10 @@ def decode_to_arrow(
     buf = payloads[0] if len(payloads) == 1 and isinstance(payloads[0], bytes) else b"".join(payloads)
     if not isinstance(buf, bytes):
         buf = bytes(buf)
-    starts_list = _record_starts(buf, segments)
+    try:
+        starts_list = _record_starts(buf, segments)
+    except IndexError:
+        raise rec.CorruptRecordError(f"record batch payload truncated in {topic}-{partition}") from None
     a = np.frombuffer(buf + b"\0" * 16, dtype=np.uint8)
     p0 = np.array(starts_list, dtype=np.int64)
     reclen, p = _varints(a, p0)
