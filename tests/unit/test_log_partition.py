@@ -20,7 +20,7 @@ from strom.log import (
     PartitionLog,
     RecordListTooLargeError,
 )
-from strom.protocol.records import decode_records, iter_batches, parse_header, verify_crc
+from strom.protocol.records import build_control_batch, decode_records, iter_batches, parse_header, verify_crc
 
 
 def fill(log: PartitionLog, n_batches: int, per_batch: int = 3, size: int = 10) -> list[tuple[int, int]]:
@@ -423,8 +423,10 @@ def test_transactional_batches_are_kept(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     log.append_as_leader(batch(2, producer_id=3, producer_epoch=0, base_sequence=0, transactional=True), 0)
     assert log.producer_state.first_unstable_offset() == 0
-    log.append_as_leader(batch(1, producer_id=3, producer_epoch=0, base_sequence=-1, control=True), 0)
+    with pytest.raises(InvalidRecordError):  # a client may not write markers
+        log.append_as_leader(build_control_batch(3, 0, True, 0, 1), 0)
+    log.append_as_leader(build_control_batch(3, 0, True, 0, 1), 0, from_coordinator=True)
     assert log.producer_state.first_unstable_offset() is None
     hs = [h for _, h in iter_batches(read_all(log))]
-    assert [h.is_transactional for h in hs] == [True, False]
+    assert [h.is_transactional for h in hs] == [True, True]  # markers are transactional too
     assert hs[1].is_control

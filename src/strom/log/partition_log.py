@@ -46,9 +46,12 @@ from strom.log.errors import (
 )
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog, fsync_dir
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
-from strom.log.segment import LogSegment
+from strom.log.segment import LogSegment, filename_prefix
+from strom.log.transaction_index import AbortedTxn, TransactionIndex
 from strom.protocol.records import (
+    CONTROL_ABORT,
     BatchHeader,
+    control_type,
     iter_batches,
     patch_base_offset,
     patch_leader_epoch,
@@ -124,6 +127,8 @@ class PartitionLog:
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
         self.closed = False
+        # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
+        self._txn_indexes: dict[int, TransactionIndex] = {}
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -151,17 +156,94 @@ class PartitionLog:
         log_start = min(max(log_start, local.segments[0].base_offset), leo)
         psm = ProducerStateManager(directory)
         replay_from = psm.load(log_start, leo)
-        if replay_from < leo:
-            psm.replay(h for _, h in cls._iter_headers(local, replay_from))
-        psm.update_map_end_offset(leo)
         hw = _read_checkpoint(directory / HIGH_WATERMARK_FILE)
         hw = log_start if hw is None else min(max(hw, log_start), leo)
         log = cls(directory, topic, partition, config, clock, local, psm, log_start, hw)
+        log._load_txn_indexes(replay_from)
+        if replay_from < leo:
+            log._replay_producers(replay_from)
+        psm.update_map_end_offset(leo)
         if clean:
             marker.unlink()
             fsync_dir(directory)
         log._write_checkpoints()
         return log
+
+    # ------------------------------------------------------------------ transactions
+
+    def _txn_index(self, base_offset: int) -> TransactionIndex:
+        idx = self._txn_indexes.get(base_offset)
+        if idx is None:
+            path = self.directory / f"{filename_prefix(base_offset)}.txnindex"
+            idx = self._txn_indexes[base_offset] = TransactionIndex(path)
+        return idx
+
+    def _load_txn_indexes(self, rebuild_from: int) -> None:
+        """Open the ``.txnindex`` of every segment; entries for markers at or after
+        ``rebuild_from`` are dropped (the producer-state replay re-creates them)."""
+        bases = {s.base_offset for s in self._local.segments}
+        for path in self.directory.glob("*.txnindex"):
+            try:
+                base = int(path.name.split(".")[0])
+            except ValueError:
+                continue
+            if base not in bases:
+                path.unlink()  # orphan of a deleted segment
+                continue
+            self._txn_index(base).truncate_to(rebuild_from)
+
+    def _replay_producers(self, start_offset: int) -> None:
+        """Rebuild producer state (and aborted-transaction entries) from batch headers; only a
+        control batch's single record is decoded, for its commit/abort type."""
+        local = self._local
+        psm = self.producer_state
+        for seg in local.segments[local.segment_index_for(start_offset):]:
+            found = seg.translate_offset(start_offset)
+            if found is None:
+                continue
+            for pos, h in seg.iter_headers(found[0]):
+                if h.is_control and h.producer_id >= 0:
+                    self._note_marker(seg, pos, h)
+                psm.replay([h])
+
+    def _note_marker(self, seg: LogSegment, pos: int, h: BatchHeader) -> None:
+        entry = self.producer_state.last_entry(h.producer_id)
+        first = entry.current_txn_first_offset if entry is not None else None
+        if first is None:
+            return
+        if control_type(seg.read_batch(pos, h), 0, h) == CONTROL_ABORT:
+            self._txn_index(seg.base_offset).append(AbortedTxn(h.producer_id, first, h.base_offset, first))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or the first offset of the oldest ongoing transaction if lower."""
+        first = self.producer_state.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetch)."""
+        first_base = self._local.segments[0].base_offset
+        out: list[AbortedTxn] = []
+        for base in sorted(self._txn_indexes):
+            if base < first_base and base not in {s.base_offset for s in self._local.segments}:
+                self._txn_indexes.pop(base).delete()  # its segment is gone
+                continue
+            out.extend(self._txn_indexes[base].collect(fetch_offset, upper_bound))
+        return out
+
+    def describe_producers(self) -> list[dict[str, int]]:
+        """Active producers (DescribeProducers)."""
+        out = []
+        for pid, e in sorted(self.producer_state.producers.items()):
+            out.append({
+                "producer_id": pid,
+                "producer_epoch": e.producer_epoch,
+                "last_sequence": e.last_seq,
+                "last_timestamp": e.last_timestamp,
+                "coordinator_epoch": e.coordinator_epoch,
+                "current_txn_start_offset": -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+            })
+        return out
 
     @staticmethod
     def _iter_headers(local: LocalLog, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
@@ -207,7 +289,9 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, from_coordinator: bool = False
+    ) -> AppendInfo:
         """Validate, assign offsets to and append the batches of one Produce request.
 
         Returns the offsets assigned, or — for a retried idempotent batch already in the log —
@@ -236,12 +320,16 @@ class PartitionLog:
                     f"delta {h.last_offset_delta}"
                 )
             verify_crc(data, pos, h)
+            if h.is_control and not from_coordinator:
+                # Kafka's LogValidator: clients may not write transaction markers
+                raise InvalidRecordError("control batches are written by the transaction coordinator only")
 
         log_append_time = config.message_timestamp_type == "LogAppendTime"
         now = self.clock.time_ms()
         psm = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
         placed: list[tuple[int, BatchHeader]] = []
+        aborted: list[AbortedTxn] = []
         next_offset = self.log_end_offset
         max_ts = -1
         offset_of_max_ts = next_offset
@@ -263,6 +351,9 @@ class PartitionLog:
                 if info is None:
                     info = infos[pid] = psm.prepare_update(pid, validate=True)
                 if h.is_control:
+                    txn_first = info.updated.current_txn_first_offset
+                    if txn_first is not None and control_type(data, pos, h) == CONTROL_ABORT:
+                        aborted.append(AbortedTxn(pid, txn_first, first, txn_first))
                     info.append_control_batch(h, first, ts)
                 else:
                     info.append_data_batch(h, first, last, ts)
@@ -289,6 +380,8 @@ class PartitionLog:
             if local.should_roll(total, max_ts, last_offset, now):
                 self._roll()
             local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
+            for txn in aborted:
+                self._txn_index(local.segments[-1].base_offset).append(txn)
         except OSError as e:
             raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
         for info in infos.values():
@@ -302,6 +395,9 @@ class PartitionLog:
         )
 
     def _roll(self) -> None:
+        active = self._txn_indexes.get(self._local.segments[-1].base_offset)
+        if active is not None:
+            active.flush()
         self._local.roll()
         self.producer_state.take_snapshot()
         self._write_checkpoints()
@@ -409,6 +505,8 @@ class PartitionLog:
                 seg.flush()
             self.producer_state.update_map_end_offset(self.log_end_offset)
             self.producer_state.take_snapshot()
+            for idx in self._txn_indexes.values():
+                idx.flush()
             self._write_checkpoints()
             self._local.close()
             marker = self.directory / CLEAN_SHUTDOWN_FILE

@@ -412,3 +412,35 @@ def decode_records(buf: bytes | bytearray | memoryview, *, skip_control: bool = 
         if not (skip_control and header.is_control):
             yield from decode_batch_records(buf, pos, header)
         pos += header.size
+
+
+# --------------------------------------------------------------------------- control batches
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+def build_control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int
+) -> bytes:
+    """A transaction marker: one record, key ``version i16 | type i16``, value
+    ``version i16 | coordinator_epoch i32`` (Kafka's EndTransactionMarker)."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch(
+        [(key, value, [], timestamp_ms)],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )
+
+
+def control_type(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int:
+    """CONTROL_COMMIT or CONTROL_ABORT for a control batch (decodes its single small record)."""
+    for rec in decode_batch_records(buf, pos, header):
+        if rec.key is None or len(rec.key) < 4:
+            raise CorruptRecordError("control record without a valid key")
+        ctype: int = struct.unpack_from(">hh", rec.key)[1]
+        return ctype
+    raise CorruptRecordError("control batch without records")

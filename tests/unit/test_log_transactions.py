@@ -1,0 +1,61 @@
+"""Partition side of transactions: last stable offset, aborted-transaction index, recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_log_support import T0, batch, open_log
+
+from strom.log.transaction_index import AbortedTxn
+from strom.protocol.records import build_control_batch
+
+
+def txn_batch(pid: int, seq: int, n: int = 2, epoch: int = 0) -> bytes:
+    return batch(n, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def marker(pid: int, commit: bool, epoch: int = 0) -> bytes:
+    return build_control_batch(pid, epoch, commit, 0, T0)
+
+
+def test_lso_and_aborted_index(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(1), 0)  # 0: plain
+    log.append_as_leader(txn_batch(7, 0), 0)  # 1-2: txn of producer 7
+    log.append_as_leader(txn_batch(8, 0), 0)  # 3-4: txn of producer 8
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 1
+    log.append_as_leader(marker(7, commit=False), 0, from_coordinator=True)  # 5: abort 7
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 3  # producer 8 still open
+    log.append_as_leader(marker(8, commit=True), 0, from_coordinator=True)  # 6: commit 8
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == log.log_end_offset == 7
+    assert log.collect_aborted(0, 7) == [AbortedTxn(7, 1, 5, 1)]
+    assert log.collect_aborted(6, 7) == []  # ended before the range
+    assert log.collect_aborted(0, 1) == []  # starts after the range
+    producers = {p["producer_id"]: p for p in log.describe_producers()}
+    assert producers[7]["current_txn_start_offset"] == -1
+
+
+def test_aborted_index_survives_clean_and_unclean_reopen(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = open_log(d, segment_bytes=400)
+    for i in range(6):
+        pid = 10 + i
+        log.append_as_leader(txn_batch(pid, 0), 0)
+        log.append_as_leader(marker(pid, commit=i % 2 == 0), 0, from_coordinator=True)
+    expected = log.collect_aborted(0, log.log_end_offset)
+    assert [a.producer_id for a in expected] == [11, 13, 15]
+    assert len(log.segments) > 1
+    log.close()
+    log = open_log(d, segment_bytes=400)
+    assert log.collect_aborted(0, log.log_end_offset) == expected
+    log.append_as_leader(txn_batch(99, 0), 0)
+    log.close_without_flush()  # crash: the rebuild must not duplicate entries and must keep 99 open
+    for p in d.glob("*.snapshot"):
+        p.unlink()
+    log = open_log(d, segment_bytes=400)
+    assert log.collect_aborted(0, log.log_end_offset) == expected
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == log.log_end_offset - 2
