@@ -1,0 +1,455 @@
+"""Configs and partition admin: DescribeConfigs (32), AlterConfigs (33),
+IncrementalAlterConfigs (44), CreatePartitions (37), DescribeLogDirs (35),
+DescribeTopicPartitions (75), OffsetForLeaderEpoch (23).
+
+The config model (sources, synonyms, validation, persistence of dynamic broker configs) lives in
+:mod:`strom.metadata.configs`; these handlers only map requests and errors. Every error is per
+resource / topic / partition, as in Kafka; nothing here fails a whole request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ...metadata import configs as cfg
+from ...metadata.topics import TopicInfo
+from ...protocol.errors import ErrorCode, KafkaError
+from ..context import RequestContext
+from . import handler
+
+log = logging.getLogger("strom.configs")
+
+_LOGGER_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL", "OFF")
+_PY_LEVEL = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+_KAFKA_LEVEL = {
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARN",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "FATAL",
+    logging.CRITICAL + 10: "OFF",
+}
+
+
+def _keys(res: Any) -> list[str] | None:
+    keys = getattr(res, "configuration_keys", None)
+    if not keys:  # null or empty: every config
+        return None
+    return [str(k) for k in keys]
+
+
+def _topic(ctx: RequestContext, name: str) -> TopicInfo:
+    info = ctx.broker.topics.get(name)
+    if info is None:
+        raise cfg.ConfigResourceError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+        )
+    return info
+
+
+# ------------------------------------------------------------------------------ broker loggers
+
+
+def _strom_loggers() -> list[str]:
+    names = [n for n in logging.root.manager.loggerDict if n == "strom" or n.startswith("strom.")]
+    return ["root", *sorted(names)]
+
+
+def _logger(name: str) -> logging.Logger:
+    return logging.getLogger() if name == "root" else logging.getLogger(name)
+
+
+def _describe_loggers(keys: list[str] | None) -> list[dict[str, Any]]:
+    out = []
+    for name in _strom_loggers():
+        if keys is not None and name not in keys:
+            continue
+        level = _KAFKA_LEVEL.get(
+            _logger(name).getEffectiveLevel(), logging.getLevelName(_logger(name).getEffectiveLevel())
+        )
+        entry = cfg.ConfigEntry(
+            name, level, cfg.ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, False, False, cfg.ConfigType.STRING
+        )
+        out.append(entry.to_kio(False))
+    return out
+
+
+def _alter_loggers(ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+    changes: list[tuple[logging.Logger, int]] = []
+    cfg.check_unique(n for n, _, _ in ops)
+    for name, op, value in ops:
+        if op == cfg.OpType.SET:
+            level = (value or "").strip().upper()
+            if level not in _LOGGER_LEVELS:
+                raise cfg.ConfigResourceError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Cannot set the log level of {name} to {value} as it is not a supported log level. "
+                    f"Valid log levels are {', '.join(_LOGGER_LEVELS)}",
+                )
+            changes.append((_logger(name), _PY_LEVEL[level]))
+        elif op == cfg.OpType.DELETE:
+            if name == "root":
+                raise cfg.ConfigResourceError(
+                    ErrorCode.INVALID_CONFIG, "Removing the log level of the root logger is not allowed"
+                )
+            changes.append((_logger(name), logging.NOTSET))
+        else:
+            raise cfg.ConfigResourceError(
+                ErrorCode.INVALID_REQUEST, f"Operation {op} is not allowed for the broker logger {name}"
+            )
+    if not validate_only:
+        for lg, py_level in changes:
+            lg.setLevel(py_level)
+
+
+# ------------------------------------------------------------------------------ DescribeConfigs
+
+
+@handler(32)
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
+    results = []
+    for res in request.resources:
+        rtype = int(res.resource_type)
+        rname = str(res.resource_name)
+        keys = _keys(res)
+        entry: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+            "configs": [],
+        }
+        try:
+            if rtype == cfg.ResourceType.TOPIC:
+                entries = cfg.describe_topic(broker, _topic(ctx, rname), keys)
+                entry["configs"] = [e.to_kio(include_synonyms) for e in entries]
+            elif rtype == cfg.ResourceType.BROKER:
+                default = cfg.broker_scope(broker, rname)
+                entries = cfg.describe_broker(broker, default, keys)
+                entry["configs"] = [e.to_kio(include_synonyms) for e in entries]
+            elif rtype == cfg.ResourceType.BROKER_LOGGER:
+                cfg.broker_scope(broker, rname or str(broker.node_id))
+                entry["configs"] = _describe_loggers(keys)
+            else:
+                raise cfg.ConfigResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+        except KafkaError as e:
+            entry.update(error_code=e.code, error_message=str(e), configs=[])
+        results.append(entry)
+    return {"throttle_time": 0, "results": results}
+
+
+# ------------------------------------------------------------------------------ AlterConfigs
+
+
+def _alter_result(rtype: int, rname: str, error: KafkaError | None) -> dict[str, Any]:
+    return {
+        "error_code": error.code if error else 0,
+        "error_message": str(error) if error else None,
+        "resource_type": rtype,
+        "resource_name": rname,
+    }
+
+
+@handler(33)
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """Legacy AlterConfigs: the given configs replace all dynamic configs of the resource."""
+    broker = ctx.broker
+    validate_only = bool(getattr(request, "validate_only", False))
+    out = []
+    for res in request.resources:
+        rtype = int(res.resource_type)
+        rname = str(res.resource_name)
+        error: KafkaError | None = None
+        try:
+            names = [str(c.name) for c in res.configs]
+            cfg.check_unique(names)
+            configs = {str(c.name): c.value for c in res.configs}
+            if rtype == cfg.ResourceType.TOPIC:
+                cfg.alter_topic(broker, rname, configs, validate_only=validate_only)
+            elif rtype == cfg.ResourceType.BROKER:
+                cfg.alter_broker(
+                    broker, cfg.broker_scope(broker, rname), configs, validate_only=validate_only
+                )
+            else:
+                raise cfg.ConfigResourceError(
+                    ErrorCode.INVALID_REQUEST, f"AlterConfigs is not supported for resource type {rtype}"
+                )
+        except KafkaError as e:
+            error = e
+        if error is None and not validate_only:
+            log.info("altered configs of resource %d %r: %s", rtype, rname, sorted(configs))
+        out.append(_alter_result(rtype, rname, error))
+    return {"throttle_time": 0, "responses": out}
+
+
+@handler(44)
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    validate_only = bool(getattr(request, "validate_only", False))
+    out = []
+    for res in request.resources:
+        rtype = int(res.resource_type)
+        rname = str(res.resource_name)
+        ops = [(str(c.name), int(c.config_operation), c.value) for c in res.configs]
+        error: KafkaError | None = None
+        try:
+            if rtype == cfg.ResourceType.TOPIC:
+                info = _topic(ctx, rname)
+                new = cfg.incremental_changes(
+                    info.configs,
+                    ops,
+                    type_of=cfg.TOPIC_CONFIG_TYPES,
+                    effective=cfg.topic_effective_strings(broker, info),
+                    unknown="topic",
+                )
+                cfg.alter_topic(broker, rname, new, validate_only=validate_only)
+            elif rtype == cfg.ResourceType.BROKER:
+                default = cfg.broker_scope(broker, rname)
+                state = cfg.ensure_loaded(broker)
+                new = cfg.incremental_changes(
+                    state.scope(default),
+                    ops,
+                    type_of=cfg.broker_config_types(),
+                    effective=cfg.broker_effective_strings(broker, default),
+                    unknown="broker",
+                )
+                cfg.alter_broker(broker, default, new, validate_only=validate_only)
+            elif rtype == cfg.ResourceType.BROKER_LOGGER:
+                cfg.broker_scope(broker, rname or str(broker.node_id))
+                _alter_loggers(ops, validate_only)
+            else:
+                raise cfg.ConfigResourceError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"IncrementalAlterConfigs is not supported for resource type {rtype}",
+                )
+        except KafkaError as e:
+            error = e
+        if error is None and not validate_only:
+            log.info("altered configs of resource %d %r: %s", rtype, rname, ops)
+        out.append(_alter_result(rtype, rname, error))
+    return {"throttle_time": 0, "responses": out}
+
+
+# ------------------------------------------------------------------------------ CreatePartitions
+
+
+@handler(37)
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    validate_only = bool(getattr(request, "validate_only", False))
+    results = []
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        name = str(t.name)
+        counts[name] = counts.get(name, 0) + 1
+    for t in request.topics:
+        name = str(t.name)
+        count = int(t.count)
+
+        def fail(code: int, message: str, name: str = name) -> None:
+            results.append({"name": name, "error_code": code, "error_message": message})
+
+        if counts[name] > 1:
+            fail(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            continue
+        info = broker.topics.get(name)
+        if info is None:
+            fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            continue
+        if info.internal:
+            fail(ErrorCode.INVALID_REQUEST, f"Cannot change the partition count of internal topic {name}.")
+            continue
+        current = info.partitions
+        if count < current:
+            fail(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+            )
+            continue
+        if count == current:
+            fail(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            continue
+        assignments = getattr(t, "assignments", None)
+        if assignments is not None and len(assignments) > 0:
+            if len(assignments) != count - current:
+                fail(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Increasing the number of partitions by {count - current} but {len(assignments)} "
+                    "assignments provided.",
+                )
+                continue
+            if any(list(a.broker_ids) != [broker.node_id] for a in assignments):
+                fail(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "Replica assignment names brokers that do not exist.",
+                )
+                continue
+        if not validate_only:
+            try:
+                for p in range(current, count):
+                    if (name, p) not in broker.logs:
+                        broker._open_partition(info, p)
+                broker.topics.set_partitions(name, count)
+            except OSError as e:
+                log.exception("growing %s to %d partitions failed", name, count)
+                fail(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {e.strerror or e}")
+                continue
+            log.info("topic %s now has %d partitions (was %d)", name, count, current)
+        results.append({"name": name, "error_code": 0, "error_message": None})
+    return {"throttle_time": 0, "results": results}
+
+
+# ------------------------------------------------------------------------------ DescribeLogDirs
+
+
+@handler(35)
+async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    wanted: dict[str, set[int] | None] | None = None
+    if request.topics is not None:
+        wanted = {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), plog in sorted(broker.logs.items()):
+        if wanted is not None:
+            parts = wanted.get(topic)
+            if parts is None or p not in parts:
+                continue
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": p, "partition_size": plog.size_bytes, "offset_lag": 0, "is_future_key": False}
+        )
+    total = usable = -1
+    try:
+        st = os.statvfs(broker.log_dir)
+        total = st.f_blocks * st.f_frsize
+        usable = st.f_bavail * st.f_frsize
+    except OSError:
+        pass
+    result = {
+        "error_code": 0,
+        "log_dir": str(broker.log_dir.resolve()),
+        "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+        "total_bytes": total,
+        "usable_bytes": usable,
+    }
+    return {"throttle_time": 0, "error_code": 0, "results": [result]}
+
+
+# ------------------------------------------------------------------------------ DescribeTopicPartitions
+
+
+def _dtp_partition(nid: int, p: int) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "partition_index": p,
+        "leader_id": nid,
+        "leader_epoch": 0,
+        "replica_nodes": [nid],
+        "isr_nodes": [nid],
+        "eligible_leader_replicas": [],
+        "last_known_elr": [],
+        "offline_replicas": [],
+    }
+
+
+@handler(75)
+async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """Topics sorted by name, starting at the cursor; at most ``response_partition_limit``
+    partitions in all, with ``next_cursor`` naming the first one left out."""
+    broker = ctx.broker
+    nid = broker.node_id
+    limit = max(1, int(getattr(request, "response_partition_limit", 2000) or 2000))
+    names = sorted({str(t.name) for t in request.topics}) if request.topics else sorted(broker.topics.topics)
+    cursor = getattr(request, "cursor", None)
+    start_topic, start_part = (str(cursor.topic_name), int(cursor.partition_index)) if cursor else (None, 0)
+    topics_out: list[dict[str, Any]] = []
+    next_cursor: dict[str, Any] | None = None
+    remaining = limit
+    for name in names:
+        if start_topic is not None and name < start_topic:
+            continue
+        first = start_part if name == start_topic else 0
+        info = broker.topics.get(name)
+        if info is None:
+            topics_out.append(
+                {
+                    "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "name": name,
+                    "topic_id": None,
+                    "is_internal": False,
+                    "partitions": [],
+                    "topic_authorized_operations": -2147483648,
+                }
+            )
+            continue
+        if remaining <= 0:
+            next_cursor = {"topic_name": name, "partition_index": first}
+            break
+        last = min(info.partitions, first + remaining)
+        parts = [_dtp_partition(nid, p) for p in range(first, last)]
+        remaining -= len(parts)
+        topics_out.append(
+            {
+                "error_code": 0,
+                "name": name,
+                "topic_id": info.topic_id,
+                "is_internal": info.internal,
+                "partitions": parts,
+                "topic_authorized_operations": -2147483648,
+            }
+        )
+        if last < info.partitions:
+            next_cursor = {"topic_name": name, "partition_index": last}
+            break
+    return {"throttle_time": 0, "topics": topics_out, "next_cursor": next_cursor}
+
+
+# ------------------------------------------------------------------------------ OffsetForLeaderEpoch
+
+LEADER_EPOCH = 0  # single node, one leader epoch for every partition (until replication)
+
+
+@handler(23)
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """End offset of the requested leader epoch (Kafka's LeaderEpochFileCache.endOffsetFor): the
+    current epoch ends at the log end offset; an epoch newer than any known answers -1/-1; an
+    older one the start of the first known epoch. ``current_leader_epoch`` newer than ours is
+    UNKNOWN_LEADER_EPOCH, older FENCED_LEADER_EPOCH."""
+    broker = ctx.broker
+    topics_out = []
+    for t in request.topics:
+        name = str(t.topic)
+        info = broker.topics.get(name)
+        parts = []
+        for p in t.partitions:
+            idx = int(p.partition)
+            entry: dict[str, Any] = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
+            plog = broker.logs.get((name, idx)) if info is not None else None
+            current = int(getattr(p, "current_leader_epoch", -1))
+            requested = int(p.leader_epoch)
+            if plog is None:
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif current > LEADER_EPOCH:
+                entry["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
+            elif 0 <= current < LEADER_EPOCH:
+                entry["error_code"] = ErrorCode.FENCED_LEADER_EPOCH
+            elif requested == LEADER_EPOCH:
+                entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
+            elif 0 <= requested < LEADER_EPOCH:
+                entry.update(leader_epoch=requested, end_offset=plog.log_start_offset)
+            parts.append(entry)
+        topics_out.append({"topic": name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics_out}
