@@ -20,6 +20,7 @@ __all__ = [
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "PolicyViolationError",
     "RecordListTooLargeError",
     "UnknownProducerIdError",
 ]
@@ -65,6 +66,12 @@ class OutOfOrderSequenceError(LogError):
 
 class InvalidProducerEpochError(LogError):
     error_code = 47
+
+
+class PolicyViolationError(LogError):
+    """E.g. DeleteRecords on a topic whose cleanup.policy does not include delete."""
+
+    error_code = 44
 
 
 class KafkaStorageError(LogError):

@@ -8,8 +8,10 @@ appends. ``recovery_point`` is the offset below which every byte is known to be 
 Loading (:meth:`LocalLog.load`):
 
 1. Leftovers of interrupted operations are removed: ``*.deleted`` (rename-then-delete was cut
-   short), ``*.tmp``, ``*.cleaned``/``*.swap`` (compaction, not yet implemented) and index files
-   whose ``.log`` is gone.
+   short), ``*.tmp``, ``*.cleaned`` (a compaction that had not committed) and index files whose
+   ``.log`` is gone. A ``<base>.log.swap`` is a compaction that *had* committed (see
+   :meth:`LocalLog.replace_segments`): it is validated, every old segment whose base offset lies
+   in its offset range is deleted, and it is renamed to ``<base>.log`` — the swap is completed.
 2. After a clean shutdown every segment is trusted; its indexes are only sanity-checked and rebuilt
    (by a full :meth:`LogSegment.recover`) if the check fails or a file is missing.
 3. After an unclean shutdown, segments below the one holding the recovery point are treated as
@@ -22,6 +24,7 @@ Offsets are not re-checked across segment boundaries beyond "base offsets increa
 
 from __future__ import annotations
 
+import contextlib
 import os
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -31,10 +34,13 @@ from typing import NamedTuple
 from strom.clock import Clock
 from strom.config import LogConfig
 from strom.log.errors import CorruptIndexError, CorruptRecordError
+from strom.log.faults import crash_point
 from strom.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
@@ -107,14 +113,22 @@ class LocalLog:
     ) -> LocalLog:
         directory.mkdir(parents=True, exist_ok=True)
         log_bases: set[int] = set()
+        swap_bases: list[int] = []
         for entry in os.scandir(directory):
             name = entry.name
-            if name.endswith((DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")):
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = _offset_of(name[: -len(SWAP_SUFFIX)], LOG_SUFFIX)
+                if base is not None:
+                    swap_bases.append(base)
+                    continue
+            if name.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)):
                 os.unlink(entry.path)
             elif name.endswith(LOG_SUFFIX):
                 base = _offset_of(name, LOG_SUFFIX)
                 if base is not None:
                     log_bases.add(base)
+        for base in sorted(swap_bases):
+            cls._complete_swap(directory, config, clock, base, log_bases)
         for entry in os.scandir(directory):
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                 if entry.name.endswith(suffix):
@@ -167,6 +181,26 @@ class LocalLog:
             log.recovery_point = next_offset
         return log
 
+    @staticmethod
+    def _complete_swap(directory: Path, config: LogConfig, clock: Clock, base: int, log_bases: set[int]
+                       ) -> None:
+        """Finish an interrupted :meth:`replace_segments` whose ``<base>.log.swap`` exists."""
+        seg = LogSegment.open(directory, base, index_interval_bytes=config.index_interval_bytes,
+                              max_index_size=config.segment_index_bytes, clock=clock, file_suffix=SWAP_SUFFIX)
+        seg.recover()  # it was fsynced before the rename: this only rebuilds the indexes
+        end = seg.read_next_offset()
+        for old in sorted(b for b in log_bases if base <= b < end):
+            prefix = f"{old:020d}"
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / (prefix + suffix))
+            log_bases.discard(old)
+        seg.flush()
+        seg.change_file_suffixes(SWAP_SUFFIX, "")
+        seg.close_handles()
+        fsync_dir(directory)
+        log_bases.add(base)
+
     # ------------------------------------------------------------------ queries
 
     @property
@@ -184,9 +218,15 @@ class LocalLog:
     # ------------------------------------------------------------------ append / roll
 
     def should_roll(self, append_size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
+        cfg = self.config
+        segment_ms = cfg.segment_ms
+        if "compact" in cfg.cleanup_policy and cfg.max_compaction_lag_ms > 0:
+            # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it must roll
+            # in time for max.compaction.lag.ms to be honoured
+            segment_ms = min(segment_ms, cfg.max_compaction_lag_ms)
         return self.active_segment.should_roll(
             append_size=append_size, max_timestamp=max_timestamp, last_offset=last_offset, now_ms=now_ms,
-            segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms,
+            segment_bytes=cfg.segment_bytes, segment_ms=segment_ms,
         )
 
     def roll(self) -> LogSegment:
@@ -258,6 +298,50 @@ class LocalLog:
             offset = next_base
             i += 1
         return FetchData(regions, total)
+
+    # ------------------------------------------------------------------ retention / compaction
+
+    def remove_segments(self, doomed: list[LogSegment]) -> None:
+        """Take ``doomed`` (never the active segment) out of the log and rename their files to
+        ``*.deleted``. The descriptors stay open: the caller closes and unlinks them later
+        (:meth:`LogSegment.delete_renamed`) once no reader can still hold them."""
+        ids = {id(s) for s in doomed}
+        if id(self.active_segment) in ids:
+            raise ValueError("the active segment cannot be removed")
+        self.segments = [s for s in self.segments if id(s) not in ids]
+        self._bases = [s.base_offset for s in self.segments]
+        for seg in doomed:
+            seg.rename_to_deleted()
+        fsync_dir(self.directory)
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap ``new`` (a cleaned segment written under ``.cleaned``, fsynced) in for the
+        consecutive closed segments ``old`` (Kafka's replaceSegments). ``new`` covers exactly the
+        offset range of ``old`` and has the base offset of ``old[0]``.
+
+        Crash safety, step by step (each rename is followed by a directory fsync):
+
+        1. ``new``: ``.cleaned`` -> ``.swap``. Before this, recovery deletes the ``.cleaned``
+           files and the old segments stay; from here on, recovery *completes* the swap.
+        2. every old segment: -> ``*.deleted`` (descriptors kept open for readers).
+        3. ``new``: ``.swap`` -> plain name; it takes the old segments' place in the list.
+        """
+        if not old or old[0].base_offset != new.base_offset:
+            raise ValueError("a cleaned segment must start where the segments it replaces start")
+        first = next(i for i, s in enumerate(self.segments) if s is old[0])
+        if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
+            raise ValueError("the replaced segments must be consecutive closed segments of the log")
+        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.directory)
+        crash_point("cleaner.after_swap_rename")
+        for seg in old:
+            seg.rename_to_deleted()
+        fsync_dir(self.directory)
+        crash_point("cleaner.after_old_renamed")
+        new.change_file_suffixes(SWAP_SUFFIX, "")
+        fsync_dir(self.directory)
+        self.segments[first:first + len(old)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -21,6 +21,35 @@ Files in the partition directory, besides the segments and producer snapshots:
   :meth:`open`; without it, ``open`` recovers the log from the recovery point and rebuilds the
   producer state from the newest snapshot by scanning batch headers.
 
+Retention (:meth:`delete_old_segments`, Kafka's deleteOldSegments): whole closed segments,
+oldest first, never the active one and never one holding offsets at or above the high
+watermark; a segment goes when (policy ``delete``) its largest timestamp is older than
+``retention.ms``, or the log is larger than ``retention.bytes`` by at least the segment's size,
+or (any policy) the whole segment lies below the log start offset (DeleteRecords,
+:meth:`delete_records`). The log start offset then moves to the new first segment's base, is
+checkpointed at once, and producer snapshots below the first segment are removed.
+
+Threads and the lock
+--------------------
+Everything runs on the event-loop thread except the log cleaner (a worker thread). ``lock``
+(an ``RLock``) guards the segment *list*, the ``.txnindex`` map and ``log_start_offset``: the
+event loop holds it for append (which may roll), read, flush, retention, DeleteRecords, aborted
+transaction lookups and close; the cleaner holds it only to take its snapshot of the segments to
+clean (:meth:`cleanable_segments`, which dups their descriptors) and for the swap
+(:meth:`replace_segments`: three renames and fsyncs). The cleaner reads closed segments through
+its own descriptors without the lock: a closed segment's bytes never change, and one removed
+meanwhile stays readable through the dup'd descriptor.
+
+Segments taken out of the log (retention, DeleteRecords, a swap) are renamed to ``*.deleted`` at
+once, but closed and unlinked only by :meth:`delete_expired_segments` after
+``file.delete.delay.ms``, never inside the call that removed them. The rule for readers of
+:class:`FileRegion`: the fd is valid until the event loop next yields; a response writer that
+awaits between regions must ``os.dup`` every fd before its first await (a dup keeps the unlinked
+file readable), otherwise it relies on finishing within ``file.delete.delay.ms``.
+
+Compacted topics (``cleanup.policy`` containing ``compact``): an append is decoded record by record
+— the only case on the produce path — to reject records with a null key (INVALID_RECORD, 87).
+
 Error contract: ``append_as_leader`` raises CorruptRecordError (2) / InvalidRecordError (87),
 MessageTooLargeError (10), RecordListTooLargeError (18), InvalidProducerEpochError (47),
 OutOfOrderSequenceError (45) with nothing appended; ``read`` raises OffsetOutOfRangeError (1);
@@ -31,6 +60,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +72,10 @@ from strom.log.errors import (
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RecordListTooLargeError,
 )
+from strom.log.faults import crash_point
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog, fsync_dir
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
@@ -52,6 +84,7 @@ from strom.protocol.records import (
     CONTROL_ABORT,
     BatchHeader,
     control_type,
+    decode_batch_records,
     iter_batches,
     patch_base_offset,
     patch_leader_epoch,
@@ -112,7 +145,8 @@ def _read_checkpoint(path: Path) -> int | None:
 
 
 class PartitionLog:
-    """The log of one topic-partition. Not thread-safe: the server calls it from one task."""
+    """The log of one topic-partition. Called from the event loop; only the cleaner thread may
+    call :meth:`cleanable_segments` / :meth:`replace_segments` concurrently (see the lock rules)."""
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock,
                  local: LocalLog, producer_state: ProducerStateManager, log_start_offset: int,
@@ -127,6 +161,9 @@ class PartitionLog:
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
         self.closed = False
+        self.lock = threading.RLock()
+        # segments removed from the log, renamed *.deleted, closed and unlinked when due
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
         # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
         self._txn_indexes: dict[int, TransactionIndex] = {}
 
@@ -222,6 +259,10 @@ class PartitionLog:
 
     def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetch)."""
+        with self.lock:  # the cleaner thread merges .txnindex files when it swaps segments
+            return self._collect_aborted(fetch_offset, upper_bound)
+
+    def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         first_base = self._local.segments[0].base_offset
         out: list[AbortedTxn] = []
         for base in sorted(self._txn_indexes):
@@ -241,7 +282,9 @@ class PartitionLog:
                 "last_sequence": e.last_seq,
                 "last_timestamp": e.last_timestamp,
                 "coordinator_epoch": e.coordinator_epoch,
-                "current_txn_start_offset": -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+                "current_txn_start_offset": (
+                    -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+                ),
             })
         return out
 
@@ -309,6 +352,7 @@ class PartitionLog:
             )
         batches = list(iter_batches(data))  # CorruptRecordError on bad framing / magic
         max_size = config.max_message_bytes
+        compacted = "compact" in config.cleanup_policy
         for pos, h in batches:
             if h.size > max_size:
                 raise MessageTooLargeError(
@@ -320,6 +364,12 @@ class PartitionLog:
                     f"delta {h.last_offset_delta}"
                 )
             verify_crc(data, pos, h)
+            if compacted and not h.is_control:
+                for rec in decode_batch_records(data, pos, h):
+                    if rec.key is None:
+                        raise InvalidRecordError(
+                            f"compacted topic {self.topic} cannot accept a record without a key"
+                        )
             if h.is_control and not from_coordinator:
                 # Kafka's LogValidator: clients may not write transaction markers
                 raise InvalidRecordError("control batches are written by the transaction coordinator only")
@@ -376,14 +426,19 @@ class PartitionLog:
         first_offset = placed[0][1].base_offset
         last_offset = next_offset - 1
         local = self._local
-        try:
-            if local.should_roll(total, max_ts, last_offset, now):
-                self._roll()
-            local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
-            for txn in aborted:
-                self._txn_index(local.segments[-1].base_offset).append(txn)
-        except OSError as e:
-            raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
+        with self.lock:
+            try:
+                if local.should_roll(total, max_ts, last_offset, now):
+                    self._roll()
+                local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
+            except OSError as e:
+                self._undo_partial_append()
+                raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
+            try:
+                for txn in aborted:
+                    self._txn_index(local.segments[-1].base_offset).append(txn)
+            except OSError as e:
+                raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
         for info in infos.values():
             psm.update(info)
         psm.update_map_end_offset(next_offset)
@@ -394,18 +449,33 @@ class PartitionLog:
             last_offset - first_offset + 1, duplicate=False,
         )
 
+    def _undo_partial_append(self) -> None:
+        """After a failed write (e.g. ENOSPC) cut the active segment back to its last complete
+        batch, so the next append starts on a batch boundary and nothing half-written is ever
+        read or recovered. Best effort: if even that fails, recovery truncates at restart."""
+        seg = self._local.active_segment
+        try:
+            if os.fstat(seg.fd).st_size != seg.size:
+                os.ftruncate(seg.fd, seg.size)
+        except OSError:
+            pass
+
     def _roll(self) -> None:
-        active = self._txn_indexes.get(self._local.segments[-1].base_offset)
-        if active is not None:
-            active.flush()
-        self._local.roll()
+        with self.lock:
+            active = self._txn_indexes.get(self._local.segments[-1].base_offset)
+            if active is not None:
+                active.flush()
+            self._local.roll()
         self.producer_state.take_snapshot()
         self._write_checkpoints()
 
     def roll(self) -> None:
         """Force a new active segment (Kafka's ``roll``), e.g. for tests and admin tools."""
         self._check_open()
-        self._roll()
+        try:
+            self._roll()
+        except OSError as e:
+            raise KafkaStorageError(f"roll of {self.topic}-{self.partition} failed: {e}") from e
 
     # ------------------------------------------------------------------ read
 
@@ -427,7 +497,8 @@ class PartitionLog:
         if fetch_offset == leo or (max_offset is not None and fetch_offset >= max_offset):
             return EMPTY_FETCH
         try:
-            return self._local.read(fetch_offset, max_bytes, max_offset, min_one_message)
+            with self.lock:
+                return self._local.read(fetch_offset, max_bytes, max_offset, min_one_message)
         except OSError as e:
             raise KafkaStorageError(f"read from {self.topic}-{self.partition} failed: {e}") from e
 
@@ -441,6 +512,10 @@ class PartitionLog:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``
         (Kafka ListOffsets by time); None if there is none."""
         self._check_open()
+        with self.lock:
+            return self._offset_for_timestamp(timestamp_ms)
+
+    def _offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         segs = self._local.segments
         for i, seg in enumerate(segs):
             if i + 1 < len(segs) and segs[i + 1].base_offset <= self.log_start_offset:
@@ -456,6 +531,10 @@ class PartitionLog:
         """``(offset, timestamp)`` of the first record with the largest timestamp (ListOffsets
         MAX_TIMESTAMP, -3); ``(-1, -1)`` if the log is empty or has no timestamps."""
         self._check_open()
+        with self.lock:
+            return self._max_timestamp_offset()
+
+    def _max_timestamp_offset(self) -> tuple[int, int]:
         if self.log_end_offset == self.log_start_offset:
             return -1, -1
         best: LogSegment | None = None
@@ -473,7 +552,8 @@ class PartitionLog:
         """fsync everything appended so far and move the recovery point to the log end."""
         self._check_open()
         try:
-            self._local.flush()
+            with self.lock:
+                self._local.flush()
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.topic}-{self.partition} failed: {e}") from e
 
@@ -498,7 +578,9 @@ class PartitionLog:
         """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker."""
         if self.closed:
             return
+        self.lock.acquire()
         try:
+            self._finish_pending_deletes()
             self._local.flush()
             for seg in self._local.segments:
                 seg.on_become_inactive()
@@ -520,19 +602,28 @@ class PartitionLog:
             raise KafkaStorageError(f"close of {self.topic}-{self.partition} failed: {e}") from e
         finally:
             self.closed = True
+            self.lock.release()
 
     def close_without_flush(self) -> None:
         """Release file handles as a crash would leave things: no flush, snapshot or marker
         (for tests simulating an unclean shutdown)."""
-        if not self.closed:
-            self._local.close_handles()
-            self.closed = True
+        with self.lock:
+            if not self.closed:
+                self._local.close_handles()
+                for _, seg in self._pending_deletes:
+                    seg.close_handles()
+                self._pending_deletes.clear()
+                self.closed = True
 
     def delete(self) -> None:
         """Remove every file of this partition and its directory (rename, then delete)."""
-        if not self.closed:
-            self._local.close_handles()
-            self.closed = True
+        with self.lock:
+            if not self.closed:
+                self._local.close_handles()
+                for _, seg in self._pending_deletes:
+                    seg.close_handles()
+                self._pending_deletes.clear()
+                self.closed = True
         doomed = self.directory.with_name(self.directory.name + ".deleting")
         if doomed.exists():
             shutil.rmtree(doomed)
@@ -541,6 +632,170 @@ class PartitionLog:
         except FileNotFoundError:
             return
         shutil.rmtree(doomed)
+
+    # ------------------------------------------------------------------ retention / DeleteRecords
+
+    def delete_old_segments(self) -> int:
+        """Apply retention (see the module docstring); returns the number of segments removed.
+        Their files are renamed now and unlinked by :meth:`delete_expired_segments`."""
+        if self.closed:
+            return 0
+        config = self.config
+        delete_policy = "delete" in config.cleanup_policy
+        now = self.clock.time_ms()
+        with self.lock:
+            segs = self._local.segments
+            doomed: list[LogSegment] = []
+            excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
+            for i, seg in enumerate(segs[:-1]):  # never the active segment
+                next_base = segs[i + 1].base_offset
+                if next_base > self.high_watermark:
+                    break
+                below_start = next_base <= self.log_start_offset
+                by_time = delete_policy and config.retention_ms >= 0 and (
+                    now - self._largest_timestamp(seg) > config.retention_ms
+                )
+                by_size = delete_policy and excess >= 0 and excess - seg.size >= 0
+                if not (below_start or by_time or by_size):
+                    break
+                doomed.append(seg)
+                if excess >= 0:
+                    excess -= seg.size
+            if doomed:
+                self._remove_segments(doomed)
+        return len(doomed)
+
+    @staticmethod
+    def _largest_timestamp(seg: LogSegment) -> int:
+        if seg.max_timestamp_so_far >= 0:
+            return seg.max_timestamp_so_far
+        return os.fstat(seg.fd).st_mtime_ns // 1_000_000  # no timestamps: Kafka's lastModified
+
+    def _remove_segments(self, doomed: list[LogSegment]) -> None:
+        """Take ``doomed`` out (lock held), move the log start offset, checkpoint, schedule the
+        unlinks."""
+        try:
+            self._local.remove_segments(doomed)
+            due = self.clock.monotonic_ms() + max(0, self.config.file_delete_delay_ms)
+            self._pending_deletes.extend((due, s) for s in doomed)
+            crash_point("retention.after_rename")
+            first = self._local.segments[0].base_offset
+            if first > self.log_start_offset:
+                self.log_start_offset = first
+                self.high_watermark = max(self.high_watermark, first)
+            self._write_checkpoints()
+            self.producer_state.delete_snapshots_before(first)
+            for seg in doomed:
+                idx = self._txn_indexes.pop(seg.base_offset, None)
+                if idx is not None:
+                    idx.delete()
+        except OSError as e:
+            raise KafkaStorageError(f"deleting segments of {self.topic}-{self.partition} failed: {e}") from e
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset to ``offset`` (-1: the high watermark) and
+        remove the segments wholly below it. Returns the new low watermark (log start offset).
+
+        Raises OffsetOutOfRangeError if ``offset`` is beyond the high watermark (or < -1) and
+        PolicyViolationError if the cleanup policy does not include ``delete`` (Kafka's rule)."""
+        self._check_open()
+        if "delete" not in self.config.cleanup_policy:
+            raise PolicyViolationError(
+                f"records of {self.topic}-{self.partition} cannot be deleted: cleanup.policy is "
+                f"{self.config.cleanup_policy}"
+            )
+        with self.lock:
+            target = self.high_watermark if offset == -1 else offset
+            if target < 0 or target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.topic}-{self.partition} before offset {offset}: "
+                    f"the high watermark is {self.high_watermark}"
+                )
+            if target > self.log_start_offset:
+                self.log_start_offset = target
+                try:
+                    self._write_checkpoints()
+                except OSError as e:
+                    raise KafkaStorageError(f"checkpoint of {self.topic}-{self.partition} failed: {e}") from e
+                self.delete_old_segments()
+            return self.log_start_offset
+
+    def delete_expired_segments(self, force: bool = False) -> int:
+        """Close and unlink removed segments whose ``file.delete.delay.ms`` has passed (all of
+        them with ``force``). Returns how many were unlinked."""
+        if not self._pending_deletes:
+            return 0
+        now = self.clock.monotonic_ms()
+        with self.lock:
+            due = [s for t, s in self._pending_deletes if force or t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not (force or t <= now)]
+        for seg in due:
+            try:
+                seg.delete_renamed()
+            except OSError as e:
+                raise KafkaStorageError(f"unlinking {seg.log_path} failed: {e}") from e
+        return len(due)
+
+    def _finish_pending_deletes(self) -> None:
+        for _, seg in self._pending_deletes:
+            seg.delete_renamed()
+        self._pending_deletes.clear()
+
+    @property
+    def pending_deletes(self) -> int:
+        """Removed segments whose files are not unlinked yet."""
+        return len(self._pending_deletes)
+
+    # ------------------------------------------------------------------ cleaner interface
+
+    def cleanable_segments(self, upto_offset: int) -> list[tuple[LogSegment, int]]:
+        """Closed segments whose base offset is below ``upto_offset``, each with a dup of its
+        ``.log`` descriptor that the caller must close. Called by the cleaner thread."""
+        with self.lock:
+            self._check_open()
+            out = []
+            for seg in self._local.segments[:-1]:
+                if seg.base_offset >= upto_offset:
+                    break
+                out.append((seg, os.dup(seg.fd)))
+            return out
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> bool:
+        """Swap the cleaned segment ``new`` (files ``*.cleaned``, fsynced) in for ``old`` (see
+        :meth:`LocalLog.replace_segments`). Returns False — having changed nothing — if the log
+        changed meanwhile (closed, or an ``old`` segment was removed by retention); the caller
+        then deletes ``new``. Called by the cleaner thread.
+
+        The aborted-transaction entries of ``old[1:]`` are first appended to the ``.txnindex`` of
+        ``old[0]`` (the cleaned segment's base), since the cleaner keeps transactional batches and
+        markers; a crash before the swap leaves duplicates there, which are harmless."""
+        with self.lock:
+            if self.closed:
+                return False
+            segs = self._local.segments
+            first = next((i for i, s in enumerate(segs) if s is old[0]), -1)
+            if first < 0 or segs[first:first + len(old)] != old or first + len(old) >= len(segs):
+                return False
+            try:
+                moved = [self._txn_indexes[s.base_offset] for s in old[1:]
+                         if s.base_offset in self._txn_indexes]
+                if any(idx.entries for idx in moved):
+                    target = self._txn_index(old[0].base_offset)
+                    for idx in moved:
+                        for txn in idx.entries:
+                            target.append(txn)
+                    target.flush()
+                crash_point("cleaner.before_swap")
+                self._local.replace_segments(new, old)
+                for s in old[1:]:
+                    gone = self._txn_indexes.pop(s.base_offset, None)
+                    if gone is not None:
+                        gone.delete()
+            except OSError as e:
+                raise KafkaStorageError(f"swapping cleaned segments of {self!r} failed: {e}") from e
+            due = self.clock.monotonic_ms() + max(0, self.config.file_delete_delay_ms)
+            self._pending_deletes.extend((due, s) for s in old)
+            return True
 
     def _check_open(self) -> None:
         if self.closed:

@@ -16,7 +16,13 @@ assigned by the log. The segment never decodes records on the hot path: it only 
 * recover: re-validates every batch from byte 0 (length, magic, CRC32C, increasing offsets),
   rebuilds both indexes, and truncates the file at the first invalid byte.
 * delete: files are renamed to ``*.deleted`` first, then unlinked (Kafka's rename-then-delete), so
-  a crash mid-way leaves files the next load recognises as garbage.
+  a crash mid-way leaves files the next load recognises as garbage. Retention and compaction split
+  the two steps: :meth:`rename_to_deleted` keeps the file descriptors open (a pending fetch
+  response may still ``sendfile`` from them) and :meth:`delete_renamed` closes and unlinks later,
+  after ``file.delete.delay.ms``.
+* file suffix: the cleaner writes a segment under ``<name>.cleaned`` then renames it to
+  ``<name>.swap`` and finally to the plain name (:meth:`change_file_suffixes`); open file
+  descriptors survive renames.
 
 Error contract: ``recover`` never raises for bad data (it truncates); ``read``/``translate_offset``
 raise :class:`CorruptRecordError` only if the file changed under us; ``OSError`` propagates.
@@ -24,6 +30,7 @@ raise :class:`CorruptRecordError` only if the file changed under us; ``OSError``
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +52,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 _SCAN_CHUNK = 8192
 _RECOVER_CHUNK = 1 << 20
@@ -75,14 +84,16 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_size: int,
         clock: Clock,
+        file_suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         prefix = filename_prefix(base_offset)
-        self.log_path = directory / (prefix + LOG_SUFFIX)
-        self.index_path = directory / (prefix + INDEX_SUFFIX)
-        self.time_index_path = directory / (prefix + TIME_INDEX_SUFFIX)
+        self.file_suffix = file_suffix
+        self.log_path = directory / (prefix + LOG_SUFFIX + file_suffix)
+        self.index_path = directory / (prefix + INDEX_SUFFIX + file_suffix)
+        self.time_index_path = directory / (prefix + TIME_INDEX_SUFFIX + file_suffix)
         self.indexes_existed = self.index_path.exists() and self.time_index_path.exists()
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
@@ -108,15 +119,18 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         max_index_size: int = 10 * 1024 * 1024,
         clock: Clock,
+        file_suffix: str = "",
     ) -> LogSegment:
         """Open (or create) the segment's files. Does not validate: call :meth:`sanity_check`
-        (trusted, after a clean shutdown) or :meth:`recover`."""
+        (trusted, after a clean shutdown) or :meth:`recover`. ``file_suffix`` (``.cleaned``,
+        ``.swap``) is appended to every file name."""
         return cls(
             directory,
             base_offset,
             index_interval_bytes=index_interval_bytes,
             max_index_size=max_index_size,
             clock=clock,
+            file_suffix=file_suffix,
         )
 
     @property
@@ -210,6 +224,45 @@ class LogSegment:
             except FileNotFoundError:
                 continue
             os.unlink(doomed)
+
+    @property
+    def paths(self) -> tuple[Path, Path, Path]:
+        return self.log_path, self.index_path, self.time_index_path
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the three files from suffix ``old`` to ``new`` (Kafka's changeFileSuffixes).
+        The ``.log`` is renamed last. Open descriptors stay valid."""
+        if self.file_suffix != old:
+            raise ValueError(f"segment {self.base_offset} has suffix {self.file_suffix!r}, not {old!r}")
+        renamed: list[Path] = []
+        for path in (self.index_path, self.time_index_path, self.log_path):
+            stem = path.name[: len(path.name) - len(old)] if old else path.name
+            target = path.with_name(stem + new)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                if path is self.log_path:
+                    raise
+            renamed.append(target)
+        self.index_path, self.time_index_path, self.log_path = renamed
+        self.offset_index.path = self.index_path
+        self.time_index.path = self.time_index_path
+        self.file_suffix = new
+
+    def rename_to_deleted(self) -> None:
+        """First half of an asynchronous delete: rename the files to ``*.deleted`` but keep the
+        descriptors open, so readers that hold them (fetch responses, the cleaner) still work.
+        Finish with :meth:`delete_renamed`."""
+        if self.file_suffix.endswith(DELETED_SUFFIX):
+            return
+        self.change_file_suffixes(self.file_suffix, self.file_suffix + DELETED_SUFFIX)
+
+    def delete_renamed(self) -> None:
+        """Second half: close the descriptors and unlink the (renamed) files."""
+        self.close_handles()
+        for path in self.paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     # ------------------------------------------------------------------ append
 
