@@ -71,6 +71,7 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "group.consumer.assignors": (str, "uniform,range"),
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.max.timeout.ms": (int, 900000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
     "transactional.id.expiration.ms": (int, 604800000),
     "producer.id.expiration.ms": (int, 86400000),
     "max.incremental.fetch.session.cache.slots": (int, 1000),

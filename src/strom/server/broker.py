@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
 
 
 class ProducerIdManager:
@@ -63,21 +64,23 @@ class ProducerIdManager:
         return pid
 
 
-class LogOffsetsStorage:
-    """``__consumer_offsets`` storage for the group coordinator, over the real partition logs."""
+class InternalTopicStorage:
+    """Key/value record storage of a coordinator over an internal compacted topic
+    (``__consumer_offsets``, ``__transaction_state``), on the real partition logs."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, topic: str = OFFSETS_TOPIC) -> None:
         self.broker = broker
+        self.topic = topic
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         from ..protocol.records import build_batch
 
         now = self.broker.clock.time_ms()
         batch = build_batch([(k, v, [], now) for k, v in records])
-        self.broker.append(OFFSETS_TOPIC, partition, batch, flush=True)
+        self.broker.append(self.topic, partition, batch, flush=True)
 
     def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
-        plog = self.broker.logs.get((OFFSETS_TOPIC, partition))
+        plog = self.broker.logs.get((self.topic, partition))
         if plog is None:
             return
         offset = plog.log_start_offset
@@ -112,6 +115,7 @@ class Broker:
         self.servers: list[asyncio.base_events.Server] = []
         self.native_sendfile = False
         self.group_coordinator: Any = None
+        self.txn_coordinator: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
 
@@ -165,15 +169,36 @@ class Broker:
                 internal_ok=True,
             )
         from ..coordinator.group_coordinator import GroupCoordinator
+        from ..coordinator.transaction_coordinator import TransactionCoordinator
 
         self.group_coordinator = GroupCoordinator(
-            config=self.config, clock=self.clock, storage=LogOffsetsStorage(self)
+            config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
         )
         await self.group_coordinator.start()
+        if TXN_TOPIC not in self.topics.topics:
+            self.create_topic(
+                TXN_TOPIC,
+                self.config["transaction.state.log.num.partitions"],
+                {"cleanup.policy": "compact"},
+                internal_ok=True,
+            )
+        self.txn_coordinator = TransactionCoordinator(
+            clock=self.clock,
+            storage=InternalTopicStorage(self, TXN_TOPIC),
+            markers=self,
+            allocate_producer_id=self.producer_ids.allocate,
+            num_partitions=self.topics.topics[TXN_TOPIC].partitions,
+            max_timeout_ms=self.config["transaction.max.timeout.ms"],
+            id_expiration_ms=self.config["transactional.id.expiration.ms"],
+            abort_check_interval_ms=self.config[
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+            ],
+        )
+        await self.txn_coordinator.start()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
         try:
-            from .log_tasks import start_log_tasks
+            from .log_tasks import start_log_tasks  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             pass
         else:
@@ -206,9 +231,10 @@ class Broker:
             conn.close()
         for t in self._tasks:
             t.cancel()
-        if self.group_coordinator is not None:
-            with contextlib.suppress(Exception):
-                await self.group_coordinator.stop()
+        for coord in (self.txn_coordinator, self.group_coordinator):
+            if coord is not None:
+                with contextlib.suppress(Exception):
+                    await coord.stop()
         for plog in self.logs.values():
             try:
                 plog.close()
@@ -286,6 +312,23 @@ class Broker:
         return plog.high_watermark if plog else -1
 
     # ------------------------------------------------------------------ data path
+    async def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """Write a transaction marker (control batch) to each partition, durably; offsets
+        partitions also complete the group coordinator's pending transactional offsets."""
+        from ..protocol.records import build_control_batch
+
+        batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.clock.time_ms())
+        for topic, partition in partitions:
+            if (topic, partition) not in self.logs:
+                continue  # deleted since it joined the transaction
+            self.append(topic, partition, batch, flush=True, from_coordinator=True)
+            if topic == OFFSETS_TOPIC and self.group_coordinator is not None:
+                complete = getattr(self.group_coordinator, "complete_txn", None)
+                if complete is not None:
+                    await complete(partition, producer_id, commit)
+
     def append(
         self,
         topic: str,
@@ -293,9 +336,10 @@ class Broker:
         records: bytes | bytearray | memoryview,
         leader_epoch: int = 0,
         flush: bool = False,
+        from_coordinator: bool = False,
     ) -> Any:
         plog = self.logs[(topic, partition)]
-        info = plog.append_as_leader(records, leader_epoch)
+        info = plog.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
         if flush:
             plog.flush()
         plog.update_high_watermark(plog.log_end_offset)

@@ -155,21 +155,26 @@ def _read_partitions(
                 any_error = True
                 continue
             hw = plog.high_watermark
+            lso = plog.last_stable_offset
             pr.high_watermark = hw
-            pr.last_stable_offset = hw
+            pr.last_stable_offset = lso
             pr.log_start_offset = plog.log_start_offset
-            if isolation == 1:
-                pr.aborted = []
+            upper = hw
+            if isolation == 1:  # read_committed: up to the last stable offset, with aborted txns
+                upper = lso
+                pr.aborted = [
+                    (a.producer_id, a.first_offset) for a in plog.collect_aborted(fp.fetch_offset, lso)
+                ]
             offset = fp.fetch_offset
             if offset < plog.log_start_offset or offset > plog.log_end_offset:
                 pr.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
             limit = min(fp.partition_max_bytes, budget - total)
-            if offset >= hw or (limit <= 0 and not first_data):
+            if offset >= upper or (limit <= 0 and not first_data):
                 continue
             try:
-                data = plog.read(offset, max(limit, 0), max_offset=hw, min_one_message=first_data)
+                data = plog.read(offset, max(limit, 0), max_offset=upper, min_one_message=first_data)
             except Exception as e:
                 code = getattr(e, "error_code", None)
                 pr.error_code = code if code is not None else ErrorCode.KAFKA_STORAGE_ERROR

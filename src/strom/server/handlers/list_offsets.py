@@ -36,7 +36,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
             ts = p.timestamp
             offset, found_ts = -1, -1
             if ts == LATEST:
-                offset = plog.high_watermark
+                read_committed = getattr(request, "isolation_level", 0) == 1
+                offset = plog.last_stable_offset if read_committed else plog.high_watermark
             elif ts in (EARLIEST, EARLIEST_LOCAL):
                 offset = plog.log_start_offset
             elif ts == LATEST_TIERED:

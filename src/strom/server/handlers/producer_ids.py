@@ -1,26 +1,24 @@
-"""InitProducerId (22) for idempotent producers (transactional ids come with the transactions issue)."""
+"""InitProducerId (22): idempotent producers get a fresh id here; transactional ids go to the
+transaction coordinator (epoch bumps, fencing)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
 
 
 @handler(22)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if request.transactional_id is not None:
-        # No transaction coordinator yet: refuse clearly rather than pretend.
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    if request.transactional_id is not None:
+        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        err, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(
+            str(request.transactional_id), timeout_ms, pid, epoch
+        )
+        return {"throttle_time": 0, "error_code": err, "producer_id": pid, "producer_epoch": epoch}
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer asks to bump its epoch after an error.
         return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1}

@@ -1,0 +1,186 @@
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+TxnOffsetCommit (28), DescribeProducers (61), DescribeTransactions (65), ListTransactions (66).
+
+InitProducerId with a ``transactional.id`` is routed here from ``producer_ids``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...coordinator.transaction import KAFKA_STATE_NAMES
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from . import handler
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    return ctx.broker.txn_coordinator
+
+
+def _topic_results(errors: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), err in errors.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "partition_error_code": err})
+    return [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]
+
+
+def _known_partitions(
+    ctx: RequestContext, topics: Any
+) -> tuple[list[tuple[str, int]], dict[tuple[str, int], int]]:
+    ok: list[tuple[str, int]] = []
+    bad: dict[tuple[str, int], int] = {}
+    for t in topics:
+        name = str(t.name)
+        for p in t.partitions:
+            if (name, p) in ctx.broker.logs:
+                ok.append((name, int(p)))
+            else:
+                bad[(name, int(p))] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return ok, bad
+
+
+@handler(24)
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if ctx.api_version <= 3:
+        tid = str(request.v3_and_below_transactional_id)
+        ok, bad = _known_partitions(ctx, request.v3_and_below_topics)
+        if bad:
+            # Kafka fails the whole request when a partition is unknown; others get OPERATION_NOT_ATTEMPTED
+            errors = {**dict.fromkeys(ok, ErrorCode.OPERATION_NOT_ATTEMPTED), **bad}
+        else:
+            errors = await coord.add_partitions(
+                tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, ok
+            )
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(errors)}
+    results = []
+    for txn in request.transactions:
+        tid = str(txn.transactional_id)
+        ok, bad = _known_partitions(ctx, txn.topics)
+        if txn.verify_only:
+            errors = {**coord.verify_partitions(tid, txn.producer_id, txn.producer_epoch, ok), **bad}
+        elif bad:
+            errors = {**dict.fromkeys(ok, ErrorCode.OPERATION_NOT_ATTEMPTED), **bad}
+        else:
+            errors = await coord.add_partitions(tid, txn.producer_id, txn.producer_epoch, ok)
+        results.append({"transactional_id": tid, "topic_results": _topic_results(errors)})
+    return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
+
+
+@handler(25)
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    group_id = str(request.group_id)
+    gc = ctx.broker.group_coordinator
+    partition = gc.partition_for(group_id)
+    err = await _coordinator(ctx).add_offsets(
+        str(request.transactional_id), request.producer_id, request.producer_epoch, group_id, partition
+    )
+    return {"throttle_time": 0, "error_code": err}
+
+
+@handler(26)
+async def handle_end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    err = await _coordinator(ctx).end_txn(
+        str(request.transactional_id), request.producer_id, request.producer_epoch, bool(request.committed)
+    )
+    return {"throttle_time": 0, "error_code": err, "producer_id": -1, "producer_epoch": -1}
+
+
+@handler(28)
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    gc = ctx.broker.group_coordinator
+    group_id = str(request.group_id)
+    offsets = {
+        (str(t.name), int(p.partition_index)): (
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    tid = str(request.transactional_id)
+    txn = _coordinator(ctx).sm.txns.get(tid)
+    partition = gc.partition_for(group_id)
+    if txn is None or txn.producer_id != request.producer_id:
+        errors = dict.fromkeys(offsets, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    elif request.producer_epoch < txn.producer_epoch:
+        errors = dict.fromkeys(offsets, ErrorCode.PRODUCER_FENCED)
+    elif ("__consumer_offsets", partition) not in txn.partitions:
+        errors = dict.fromkeys(offsets, ErrorCode.INVALID_TXN_STATE)
+    else:
+        errors = await gc.txn_commit_offsets(
+            group_id,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            generation_id=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=offsets,
+        )
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), err in errors.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": err})
+    return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
+@handler(65)
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    return {
+        "throttle_time": 0,
+        "transaction_states": [coord.describe(str(t)) for t in request.transactional_ids],
+    }
+
+
+@handler(66)
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    states = [str(s) for s in request.state_filters]
+    unknown = [s for s in states if s not in KAFKA_STATE_NAMES]
+    found = coord.list(
+        states, [int(p) for p in request.producer_id_filters], getattr(request, "duration_filter", -1)
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "unknown_state_filters": unknown,
+        "transaction_states": [
+            {
+                "transactional_id": m.transactional_id,
+                "producer_id": m.producer_id,
+                "transaction_state": m.state.kafka_name,
+            }
+            for m in found
+        ],
+    }
+
+
+@handler(61)
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for t in request.topics:
+        name = str(t.name)
+        parts = []
+        for p in t.partition_indexes:
+            plog = ctx.broker.logs.get((name, p))
+            if plog is None:
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_message": None,
+                        "active_producers": [],
+                    }
+                )
+                continue
+            parts.append(
+                {
+                    "partition_index": p,
+                    "error_code": 0,
+                    "error_message": None,
+                    "active_producers": plog.describe_producers(),
+                }
+            )
+        topics.append({"name": name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
