@@ -1,0 +1,159 @@
+"""Exactly-once with real clients: transactional producers, read_committed consumers, fencing."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from strom.testing.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def create(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(15)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int | None = None,
+             timeout: float = 8.0) -> list[tuple[int, int, bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}-{time.time()}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple[int, int, bytes]] = []
+    eof: set[int] = set()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = c.poll(0.3)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == -191:  # _PARTITION_EOF
+                eof.add(m.partition())
+                if len(eof) == partitions and (expect is None or len(out) >= expect):
+                    break
+                continue
+            raise KafkaException(m.error())
+        out.append((m.partition(), m.offset(), m.value()))
+    c.close()
+    return out
+
+
+def producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
+    p.init_transactions(15)
+    return p
+
+
+def test_committed_visible_aborted_never(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "txn-out", 2)
+    p = producer(bs, "writer-1")
+    p.begin_transaction()
+    for i in range(20):
+        p.produce("txn-out", value=b"commit-%d" % i, partition=i % 2)
+    p.commit_transaction(15)
+    p.begin_transaction()
+    for i in range(20):
+        p.produce("txn-out", value=b"abort-%d" % i, partition=i % 2)
+    p.flush(15)  # make sure the aborted records really reach the log before the abort
+    p.abort_transaction(15)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce("txn-out", value=b"late-%d" % i, partition=i % 2)
+    p.commit_transaction(15)
+
+    committed = read_all(bs, "txn-out", 2, "read_committed", expect=25)
+    values = sorted(v for _, _, v in committed)
+    assert values == sorted([b"commit-%d" % i for i in range(20)] + [b"late-%d" % i for i in range(5)])
+    uncommitted = read_all(bs, "txn-out", 2, "read_uncommitted", expect=45)
+    assert sorted(v for _, _, v in uncommitted) == sorted(
+        values + [b"abort-%d" % i for i in range(20)]
+    )
+    # markers occupy offsets but are never delivered as records: the two markers before the last
+    # transaction's records leave exactly two gaps in each partition's offsets
+    for part in (0, 1):
+        offsets = sorted(o for pp, o, _ in uncommitted if pp == part)
+        assert offsets[-1] - (len(offsets) - 1) == 2
+
+
+def test_open_transaction_blocks_read_committed_until_commit(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "lso-topic", 1)
+    plain = Producer({"bootstrap.servers": bs})
+    plain.produce("lso-topic", value=b"before", partition=0)
+    plain.flush(10)
+    p = producer(bs, "slow-writer")
+    p.begin_transaction()
+    p.produce("lso-topic", value=b"in-txn", partition=0)
+    p.flush(10)
+    plain.produce("lso-topic", value=b"after", partition=0)
+    plain.flush(10)
+    # the last stable offset stops at the open transaction's first offset
+    assert [v for _, _, v in read_all(bs, "lso-topic", 1, "read_committed", timeout=4)] == [b"before"]
+    p.commit_transaction(15)
+    got = [v for _, _, v in read_all(bs, "lso-topic", 1, "read_committed", expect=3)]
+    assert got == [b"before", b"in-txn", b"after"]
+
+
+def test_second_producer_fences_the_first(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "fence-topic", 1)
+    first = producer(bs, "same-id")
+    first.begin_transaction()
+    first.produce("fence-topic", value=b"zombie-1", partition=0)
+    first.flush(10)
+    second = producer(bs, "same-id")  # fences `first` and aborts its open transaction
+    with pytest.raises(KafkaException) as err:
+        first.produce("fence-topic", value=b"zombie-2", partition=0)
+        first.commit_transaction(10)
+    assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
+    second.begin_transaction()
+    second.produce("fence-topic", value=b"live", partition=0)
+    second.commit_transaction(15)
+    assert [v for _, _, v in read_all(bs, "fence-topic", 1, "read_committed", expect=1)] == [b"live"]
+
+
+def test_transaction_timeout_aborts(tmp_path: Any) -> None:
+    b = BrokerProcess(tmp_path / "d", overrides=["transaction.abort.timed.out.transaction.cleanup.interval.ms=200"])
+    b.start()
+    try:
+        create(b.bootstrap, "timeout-topic", 1)
+        p = producer(b.bootstrap, "hung", **{"transaction.timeout.ms": 1500})
+        p.begin_transaction()
+        p.produce("timeout-topic", value=b"never", partition=0)
+        p.flush(10)
+        time.sleep(3)
+        # the coordinator aborted it: read_committed sees nothing, and the LSO moved past it
+        assert read_all(b.bootstrap, "timeout-topic", 1, "read_committed", timeout=3) == []
+        with pytest.raises(KafkaException):
+            p.commit_transaction(10)
+    finally:
+        b.stop()
+
+
+def test_transactions_survive_broker_restart(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "restart-txn", 1)
+    p = producer(bs, "durable")
+    p.begin_transaction()
+    p.produce("restart-txn", value=b"one", partition=0)
+    p.commit_transaction(15)
+    p.begin_transaction()
+    p.produce("restart-txn", value=b"aborted", partition=0)
+    p.flush(10)
+    p.abort_transaction(15)
+    broker.kill()
+    broker.start()
+    assert [v for _, _, v in read_all(bs, "restart-txn", 1, "read_committed", expect=1)] == [b"one"]
+    # the id's epoch lineage survived: a new producer with the same id fences nothing wrongly
+    p2 = producer(bs, "durable")
+    p2.begin_transaction()
+    p2.produce("restart-txn", value=b"two", partition=0)
+    p2.commit_transaction(15)
+    assert [v for _, _, v in read_all(bs, "restart-txn", 1, "read_committed", expect=2)] == [b"one", b"two"]
