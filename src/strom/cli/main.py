@@ -1,8 +1,10 @@
-"""The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``.
+"""The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
+``records``, ``dump-log``.
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
-``kafka-console-producer.sh``, ``kafka-console-consumer.sh``). Commands other than ``serve``
-are thin over :mod:`strom.client` and work against any Kafka-compatible broker.
+``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
+``kafka-delete-records.sh``, ``kafka-dump-log.sh``). Commands other than ``serve`` and
+``dump-log`` are thin over :mod:`strom.client` and work against any Kafka-compatible broker.
 
 Exit codes: 0 success, 1 runtime error (broker unreachable, Kafka error ...), 2 usage or
 configuration error, 130 interrupted. Expected errors print one line on stderr, no traceback.
@@ -19,13 +21,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from strom.cli import commands
+from strom.cli import commands, dump_log
+from strom.cli import configs as cli_configs
 from strom.client.errors import KafkaError
 
 __all__ = ["build_parser", "main", "run"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+TOPIC_ACTIONS = ("create", "list", "describe", "alter", "delete")
 
 
 class UsageError(Exception):
@@ -63,19 +67,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="override a config (repeatable)"
     )
 
-    topics = sub.add_parser("topics", help="create, list, describe, delete topics (like kafka-topics.sh)")
+    topics = sub.add_parser(
+        "topics", help="create, list, describe, alter, delete topics (like kafka-topics.sh)"
+    )
     _add_bootstrap(topics)
-    topics.add_argument("action", nargs="?", choices=("create", "list", "describe", "delete"))
-    for flag in ("create", "list", "describe", "delete"):
+    topics.add_argument("action", nargs="?", choices=TOPIC_ACTIONS)
+    for flag in TOPIC_ACTIONS:
         topics.add_argument(f"--{flag}", dest=f"flag_{flag}", action="store_true", help=f"same as '{flag}'")
     topics.add_argument("--topic", help="topic name")
-    topics.add_argument("--partitions", type=int, help="number of partitions (default: broker's)")
+    topics.add_argument(
+        "--partitions", type=int, help="number of partitions (create: default broker's; alter: new total)"
+    )
     topics.add_argument("--replication-factor", type=int, help="replication factor (default: broker's)")
     topics.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)"
     )
     topics.add_argument("--if-not-exists", action="store_true", help="create: no error if it exists")
-    topics.add_argument("--if-exists", action="store_true", help="describe/delete: no error if absent")
+    topics.add_argument("--if-exists", action="store_true", help="describe/alter/delete: no error if absent")
     topics.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
 
     produce = sub.add_parser("produce", help="send stdin lines as records (like kafka-console-producer.sh)")
@@ -131,20 +139,109 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument("--max-wait-ms", type=int, default=500, help="fetch long-poll wait (default 500)")
     consume.add_argument("--fetch-max-bytes", type=int, default=1 << 20, help="max bytes per fetch")
+    _add_configs_parser(sub)
+    _add_records_parser(sub)
+    _add_dump_log_parser(sub)
     return parser
 
 
+def _add_configs_parser(sub: Any) -> None:
+    configs = sub.add_parser(
+        "configs", help="describe and alter topic/broker configs (like kafka-configs.sh)"
+    )
+    _add_bootstrap(configs)
+    configs.add_argument("action", nargs="?", choices=("describe", "alter"))
+    configs.add_argument("--describe", dest="flag_describe", action="store_true", help="same as 'describe'")
+    configs.add_argument("--alter", dest="flag_alter", action="store_true", help="same as 'alter'")
+    configs.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers"))
+    configs.add_argument("--entity-name", help="topic name or broker id (describe: all when omitted)")
+    configs.add_argument(
+        "--entity-default", action="store_true", help="brokers: the cluster-wide dynamic default"
+    )
+    configs.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
+    configs.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
+    configs.add_argument(
+        "--broker-defaults", action="store_true", help="same as --entity-type brokers --entity-default"
+    )
+    configs.add_argument("--broker-logger", help="same as --entity-type broker-loggers --entity-name ID")
+    configs.add_argument(
+        "--add-config",
+        action="append",
+        default=[],
+        metavar="K=V[,K=[A,B]]",
+        help="set configs; list values in brackets (repeatable)",
+    )
+    configs.add_argument(
+        "--add-config-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="set the configs in a properties file",
+    )
+    configs.add_argument(
+        "--append-config", action="append", default=[], metavar="K=V", help="append to list configs"
+    )
+    configs.add_argument(
+        "--subtract-config", action="append", default=[], metavar="K=V", help="remove from list configs"
+    )
+    configs.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="K[,K]",
+        help="remove configs (back to defaults)",
+    )
+    configs.add_argument("--all", action="store_true", help="describe: every config, not only dynamic ones")
+
+
+def _add_records_parser(sub: Any) -> None:
+    records = sub.add_parser("records", help="delete records below an offset (like kafka-delete-records.sh)")
+    _add_bootstrap(records)
+    records.add_argument("action", choices=("delete",))
+    records.add_argument(
+        "--offset-json-file",
+        metavar="FILE",
+        help='{"partitions": [{"topic": T, "partition": P, "offset": O}], "version": 1}',
+    )
+    records.add_argument("--topic", help="topic (instead of --offset-json-file)")
+    records.add_argument("--partition", type=int, help="partition (default: every partition)")
+    records.add_argument("--offset", type=int, help="delete records before this offset (-1: high watermark)")
+
+
+def _add_dump_log_parser(sub: Any) -> None:
+    dump = sub.add_parser("dump-log", help="print log segments and indexes (like kafka-dump-log.sh)")
+    dump.add_argument("segments", nargs="*", metavar="FILE", help=".log, .index or .timeindex files")
+    dump.add_argument(
+        "--files", action="append", metavar="F[,F]", help="files, comma separated (Kafka's flag)"
+    )
+    dump.add_argument("--print-data-log", action="store_true", help="print record keys and payloads")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record, not just batches")
+    dump.add_argument("--index-sanity-check", action="store_true", help="report whether each index is sane")
+    dump.add_argument("--verify-index-only", action="store_true", help="print index mismatches only")
+    dump.add_argument("--max-bytes", type=int, default=None, help="only the first N bytes of a .log")
+
+
 def _topics_action(args: argparse.Namespace) -> str:
-    chosen = [f for f in ("create", "list", "describe", "delete") if getattr(args, f"flag_{f}")]
+    chosen = [f for f in TOPIC_ACTIONS if getattr(args, f"flag_{f}")]
     if args.action:
         chosen.append(args.action)
     chosen = list(dict.fromkeys(chosen))
     if len(chosen) != 1:
-        raise UsageError("give exactly one of create, list, describe, delete")
+        raise UsageError("give exactly one of create, list, describe, alter, delete")
     action = chosen[0]
-    if action in ("create", "delete") and not args.topic:
+    if action in ("create", "alter", "delete") and not args.topic:
         raise UsageError(f"{action} needs --topic")
     return action
+
+
+def _configs_action(args: argparse.Namespace) -> str:
+    chosen = [f for f in ("describe", "alter") if getattr(args, f"flag_{f}")]
+    if args.action:
+        chosen.append(args.action)
+    chosen = list(dict.fromkeys(chosen))
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of describe, alter")
+    return chosen[0]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -180,7 +277,15 @@ def run(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "topics":
             action = _topics_action(args)
+            if action == "alter":
+                return asyncio.run(cli_configs.topics_alter(args))
             return asyncio.run(commands.topics(args, action))
+        if args.command == "configs":
+            return asyncio.run(cli_configs.configs(args, _configs_action(args)))
+        if args.command == "records":
+            return asyncio.run(cli_configs.records_delete(args))
+        if args.command == "dump-log":
+            return dump_log.run(args)
         if args.command == "produce":
             return asyncio.run(commands.produce(args))
         if args.command == "consume":

@@ -179,7 +179,9 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     set(TOPIC_SYNONYMS.values()) | {"log.retention.minutes", "log.retention.hours", "log.roll.hours"}
 )
 # Built-in defaults that stand for "not set" (Kafka shows them as null).
-_NULL_DEFAULTS = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.flush.interval.ms"})
+_NULL_DEFAULTS = frozenset(
+    {"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.flush.interval.ms"}
+)
 _LIST_BROKER_CONFIGS = frozenset(
     {"listeners", "advertised.listeners", "log.dirs", "log.cleanup.policy", "group.consumer.assignors"}
 )

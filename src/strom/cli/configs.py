@@ -1,0 +1,365 @@
+"""``strom configs`` (like kafka-configs.sh), ``strom topics alter --partitions`` and
+``strom records delete`` (like kafka-delete-records.sh), thin over :mod:`strom.client.admin`.
+
+Output follows the Kafka tools::
+
+    Dynamic configs for topic t are:
+      retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000, ...}
+
+Error contract: as :mod:`strom.cli.commands` — :class:`CommandError` for expected failures
+(usage problems exit 2), :class:`~strom.client.errors.KafkaError` for broker errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from strom.cli.commands import CommandError, _client, _connection_error
+from strom.client import admin
+from strom.client.client import Client
+from strom.client.errors import KafkaConnectionError, KafkaError
+
+__all__ = [
+    "ConfigTarget",
+    "configs",
+    "describe_config_lines",
+    "parse_config_list",
+    "parse_delete_list",
+    "records_delete",
+    "topics_alter",
+]
+
+ENTITY_TYPES = {"topics": admin.TOPIC, "brokers": admin.BROKER, "broker-loggers": admin.BROKER_LOGGER}
+_SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6}
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def parse_config_list(text: str) -> list[tuple[str, str]]:
+    """Kafka's ``--add-config`` syntax: ``k1=v1,k2=[v1,v2],k3=v3`` (brackets hold list values
+    that contain commas). Raises ``CommandError`` (exit 2) for malformed input."""
+    out: list[tuple[str, str]] = []
+    items: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise CommandError(f"unbalanced ']' in config list {text!r}", 2)
+        if ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise CommandError(f"unbalanced '[' in config list {text!r}", 2)
+    items.append("".join(cur))
+    for item in items:
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise CommandError(f"config {item.strip()!r} is not of the form key=value", 2)
+        k, v = item.split("=", 1)
+        k = k.strip()
+        v = v.strip()
+        if not k:
+            raise CommandError(f"config {item.strip()!r} has an empty name", 2)
+        if v.startswith("[") and v.endswith("]"):
+            v = ",".join(s.strip() for s in v[1:-1].split(",") if s.strip())
+        out.append((k, v))
+    return out
+
+
+def parse_delete_list(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _read_config_file(path: str) -> list[tuple[str, str]]:
+    from strom.config import parse_properties
+
+    try:
+        return list(parse_properties(Path(path).read_text()).items())
+    except OSError as e:
+        raise CommandError(f"cannot read --add-config-file {path}: {e.strerror or e}", 2) from None
+
+
+# ---------------------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class ConfigTarget:
+    entity_type: str  # topics | brokers | broker-loggers
+    name: str | None  # None: every entity of the type; "" for brokers: the cluster default
+
+    @property
+    def resource_type(self) -> int:
+        return ENTITY_TYPES[self.entity_type]
+
+    @property
+    def is_default(self) -> bool:
+        return self.entity_type == "brokers" and self.name == ""
+
+    def header(self, all_configs: bool) -> str:
+        if self.is_default:
+            return "Default configs for brokers in the cluster are:"
+        kind = "All" if all_configs else "Dynamic"
+        return f"{kind} configs for {_SINGULAR[self.entity_type]} {self.name} are:"
+
+    def done(self) -> str:
+        if self.is_default:
+            return "Completed updating default config for brokers in the cluster."
+        return f"Completed updating config for {_SINGULAR[self.entity_type]} {self.name}."
+
+
+def target_from_args(args: argparse.Namespace) -> ConfigTarget:
+    """Resolve ``--entity-type/--entity-name/--entity-default`` and the shortcuts ``--topic``,
+    ``--broker``, ``--broker-defaults``, ``--broker-logger``."""
+    chosen: list[ConfigTarget] = []
+    if args.topic is not None:
+        chosen.append(ConfigTarget("topics", args.topic))
+    if args.broker is not None:
+        chosen.append(ConfigTarget("brokers", args.broker))
+    if args.broker_defaults:
+        chosen.append(ConfigTarget("brokers", ""))
+    if args.broker_logger is not None:
+        chosen.append(ConfigTarget("broker-loggers", args.broker_logger))
+    if args.entity_type is not None:
+        etype = args.entity_type
+        if args.entity_default and args.entity_name is not None:
+            raise CommandError("--entity-name and --entity-default cannot be used together", 2)
+        if args.entity_default:
+            if etype != "brokers":
+                raise CommandError(f"--entity-default is not supported for --entity-type {etype}", 2)
+            chosen.append(ConfigTarget(etype, ""))
+        else:
+            chosen.append(ConfigTarget(etype, args.entity_name))
+    elif args.entity_name is not None or args.entity_default:
+        raise CommandError("--entity-name/--entity-default need --entity-type", 2)
+    if len(chosen) != 1:
+        raise CommandError(
+            "give exactly one entity: --entity-type with --entity-name/--entity-default, "
+            "or one of --topic, --broker, --broker-defaults, --broker-logger",
+            2,
+        )
+    target = chosen[0]
+    name = target.name
+    if target.entity_type in ("brokers", "broker-loggers") and name and not name.strip().isdigit():
+        raise CommandError(f"the entity name for {target.entity_type} must be a broker id, not {name!r}", 2)
+    if target.entity_type == "topics" and target.name == "":
+        raise CommandError("the topic name must not be empty", 2)
+    return target
+
+
+# ---------------------------------------------------------------------------- describe
+
+
+def _show(value: str | None) -> str:
+    return "null" if value is None else value
+
+
+def describe_config_lines(
+    target: ConfigTarget, entries: Sequence[admin.ConfigInfo], all_configs: bool
+) -> list[str]:
+    """The lines kafka-configs.sh prints for one entity."""
+    lines = [target.header(all_configs)]
+    dynamic = 3 if target.is_default else _DYNAMIC_SOURCE[target.entity_type]
+    for e in sorted(entries, key=lambda e: e.name):
+        if not all_configs and e.source != dynamic:
+            continue
+        value = None if e.sensitive else e.value
+        synonyms = ", ".join(
+            f"{admin.SOURCE_NAMES.get(src, str(src))}:{name}={_show(None if e.sensitive else val)}"
+            for name, val, src in e.synonyms
+        )
+        lines.append(
+            f"  {e.name}={_show(value)} sensitive={str(e.sensitive).lower()} synonyms={{{synonyms}}}"
+        )
+    return lines
+
+
+async def _expand(client: Client, target: ConfigTarget) -> list[ConfigTarget]:
+    if target.name is not None:
+        return [target]
+    if target.entity_type == "topics":
+        return [ConfigTarget("topics", n) for n in await client.list_topics()]
+    md = await client.metadata([])
+    ids = [ConfigTarget(target.entity_type, str(b)) for b in sorted(md.brokers)]
+    if target.entity_type == "brokers":
+        ids.append(ConfigTarget("brokers", ""))
+    return ids
+
+
+async def _describe(client: Client, target: ConfigTarget, all_configs: bool) -> int:
+    for t in await _expand(client, target):
+        try:
+            entries = await admin.describe_configs(client, t.resource_type, t.name or "")
+        except KafkaError as e:
+            if e.code == ErrorCode.unknown_topic_or_partition:
+                raise CommandError(f"topic {t.name!r} does not exist") from None
+            raise
+        for line in describe_config_lines(t, entries, all_configs):
+            print(line)
+    return 0
+
+
+# ---------------------------------------------------------------------------- alter
+
+
+def alter_ops(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
+    ops: list[tuple[str, int, str | None]] = []
+    for text in args.add_config:
+        ops += [(k, admin.SET, v) for k, v in parse_config_list(text)]
+    for path in args.add_config_file:
+        ops += [(k, admin.SET, v) for k, v in _read_config_file(path)]
+    for text in args.append_config:
+        ops += [(k, admin.APPEND, v) for k, v in parse_config_list(text)]
+    for text in args.subtract_config:
+        ops += [(k, admin.SUBTRACT, v) for k, v in parse_config_list(text)]
+    for text in args.delete_config:
+        ops += [(k, admin.DELETE, None) for k in parse_delete_list(text)]
+    if not ops:
+        raise CommandError(
+            "alter needs --add-config, --add-config-file, --append-config, --subtract-config "
+            "or --delete-config",
+            2,
+        )
+    seen: set[str] = set()
+    for name, _, _ in ops:
+        if name in seen:
+            raise CommandError(f"config {name!r} is given more than once", 2)
+        seen.add(name)
+    return ops
+
+
+async def _alter(client: Client, target: ConfigTarget, ops: list[tuple[str, int, str | None]]) -> int:
+    if target.name is None:
+        raise CommandError("alter needs --entity-name or --entity-default", 2)
+    try:
+        await admin.incremental_alter_configs(client, target.resource_type, target.name, ops)
+    except KafkaError as e:
+        if e.code == ErrorCode.unknown_topic_or_partition:
+            raise CommandError(f"topic {target.name!r} does not exist") from None
+        raise CommandError(f"cannot alter configs: {e}") from None
+    print(target.done())
+    return 0
+
+
+async def configs(args: argparse.Namespace, action: str) -> int:
+    target = target_from_args(args)
+    ops = alter_ops(args) if action == "alter" else []
+    client = _client(args)
+    try:
+        async with client:
+            if action == "describe":
+                return await _describe(client, target, args.all)
+            return await _alter(client, target, ops)
+    except KafkaConnectionError as e:
+        raise _connection_error(e) from None
+
+
+# ---------------------------------------------------------------------------- topics alter
+
+
+async def topics_alter(args: argparse.Namespace) -> int:
+    """``strom topics alter --topic T --partitions N`` (CreatePartitions)."""
+    if args.partitions is None:
+        raise CommandError("alter needs --partitions", 2)
+    if args.partitions < 1:
+        raise CommandError("--partitions must be at least 1", 2)
+    if args.config:
+        raise CommandError("topic configs are altered with 'strom configs alter --topic ... --add-config'", 2)
+    client = _client(args)
+    try:
+        async with client:
+            result = await admin.create_partitions(client, {args.topic: args.partitions})
+    except KafkaConnectionError as e:
+        raise _connection_error(e) from None
+    err = result.get(args.topic)
+    if err is not None:
+        if err.code == ErrorCode.unknown_topic_or_partition:
+            if args.if_exists:
+                return 0
+            raise CommandError(f"topic {args.topic!r} does not exist")
+        raise CommandError(f"cannot alter topic {args.topic!r}: {err}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- records delete
+
+
+def parse_offset_json(text: str) -> dict[str, dict[int, int]]:
+    """kafka-delete-records.sh's ``--offset-json-file`` document:
+    ``{"partitions": [{"topic": "t", "partition": 0, "offset": 3}], "version": 1}``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CommandError(f"the offset JSON is not valid JSON: {e}", 2) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise CommandError('the offset JSON must be an object with a "partitions" list', 2)
+    out: dict[str, dict[int, int]] = {}
+    for item in doc["partitions"]:
+        try:
+            topic = str(item["topic"])
+            partition = int(item["partition"])
+            offset = int(item["offset"])
+        except (KeyError, TypeError, ValueError):
+            raise CommandError(f"bad partition entry in the offset JSON: {item!r}", 2) from None
+        parts = out.setdefault(topic, {})
+        if partition in parts:
+            raise CommandError(f"offset JSON names partition {topic}-{partition} more than once", 2)
+        parts[partition] = offset
+    if not out:
+        raise CommandError("the offset JSON names no partition", 2)
+    return out
+
+
+def _records_targets(args: argparse.Namespace) -> dict[str, dict[int, int]]:
+    if args.offset_json_file is not None:
+        if args.topic is not None:
+            raise CommandError("give either --offset-json-file or --topic/--partition/--offset", 2)
+        try:
+            text = Path(args.offset_json_file).read_text()
+        except OSError as e:
+            raise CommandError(f"cannot read {args.offset_json_file}: {e.strerror or e}", 2) from None
+        return parse_offset_json(text)
+    if args.topic is None or args.offset is None:
+        raise CommandError("delete needs --offset-json-file, or --topic and --offset (and --partition)", 2)
+    parts = [args.partition] if args.partition is not None else None
+    return {args.topic: dict.fromkeys(parts or [-1], args.offset)}
+
+
+async def records_delete(args: argparse.Namespace) -> int:
+    wanted = _records_targets(args)
+    client = _client(args)
+    failed = False
+    try:
+        async with client:
+            print("Executing records delete operation")
+            results: list[tuple[str, int, int | KafkaError]] = []
+            for topic, parts in wanted.items():
+                if -1 in parts and len(parts) == 1 and args.offset_json_file is None:
+                    t = await client.topic(topic, refresh=True)
+                    parts = dict.fromkeys(t.partitions, parts[-1])
+                res = await admin.delete_records(client, topic, parts)
+                results += [(topic, p, r) for p, r in res.items()]
+    except KafkaConnectionError as e:
+        raise _connection_error(e) from None
+    print("Records delete operation completed:")
+    for topic, p, r in results:
+        if isinstance(r, KafkaError):
+            failed = True
+            print(f"partition: {topic}-{p}\terror: {r}")
+        else:
+            print(f"partition: {topic}-{p}\tlow_watermark: {r}")
+    return 1 if failed else 0

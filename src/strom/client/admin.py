@@ -1,0 +1,263 @@
+"""Config and partition administration over :class:`strom.client.Client`: DescribeConfigs,
+IncrementalAlterConfigs, AlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
+
+Works against any Kafka-compatible broker. Broker resources are sent to the broker they name
+(the cluster default, ``""``, to any broker), like Kafka's AdminClient.
+
+Error contract: a resource-level error is raised as :class:`~strom.client.errors.KafkaError`
+carrying the broker's code and message; per-topic/partition results return errors as values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from strom.client.client import Client
+from strom.client.connection import KafkaConnection
+from strom.client.errors import KafkaError
+
+__all__ = [
+    "SOURCE_NAMES",
+    "ConfigInfo",
+    "alter_configs",
+    "create_partitions",
+    "delete_records",
+    "describe_configs",
+    "describe_log_dirs",
+    "incremental_alter_configs",
+]
+
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
+CREATE_PARTITIONS = 37
+DELETE_RECORDS = 21
+DESCRIBE_LOG_DIRS = 35
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+SOURCE_NAMES = {
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+
+
+@dataclass(frozen=True)
+class ConfigInfo:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool = False
+    sensitive: bool = False
+    synonyms: tuple[tuple[str, str | None, int], ...] = field(default=())
+
+    @property
+    def source_name(self) -> str:
+        return SOURCE_NAMES.get(self.source, str(self.source))
+
+
+async def _conn_for(client: Client, resource_type: int, name: str) -> KafkaConnection:
+    if resource_type in (BROKER, BROKER_LOGGER) and name.strip().isdigit():
+        return await client.broker_connection(int(name))
+    return await client.any_connection()
+
+
+def _raise_resource_error(code: int, message: str | None, what: str) -> None:
+    if code:
+        raise KafkaError(code, message or what)
+
+
+async def describe_configs(
+    client: Client,
+    resource_type: int,
+    name: str,
+    *,
+    keys: Sequence[str] | None = None,
+    include_synonyms: bool = True,
+) -> list[ConfigInfo]:
+    """Every config of one resource (topic ``2``, broker ``4``, broker logger ``8``)."""
+    conn = await _conn_for(client, resource_type, name)
+    resp = await conn.request(
+        DESCRIBE_CONFIGS,
+        {
+            "resources": [
+                {
+                    "resource_type": resource_type,
+                    "resource_name": name,
+                    "configuration_keys": list(keys) if keys else None,
+                }
+            ],
+            "include_synonyms": include_synonyms,
+            "include_documentation": False,
+        },
+    )
+    out: list[ConfigInfo] = []
+    for res in resp.results:
+        _raise_resource_error(int(res.error_code), res.error_message, f"describe configs of {name!r}")
+        for c in res.configs:
+            source = int(getattr(c, "config_source", -1))
+            if source < 0:
+                source = 5 if getattr(c, "is_default", False) else (1 if resource_type == TOPIC else 4)
+            out.append(
+                ConfigInfo(
+                    name=c.name,
+                    value=c.value,
+                    source=source,
+                    read_only=bool(c.read_only),
+                    sensitive=bool(c.is_sensitive),
+                    synonyms=tuple(
+                        (s.name, s.value, int(s.source)) for s in getattr(c, "synonyms", ()) or ()
+                    ),
+                )
+            )
+    return out
+
+
+async def incremental_alter_configs(
+    client: Client,
+    resource_type: int,
+    name: str,
+    ops: Iterable[tuple[str, int, str | None]],
+    *,
+    validate_only: bool = False,
+) -> None:
+    """Apply ``(config, operation, value)`` operations (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)."""
+    conn = await _conn_for(client, resource_type, name)
+    resp = await conn.request(
+        INCREMENTAL_ALTER_CONFIGS,
+        {
+            "resources": [
+                {
+                    "resource_type": resource_type,
+                    "resource_name": name,
+                    "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in ops],
+                }
+            ],
+            "validate_only": validate_only,
+        },
+    )
+    for r in resp.responses:
+        _raise_resource_error(int(r.error_code), r.error_message, f"alter configs of {name!r}")
+
+
+async def alter_configs(
+    client: Client,
+    resource_type: int,
+    name: str,
+    configs: Mapping[str, str],
+    *,
+    validate_only: bool = False,
+) -> None:
+    """Legacy AlterConfigs: ``configs`` replace every dynamic config of the resource."""
+    conn = await _conn_for(client, resource_type, name)
+    resp = await conn.request(
+        ALTER_CONFIGS,
+        {
+            "resources": [
+                {
+                    "resource_type": resource_type,
+                    "resource_name": name,
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                }
+            ],
+            "validate_only": validate_only,
+        },
+    )
+    for r in resp.responses:
+        _raise_resource_error(int(r.error_code), r.error_message, f"alter configs of {name!r}")
+
+
+async def create_partitions(
+    client: Client, counts: Mapping[str, int], *, timeout_ms: int = 30_000, validate_only: bool = False
+) -> dict[str, KafkaError | None]:
+    """Grow topics to ``{topic: total partition count}``; per-topic ``None`` or the error."""
+    conn = await client.any_connection()
+    resp = await conn.request(
+        CREATE_PARTITIONS,
+        {
+            "topics": [{"name": t, "count": n, "assignments": None} for t, n in counts.items()],
+            "timeout": timeout_ms,
+            "validate_only": validate_only,
+        },
+        timeout=client.request_timeout + timeout_ms / 1000,
+    )
+    out: dict[str, KafkaError | None] = {}
+    for r in resp.results:
+        code = int(r.error_code)
+        out[str(r.name)] = KafkaError(code, getattr(r, "error_message", None)) if code else None
+    return out
+
+
+async def delete_records(
+    client: Client, topic: str, offsets: Mapping[int, int], *, timeout_ms: int = 30_000
+) -> dict[int, int | KafkaError]:
+    """Delete records before ``{partition: offset}`` (-1: the high watermark). Returns per
+    partition the new low watermark or the error. Each request goes to the partition leader."""
+    t = await client.topic(topic, refresh=True)
+    by_leader: dict[int, dict[int, int]] = {}
+    out: dict[int, int | KafkaError] = {}
+    for p, off in offsets.items():
+        pm = t.partitions.get(p)
+        if pm is None:
+            out[p] = KafkaError(int(ErrorCode.unknown_topic_or_partition), f"partition {topic}-{p}")
+            continue
+        by_leader.setdefault(pm.leader, {})[p] = off
+    for leader, parts in by_leader.items():
+        conn = await client.broker_connection(leader)
+        resp = await conn.request(
+            DELETE_RECORDS,
+            {
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [{"partition_index": p, "offset": o} for p, o in parts.items()],
+                    }
+                ],
+                "timeout": timeout_ms,
+            },
+            timeout=client.request_timeout + timeout_ms / 1000,
+        )
+        for rt in resp.topics:
+            for rp in rt.partitions:
+                code = int(rp.error_code)
+                p = int(rp.partition_index)
+                out[p] = KafkaError(code, f"delete records {topic}-{p}") if code else int(rp.low_watermark)
+    return dict(sorted(out.items()))
+
+
+async def describe_log_dirs(
+    client: Client, node_id: int | None = None, topics: Mapping[str, Sequence[int]] | None = None
+) -> list[tuple[str, int, dict[tuple[str, int], int]]]:
+    """``[(log_dir, error_code, {(topic, partition): size_bytes})]`` of one broker."""
+    conn = await (client.broker_connection(node_id) if node_id is not None else client.any_connection())
+    resp = await conn.request(
+        DESCRIBE_LOG_DIRS,
+        {
+            "topics": None
+            if topics is None
+            else [{"topic": t, "partitions": list(ps)} for t, ps in topics.items()]
+        },
+    )
+    out = []
+    for r in resp.results:
+        sizes = {
+            (str(t.name), int(p.partition_index)): int(p.partition_size)
+            for t in r.topics
+            for p in t.partitions
+        }
+        out.append((str(r.log_dir), int(r.error_code), sizes))
+    return out
