@@ -4,7 +4,8 @@
 same as ``kill -9`` — when it reaches a named point of a multi-step file operation, so an
 integration test can prove that recovery completes or discards the operation. Points:
 
-* ``cleaner.before_swap``: cleaned segment written and fsynced, not yet renamed to ``.swap``
+* ``cleaner.before_swap_lock``: cleaned segment written and fsynced, swap not started
+* ``cleaner.before_swap``: the same, under the log's lock, ``.txnindex`` entries merged
 * ``cleaner.after_swap_rename``: ``.swap`` committed, old segments still in place
 * ``cleaner.after_old_renamed``: old segments renamed to ``.deleted``, ``.swap`` not yet renamed
 * ``retention.after_rename``: expired segments renamed to ``.deleted``, checkpoint not written

@@ -1,0 +1,715 @@
+"""Log compaction (Kafka's LogCleaner / LogCleanerManager / Cleaner).
+
+Theory of operation
+-------------------
+A compacted log (``cleanup.policy`` containing ``compact``) is split at the *first dirty offset*
+(from the per-log-dir ``cleaner-offset-checkpoint``, never below the log start offset) into a
+*clean* head, already compacted, and a *dirty* tail. The dirty tail ends at the *first
+uncleanable offset*: the smallest of the active segment's base offset (the active segment is
+never cleaned), the high watermark, the last stable offset (an open transaction), and the base
+of the first segment whose largest timestamp is newer than ``min.compaction.lag.ms``; it is
+rounded down to a segment boundary so only whole segments are ever dirty.
+
+Choosing a log (:meth:`LogCleaner.grab_filthiest`): the dirty ratio is dirty bytes / (clean +
+dirty bytes); logs at or above ``min.cleanable.dirty.ratio`` are candidates, and so is any log
+whose first dirty segment is older than ``max.compaction.lag.ms`` (those go first). The dirtiest
+candidate is cleaned.
+
+Cleaning one log (:meth:`Cleaner.clean`):
+
+1. Offset map: scan the dirty section and record, for every key, the offset of its latest record
+   (``key -> offset``; Kafka hashes keys, we keep them exactly). The map is bounded by
+   ``max_map_entries``; when full, it stops at a segment boundary and the rest stays dirty.
+2. Recopy every closed segment below the map's end offset, grouped into runs whose total size
+   fits ``segment.bytes`` (so repeated cleaning does not leave ever smaller segments), keeping a
+   record iff it has a key, no later record of the key is in the map, and it is not an expired
+   tombstone. A tombstone (null value) expires once it is in the clean section (it survived one
+   cleaning, so the records it deletes are gone) and its batch timestamp is older than
+   ``delete.retention.ms`` — record time on the injected clock, like time retention, where Kafka
+   used file mtimes.
+3. Batches: a batch whose records all survive is copied byte for byte; otherwise its surviving
+   records are re-encoded into a batch with the same base offset, last offset delta, producer
+   id/epoch/base sequence, attributes and compression codec (records keep their offset and
+   timestamp deltas, so offsets never change). A batch that loses every record is dropped,
+   unless it is the last batch of its producer, which is kept empty (idempotence state must
+   survive a restart). Transactional batches and control batches (markers) are kept intact.
+   If the group's last batch was dropped, an empty batch at the group's last offset ends the
+   cleaned segment, so the segment covers exactly the offset range it replaces — recovery of an
+   interrupted swap relies on that (:meth:`LocalLog.replace_segments`).
+4. Swap: the group is written to ``<base>.log.cleaned`` (+ indexes), fsynced, then swapped in
+   under the log's lock (:meth:`PartitionLog.replace_segments`). If the log changed meanwhile
+   (retention deleted a segment of the group, the log was closed) the cleaned files are
+   discarded and the next round starts over.
+5. The checkpoint records the map's end offset as the new first dirty offset.
+
+Threads: the cleaner runs in one worker thread (:mod:`strom.server.log_tasks`). It reads
+segments through descriptors dup'd under the log's lock, so segments it reads may be removed
+concurrently; it touches the log's structures only in ``cleanable_segments`` and
+``replace_segments`` (lock held). ``stop`` aborts at the next batch. ``pause_every_bytes`` makes
+the thread sleep briefly after that many bytes so the event loop gets the GIL promptly.
+
+Null keys: produce on a compacted topic rejects them (:class:`PartitionLog`); records without a key
+that exist anyway (the policy changed) are removed by cleaning, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from strom.clock import Clock
+from strom.log.errors import CorruptRecordError
+from strom.log.faults import crash_point
+from strom.log.partition_log import PartitionLog
+from strom.log.segment import CLEANED_SUFFIX, LogSegment
+from strom.protocol.records import (
+    BATCH_OVERHEAD,
+    HEADER_STRUCT,
+    BatchHeader,
+    compress,
+    decompress,
+    parse_header,
+)
+
+log = logging.getLogger("strom.cleaner")
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+_READ_CHUNK = 1 << 20
+_WRITE_CHUNK = 1 << 20
+_CRC_OFFSET = 17
+_ATTR_OFFSET = 21
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+TopicPartition = tuple[str, int]
+
+
+class CleanerAborted(Exception):
+    """The cleaning of a log was abandoned (stop requested, or the log went away)."""
+
+
+# --------------------------------------------------------------------------- checkpoint file
+
+
+class CleanerCheckpoint:
+    """``<log.dir>/cleaner-offset-checkpoint``: the first dirty offset of every compacted log,
+    in Kafka's checkpoint format (``0`` / count / ``topic partition offset`` lines)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = Path(log_dir) / CLEANER_CHECKPOINT_FILE
+        self._lock = threading.Lock()
+        self.offsets: dict[TopicPartition, int] = self._read()
+
+    def _read(self) -> dict[TopicPartition, int]:
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return {}
+        out: dict[TopicPartition, int] = {}
+        try:
+            if lines[0].strip() != "0":
+                return {}
+            for line in lines[2 : 2 + int(lines[1])]:
+                topic, part, off = line.rsplit(" ", 2)
+                out[(topic, int(part))] = int(off)
+        except (IndexError, ValueError):
+            return {}
+        return out
+
+    def get(self, tp: TopicPartition) -> int | None:
+        return self.offsets.get(tp)
+
+    def update(self, tp: TopicPartition, offset: int | None) -> None:
+        """Set (or with None remove) one log's entry and rewrite the file atomically."""
+        with self._lock:
+            if offset is None:
+                if self.offsets.pop(tp, None) is None:
+                    return
+            else:
+                self.offsets[tp] = offset
+            body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(self.offsets.items()))
+            data = f"0\n{len(self.offsets)}\n{body}".encode()
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+
+
+# --------------------------------------------------------------------------- choosing a log
+
+
+@dataclass
+class LogToClean:
+    log: PartitionLog
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+    needs_compaction_now: bool = False
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.log.topic, self.log.partition)
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def is_compacted(plog: PartitionLog) -> bool:
+    return "compact" in plog.config.cleanup_policy
+
+
+def cleanable_range(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> LogToClean | None:
+    """The clean/dirty split of ``plog`` (see the module docstring), or None if it has nothing
+    that could be cleaned."""
+    with plog.lock:
+        if plog.closed:
+            return None
+        segs = plog.log_segments
+        cfg = plog.config
+        start = plog.log_start_offset
+        first_dirty = start if checkpoint is None or checkpoint < start else checkpoint
+        if first_dirty > plog.log_end_offset:
+            first_dirty = start  # the log was truncated below the checkpoint
+        limit = min(segs[-1].base_offset, plog.high_watermark, plog.last_stable_offset)
+        bounds = [s.base_offset for s in segs]
+        # round down to a segment boundary
+        uncleanable = max((b for b in bounds if b <= limit), default=bounds[0])
+        if cfg.min_compaction_lag_ms > 0:
+            horizon = now_ms - cfg.min_compaction_lag_ms
+            for i, s in enumerate(segs[:-1]):
+                if s.base_offset >= first_dirty and s.max_timestamp_so_far > horizon:
+                    uncleanable = min(uncleanable, segs[i].base_offset)
+                    break
+        clean = dirty = 0
+        first_dirty_ts = -1
+        for i, s in enumerate(segs[:-1]):
+            nxt = segs[i + 1].base_offset
+            if nxt <= first_dirty:
+                clean += s.size
+            elif nxt <= uncleanable:
+                dirty += s.size
+                if first_dirty_ts < 0 and s.size:
+                    first_dirty_ts = s.rolling_based_timestamp or s.max_timestamp_so_far
+    if dirty == 0:
+        return None
+    now_due = (
+        cfg.max_compaction_lag_ms > 0
+        and first_dirty_ts >= 0
+        and now_ms - first_dirty_ts > cfg.max_compaction_lag_ms
+    )
+    return LogToClean(plog, first_dirty, uncleanable, clean, dirty, now_due)
+
+
+# --------------------------------------------------------------------------- record parsing
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint too long")
+
+
+class RawRecord:
+    """One record of a batch, undecoded except for what compaction needs."""
+
+    __slots__ = ("end", "key", "offset_delta", "start", "timestamp_delta", "value_null")
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        offset_delta: int,
+        timestamp_delta: int,
+        key: bytes | None,
+        value_null: bool,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.offset_delta = offset_delta
+        self.timestamp_delta = timestamp_delta
+        self.key = key
+        self.value_null = value_null
+
+
+def iter_raw_records(payload: bytes, count: int) -> Iterator[RawRecord]:
+    """The records of an (uncompressed) batch payload; ``payload[start:end]`` is a record's
+    complete encoding, length prefix included, and can be copied into another batch that has the
+    same base offset and base timestamp."""
+    pos = 0
+    n = len(payload)
+    for _ in range(count):
+        start = pos
+        length, pos = _varint(payload, pos)
+        end = pos + length
+        if length < 0 or end > n:
+            raise CorruptRecordError("record length out of bounds")
+        pos += 1  # attributes
+        ts_delta, pos = _varint(payload, pos)
+        off_delta, pos = _varint(payload, pos)
+        klen, pos = _varint(payload, pos)
+        key: bytes | None = None
+        if klen >= 0:
+            key = payload[pos : pos + klen]
+            pos += klen
+        vlen, _ = _varint(payload, pos)
+        yield RawRecord(start, end, off_delta, ts_delta, key, vlen < 0)
+        pos = end
+
+
+def batch_payload(batch: bytes | memoryview, h: BatchHeader) -> bytes:
+    body = batch[BATCH_OVERHEAD : h.size]
+    return decompress(h.compression, body) if h.compression else bytes(body)
+
+
+def encode_batch(
+    h: BatchHeader, *, records_count: int, payload: bytes, max_timestamp: int, attributes: int | None = None
+) -> bytes:
+    """A v2 batch with ``h``'s base offset, epochs, producer fields and last offset delta around
+    an already encoded (and compressed) ``payload``; computes length and CRC."""
+    attrs = h.attributes if attributes is None else attributes
+    buf = bytearray(
+        HEADER_STRUCT.pack(
+            h.base_offset,
+            BATCH_OVERHEAD - 12 + len(payload),
+            h.partition_leader_epoch,
+            2,
+            0,
+            attrs,
+            h.last_offset_delta,
+            h.base_timestamp,
+            max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            records_count,
+        )
+    )
+    buf += payload
+    buf[_CRC_OFFSET:_ATTR_OFFSET] = crc32c(memoryview(buf)[_ATTR_OFFSET:]).to_bytes(4, "big")
+    return bytes(buf)
+
+
+def empty_batch(
+    h: BatchHeader,
+    *,
+    base_offset: int | None = None,
+    last_offset_delta: int | None = None,
+    producer: bool = True,
+) -> bytes:
+    """A batch with no records (Kafka's writeEmptyHeader): keeps an offset range and, with
+    ``producer``, the producer's id/epoch/sequence."""
+    hh = h._replace(
+        base_offset=h.base_offset if base_offset is None else base_offset,
+        last_offset_delta=h.last_offset_delta if last_offset_delta is None else last_offset_delta,
+    )
+    if not producer:
+        hh = hh._replace(producer_id=-1, producer_epoch=-1, base_sequence=-1)
+    return encode_batch(
+        hh,
+        records_count=0,
+        payload=b"",
+        max_timestamp=h.max_timestamp,
+        attributes=h.attributes & ~0x07 & ~0x30,
+    )
+
+
+def iter_file_batches(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+    """``(position, header, batch bytes)`` for the batches of a segment file in ``[start, end)``,
+    read in large chunks. Stops at a torn tail."""
+    pos = start
+    buf = b""
+    buf_start = start
+    while pos + BATCH_OVERHEAD <= end:
+        off = pos - buf_start
+        if off + BATCH_OVERHEAD > len(buf):
+            buf = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+            buf_start, off = pos, 0
+            if len(buf) < BATCH_OVERHEAD:
+                return
+        h = parse_header(buf, off)
+        if h.magic != 2 or h.batch_length < BATCH_OVERHEAD - 12 or pos + h.size > end:
+            return
+        if off + h.size > len(buf):
+            buf = os.pread(fd, max(h.size, min(_READ_CHUNK, end - pos)), pos)
+            buf_start, off = pos, 0
+            if len(buf) < h.size:
+                return
+        yield pos, h, memoryview(buf)[off : off + h.size]
+        pos += h.size
+
+
+# --------------------------------------------------------------------------- the cleaner
+
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    segments_swapped: int = 0
+    aborted_groups: int = 0
+    elapsed_s: float = 0.0
+    map_elapsed_s: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class Cleaner:
+    """Cleans one log at a time (no state between calls except configuration)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        max_map_entries: int = 4_000_000,
+        stop: threading.Event | None = None,
+        pause_every_bytes: int = 256 * 1024,
+        pause_s: float = 0.0005,
+    ) -> None:
+        self.clock = clock
+        self.max_map_entries = max_map_entries
+        self.stop = stop or threading.Event()
+        self.pause_every_bytes = pause_every_bytes
+        self.pause_s = pause_s
+        self._since_pause = 0
+
+    def _tick(self, nbytes: int) -> None:
+        if self.stop.is_set():
+            raise CleanerAborted("cleaner stopping")
+        self._since_pause += nbytes
+        if self.pause_every_bytes and self._since_pause >= self.pause_every_bytes:
+            self._since_pause = 0
+            time.sleep(self.pause_s)  # let the event loop take the GIL
+
+    # ---------------------------------------------------------------- step 1: offset map
+
+    def build_offset_map(self, ltc: LogToClean, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+        """``key -> latest offset`` over the dirty section; returns the map and its end offset
+        (the first offset not covered: the next first dirty offset)."""
+        plog = ltc.log
+        segments = plog.cleanable_segments(ltc.first_uncleanable)
+        offset_map: dict[bytes, int] = {}
+        end_offset = ltc.first_dirty
+        try:
+            for i, (_seg, fd) in enumerate(segments):
+                next_base = segments[i + 1][0].base_offset if i + 1 < len(segments) else ltc.first_uncleanable
+                if next_base <= ltc.first_dirty:
+                    continue
+                if len(offset_map) >= self.max_map_entries:
+                    break  # full: stop at this segment boundary
+                size = os.fstat(fd).st_size
+                for _pos, h, batch in iter_file_batches(fd, 0, size):
+                    self._tick(h.size)
+                    stats.map_bytes_read += h.size
+                    if h.last_offset < ltc.first_dirty or h.is_control or h.is_transactional:
+                        continue
+                    base = h.base_offset
+                    for rec in iter_raw_records(batch_payload(batch, h), h.records_count):
+                        if rec.key is not None:
+                            offset_map[rec.key] = base + rec.offset_delta
+                end_offset = next_base
+        finally:
+            for _, fd in segments:
+                os.close(fd)
+        return offset_map, end_offset
+
+    # ---------------------------------------------------------------- step 2-4: recopy and swap
+
+    def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
+        """Clean ``ltc.log``; returns the new first dirty offset and statistics. Raises
+        CleanerAborted if stopped; OSError propagates (the caller logs it)."""
+        stats = CleanerStats()
+        t0 = time.perf_counter()
+        offset_map, end_offset = self.build_offset_map(ltc, stats)
+        stats.map_elapsed_s = time.perf_counter() - t0
+        if end_offset <= ltc.first_dirty:
+            stats.elapsed_s = time.perf_counter() - t0
+            return ltc.first_dirty, stats
+        plog = ltc.log
+        cfg = plog.config
+        delete_horizon = self.clock.time_ms() - cfg.delete_retention_ms
+        with plog.lock:
+            last_of_producer = {pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()}
+        segments = plog.cleanable_segments(end_offset)
+        try:
+            for group in self._group(segments, cfg.segment_bytes):
+                self._clean_group(
+                    plog, group, offset_map, ltc.first_dirty, delete_horizon, last_of_producer, stats
+                )
+        finally:
+            for _, fd in segments:
+                os.close(fd)
+        stats.elapsed_s = time.perf_counter() - t0
+        return end_offset, stats
+
+    @staticmethod
+    def _group(segments: list[tuple[LogSegment, int]], max_bytes: int) -> list[list[tuple[LogSegment, int]]]:
+        """Consecutive non-empty segments whose total size fits ``segment.bytes`` and whose
+        offsets fit one segment (Kafka's groupSegmentsBySize)."""
+        groups: list[list[tuple[LogSegment, int]]] = []
+        current: list[tuple[LogSegment, int]] = []
+        size = 0
+        for i, (seg, fd) in enumerate(segments):
+            seg_size = os.fstat(fd).st_size
+            if seg_size == 0:
+                continue
+            next_base = segments[i + 1][0].base_offset if i + 1 < len(segments) else None
+            fits_offsets = current and (
+                next_base is None or next_base - 1 - current[0][0].base_offset <= _MAX_RELATIVE_OFFSET
+            )
+            if current and (size + seg_size > max_bytes or not fits_offsets):
+                groups.append(current)
+                current, size = [], 0
+            current.append((seg, fd))
+            size += seg_size
+        if current:
+            groups.append(current)
+        return groups
+
+    def _clean_group(
+        self,
+        plog: PartitionLog,
+        group: list[tuple[LogSegment, int]],
+        offset_map: dict[bytes, int],
+        first_dirty: int,
+        delete_horizon: int,
+        last_of_producer: dict[int, int],
+        stats: CleanerStats,
+    ) -> None:
+        first_seg = group[0][0]
+        cfg = plog.config
+        directory = plog.directory
+        for p in first_seg.paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p.with_name(p.name.removesuffix(first_seg.file_suffix) + CLEANED_SUFFIX))
+        cleaned = LogSegment.open(
+            directory,
+            first_seg.base_offset,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            clock=self.clock,
+            file_suffix=CLEANED_SUFFIX,
+        )
+        swapped = False
+        try:
+            cleaned.recover()  # empty: resets state
+            out = bytearray()
+            placed: list[tuple[int, BatchHeader]] = []
+            max_ts, max_ts_offset = -1, -1
+            last_header: BatchHeader | None = None
+            written_last: int | None = None
+
+            def emit(data: bytes, hdr: BatchHeader) -> None:
+                nonlocal out, placed, max_ts, max_ts_offset
+                placed.append((len(out), hdr))
+                out += data
+                if hdr.max_timestamp > max_ts:
+                    max_ts, max_ts_offset = hdr.max_timestamp, hdr.base_offset
+                if len(out) >= _WRITE_CHUNK:
+                    flush_out()
+
+            def flush_out() -> None:
+                nonlocal out, placed, max_ts, max_ts_offset
+                if placed:
+                    cleaned.append(out, max_ts, max_ts_offset, placed)
+                    stats.bytes_written += len(out)
+                out, placed = bytearray(), []
+                max_ts, max_ts_offset = -1, -1
+
+            for _seg, fd in group:
+                size = os.fstat(fd).st_size
+                for _pos, h, batch in iter_file_batches(fd, 0, size):
+                    self._tick(h.size)
+                    stats.bytes_read += h.size
+                    stats.records_read += h.records_count
+                    last_header = h
+                    kept = self._filter_batch(
+                        h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats
+                    )
+                    if kept is not None:
+                        data, hdr = kept
+                        emit(data, hdr)
+                        written_last = hdr.last_offset
+            if last_header is None:
+                return
+            if written_last != last_header.last_offset:
+                # end on the group's last offset, so the cleaned segment covers exactly its range
+                sentinel = empty_batch(
+                    last_header, base_offset=last_header.last_offset, last_offset_delta=0, producer=False
+                )
+                emit(sentinel, parse_header(sentinel))
+            flush_out()
+            cleaned.on_become_inactive()
+            cleaned.flush()
+            crash_point("cleaner.before_swap_lock")
+            swapped = plog.replace_segments(cleaned, [s for s, _ in group])
+            if swapped:
+                stats.segments_swapped += len(group)
+            else:
+                stats.aborted_groups += 1
+                log.info("cleaning of %r aborted: the log changed", plog)
+        except Exception:
+            cleaned.delete()  # (a crash - BaseException in tests - leaves it for recovery)
+            raise
+        if not swapped:
+            cleaned.delete()
+
+    def _filter_batch(
+        self,
+        h: BatchHeader,
+        batch: memoryview,
+        offset_map: dict[bytes, int],
+        first_dirty: int,
+        delete_horizon: int,
+        last_of_producer: dict[int, int],
+        stats: CleanerStats,
+    ) -> tuple[bytes, BatchHeader] | None:
+        """The batch to write for ``h`` (itself, re-encoded, or empty), or None to drop it."""
+        if h.is_control or h.is_transactional:
+            stats.records_written += h.records_count
+            return bytes(batch), h
+        payload = batch_payload(batch, h)
+        base = h.base_offset
+        tombstones_expire = h.max_timestamp <= delete_horizon
+        keep: list[RawRecord] = []
+        total = 0
+        for rec in iter_raw_records(payload, h.records_count):
+            total += 1
+            key = rec.key
+            if key is None:
+                continue
+            offset = base + rec.offset_delta
+            latest = offset_map.get(key)
+            if latest is not None and offset < latest:
+                continue
+            if rec.value_null and tombstones_expire and offset < first_dirty:
+                continue
+            keep.append(rec)
+        stats.records_written += len(keep)
+        if len(keep) == total:
+            return bytes(batch), h
+        if keep:
+            if h.timestamp_type == 1:
+                max_ts = h.max_timestamp
+            else:
+                max_ts = h.base_timestamp + max(r.timestamp_delta for r in keep)
+            raw = b"".join(payload[r.start : r.end] for r in keep)
+            data = encode_batch(
+                h,
+                records_count=len(keep),
+                payload=compress(h.compression, raw) if h.compression else raw,
+                max_timestamp=max_ts,
+            )
+            return data, parse_header(data)
+        if h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset:
+            data = empty_batch(h)
+            return data, parse_header(data)
+        return None
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+class LogCleaner:
+    """Chooses the filthiest compacted log of a log dir, cleans it, checkpoints the result
+    (Kafka's LogCleanerManager + CleanerThread.cleanOrSleep, minus the thread: call
+    :meth:`clean_once` from a worker thread)."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        clock: Clock,
+        *,
+        max_map_entries: int = 4_000_000,
+        pause_every_bytes: int = 256 * 1024,
+    ) -> None:
+        self.clock = clock
+        self.checkpoint = CleanerCheckpoint(log_dir)
+        self.stop = threading.Event()
+        self.cleaner = Cleaner(
+            clock, max_map_entries=max_map_entries, stop=self.stop, pause_every_bytes=pause_every_bytes
+        )
+        self.last_stats: CleanerStats | None = None
+
+    def grab_filthiest(self, logs: list[PartitionLog]) -> LogToClean | None:
+        now = self.clock.time_ms()
+        best: LogToClean | None = None
+        for plog in logs:
+            if plog.closed or not is_compacted(plog):
+                continue
+            ltc = cleanable_range(plog, self.checkpoint.get((plog.topic, plog.partition)), now)
+            if ltc is None:
+                continue
+            if not ltc.needs_compaction_now and ltc.dirty_ratio < plog.config.min_cleanable_dirty_ratio:
+                continue
+            if best is None or (ltc.needs_compaction_now, ltc.dirty_ratio) > (
+                best.needs_compaction_now,
+                best.dirty_ratio,
+            ):
+                best = ltc
+        return best
+
+    def clean_once(self, logs: list[PartitionLog]) -> CleanerStats | None:
+        """Clean the filthiest log, if any is cleanable. Returns its statistics."""
+        ltc = self.grab_filthiest(logs)
+        if ltc is None:
+            return None
+        end, stats = self.cleaner.clean(ltc)
+        if end > ltc.first_dirty and not ltc.log.closed:
+            self.checkpoint.update(ltc.tp, end)
+        self.last_stats = stats
+        log.info(
+            "cleaned %s-%d (dirty [%d, %d)): %.1f MB read in %.2fs (%.1f MB/s), %d -> %d records, "
+            "%d segments swapped",
+            ltc.log.topic,
+            ltc.log.partition,
+            ltc.first_dirty,
+            end,
+            stats.bytes_read / 1e6,
+            stats.elapsed_s,
+            stats.mb_per_s,
+            stats.records_read,
+            stats.records_written,
+            stats.segments_swapped,
+        )
+        return stats
+
+    def clean_all(self, logs: list[PartitionLog], max_rounds: int = 100) -> int:
+        """Clean until nothing is cleanable (tests, tools). Returns the number of rounds."""
+        rounds = 0
+        while rounds < max_rounds and self.clean_once(logs) is not None:
+            rounds += 1
+        return rounds
+
+    def forget(self, tp: TopicPartition) -> None:
+        """Drop a deleted log's checkpoint entry."""
+        self.checkpoint.update(tp, None)
