@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +24,23 @@ def create(bootstrap: str, topic: str, partitions: int = 2) -> None:
         f.result(15)
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int | None = None,
-             timeout: float = 8.0) -> list[tuple[int, int, bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}-{time.time()}",
-                  "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
+def read_all(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    isolation: str,
+    expect: int | None = None,
+    timeout: float = 8.0,
+) -> list[tuple[int, int, bytes]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{isolation}-{time.time()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[tuple[int, int, bytes]] = []
     eof: set[int] = set()
@@ -72,9 +89,7 @@ def test_committed_visible_aborted_never(broker: BrokerProcess) -> None:
     values = sorted(v for _, _, v in committed)
     assert values == sorted([b"commit-%d" % i for i in range(20)] + [b"late-%d" % i for i in range(5)])
     uncommitted = read_all(bs, "txn-out", 2, "read_uncommitted", expect=45)
-    assert sorted(v for _, _, v in uncommitted) == sorted(
-        values + [b"abort-%d" % i for i in range(20)]
-    )
+    assert sorted(v for _, _, v in uncommitted) == sorted(values + [b"abort-%d" % i for i in range(20)])
     # markers occupy offsets but are never delivered as records: the two markers before the last
     # transaction's records leave exactly two gaps in each partition's offsets
     for part in (0, 1):
@@ -120,7 +135,9 @@ def test_second_producer_fences_the_first(broker: BrokerProcess) -> None:
 
 
 def test_transaction_timeout_aborts(tmp_path: Any) -> None:
-    b = BrokerProcess(tmp_path / "d", overrides=["transaction.abort.timed.out.transaction.cleanup.interval.ms=200"])
+    b = BrokerProcess(
+        tmp_path / "d", overrides=["transaction.abort.timed.out.transaction.cleanup.interval.ms=200"]
+    )
     b.start()
     try:
         create(b.bootstrap, "timeout-topic", 1)
@@ -157,3 +174,78 @@ def test_transactions_survive_broker_restart(broker: BrokerProcess) -> None:
     p2.produce("restart-txn", value=b"two", partition=0)
     p2.commit_transaction(15)
     assert [v for _, _, v in read_all(bs, "restart-txn", 1, "read_committed", expect=2)] == [b"one", b"two"]
+
+
+APP = Path(__file__).parent / "apps" / "eos_transform.py"
+
+
+def _produce_inputs(bootstrap: str, topic: str, start: int, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(start, start + n):
+        p.produce(topic, key=b"k%d" % (i % 13), value=b"rec-%06d" % i)
+    assert p.flush(30) == 0
+
+
+def _run_app(bootstrap: str, kill_after: float | None, idle: float = 4.0) -> int | None:
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), bootstrap, "eos-in", "eos-out", "eos-group", "eos-app", str(idle)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if kill_after is not None:
+            try:
+                proc.wait(kill_after)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # kill -9 mid-stream
+                proc.wait()
+                return None
+        return proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _check_exactly_once(bootstrap: str, total: int) -> None:
+    out = read_all(bootstrap, "eos-out", 3, "read_committed", expect=total, timeout=20)
+    values = sorted(v for _, _, v in out)
+    assert len(values) == len(set(values)), "duplicate outputs"
+    assert values == [b"REC-%06d" % i for i in range(total)]
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_survives_app_kill9(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "eos-in", 3)
+    create(bs, "eos-out", 3)
+    rng = random.Random(7)
+    _produce_inputs(bs, "eos-in", 0, 3000)
+    for _ in range(3):
+        _run_app(bs, kill_after=rng.uniform(2.0, 5.0))
+        _produce_inputs(bs, "eos-in", 3000 + _ * 500, 500)
+    assert _run_app(bs, kill_after=None) == 0
+    _check_exactly_once(bs, 4500)
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_survives_broker_kill9(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "eos-in", 3)
+    create(bs, "eos-out", 3)
+    _produce_inputs(bs, "eos-in", 0, 2000)
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), bs, "eos-in", "eos-out", "eos-group", "eos-app", "8"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(3)
+        broker.kill()
+        broker.start()
+        rc = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if rc != 0:  # the app may die from the outage (fatal txn error): a restart must still be exact
+        assert _run_app(bs, kill_after=None) == 0
+    _check_exactly_once(bs, 2000)

@@ -45,7 +45,7 @@ from .records import (
     encode_offset_commit_value,
     partition_for,
 )
-from .storage import MemoryOffsetsStorage, OffsetsStorage
+from .storage import MemoryOffsetsStorage, OffsetsStorage, StoredEntry
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,8 @@ class GroupCoordinator:
         self._timer: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
         self._next_retention_check = 0
+        # transactional offset commits awaiting their marker: (partition, producer id) -> records
+        self.pending_txn: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,8 +146,9 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         """Load every ``__consumer_offsets`` partition, then start the timer task."""
+        read_entries = getattr(self.storage, "read_entries", None)
         for p in range(self.config.num_partitions):
-            self.load_partition(p, self.storage.read_all(p))
+            self.load_partition(p, read_entries(p) if read_entries is not None else self.storage.read_all(p))
             await asyncio.sleep(0)
         self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
         if self.run_timer:
@@ -165,11 +168,29 @@ class GroupCoordinator:
                         if pend is not None:
                             pend.fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
-    def load_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Replay one partition from its first record (the load path of ``start``)."""
+    def load_partition(
+        self, partition: int, records: Iterable[tuple[bytes, bytes | None] | StoredEntry]
+    ) -> None:
+        """Replay one partition from its first record (the load path of ``start``).
+        Transactional offset commits stay pending until their producer's marker."""
         self.loading.add(partition)
         metadata: dict[str, GroupMetadataValue | None] = {}
-        for key, value in records:
+        for item in records:
+            entry = item if isinstance(item, StoredEntry) else StoredEntry(item[0], item[1])
+            if entry.marker_commit is not None:
+                pending = self.pending_txn.pop((partition, entry.producer_id), [])
+                if entry.marker_commit:
+                    for pkey, pvalue in pending:
+                        self._replay(pkey, pvalue)
+                continue
+            if entry.transactional:
+                if entry.key is not None:
+                    txn = self.pending_txn.setdefault((partition, entry.producer_id), [])
+                    txn.append((entry.key, entry.value))
+                continue
+            key, value = entry.key, entry.value
+            if key is None:
+                continue
             try:
                 k = decode_key(key)
                 if isinstance(k, GroupMetadataKey):
@@ -449,6 +470,78 @@ class GroupCoordinator:
                 for tp, e in result.items()
             }
         return result
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: written durably as part of the producer's transaction; the offsets
+        become committed when the COMMIT marker reaches this partition (:meth:`complete_txn`).
+        KIP-447: a request naming a generation or member is fenced like a plain commit."""
+        if self._is_loading(group_id):
+            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        partition = self.partition_for(group_id)
+        g = self.groups.get(group_id)
+        if g is not None and (generation_id >= 0 or member_id):
+            if isinstance(g, ClassicGroup):
+                err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
+            else:
+                err = g.validate_offset_commit(member_id, generation_id)
+            if err != ErrorCode.NONE:
+                return dict.fromkeys(offsets, err)
+        now = self.clock.time_ms()
+        records: list[tuple[bytes, bytes | None]] = []
+        out: dict[TopicPartition, int] = {}
+        for (topic, p), (offset, leader_epoch, metadata) in offsets.items():
+            meta = metadata or ""
+            if len(meta.encode()) > OFFSET_METADATA_MAX_BYTES:
+                out[(topic, p)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            value = OffsetCommitValue(
+                offset=offset,
+                metadata=meta,
+                commit_timestamp=now,
+                leader_epoch=leader_epoch,
+                expire_timestamp=-1,
+            )
+            records.append((encode_offset_commit_key(group_id, topic, p), encode_offset_commit_value(value)))
+            out[(topic, p)] = ErrorCode.NONE
+        if not records:
+            return out
+        async with self._lock(partition):
+            try:
+                await self.storage.append_txn(partition, records, producer_id, producer_epoch)
+            except Exception as e:
+                log.warning("transactional append to __consumer_offsets-%d failed: %s", partition, e)
+                return {tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE if e == 0 else e) for tp, e in out.items()}
+            self.pending_txn.setdefault((partition, producer_id), []).extend(records)
+        if g is None and group_id not in self.groups:
+            self.groups[group_id] = self._new_classic(group_id)
+        return out
+
+    async def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker reached ``__consumer_offsets-<partition>``: materialise (commit) or
+        drop (abort) the producer's pending offsets there."""
+        async with self._lock(partition):
+            pending = self.pending_txn.pop((partition, producer_id), [])
+            if commit:
+                for k, v in pending:
+                    self._replay(k, v)
+
+    def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
+        """For OffsetFetch ``require_stable``: is a transactional commit for ``tp`` unfinished?"""
+        partition = self.partition_for(group_id)
+        key = encode_offset_commit_key(group_id, tp[0], tp[1])
+        return any(
+            k == key for (part, _pid), recs in self.pending_txn.items() if part == partition for k, _ in recs
+        )
 
     def fetch_offsets(
         self,

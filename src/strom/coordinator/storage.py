@@ -7,7 +7,18 @@ simulations use :class:`MemoryOffsetsStorage`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+
+class StoredEntry(NamedTuple):
+    """A record as stored, with what transactions need: the producer of a transactional record,
+    or, for a transaction marker (``key`` and ``value`` None), whether it commits."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int = -1
+    transactional: bool = False
+    marker_commit: bool | None = None
 
 
 class OffsetsStorage(Protocol):
@@ -20,14 +31,46 @@ class OffsetsStorage(Protocol):
         """Every record of the partition from the start, in order (for loading)."""
         ...
 
+    async def append_txn(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> None:
+        """Append records as part of a producer's transaction (TxnOffsetCommit); they count only
+        once a COMMIT marker for that producer follows."""
+        ...
+
+    def read_entries(self, partition: int) -> Iterable[StoredEntry]:
+        """Like :meth:`read_all`, with transactional records and markers (for loading)."""
+        ...
+
 
 class MemoryOffsetsStorage:
     """An in-memory OffsetsStorage. ``fail_next`` makes the next appends raise (fault tests)."""
 
     def __init__(self) -> None:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.entries: dict[int, list[StoredEntry]] = {}
         self.fail_next = 0
         self.appends = 0
+
+    async def append_txn(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise OSError("injected append failure")
+        self.entries.setdefault(partition, []).extend(
+            StoredEntry(k, v, producer_id, True) for k, v in records
+        )
+
+    def write_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        self.entries.setdefault(partition, []).append(StoredEntry(None, None, producer_id, True, commit))
+
+    def read_entries(self, partition: int) -> Iterable[StoredEntry]:
+        entries = self.entries.get(partition, [])
+        if not any(e.transactional for e in entries):
+            # no transactions here: ``partitions`` is authoritative (tests may replace it)
+            return [StoredEntry(k, v) for k, v in self.partitions.get(partition, ())]
+        return list(entries)
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         if self.fail_next > 0:
@@ -35,6 +78,7 @@ class MemoryOffsetsStorage:
             raise OSError("injected append failure")
         self.appends += 1
         self.partitions.setdefault(partition, []).extend(records)
+        self.entries.setdefault(partition, []).extend(StoredEntry(k, v) for k, v in records)
 
     def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
         return list(self.partitions.get(partition, ()))

@@ -399,7 +399,8 @@ class PartitionLog:
                         )
                 info = infos.get(pid)
                 if info is None:
-                    info = infos[pid] = psm.prepare_update(pid, validate=True)
+                    # the coordinators' own appends (markers, transactional offsets) skip sequence checks
+                    info = infos[pid] = psm.prepare_update(pid, validate=not from_coordinator)
                 if h.is_control:
                     txn_first = info.updated.current_txn_first_offset
                     if txn_first is not None and control_type(data, pos, h) == CONTROL_ABORT:

@@ -15,16 +15,24 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
+from ..coordinator.storage import StoredEntry
 from ..log.partition_log import PartitionLog
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode
-from ..protocol.records import decode_records
+from ..protocol.records import (
+    CONTROL_COMMIT,
+    build_batch,
+    build_control_batch,
+    control_type,
+    decode_batch_records,
+    iter_batches,
+)
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
@@ -73,13 +81,24 @@ class InternalTopicStorage:
         self.topic = topic
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        from ..protocol.records import build_batch
-
         now = self.broker.clock.time_ms()
         batch = build_batch([(k, v, [], now) for k, v in records])
         self.broker.append(self.topic, partition, batch, flush=True)
 
-    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+    async def append_txn(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> None:
+        now = self.broker.clock.time_ms()
+        batch = build_batch(
+            [(k, v, [], now) for k, v in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=True,
+        )
+        self.broker.append(self.topic, partition, batch, flush=True, from_coordinator=True)
+
+    def read_entries(self, partition: int) -> Iterator[StoredEntry]:
+        """Every record from the log start, with transactional records and markers marked."""
         plog = self.broker.logs.get((self.topic, partition))
         if plog is None:
             return
@@ -88,14 +107,21 @@ class InternalTopicStorage:
             data = plog.read_bytes(offset, 1 << 20, max_offset=plog.log_end_offset)
             if not data:
                 break
-            last = offset
-            for rec in decode_records(data):
-                if rec.offset >= offset and rec.key is not None:
-                    yield rec.key, rec.value
-                last = rec.offset
-            if last < offset:
-                break
-            offset = last + 1
+            for pos, h in iter_batches(data):
+                if h.is_control:
+                    commit = control_type(data, pos, h) == CONTROL_COMMIT
+                    yield StoredEntry(None, None, h.producer_id, True, commit)
+                else:
+                    for rec in decode_batch_records(data, pos, h):
+                        if rec.offset >= offset and rec.key is not None:
+                            yield StoredEntry(rec.key, rec.value, h.producer_id, h.is_transactional)
+                offset = h.next_offset
+
+    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        """Non-transactional records only (what the transaction coordinator's topic holds)."""
+        for e in self.read_entries(partition):
+            if e.key is not None and not e.transactional:
+                yield e.key, e.value
 
 
 class Broker:
@@ -317,8 +343,6 @@ class Broker:
     ) -> None:
         """Write a transaction marker (control batch) to each partition, durably; offsets
         partitions also complete the group coordinator's pending transactional offsets."""
-        from ..protocol.records import build_control_batch
-
         batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.clock.time_ms())
         for topic, partition in partitions:
             if (topic, partition) not in self.logs:
