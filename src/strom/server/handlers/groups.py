@@ -224,6 +224,7 @@ def _fetch_topics(
     member_id: str | None,
     member_epoch: int,
     partition_errors: bool,
+    require_stable: bool = False,
 ) -> tuple[int, list[dict[str, Any]]]:
     wanted = (
         None if topics is None else [(str(t.name), [int(p) for p in t.partition_indexes]) for t in topics]
@@ -252,7 +253,18 @@ def _fetch_topics(
     for name, parts_map in found.items():
         parts: list[dict[str, Any]] = []
         for p, om in parts_map.items():
-            if isinstance(om, OffsetAndMetadata):
+            if require_stable and coord.has_pending_txn(group_id, (name, p)):
+                # KIP-447: a transactional commit for this partition is not finished yet
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                    }
+                )
+            elif isinstance(om, OffsetAndMetadata):
                 parts.append(
                     {
                         "partition_index": p,
@@ -289,12 +301,21 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
                 getattr(g, "member_id", None),
                 int(getattr(g, "member_epoch", -1)),
                 False,
+                bool(getattr(request, "require_stable", False)),
             )
             groups.append(
                 {"group_id": str(g.group_id), "topics": topics if err == 0 else [], "error_code": err}
             )
         return {"throttle_time": 0, "groups": groups}
-    err, topics = _fetch_topics(coord, str(request.group_id), request.topics, None, -1, ctx.api_version < 2)
+    err, topics = _fetch_topics(
+        coord,
+        str(request.group_id),
+        request.topics,
+        None,
+        -1,
+        ctx.api_version < 2,
+        bool(getattr(request, "require_stable", False)),
+    )
     return {
         "throttle_time": 0,
         "topics": topics if err == 0 or ctx.api_version < 2 else [],
