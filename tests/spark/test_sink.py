@@ -63,7 +63,8 @@ def test_batch_write_columns_topic_partition_headers(spark: Any, kbroker: Broker
     create_topic(kbroker.bootstrap, "w2b", 2)
     df = spark.sql(
         """SELECT * FROM VALUES
-           ('w2a', 1, CAST('a' AS BINARY), CAST('1' AS BINARY), array(named_struct('key','h','value',CAST('x' AS BINARY)))),
+           ('w2a', 1, CAST('a' AS BINARY), CAST('1' AS BINARY),
+            array(named_struct('key','h','value',CAST('x' AS BINARY)))),
            ('w2b', 0, NULL, CAST('2' AS BINARY), NULL),
            ('w2b', 1, CAST('c' AS BINARY), NULL, array())
            AS t(topic, partition, key, value, headers)"""
@@ -76,9 +77,9 @@ def test_batch_write_columns_topic_partition_headers(spark: Any, kbroker: Broker
 
 
 def test_write_schema_errors(spark: Any, kbroker: BrokerProcess) -> None:
-    w = lambda df: (
-        df.write.mode("append").format("strom").option("kafka.bootstrap.servers", kbroker.bootstrap)
-    )  # noqa: E731
+    def w(df: Any) -> Any:
+        return df.write.mode("append").format("strom").option("kafka.bootstrap.servers", kbroker.bootstrap)
+
     with pytest.raises(Exception, match=r"topic option required when no 'topic' attribute is present"):
         w(spark.createDataFrame([("v",)], "value string")).save()
     with pytest.raises(Exception, match=r"Required attribute 'value' not found"):

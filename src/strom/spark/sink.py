@@ -337,5 +337,8 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType) -> DataSo
     if opts.exactly_once:
         from strom.spark.eos import ExactlyOnceStreamWriter
 
+        if opts.topic is None:
+            raise StromOptionError("exactlyOnce=true needs the 'topic' option (it names the batch marker)")
+
         return ExactlyOnceStreamWriter(opts)
     return StromStreamWriter(opts)
