@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -249,3 +251,44 @@ def test_consume_transform_produce_survives_broker_kill9(broker: BrokerProcess) 
     if rc != 0:  # the app may die from the outage (fatal txn error): a restart must still be exact
         assert _run_app(bs, kill_after=None) == 0
     _check_exactly_once(bs, 2000)
+
+
+COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
+JAVA_LIBS = COMPAT_HOME / "java" / "libs"
+
+
+@pytest.fixture(scope="module")
+def txn_java(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("javac") is None or not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
+        pytest.skip("no JDK or Java kafka-clients (run ../shared/compat/setup.sh)")
+    out = tmp_path_factory.mktemp("txnjava")
+    src = Path(__file__).parent / "clients" / "TxnRoundTrip.java"
+    subprocess.run(
+        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(src)], check=True, capture_output=True
+    )
+    return f"{out}:{JAVA_LIBS}/*"
+
+
+def _java(cp: str, *args: str) -> list[str]:
+    r = subprocess.run(
+        ["java", "-cp", cp, "TxnRoundTrip", *args], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def test_java_transactional_producer_and_read_committed_consumer(
+    broker: BrokerProcess, txn_java: str
+) -> None:
+    bs = broker.bootstrap
+    create(bs, "java-txn", 2)
+    _java(txn_java, "produce", bs, "java-txn", "java-writer")
+    committed = sorted(_java(txn_java, "consume", bs, "java-txn", "read_committed", "15"))
+    assert committed == sorted([f"c{i}" for i in range(10)] + [f"d{i}" for i in range(5)])
+    everything = sorted(_java(txn_java, "consume", bs, "java-txn", "read_uncommitted", "25"))
+    assert everything == sorted(committed + [f"a{i}" for i in range(10)])
+    # and librdkafka agrees with Java about what was committed
+    assert (
+        sorted(v.decode() for _, _, v in read_all(bs, "java-txn", 2, "read_committed", expect=15))
+        == committed
+    )
