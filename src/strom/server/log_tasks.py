@@ -1,0 +1,141 @@
+"""Background log maintenance: retention, delayed segment deletion, and the log cleaner.
+
+* Retention runs on the event loop every ``log.retention.check.interval.ms``: each partition
+  log's :meth:`PartitionLog.delete_old_segments` (cheap: header-free, renames only).
+* Removed segments are unlinked by a small task once ``file.delete.delay.ms`` has passed (each
+  log's :meth:`PartitionLog.delete_expired_segments`), checked every second (or more often if a
+  log's delay is shorter).
+* The cleaner runs in one daemon thread (``strom-log-cleaner``) so compaction never blocks the
+  event loop; it synchronises with the loop only through each log's lock (see
+  :mod:`strom.log.partition_log`). It cleans the filthiest compacted log, then backs off for
+  ``log.cleaner.backoff.ms`` (default 15 s, Kafka's) when nothing is cleanable. Set
+  ``log.cleaner.enable=false`` to turn it off. Cancelling the returned task stops the thread at
+  its next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..log.cleaner import CleanerAborted, LogCleaner
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.log_tasks")
+
+DEFAULT_CLEANER_BACKOFF_MS = 15_000
+
+
+def _conf(broker: Broker, name: str, default: Any, typ: type) -> Any:
+    raw = broker.config.get(name, default)
+    if typ is bool and isinstance(raw, str):
+        return raw.strip().lower() == "true"
+    try:
+        return typ(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+async def _retention_loop(broker: Broker) -> None:
+    interval = max(1, int(_conf(broker, "log.retention.check.interval.ms", 300_000, int))) / 1000
+    while True:
+        await asyncio.sleep(interval)
+        run_retention(broker)
+
+
+def run_retention(broker: Broker) -> int:
+    """One retention pass over every log; returns the number of segments removed."""
+    removed = 0
+    for plog in list(broker.logs.values()):
+        try:
+            n = plog.delete_old_segments()
+        except Exception:
+            log.exception("retention failed for %s-%d", plog.topic, plog.partition)
+            continue
+        if n:
+            removed += n
+            log.info(
+                "retention removed %d segment(s) of %s-%d; log start offset now %d",
+                n,
+                plog.topic,
+                plog.partition,
+                plog.log_start_offset,
+            )
+    return removed
+
+
+async def _deleter_loop(broker: Broker) -> None:
+    while True:
+        delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
+        await asyncio.sleep(min([1000, *[max(10, d // 2) for d in delays]]) / 1000)
+        for plog in list(broker.logs.values()):
+            if plog.pending_deletes:
+                try:
+                    plog.delete_expired_segments()
+                except Exception:
+                    log.exception("deleting old segments of %s-%d failed", plog.topic, plog.partition)
+
+
+class CleanerThread:
+    """The cleaner's worker thread (Kafka's CleanerThread.cleanOrSleep loop)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.backoff_s = (
+            max(1, int(_conf(broker, "log.cleaner.backoff.ms", DEFAULT_CLEANER_BACKOFF_MS, int))) / 1000
+        )
+        self.cleaner = LogCleaner(
+            broker.log_dir,
+            broker.clock,
+            max_map_entries=int(_conf(broker, "strom.log.cleaner.max.map.entries", 4_000_000, int)),
+        )
+        self.wakeup = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="strom-log-cleaner", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.cleaner.stop.set()
+        self.wakeup.set()
+
+    def _run(self) -> None:
+        stop = self.cleaner.stop
+        while not stop.is_set():
+            cleaned = None
+            try:
+                logs = list(self.broker.logs.values())
+                known = {(p.topic, p.partition) for p in logs}
+                for tp in [tp for tp in self.cleaner.checkpoint.offsets if tp not in known]:
+                    self.cleaner.forget(tp)
+                cleaned = self.cleaner.clean_once(logs)
+            except CleanerAborted:
+                return
+            except Exception:
+                log.exception("log cleaner round failed")
+            if cleaned is None:
+                self.wakeup.wait(self.backoff_s)
+                self.wakeup.clear()
+
+
+async def _cleaner_task(broker: Broker) -> None:
+    thread = CleanerThread(broker)
+    broker.log_cleaner = thread  # type: ignore[attr-defined]  # for tests and tools
+    thread.start()
+    try:
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        thread.stop()
+
+
+def start_log_tasks(broker: Broker) -> list[asyncio.Task[None]]:
+    """Called by :meth:`Broker.start`; the broker cancels the tasks on shutdown."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_retention_loop(broker)), loop.create_task(_deleter_loop(broker))]
+    if _conf(broker, "log.cleaner.enable", True, bool):
+        tasks.append(loop.create_task(_cleaner_task(broker)))
+    return tasks
