@@ -15,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -50,7 +51,6 @@ class KafkaProtocol(asyncio.Protocol):
         self.paused = False
         self.peer = "?"
         self.connection_id = f"conn-{next(_conn_ids)}"
-        self._files: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -79,9 +79,6 @@ class KafkaProtocol(asyncio.Protocol):
         self.closed = True
         self.wakeup.set()
         self.broker.connections.discard(self)
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
 
     def close(self) -> None:
         self.closed = True
@@ -184,36 +181,42 @@ class KafkaProtocol(asyncio.Protocol):
         await self._send(h.correlation_id, response_header(h.correlation_id, flexible), [body], len(body))
 
     async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
+        """Write one response. File regions ``(fd, position, length)`` carry file descriptors
+        the handler duplicated for this response (so a segment deleted meanwhile stays readable);
+        they are closed here once written, or if the connection is gone."""
         transport = self.transport
-        if transport is None or self.closed:
-            return
-        prefix = struct.pack(">i", len(head) + size) + head
-        has_files = any(isinstance(p, tuple) for p in parts)
-        if not has_files:
-            self.conn.send(correlation_id, [prefix, *parts])
-            transport.writelines(self.conn.data_to_send())
-            return
-        # file regions: pending bytes first, then sendfile for each region
-        self.conn.send(correlation_id, [])
-        loop = asyncio.get_running_loop()
-        pending: list[bytes | bytearray | memoryview] = [prefix]
-        for p in parts:
-            if not isinstance(p, tuple):
-                pending.append(p)
-                continue
-            fd, pos, length = p
-            if self.broker.native_sendfile:
-                if pending:
-                    transport.writelines(pending)
-                    pending = []
-                f = self._files.get(fd)
-                if f is None:
-                    f = self._files[fd] = os.fdopen(os.dup(fd), "rb", buffering=0)
-                await loop.sendfile(transport, f, pos, length)
-            else:
-                pending.append(os.pread(fd, length, pos))
-        if pending:
-            transport.writelines(pending)
+        regions = [p for p in parts if isinstance(p, tuple)]
+        try:
+            if transport is None or self.closed:
+                return
+            prefix = struct.pack(">i", len(head) + size) + head
+            if not regions:
+                self.conn.send(correlation_id, [prefix, *parts])
+                transport.writelines(self.conn.data_to_send())
+                return
+            self.conn.send(correlation_id, [])
+            loop = asyncio.get_running_loop()
+            pending: list[bytes | bytearray | memoryview] = [prefix]
+            for p in parts:
+                if not isinstance(p, tuple):
+                    pending.append(p)
+                    continue
+                fd, pos, length = p
+                if self.broker.native_sendfile:
+                    if pending:
+                        transport.writelines(pending)
+                        pending = []
+                    with os.fdopen(fd, "rb", buffering=0) as f:
+                        regions.remove(p)  # the file object owns the descriptor now
+                        await loop.sendfile(transport, f, pos, length)
+                else:
+                    pending.append(os.pread(fd, length, pos))
+            if pending:
+                transport.writelines(pending)
+        finally:
+            for fd, _pos, _len in regions:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:

@@ -10,6 +10,7 @@ on; a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND.
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -181,11 +182,21 @@ def _read_partitions(
                 any_error = True
                 continue
             if data.size:
-                pr.regions = [(r.fd, r.position, r.length) for r in data.regions]
+                # duplicated: the response owns these descriptors until written (network._send)
+                pr.regions = [(os.dup(r.fd), r.position, r.length) for r in data.regions]
                 pr.size = data.size
                 total += data.size
                 first_data = False
     return results, total, any_error
+
+
+def _release(results: list[TopicResult]) -> None:
+    """Close the duplicated descriptors of a read that will not be sent."""
+    for t in results:
+        for p in t.partitions:
+            for fd, _pos, _len in p.regions:
+                os.close(fd)
+            p.regions = []
 
 
 @handler(1)
@@ -217,6 +228,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse:
                 pass
             finally:
                 purgatory.unwatch(ev, tps)
+            _release(results)
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
