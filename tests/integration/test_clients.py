@@ -450,7 +450,7 @@ def kcat() -> str:
     return path
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_kcat_round_trip(shared_broker: BrokerProcess, kcat: str, compression: str) -> None:
     topic = unique_topic(f"kcat-{compression}")
     create_topic(shared_broker.bootstrap, topic, 2)
