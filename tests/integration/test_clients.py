@@ -356,6 +356,46 @@ def test_confluent_timestamps_default_and_log_append_time(shared_broker: BrokerP
     assert g.ts_type == CREATE_TIME and t0 - 1000 <= g.timestamp <= int(time.time() * 1000) + 1000
 
 
+def test_confluent_large_records(shared_broker: BrokerProcess) -> None:
+    """Records near the default 1 MiB max.message.bytes, uncompressed and compressed."""
+    topic = unique_topic("ck-large")
+    create_topic(shared_broker.bootstrap, topic, 1)
+    big = [Rec(0, TS0 + i, b"big", os.urandom(900_000 - i)) for i in range(3)]
+    acks = confluent_produce(shared_broker.bootstrap, topic, big)
+    acks2 = confluent_produce(shared_broker.bootstrap, topic, [Rec(0, TS0, None, b"z" * 5_000_000)],
+                              **{"compression.type": "zstd", "message.max.bytes": 6_000_000})
+    assert acks2 == {0: (0, 3)}
+    got = confluent_read(shared_broker.bootstrap, topic, 1, 4)
+    check_round_trip([*big, Rec(0, TS0, None, b"z" * 5_000_000)], got, None)
+    assert acks == {0: (0, 0), 1: (0, 1), 2: (0, 2)}
+
+
+def test_confluent_long_poll_wakes_on_produce(shared_broker: BrokerProcess) -> None:
+    """A fetch waiting for fetch.wait.max.ms returns as soon as a record arrives."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = unique_topic("ck-wait")
+    create_topic(shared_broker.bootstrap, topic, 1)
+    c = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": "unused",
+                  "fetch.wait.max.ms": 5000, "fetch.min.bytes": 1, "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": shared_broker.bootstrap, "acks": "all", "linger.ms": 0})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        assert c.poll(1.5) is None  # a fetch is now parked on the broker
+        lat = []
+        for i in range(5):
+            t0 = time.monotonic()
+            p.produce(topic, value=b"%d" % i, partition=0)
+            p.flush(10)
+            m = c.poll(10)
+            assert m is not None and not m.error() and m.value() == b"%d" % i
+            lat.append(time.monotonic() - t0)
+            time.sleep(0.3)
+        assert max(lat) < 1.0, f"produce-to-consume latencies {lat} (fetch not woken by new data?)"
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------- 2. kafka-python and aiokafka
 
 def _kafka_python_codecs() -> list[str]:
