@@ -73,6 +73,8 @@ def test_exactly_once_replay_is_not_written_twice(spark: Any, kbroker: BrokerPro
     # Simulate a crash after the transactions committed but before Spark recorded the batch:
     # drop the last commit-log entry so the last micro-batch is replayed.
     commits = sorted((ck / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
-    commits[-1].unlink()
+    last = commits[-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
     run()
     assert count(spark, kbroker, "eos-dst", "read_committed") == 100
