@@ -312,21 +312,41 @@ class LogSegment:
         if not self.can_hold_offset(batches[-1][1].last_offset):
             raise ValueError(f"offset {batches[-1][1].last_offset} does not fit segment {self.base_offset}")
         start = self.size
-        if start == 0:
-            self.rolling_based_timestamp = batches[0][1].max_timestamp
-        self._update_max_timestamp(largest_timestamp, offset_of_largest_timestamp)
-        interval = self.index_interval_bytes
-        for pos, h in batches:
-            if self._bytes_since_last_index_entry > interval:
-                self.offset_index.append(h.last_offset, start + pos)
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += h.size
+        # the log first, then the indexes; if any write fails (ENOSPC, EIO) everything is cut
+        # back to ``start`` so the segment still ends on a batch boundary and the in-memory
+        # state matches the files
         view = memoryview(records)
         written = 0
         total = len(view)
-        while written < total:
-            written += os.pwrite(self._fd, view[written:], start + written)
+        try:
+            while written < total:
+                written += os.pwrite(self._fd, view[written:], start + written)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
+        saved = (self.max_timestamp_so_far, self.offset_of_max_timestamp, self.rolling_based_timestamp,
+                 self._bytes_since_last_index_entry)
+        try:
+            if start == 0:
+                self.rolling_based_timestamp = batches[0][1].max_timestamp
+            self._update_max_timestamp(largest_timestamp, offset_of_largest_timestamp)
+            interval = self.index_interval_bytes
+            for pos, h in batches:
+                if self._bytes_since_last_index_entry > interval:
+                    self.offset_index.append(h.last_offset, start + pos)
+                    self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                    self._bytes_since_last_index_entry = 0
+                self._bytes_since_last_index_entry += h.size
+        except OSError:
+            (self.max_timestamp_so_far, self.offset_of_max_timestamp, self.rolling_based_timestamp,
+             self._bytes_since_last_index_entry) = saved
+            with contextlib.suppress(OSError):
+                self.offset_index.truncate_to_position(start)
+                self.time_index.truncate_to(batches[0][1].base_offset)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
         self.size = start + total
 
     def _update_max_timestamp(self, ts: int, offset: int) -> None:
