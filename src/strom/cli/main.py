@@ -23,6 +23,8 @@ from typing import Any, NoReturn
 
 from strom.cli import commands, dump_log
 from strom.cli import configs as cli_configs
+from strom.cli import groups as cli_groups
+from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
 
 __all__ = ["build_parser", "main", "run"]
@@ -142,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_configs_parser(sub)
     _add_records_parser(sub)
     _add_dump_log_parser(sub)
+    cli_groups.add_parser(sub, _add_bootstrap)
+    cli_transactions.add_parser(sub, _add_bootstrap)
     return parser
 
 
@@ -284,6 +288,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_configs.configs(args, _configs_action(args)))
         if args.command == "records":
             return asyncio.run(cli_configs.records_delete(args))
+        if args.command == "groups":
+            return asyncio.run(cli_groups.groups(args))
+        if args.command == "transactions":
+            return asyncio.run(cli_transactions.transactions(args))
         if args.command == "dump-log":
             return dump_log.run(args)
         if args.command == "produce":

@@ -442,18 +442,26 @@ class Client:
     # ---------------------------------------------------------------- offsets
 
     async def list_offsets(
-        self, topic: str, partitions: Mapping[int, int] | int, timestamp: int = LATEST
+        self,
+        topic: str,
+        partitions: Mapping[int, int] | int,
+        timestamp: int = LATEST,
+        *,
+        isolation_level: int = 0,
     ) -> dict[int, int] | int:
         """Offsets by timestamp (``EARLIEST`` -2, ``LATEST`` -1, or a time in ms).
 
         ``list_offsets(t, 0, EARLIEST) -> int``; ``list_offsets(t, {0: ts, 1: ts}) -> {0: off, 1: off}``.
-        A timestamp after the last record gives -1 (Kafka's answer)."""
+        A timestamp after the last record gives -1 (Kafka's answer). With ``isolation_level=1``
+        (read_committed) ``LATEST`` is the last stable offset."""
         if isinstance(partitions, int):
-            result = await self._list_offsets(topic, {partitions: timestamp})
+            result = await self._list_offsets(topic, {partitions: timestamp}, isolation_level)
             return result[partitions]
-        return await self._list_offsets(topic, dict(partitions))
+        return await self._list_offsets(topic, dict(partitions), isolation_level)
 
-    async def _list_offsets(self, topic: str, wanted: dict[int, int]) -> dict[int, int]:
+    async def _list_offsets(
+        self, topic: str, wanted: dict[int, int], isolation_level: int = 0
+    ) -> dict[int, int]:
         out: dict[int, int] = {}
         refresh = False
         for attempt in range(self.retries + 1):
@@ -462,7 +470,11 @@ class Client:
             errors: list[KafkaError] = []
 
             await _gather_conn_errors(
-                errors, [self._list_offsets_one(c, topic, parts, out, errors) for c, parts in by_leader]
+                errors,
+                [
+                    self._list_offsets_one(c, topic, parts, out, errors, isolation_level)
+                    for c, parts in by_leader
+                ],
             )
             if not errors:
                 return out
@@ -479,12 +491,13 @@ class Client:
         parts: dict[int, int],
         out: dict[int, int],
         errors: list[KafkaError],
+        isolation_level: int = 0,
     ) -> None:
         resp = await conn.request(
             ApiKey.LIST_OFFSETS,
             {
                 "replica_id": -1,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "timeout": int(self.request_timeout * 1000),
                 "topics": [
                     {
