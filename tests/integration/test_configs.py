@@ -280,14 +280,12 @@ def test_persist_across_restart(broker: BrokerProcess) -> None:
 
 
 def test_dynamic_default_in_force_right_after_restart(broker: BrokerProcess) -> None:
-    """Without any config request after the restart, the persisted dynamic default applies.
-    Needs the broker to call ``apply_dynamic_broker_configs`` at start (see the configs module)."""
+    """Without any config request after the restart, the persisted dynamic default applies."""
     a = admin(broker)
     t = new_topic(a)
     set_cluster_default(broker, "message.max.bytes", "2000")
     broker.stop()
     broker.start()
     err = produce(broker, t, b"x" * 5000)
-    if err is None:
-        pytest.xfail("the broker does not load dynamic broker configs at start yet (broker.py hook)")
+    assert err is not None
     assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE

@@ -23,6 +23,7 @@ from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
 from ..log.partition_log import PartitionLog
+from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode
 from ..protocol.records import (
@@ -180,6 +181,7 @@ class Broker:
         from .network import start_listeners
 
         load_all()
+        apply_dynamic_broker_configs(self)  # persisted dynamic broker configs, before logs open
         loop = asyncio.get_running_loop()
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
@@ -281,16 +283,14 @@ class Broker:
         validate_topic_name(name)
         if name in INTERNAL_TOPICS and not internal_ok and name in self.topics.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        configs = dict(configs or {})
         try:
+            # the same names, types and ranges AlterConfigs enforces (Kafka's messages)
+            configs = {k: normalize_topic_value(k, v) for k, v in (configs or {}).items()}
             LogConfig.from_topic_configs(self.config.topic_defaults(), configs)
+        except ConfigResourceError as e:
+            raise TopicError(e.code, str(e)) from e
         except ConfigError as e:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from e
-        from ..config import TOPIC_TYPES
-
-        for k in configs:
-            if k not in TOPIC_TYPES:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {k}")
         if validate_only:
             validate_topic_name(name)
             if name in self.topics.topics:
