@@ -112,7 +112,10 @@ def _latest(r: Raw, topic: str) -> int:
     resp = r.call(
         2,
         7,
-        {"replica_id": -1, "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]},
+        {
+            "replica_id": -1,
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+        },
     )
     return int(resp.topics[0].partitions[0].offset)
 
@@ -163,8 +166,10 @@ def test_unknown_api_versions_version_gets_ranges(strict_broker: BrokerProcess) 
     body = r.read_frame()
     cid, err, n = struct.unpack_from(">ihi", body)
     assert (cid, err) == (7, 35)
-    ranges = {struct.unpack_from(">hhh", body, 10 + 6 * i)[0]: struct.unpack_from(">hhh", body, 10 + 6 * i)[1:]
-              for i in range(n)}
+    ranges = {
+        struct.unpack_from(">hhh", body, 10 + 6 * i)[0]: struct.unpack_from(">hhh", body, 10 + 6 * i)[1:]
+        for i in range(n)
+    }
     assert ranges[18] == (0, 4) and ranges[0] == (3, 12)
     # the connection stays usable
     assert int(r.call(18, 0, {}).error_code) == 0
@@ -215,7 +220,9 @@ def test_invalid_topic_names(strict_broker: BrokerProcess) -> None:
     for name in ("bad/name", "x" * 250, "..", "spaces are bad"):
         res = _create(r, name)
         assert int(res.error_code) == 17, name  # INVALID_TOPIC_EXCEPTION
-    md = r.call(3, 12, {"topics": [{"name": "bad/name", "topic_id": None}], "allow_auto_topic_creation": True})
+    md = r.call(
+        3, 12, {"topics": [{"name": "bad/name", "topic_id": None}], "allow_auto_topic_creation": True}
+    )
     assert int(md.topics[0].error_code) == 17
 
 
