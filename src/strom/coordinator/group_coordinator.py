@@ -413,6 +413,32 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
 
+    def _offset_records(
+        self, group_id: str, offsets: dict[TopicPartition, tuple[int, int, str | None]], retention_ms: int
+    ) -> tuple[list[tuple[bytes, bytes | None]], dict[TopicPartition, int]]:
+        """OffsetCommit records for ``offsets`` (tp -> (offset, leader epoch, metadata)) and the
+        per-partition result (OFFSET_METADATA_TOO_LARGE for oversized metadata, else NONE)."""
+        now = self.clock.time_ms()
+        records: list[tuple[bytes, bytes | None]] = []
+        out: dict[TopicPartition, int] = {}
+        for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
+            meta = metadata or ""
+            if len(meta.encode()) > OFFSET_METADATA_MAX_BYTES:
+                out[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            value = OffsetCommitValue(
+                offset=offset,
+                metadata=meta,
+                commit_timestamp=now,
+                leader_epoch=leader_epoch,
+                expire_timestamp=now + retention_ms if retention_ms > 0 else -1,
+            )
+            records.append(
+                (encode_offset_commit_key(group_id, topic, partition), encode_offset_commit_value(value))
+            )
+            out[(topic, partition)] = ErrorCode.NONE
+        return records, out
+
     async def commit_offsets(
         self,
         group_id: str,
@@ -443,24 +469,8 @@ class GroupCoordinator:
                 err = g.validate_offset_commit(member_id, generation_id)
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
-            now = self.clock.time_ms()
-            out: dict[TopicPartition, int] = {}
-            for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
-                meta = metadata or ""
-                if len(meta.encode()) > OFFSET_METADATA_MAX_BYTES:
-                    out[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    continue
-                value = OffsetCommitValue(
-                    offset=offset,
-                    metadata=meta,
-                    commit_timestamp=now,
-                    leader_epoch=leader_epoch,
-                    expire_timestamp=now + retention_ms if retention_ms > 0 else -1,
-                )
-                eff.records.append(
-                    (encode_offset_commit_key(group_id, topic, partition), encode_offset_commit_value(value))
-                )
-                out[(topic, partition)] = ErrorCode.NONE
+            records, out = self._offset_records(group_id, offsets, retention_ms)
+            eff.records.extend(records)
             return out
 
         result, ok = await self._run(group_id, step)
@@ -496,23 +506,7 @@ class GroupCoordinator:
                 err = g.validate_offset_commit(member_id, generation_id)
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
-        now = self.clock.time_ms()
-        records: list[tuple[bytes, bytes | None]] = []
-        out: dict[TopicPartition, int] = {}
-        for (topic, p), (offset, leader_epoch, metadata) in offsets.items():
-            meta = metadata or ""
-            if len(meta.encode()) > OFFSET_METADATA_MAX_BYTES:
-                out[(topic, p)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            value = OffsetCommitValue(
-                offset=offset,
-                metadata=meta,
-                commit_timestamp=now,
-                leader_epoch=leader_epoch,
-                expire_timestamp=-1,
-            )
-            records.append((encode_offset_commit_key(group_id, topic, p), encode_offset_commit_value(value)))
-            out[(topic, p)] = ErrorCode.NONE
+        records, out = self._offset_records(group_id, offsets, -1)
         if not records:
             return out
         async with self._lock(partition):
