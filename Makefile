@@ -46,6 +46,12 @@ test: setup compat lint
 
 bench: setup compat
 	$(PY) bench/throughput.py
+	$(PY) bench/latency.py
+	$(PY) bench/transactions.py
+
+bench-spark: setup
+	$(PY) bench/spark_decode.py
+	$(PY) bench/spark_throughput.py
 
 clean:
 	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache .ruff_cache

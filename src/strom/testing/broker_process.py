@@ -52,6 +52,7 @@ class BrokerProcess:
         ]
         for o in self.overrides:
             args += ["--override", o]
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update(self.env or {})
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
