@@ -683,6 +683,10 @@ class LogCleaner:
         ltc = self.grab_filthiest(logs)
         if ltc is None:
             return None
+        log.info(
+            "cleaning %s-%d: dirty [%d, %d), dirty ratio %.2f",
+            ltc.log.topic, ltc.log.partition, ltc.first_dirty, ltc.first_uncleanable, ltc.dirty_ratio,
+        )
         end, stats = self.cleaner.clean(ltc)
         if end > ltc.first_dirty and not ltc.log.closed:
             self.checkpoint.update(ltc.tp, end)
