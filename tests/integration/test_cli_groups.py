@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from strom.client.client import Client
 from strom.client.groups import fetch_offsets
@@ -134,15 +134,16 @@ def test_describe_shows_correct_lag_while_a_producer_runs(broker: BrokerProcess)
                 if m is None or m.error():
                     continue
                 n += 1
+                part, nxt = int(m.partition() or 0), int(m.offset() or 0) + 1
                 if n % 7 == 0:
                     with lock:
-                        sent[m.partition()] = max(sent[m.partition()], m.offset() + 1)
+                        sent[part] = max(sent[part], nxt)
                     try:
                         c.commit(message=m, asynchronous=False)
                     except KafkaException:
                         continue  # rebalance in between: the commit may be refused
                     with lock:
-                        acked[m.partition()] = max(acked[m.partition()], m.offset() + 1)
+                        acked[part] = max(acked[part], nxt)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -222,7 +223,7 @@ def test_describe_shows_correct_lag_while_a_producer_runs(broker: BrokerProcess)
         m = drain.poll(0.2)
         if m is not None and not m.error():
             drain.commit(message=m, asynchronous=False)
-            final[(topic, m.partition())] = m.offset() + 1
+            final[(topic, int(m.partition() or 0))] = int(m.offset() or 0) + 1
     drain.close()
     r = strom(broker, "groups", "describe", "--group", group)
     assert r.returncode == 0
