@@ -55,6 +55,8 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "log.cleaner.min.compaction.lag.ms": (int, 0),
     "log.cleaner.max.compaction.lag.ms": (int, 9223372036854775807),
     "log.cleaner.delete.retention.ms": (int, 86400000),
+    "log.cleaner.enable": (bool, True),
+    "log.cleaner.backoff.ms": (int, 15000),
     "min.insync.replicas": (int, 1),
     "compression.type": (str, "producer"),
     "offsets.topic.num.partitions": (int, 50),
