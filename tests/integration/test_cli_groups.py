@@ -422,3 +422,43 @@ def test_reset_refused_while_group_is_active(broker: BrokerProcess, reset_topic:
     # once the member has left, the same command goes through
     r = reset(broker, "--topic", reset_topic, "--to-earliest", "--execute")
     assert new_offsets(r) == {0: 0, 1: 0, 2: 0} and current(broker) == {0: 0, 1: 0, 2: 0}
+
+
+def test_kip848_consumer_group(broker: BrokerProcess, reset_topic: str) -> None:
+    """A ``group.protocol=consumer`` group is described with ConsumerGroupDescribe."""
+    # (not consumer(): librdkafka rejects session/heartbeat settings with this protocol)
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "g848",
+            "group.protocol": "consumer",
+            "client.id": "kip848",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([reset_topic])
+    try:
+        wait_assigned(c)
+        r = strom(broker, "groups", "list", "--state", "--type")
+        assert {x["GROUP"]: (x["TYPE"], x["STATE"]) for x in table(r.stdout)}["g848"] == (
+            "Consumer",
+            "Stable",
+        )
+        r = strom(broker, "groups", "describe", "--group", "g848", "--members", "--verbose")
+        (m,) = table(r.stdout)
+        assert m["CLIENT-ID"] == "kip848" and m["ASSIGNMENT"] == "rt(0,1,2)"
+        r = strom(broker, "groups", "describe", "--group", "g848")
+        rows = table(r.stdout)
+        assert [(x["PARTITION"], x["CURRENT-OFFSET"], x["LOG-END-OFFSET"]) for x in rows] == [
+            (str(p), "-", "10") for p in range(3)
+        ]
+        assert {x["CONSUMER-ID"] for x in rows} == {m["CONSUMER-ID"]}
+        r = strom(broker, "groups", "reset-offsets", "--group", "g848", "--topic", "rt", "--to-offset", "3")
+        assert r.returncode == 1 and "must be inactive" not in r.stderr and "is inactive" in r.stderr
+    finally:
+        c.close()
+    r = strom(
+        broker, "groups", "reset-offsets", "--group", "g848", "--topic", "rt", "--to-offset", "3", "--execute"
+    )
+    assert r.returncode == 0, r.stderr
+    assert {p: o for (t, p), o in committed(broker, "g848").items()} == {0: 3, 1: 3, 2: 3}

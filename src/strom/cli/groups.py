@@ -66,7 +66,7 @@ RESET_MODES = (
     "by_duration",
     "from_file",
 )
-INACTIVE_STATES = frozenset({"Empty", "Dead"})
+INACTIVE_STATES = frozenset({"empty", "dead"})  # compared lower-cased
 REBALANCING_STATES = frozenset({"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
 
 # Kafka's exception messages for the codes these commands meet.
@@ -649,7 +649,7 @@ async def _reset(client: Client, args: argparse.Namespace, names: list[str]) -> 
     failed = 0
     for name in names:
         d = await describe_group(client, name)
-        if d.state not in INACTIVE_STATES:
+        if d.state.lower() not in INACTIVE_STATES:
             print(
                 f"Error: Assignments can only be reset if the group '{name}' is inactive, "
                 f"but the current state is {d.state}.",
