@@ -1,13 +1,22 @@
 """Rows/s through the strom Spark source, compared in the same run with Spark's built-in rate
 source and with a plain confluent-kafka consumer reading the same topic.
 
-    python bench/spark_throughput.py [--rows 1000000] [--partitions 2]
+    python bench/spark_throughput.py [--rows 1000000] [--partitions 2] [--repeat 3]
 
 Starts a strom broker, fills a topic with 100-byte values (8-byte keys, 1000 distinct), then runs
-each query once as a single streaming micro-batch (Trigger.AvailableNow for strom; one batch of
-the rate-micro-batch source with the same number of rows) into (a) the noop sink and (b)
-groupBy(key).count(), and reports Spark's processedRowsPerSecond for the batch. local[N] with N =
-partitions; figures are per run, not per core.
+each query as a single streaming micro-batch under Trigger.AvailableNow (the strom source from the
+earliest offsets; Spark's ``rate-micro-batch`` source with ``rowsPerBatch`` = the same number of
+rows) into (a) the noop sink and (b) groupBy(key).count(), and reports Spark's
+processedRowsPerSecond for the batch (rows / trigger duration, so fixed per-batch costs count).
+
+One warm-up round, then ``--repeat`` rounds; each round runs every query once (interleaved, so load
+on a shared machine hits all of them alike) and the median per query is reported, with the spread.
+``local[C]`` with C = ``--cores`` (default: ``--partitions``); the broker runs on the same machine
+and competes for the same cores.
+
+The confluent-kafka consumer (one thread, librdkafka fetching in the background) reads the same
+topic from offset 0 and touches each message (``len(value)``); it is configured not to throttle
+its prefetch (librdkafka's default ``fetch.queue.backoff.ms`` of 1 s stalls it at this rate).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -46,18 +56,12 @@ async def fill(bootstrap: str, rows: int, partitions: int) -> None:
         await asyncio.gather(*sends)
 
 
-def run_stream(df: Any, ckpt: str, sink: str, available_now: bool) -> dict[str, Any]:
+def run_stream(df: Any, ckpt: str, aggregate: bool) -> dict[str, Any]:
     w = df.writeStream.option("checkpointLocation", ckpt).format("noop")
-    if sink != "noop":
+    if aggregate:
         w = w.outputMode("complete")
-    if available_now:
-        q = w.trigger(availableNow=True).start()
-        q.awaitTermination()
-    else:
-        q = w.trigger(processingTime="1 second").start()
-        while not any(p["numInputRows"] for p in q.recentProgress):
-            time.sleep(0.2)
-        q.stop()
+    q = w.trigger(availableNow=True).start()
+    q.awaitTermination()
     best = max(q.recentProgress, key=lambda p: p["numInputRows"])
     return {"rows": best["numInputRows"], "rps": best["processedRowsPerSecond"], "ms": best["durationMs"]}
 
@@ -72,6 +76,9 @@ def confluent_rate(bootstrap: str, rows: int, partitions: int) -> float:
             "enable.auto.commit": False,
             "fetch.max.bytes": 50 * 1024 * 1024,
             "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "fetch.queue.backoff.ms": 1,
+            "queued.min.messages": 1_000_000,
+            "queued.max.messages.kbytes": 1_000_000,
         }
     )
     c.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
@@ -91,8 +98,12 @@ def confluent_rate(bootstrap: str, rows: int, partitions: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=2, help="topic partitions (and rate partitions)")
+    ap.add_argument("--cores", type=int, default=0, help="local[N] (default: --partitions)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--min-partitions", type=int, default=0, help="strom option minPartitions")
     args = ap.parse_args()
+    cores = args.cores or args.partitions
     os.environ["PYSPARK_PYTHON"] = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="strom-spark-bench-"))
     broker = BrokerProcess(tmp / "data").start()
@@ -100,23 +111,25 @@ def main() -> None:
         t = time.perf_counter()
         asyncio.run(fill(broker.bootstrap, args.rows, args.partitions))
         rows = args.rows // args.partitions // 2000 * 2000 * args.partitions
-        print(f"filled {rows} rows in {time.perf_counter() - t:.1f}s")
+        print(f"filled {rows} rows in {time.perf_counter() - t:.1f}s", flush=True)
         from pyspark.sql import SparkSession
 
         spark = (
-            SparkSession.builder.master(f"local[{args.partitions}]")
+            SparkSession.builder.master(f"local[{cores}]")
             .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", str(args.partitions))
+            .config("spark.sql.shuffle.partitions", str(cores))
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
-        strom_df = (
+        reader = (
             spark.readStream.format("strom")
             .option("kafka.bootstrap.servers", broker.bootstrap)
             .option("subscribe", TOPIC)
             .option("startingOffsets", "earliest")
-            .load()
         )
+        if args.min_partitions:
+            reader = reader.option("minPartitions", args.min_partitions)
+        strom_df = reader.load()
         rate_df = (
             spark.readStream.format("rate-micro-batch")
             .option("rowsPerBatch", rows)
@@ -124,22 +137,43 @@ def main() -> None:
             .load()
             .selectExpr("CAST(value % 1000 AS STRING) AS key", "value")
         )
-        results: dict[str, dict[str, Any]] = {}
-        for warm in (True, False):
-            for name, df, avail in (("strom", strom_df, True), ("rate", rate_df, False)):
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for rnd in range(args.repeat + 1):
+            for name, df in (("strom", strom_df), ("rate", rate_df)):
                 for sink in ("noop", "groupBy(key).count()"):
-                    q = df if sink == "noop" else df.groupBy("key").count()
-                    r = run_stream(q, tempfile.mkdtemp(dir=tmp), "noop" if sink == "noop" else "agg", avail)
-                    if not warm:
-                        results[f"{name} -> {sink}"] = r
-        ck = confluent_rate(broker.bootstrap, rows, args.partitions)
-        print(f"rows={rows} partitions={args.partitions} value=100B local[{args.partitions}]")
-        for k, r in results.items():
-            print(f"{k:32s} {r['rps'] / 1e6:6.2f} M rows/s  ({r['rows']} rows)")
+                    agg = sink != "noop"
+                    q = df.groupBy("key").count() if agg else df
+                    r = run_stream(q, tempfile.mkdtemp(dir=tmp), agg)
+                    assert r["rows"] == rows, (name, sink, r)
+                    if rnd:
+                        runs.setdefault(f"{name} -> {sink}", []).append(r)
+            if rnd:
+                runs.setdefault("confluent", []).append(
+                    {"rps": confluent_rate(broker.bootstrap, rows, args.partitions), "ms": {}}
+                )
+            print(f"round {rnd} done", file=sys.stderr, flush=True)
+        print(
+            f"rows={rows} topic partitions={args.partitions} value=100B local[{cores}] "
+            f"minPartitions={args.min_partitions or '-'} rounds={args.repeat} (median, min..max)"
+        )
+        med: dict[str, float] = {}
+        for k, rs in runs.items():
+            rps = sorted(r["rps"] for r in rs)
+            med[k] = statistics.median(rps)
+            label = "confluent-kafka consumer (1 thread)" if k == "confluent" else k
+            extra = ""
+            if rs[0]["ms"]:
+                add = statistics.median(r["ms"].get("addBatch", 0) for r in rs)
+                trig = statistics.median(r["ms"].get("triggerExecution", 0) for r in rs)
+                extra = f"  trigger {trig:.0f} ms, addBatch {add:.0f} ms"
+            print(
+                f"{label:36s} {med[k] / 1e6:6.2f} M rows/s ({rps[0] / 1e6:.2f}..{rps[-1] / 1e6:.2f})"
+                f"  {med[k] / cores / 1e6:5.2f} per core{extra}"
+            )
         for sink in ("noop", "groupBy(key).count()"):
-            ratio = results[f"strom -> {sink}"]["rps"] / results[f"rate -> {sink}"]["rps"]
+            ratio = med[f"strom -> {sink}"] / med[f"rate -> {sink}"]
             print(f"strom / rate ({sink}): {ratio:.2f}x")
-        print(f"{'confluent-kafka consumer (1 thread)':32s} {ck / 1e6:6.2f} M rows/s")
+        print(f"strom -> noop / confluent-kafka: {med['strom -> noop'] / med['confluent']:.2f}x")
         spark.stop()
     finally:
         broker.stop()
