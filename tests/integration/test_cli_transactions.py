@@ -230,12 +230,6 @@ def test_describe_after_commit(broker: BrokerProcess, open_txn: Producer) -> Non
     assert len(fields) == len(DESCRIBE_HEADERS) - 1, "no partitions: TopicPartitions is empty"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: DescribeTransactions of an id without a transaction start time (state Empty) "
-    "or of an unknown id closes the connection: strom.protocol.codec maps the datetime -1 to None, "
-    "which kio cannot encode",
-)
 def test_describe_idle_and_unknown(broker: BrokerProcess) -> None:
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "idle-tx", "log_level": 0})
     p.init_transactions(15)

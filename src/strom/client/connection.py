@@ -163,6 +163,14 @@ class KafkaConnection:
             return None
         return decode_response(resp_cls, body)
 
+    async def request_raw(self, api_key: int, data: Mapping[str, Any], *, version: int) -> bytes:
+        """Like :meth:`request`, returning the response frame body (header included) undecoded,
+        for the rare response kio cannot decode (see ``transactions.describe_transaction``)."""
+        body, _cls = await self._send(api_key, version, data, True, None)
+        if body is None:
+            raise KafkaProtocolError("no response body")
+        return bytes(body)
+
     async def _send(
         self,
         api_key: int,

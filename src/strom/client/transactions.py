@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
@@ -116,13 +118,78 @@ async def list_transactions(
     return sorted(out, key=lambda t: t.transactional_id)
 
 
+def _decode_describe_v0(body: bytes) -> list[SimpleNamespace]:
+    """DescribeTransactions v0 response (flexible; header v1) into plain objects."""
+    pos = 4
+
+    def uvarint() -> int:
+        nonlocal pos
+        shift = result = 0
+        while True:
+            b = body[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+
+    def skip_tags() -> None:
+        nonlocal pos
+        for _ in range(uvarint()):
+            uvarint()
+            pos += uvarint()
+
+    def fixed(fmt: str) -> int:
+        nonlocal pos
+        (v,) = struct.unpack_from(fmt, body, pos)
+        pos += struct.calcsize(fmt)
+        return int(v)
+
+    def string() -> str:
+        nonlocal pos
+        n = uvarint() - 1
+        s = body[pos : pos + n].decode()
+        pos += n
+        return s
+
+    try:
+        skip_tags()  # response header v1
+        fixed(">i")  # throttle
+        states = []
+        for _ in range(uvarint() - 1):
+            t = SimpleNamespace(
+                error_code=fixed(">h"),
+                transactional_id=string(),
+                transaction_state=string(),
+                transaction_timeout=fixed(">i"),
+                transaction_start_time=fixed(">q"),
+                producer_id=fixed(">q"),
+                producer_epoch=fixed(">h"),
+                topics=[],
+            )
+            for _t in range(uvarint() - 1):
+                topic = string()
+                parts = [fixed(">i") for _p in range(uvarint() - 1)]
+                skip_tags()
+                t.topics.append(SimpleNamespace(topic=topic, partitions=parts))
+            skip_tags()
+            states.append(t)
+        return states
+    except (IndexError, struct.error, UnicodeDecodeError) as e:
+        raise KafkaProtocolError(f"malformed DescribeTransactions response: {e}") from e
+
+
 async def describe_transaction(client: Client, transactional_id: str) -> TransactionDescription:
     """DescribeTransactions of one transactional id at its coordinator. Raises
     TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
 
     async def call(coordinator: BrokerMetadata, conn: KafkaConnection) -> TransactionDescription:
-        resp = await conn.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]})
-        for t in resp.transaction_states:
+        # Decoded by hand: brokers send transaction_start_time -1 when no transaction is open,
+        # which kio's timestamp type refuses to parse.
+        body = await conn.request_raw(
+            DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]}, version=0
+        )
+        for t in _decode_describe_v0(body):
             if t.transactional_id != transactional_id:
                 continue
             code = int(t.error_code)

@@ -172,8 +172,9 @@ def _convert(spec: _FieldSpec, value: Any) -> Any:
     if kind == "tuple":
         return tuple(value)
     if kind == "datetime" and isinstance(value, int):
-        if value < 0:
+        if value < 0 and spec.optional:
             return None
+        # Kafka sends -1 for "no time" (e.g. no open transaction); kio encodes any datetime
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
     return value
 

@@ -126,20 +126,23 @@ class KafkaProtocol(asyncio.Protocol):
             self.connection_id,
             self.broker,
         )
+        resp_type = codec.response_type(key, version)
         try:
             result = await handler(ctx, request)
+            if not isinstance(result, (NoResponse, RawResponse)):
+                result = _encoded(resp_type, result)
         except KafkaError as e:
-            result = {"error_code": e.code, "error_message": str(e)}
+            result = _encoded(resp_type, {"error_code": e.code, "error_message": str(e)})
+        except Exception:
+            # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR and keeps the connection
+            log.exception("%s v%d from %s failed", api_name(key), version, self.peer)
+            result = _encoded(resp_type, {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
             return
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
-        if isinstance(result, RawResponse):
-            await self._send(h.correlation_id, head, result.parts, result.size)
-        else:
-            body = codec.encode_response(codec.build(codec.response_type(key, version), result))
-            await self._send(h.correlation_id, head, [body], len(body))
+        await self._send(h.correlation_id, head, result.parts, result.size)
 
     async def _unsupported(self, req: IncomingRequest) -> None:
         """Unknown API or version: a well-formed error response, connection kept.
@@ -217,6 +220,11 @@ class KafkaProtocol(asyncio.Protocol):
             for fd, _pos, _len in regions:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:
+    body = codec.encode_response(codec.build(resp_type, data))
+    return RawResponse([body], len(body))
 
 
 async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
