@@ -1,0 +1,1 @@
+"""Example applications built on strom (see :mod:`strom.examples.ledger`)."""
