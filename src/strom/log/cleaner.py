@@ -66,6 +66,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from strom.clock import Clock
+from strom.durable_file import replace_file
 from strom.log.errors import CorruptRecordError
 from strom.log.faults import crash_point
 from strom.log.partition_log import PartitionLog
@@ -136,16 +137,7 @@ class CleanerCheckpoint:
                 self.offsets[tp] = offset
             body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(self.offsets.items()))
             data = f"0\n{len(self.offsets)}\n{body}".encode()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            replace_file(self.path, data, sync_dir=False)
 
 
 # --------------------------------------------------------------------------- choosing a log

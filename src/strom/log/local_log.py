@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from strom.clock import Clock
 from strom.config import LogConfig
+from strom.durable_file import fsync_dir
 from strom.log.errors import CorruptIndexError, CorruptRecordError
 from strom.log.faults import crash_point
 from strom.log.segment import (
@@ -71,14 +72,6 @@ class FetchData:
 
 
 EMPTY_FETCH = FetchData([], 0)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _offset_of(name: str, suffix: str) -> int | None:

@@ -67,6 +67,7 @@ from pathlib import Path
 
 from strom.clock import Clock
 from strom.config import LogConfig
+from strom.durable_file import fsync_dir, replace_file
 from strom.log.errors import (
     InvalidRecordError,
     KafkaStorageError,
@@ -76,7 +77,7 @@ from strom.log.errors import (
     RecordListTooLargeError,
 )
 from strom.log.faults import crash_point
-from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog, fsync_dir
+from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
 from strom.log.transaction_index import AbortedTxn, TransactionIndex
@@ -123,15 +124,7 @@ class SegmentInfo:
 
 
 def _write_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    data = f"0\n1\n{topic} {partition} {offset}\n".encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    replace_file(path, f"0\n1\n{topic} {partition} {offset}\n".encode(), sync_dir=False)
 
 
 def _read_checkpoint(path: Path) -> int | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import BROKER_DEFAULTS, TOPIC_SYNONYMS, TOPIC_TYPES, ConfigError, LogConfig
+from ..durable_file import replace_file
 from ..protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -408,17 +408,7 @@ class DynamicBrokerConfigs:
 
     def save(self) -> None:
         doc = {"version": 1, "default": self.default, "brokers": {str(self.node_id): self.per_broker}}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(doc, indent=1, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_file(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
     def scope(self, default: bool) -> dict[str, str]:
         return self.default if default else self.per_broker

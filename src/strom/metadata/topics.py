@@ -11,7 +11,6 @@ unknown topics and invalid partition counts.
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..durable_file import replace_file
 from ..protocol.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
@@ -89,18 +89,8 @@ class TopicRegistry:
                 self.by_id[info.topic_id] = info
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
         data = json.dumps({"version": 1, "topics": [t.to_json() for t in self.topics.values()]}, indent=1)
-        with open(tmp, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_file(self.path, data.encode())
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)

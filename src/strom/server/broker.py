@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
+from ..durable_file import replace_file
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
@@ -61,12 +62,7 @@ class ProducerIdManager:
     def allocate(self) -> int:
         if self._next >= self._limit:
             new_limit = self._next + self.BLOCK
-            tmp = self.path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                f.write(json.dumps({"next_block": new_limit}))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps({"next_block": new_limit}).encode())
             self._limit = new_limit
         pid = self._next
         self._next += 1
