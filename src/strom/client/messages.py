@@ -13,13 +13,8 @@ share no version.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import io
 import struct
-import types
-import typing
-import uuid
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -31,6 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from strom.client.errors import KafkaError, KafkaProtocolError
+from strom.protocol.codec import build
 
 __all__ = [
     "ApiKey",
@@ -87,73 +83,6 @@ def pick_version(
         f"no common version for API key {api_key} (broker {broker_range[0]}..{broker_range[1]}, "
         f"client {kio_versions(api_key)})",
     )
-
-
-@cache
-def _hints(cls: Any) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _strip_optional(t: Any) -> tuple[Any, bool]:
-    args = typing.get_args(t)
-    origin = typing.get_origin(t)
-    if (origin is typing.Union or origin is types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else t), True
-    return t, False
-
-
-def _convert(t: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    t, _ = _strip_optional(t)
-    origin = typing.get_origin(t)
-    if origin is tuple:
-        args = typing.get_args(t)
-        item_t = args[0] if args else Any
-        return tuple(_convert(item_t, v) for v in value)
-    if isinstance(t, type):
-        if dataclasses.is_dataclass(t) and isinstance(value, Mapping):
-            return build(t, value)
-        if issubclass(t, datetime.timedelta) and isinstance(value, int):
-            return datetime.timedelta(milliseconds=value)
-    return value
-
-
-def _zero(t: Any) -> Any:
-    t, optional = _strip_optional(t)
-    if optional:
-        return None
-    if typing.get_origin(t) is tuple:
-        return ()
-    if isinstance(t, type):
-        if dataclasses.is_dataclass(t):
-            return build(t, {})
-        if issubclass(t, bool):
-            return False
-        if issubclass(t, int):
-            return 0
-        if issubclass(t, str):
-            return ""
-        if issubclass(t, bytes):
-            return b""
-        if issubclass(t, datetime.timedelta):
-            return datetime.timedelta(0)
-        if issubclass(t, uuid.UUID):
-            return uuid.UUID(int=0)
-    raise TypeError(f"no neutral value for {t!r}")
-
-
-def build(cls: type[Any], data: Mapping[str, Any]) -> Any:
-    """Instantiate kio dataclass ``cls`` from a nested dict (see module docstring)."""
-    hints = _hints(typing.cast(Any, cls))
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = _zero(hints[f.name])
-    return cls(**kwargs)
 
 
 def encode_request(

@@ -17,7 +17,7 @@ import io
 import types
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -179,7 +179,7 @@ def _convert(spec: _FieldSpec, value: Any) -> Any:
     return value
 
 
-def build(cls: type, data: dict[str, Any]) -> Any:
+def build(cls: type, data: Mapping[str, Any]) -> Any:
     """Build kio entity ``cls`` from a dict of field values (see module doc)."""
     kwargs: dict[str, Any] = {}
     for spec in _fields(cls):
