@@ -32,7 +32,6 @@ one with a bad CRC is deleted and an older one (or a scan from the log start) is
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -42,6 +41,7 @@ from typing import Any
 
 from crc32c import crc32c
 
+from strom.durable_file import replace_file
 from strom.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from strom.protocol.records import BatchHeader
 
@@ -273,16 +273,7 @@ class ProducerStateManager:
         ).encode()
         data = _SNAPSHOT_HEADER.pack(_SNAPSHOT_VERSION, crc32c(body)) + body
         path = self.snapshot_path(self.map_end_offset)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_file(path, data, sync_dir=False)
         return path
 
     def _read_snapshot(self, offset: int) -> dict[int, ProducerStateEntry] | None:
