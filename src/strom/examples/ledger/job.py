@@ -299,8 +299,11 @@ class TransactionalWriter:
         )
 
     def close(self) -> None:
+        """Release the clients (a later batch makes new ones)."""
         if self._consumer is not None:
             self._consumer.close()
+        if self._producer is not None:
+            self._producer.flush(10)
         self._producer = self._consumer = None
 
     def committed_batch(self) -> int:
@@ -318,6 +321,8 @@ class TransactionalWriter:
         if self._producer is None:
             self._init()
         if self.committed_batch() >= batch_id:
+            # still run the plan: the aggregation's state for this batch must be written
+            df.write.format("noop").mode("overwrite").save()
             log.info("batch %d already written by %s: skipped", batch_id, self.transactional_id)
             self.skipped_batches.append(batch_id)
             return
@@ -347,8 +352,9 @@ class TransactionalWriter:
         self.written_batches.append(batch_id)
 
 
-def start(spark: SparkSession, cfg: JobConfig) -> StreamingQuery:
-    """Create missing topics, load master data, start the query."""
+def start(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, TransactionalWriter]:
+    """Create missing topics, load master data, start the query. Close the writer when the
+    query has ended."""
     from strom.spark import StromDataSource
 
     spark.dataSource.register(StromDataSource)
@@ -369,13 +375,13 @@ def start(spark: SparkSession, cfg: JobConfig) -> StreamingQuery:
         w = w.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
     q: StreamingQuery = w.start()
     writer.set_query_id(str(q.id))
-    return q
+    return q, writer
 
 
 def run(spark: SparkSession, cfg: JobConfig, timeout: int | None = None) -> None:
     """Run the query: until it has processed what is there (available-now) or until stopped,
     failed or ``timeout`` seconds passed. Raises the query's failure."""
-    q = start(spark, cfg)
+    q, writer = start(spark, cfg)
     try:
         if timeout is None:
             q.awaitTermination()
@@ -384,6 +390,7 @@ def run(spark: SparkSession, cfg: JobConfig, timeout: int | None = None) -> None
     finally:
         if q.isActive:
             q.stop()
+        writer.close()
     exc = q.exception()
     if exc is not None:
         raise RuntimeError(f"query {q.name} failed: {exc}")
