@@ -155,3 +155,39 @@ def test_corrupt_payload_raises() -> None:
     data[rec.BATCH_OVERHEAD] = 0x7E  # first record claims 63 bytes
     with pytest.raises(rec.CorruptRecordError):
         decode_to_arrow(bytes(data), "t", 0, 0, 10)
+
+
+def _run_batches(seed: int, n_batches: int = 20) -> bytes:
+    """Batches whose records come in runs of one size (the vectorised start finder's rounds),
+    with size changes at random places, single-record and empty-key/-value runs."""
+    rnd = random.Random(seed)
+    out = bytearray()
+    off = 0
+    for _ in range(n_batches):
+        recs = []
+        for _run in range(rnd.choice([1, 1, 2, 3, 6])):
+            key = None if rnd.random() < 0.2 else b"k" * rnd.choice([0, 1, 8, 70, 200])
+            value = None if rnd.random() < 0.1 else b"v" * rnd.choice([0, 5, 100, 150, 9000])
+            recs += [(key, value, [], 1_700_000_000_000 + rnd.choice([0, 1])) for _ in range(rnd.randint(1, 300))]
+        out += rec.build_batch(recs, base_offset=off)
+        off += len(recs)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_runs_of_equal_records_match_reference(seed: int) -> None:
+    data = _run_batches(seed)
+    chunk = decode_to_arrow(memoryview(data), "t", 1, 0, 1 << 62)
+    assert _rows(chunk.batch) == _reference(data, "t", 1, 0, 1 << 62, False)
+
+
+def test_corrupt_record_inside_a_run_raises() -> None:
+    from strom.spark.arrow_decode import _walk_starts
+
+    data = bytearray(rec.build_batch([(b"key", b"value", [], 1)] * 200))
+    starts = _walk_starts(data, rec.BATCH_OVERHEAD, len(data), 200)
+    for victim in (3, 100, 199):  # records 3 and 100 claim 1 byte more, the last one 1 less
+        bad = bytearray(data)
+        bad[starts[victim]] += -2 if victim == 199 else 2
+        with pytest.raises(rec.CorruptRecordError):
+            decode_to_arrow(bytes(bad), "t", 0, 0, 1000)

@@ -58,6 +58,8 @@ KAFKA_ARROW_SCHEMA_HEADERS = KAFKA_ARROW_SCHEMA.append(pa.field("headers", _HEAD
 
 I64 = npt.NDArray[np.int64]
 
+_MAX_ROUNDS = 8  # vectorised rounds of record-start finding before walking the rest in Python
+
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     return KAFKA_ARROW_SCHEMA_HEADERS if include_headers else KAFKA_ARROW_SCHEMA
@@ -73,17 +75,24 @@ class DecodedChunk:
 
 
 def _varints(a: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
-    """Zig-zag varints at every position of ``pos`` -> (values, positions after them)."""
-    b = a[pos].astype(np.uint64)
-    value = b & 0x7F
+    """Zig-zag varints at every position of ``pos`` -> (values, positions after them).
+
+    A varint running past the end of ``a`` reads its last byte again (and so ends up "too long"
+    or inconsistent with the record lengths, both reported as corruption by the callers)."""
+    last = len(a) - 1
+    b = a[pos]
     cont = b >= 0x80
+    if not cont.any():  # every varint is one byte (small lengths and deltas): the common case
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), pos + 1
+    value = (b & 0x7F).astype(np.uint64)
     n = np.ones(pos.shape, dtype=np.int64)
     shift = 7
     while cont.any():
         if shift > 63:
             raise rec.CorruptRecordError("varint too long")
-        b = a[pos + n].astype(np.uint64)
-        value |= np.where(cont, (b & 0x7F) << np.uint64(shift), np.uint64(0))
+        b = a[np.minimum(pos + n, last)]
+        value |= np.where(cont, (b & 0x7F).astype(np.uint64) << np.uint64(shift), np.uint64(0))
         n += cont
         cont &= b >= 0x80
         shift += 7
@@ -91,39 +100,123 @@ def _varints(a: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
     return signed, pos + n
 
 
-def _record_starts(buf: bytes, segments: Sequence[tuple[int, int, int]]) -> list[int]:
-    """Start of every record: ``segments`` are (payload start, payload end, record count)."""
+def _record_starts(
+    buf: bytes | bytearray | memoryview, a: npt.NDArray[np.uint8], segments: Sequence[tuple[int, int, int]]
+) -> I64:
+    """Start of every record: ``segments`` are (payload start, payload end, record count) in
+    ``buf`` (``a`` is the same bytes as a numpy array).
+
+    A record's position depends on the lengths of all records before it, but lengths mostly come
+    in long runs (fixed-size keys and values; the offset and timestamp deltas grow a varint byte
+    only at 64 and 8192), so this is done in vectorised rounds over all batches at once: from the
+    last known start of each batch, *assume* the rest of the batch repeats that record's size,
+    and check it: record k's length varint must put its end exactly at the assumed start of
+    record k+1. Everything before the first record that fails the check is right (by induction
+    from the known start), and so is that record's own start and end, so each round fixes at
+    least one record per batch and usually all of them. Batches still unresolved after a few
+    rounds, or that stop converging (lengths that vary record by record), are walked in Python.
+    """
+    seg = np.array(segments, dtype=np.int64).reshape(-1, 3)
+    s0, s1, cnt = seg[:, 0], seg[:, 1], seg[:, 2]
+    total = int(cnt.sum())
+    starts = np.zeros(total, dtype=np.int64)
+    if total == 0:
+        return starts
+    first = np.zeros(len(seg), dtype=np.int64)
+    np.cumsum(cnt[:-1], out=first[1:])
+    cur = s0.copy()  # next unknown record start of each batch
+    done = np.zeros(len(seg), dtype=np.int64)  # records of each batch already placed
+    walk = np.zeros(len(seg), dtype=bool)  # left to the Python walk
+    active = np.nonzero(cnt > 0)[0]
+    never = np.int64(1 << 62)
+    for _round in range(_MAX_ROUNDS):
+        c0 = cur[active]
+        end = s1[active]
+        off = c0 >= end
+        if off.any():  # records left but no bytes: corrupt, the walk says so
+            walk[active[off]] = True
+            active, c0, end = active[~off], c0[~off], end[~off]
+        if active.size == 0:
+            break
+        try:
+            l0, after0 = _varints(a, c0)
+        except rec.CorruptRecordError:
+            walk[active] = True
+            break
+        stride = np.maximum(after0 - c0 + l0, 1)
+        rem = cnt[active] - done[active]
+        base = np.zeros(active.size, dtype=np.int64)
+        np.cumsum(rem[:-1], out=base[1:])
+        seg_of = np.repeat(np.arange(active.size), rem)
+        k = np.arange(int(rem.sum()), dtype=np.int64) - base[seg_of]
+        cand = c0[seg_of] + k * stride[seg_of]
+        inb = cand < end[seg_of]
+        try:
+            reclen, p = _varints(a, np.where(inb, cand, c0[seg_of]))
+        except rec.CorruptRecordError:
+            walk[active] = True
+            break
+        good = inb & (reclen >= 0) & (p + reclen == cand + stride[seg_of])
+        first_bad = np.minimum.reduceat(np.where(good, never, k), base)
+        placed = k <= first_bad[seg_of]
+        starts[(first[active] + done[active])[seg_of][placed] + k[placed]] = cand[placed]
+        partial = first_bad < never
+        fb_at = base[partial] + first_bad[partial]
+        stopped = active[partial]
+        walk[stopped[~inb[fb_at]]] = True
+        cur[stopped] = p[fb_at] + reclen[fb_at]
+        done[stopped] += first_bad[partial] + 1
+        whole = active[~partial]
+        cur[whole] = c0[~partial] + rem[~partial] * stride[~partial]
+        done[whole] = cnt[whole]
+        left = cnt[active] - done[active]
+        finished = active[left == 0]
+        walk[finished[cur[finished] != s1[finished]]] = True  # must end exactly at the payload end
+        n_active = active.size
+        active = active[(left > 0) & ~walk[active]]
+        if int(rem.sum()) - int(left.sum()) < 8 * n_active:
+            break  # under 8 records a batch placed this round: lengths vary record by record
+    for i in np.nonzero(walk)[0].tolist():  # corrupt or odd batches: from the start, for the error
+        f = int(first[i])
+        starts[f : f + int(cnt[i])] = _walk_starts(buf, int(s0[i]), int(s1[i]), int(cnt[i]))
+    for i in active.tolist():  # unresolved after the rounds: walk the rest of the batch
+        f, d = int(first[i]), int(done[i])
+        starts[f + d : f + int(cnt[i])] = _walk_starts(buf, int(cur[i]), int(s1[i]), int(cnt[i]) - d)
+    return starts
+
+
+def _walk_starts(buf: bytes | bytearray | memoryview, seg_start: int, seg_end: int, count: int) -> list[int]:
+    """The record starts of one batch payload, walking the record-length varints in Python."""
     starts: list[int] = []
     append = starts.append
-    for seg_start, seg_end, count in segments:
-        p = seg_start
-        for _ in range(count):
-            append(p)
-            b = buf[p]
-            if b < 0x80:
-                p += 1 + (b >> 1)
-                continue
-            b2 = buf[p + 1]
-            if b2 < 0x80:
-                p += 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
-                continue
-            shift, v, q = 0, 0, p
-            while True:
-                c = buf[q]
-                q += 1
-                v |= (c & 0x7F) << shift
-                if c < 0x80:
-                    break
-                shift += 7
-                if shift > 35:
-                    raise rec.CorruptRecordError("record length varint too long")
-            if v & 1:
-                raise rec.CorruptRecordError("negative record length")
-            p = q + (v >> 1)
-        if p != seg_end:
-            raise rec.CorruptRecordError(
-                f"record batch payload of {seg_end - seg_start} bytes does not hold its {count} records"
-            )
+    p = seg_start
+    for _ in range(count):
+        append(p)
+        b = buf[p]
+        if b < 0x80:
+            p += 1 + (b >> 1)
+            continue
+        b2 = buf[p + 1]
+        if b2 < 0x80:
+            p += 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
+            continue
+        shift, v, q = 0, 0, p
+        while True:
+            c = buf[q]
+            q += 1
+            v |= (c & 0x7F) << shift
+            if c < 0x80:
+                break
+            shift += 7
+            if shift > 35:
+                raise rec.CorruptRecordError("record length varint too long")
+        if v & 1:
+            raise rec.CorruptRecordError("negative record length")
+        p = q + (v >> 1)
+    if p != seg_end:
+        raise rec.CorruptRecordError(
+            f"record batch payload of {seg_end - seg_start} bytes does not hold its {count} records"
+        )
     return starts
 
 
@@ -192,7 +285,7 @@ def _control_type(buf: bytes, pos: int, header: rec.BatchHeader) -> int:
 
 
 def decode_to_arrow(
-    data: bytes,
+    data: bytes | bytearray | memoryview,
     topic: str,
     partition: int,
     start: int,
@@ -204,11 +297,12 @@ def decode_to_arrow(
 ) -> DecodedChunk:
     """Rows with ``start <= offset < end`` of the complete batches in ``data`` as one Arrow
     record batch (``None`` if there are none), and the offset to fetch next."""
-    segments: list[tuple[int, int, int]] = []
-    payloads: list[bytes | memoryview] = []
+    segments: list[tuple[int, int, int]] = []  # payload start, end, record count
+    payloads: list[bytes | memoryview] = []  # decompressed payloads (when any batch is compressed)
+    codecs: list[int] = []  # compression of each wanted batch
     meta: list[tuple[int, int, int, int]] = []  # base offset, base ts, max ts, ts type
-    mv = memoryview(data)
-    size = 0
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    compressed = False
     nxt: int | None = None
     pos = 0
     total = len(data)
@@ -235,38 +329,45 @@ def decode_to_arrow(
             elif h.producer_id in aborted_pids:
                 skip = True
         if not skip:
-            body: bytes | memoryview = mv[pos + rec.BATCH_OVERHEAD : pos + h.size]
-            if h.compression:
-                body = rec.decompress(h.compression, body)
-            payloads.append(body)
-            segments.append((size, size + len(body), h.records_count))
-            size += len(body)
+            codecs.append(h.compression)
+            compressed = compressed or bool(h.compression)
+            segments.append((pos + rec.BATCH_OVERHEAD, pos + h.size, h.records_count))
             meta.append((h.base_offset, h.base_timestamp, h.max_timestamp, h.timestamp_type))
         nxt = h.next_offset
         pos += h.size
     if not segments:
         return DecodedChunk(None, nxt, 0)
-    buf = payloads[0] if len(payloads) == 1 and isinstance(payloads[0], bytes) else b"".join(payloads)
-    if not isinstance(buf, bytes):
-        buf = bytes(buf)
+    buf: bytes | bytearray | memoryview
+    if compressed:
+        # decompress into one new buffer of all the wanted payloads, compressed or not
+        size = 0
+        for i, (a0, a1, count) in enumerate(segments):
+            body: bytes | memoryview = mv[a0:a1]
+            if codecs[i]:
+                body = rec.decompress(codecs[i], body)
+            payloads.append(body)
+            segments[i] = (size, size + len(body), count)
+            size += len(body)
+        buf = b"".join(payloads)
+    else:
+        buf = data  # records are read in place: no copy of the fetched bytes
+    a = np.frombuffer(buf, dtype=np.uint8)
     try:
-        starts_list = _record_starts(buf, segments)
+        p0 = _record_starts(buf, a, segments)
+        reclen, p = _varints(a, p0)
+        body_end = p + reclen
+        p = p + 1  # record attributes (unused)
+        ts_delta, p = _varints(a, p)
+        off_delta, p = _varints(a, p)
+        key_len, p = _varints(a, p)
+        key_start = p
+        p = p + np.maximum(key_len, 0)
+        val_len, p = _varints(a, p)
+        val_start = p
+        p = p + np.maximum(val_len, 0)
+        hcount, p = _varints(a, p)
     except IndexError:
         raise rec.CorruptRecordError(f"record batch payload truncated in {topic}-{partition}") from None
-    a = np.frombuffer(buf + b"\0" * 16, dtype=np.uint8)
-    p0 = np.array(starts_list, dtype=np.int64)
-    reclen, p = _varints(a, p0)
-    body_end = p + reclen
-    p = p + 1  # record attributes (unused)
-    ts_delta, p = _varints(a, p)
-    off_delta, p = _varints(a, p)
-    key_len, p = _varints(a, p)
-    key_start = p
-    p = p + np.maximum(key_len, 0)
-    val_len, p = _varints(a, p)
-    val_start = p
-    p = p + np.maximum(val_len, 0)
-    hcount, p = _varints(a, p)
     if (p > body_end).any() or ((hcount == 0) & (p != body_end)).any() or (hcount < 0).any():
         raise rec.CorruptRecordError(f"record fields overrun their record in {topic}-{partition}")
 
