@@ -25,8 +25,6 @@ from strom.testing.broker_process import BrokerProcess, free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
-pytest.importorskip("confluent_kafka")
-
 D1, D2 = "2024-03-04", "2024-03-05"
 
 ITEMS = [
@@ -368,6 +366,7 @@ def alerts(bootstrap: str) -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.fixture
 def services() -> Iterator[list[ServiceProcess]]:
+    pytest.importorskip("confluent_kafka")  # the example's producer, service and writer use it
     started: list[ServiceProcess] = []
     yield started
     for s in started:
@@ -488,3 +487,62 @@ def test_generated_ledger_matches_projection(
     produce_ledger(bs, day_slice(w, cfg.start, 2))
     run_job(spark, bs, ckpt)
     compare(w.movements)
+
+
+def test_kill_9_job_driver_mid_stream(
+    broker: BrokerProcess, tmp_path: Path, services: list[ServiceProcess]
+) -> None:
+    """The job running continuously is killed -9 (driver and JVM) while movements arrive; restarted
+    from its checkpoint it leaves the views exactly as the ledger says."""
+    from strom.examples.ledger.generator import GeneratorConfig, generate
+    from strom.examples.ledger.producer import produce_ledger, produce_master
+
+    bs = broker.bootstrap
+    cfg = GeneratorConfig(
+        seed=11, items=20, cells=10, workers=4, days=4, movements_per_day=80, mistake_rate=0.1
+    )
+    w = generate(cfg)
+    produce_master(bs, w.items, w.cells)
+    chunks = [w.movements[i::4] for i in range(4)]  # interleaved: stornos may precede originals
+    ckpt = tmp_path / "ck"
+    log = tmp_path / "job.log"
+    with open(log, "ab") as f:
+        job = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "strom.examples.ledger", "run", "--bootstrap", bs),
+                *("--checkpoint", str(ckpt), "--trigger-ms", "200", "--master", "local[2]"),
+                *("--shuffle-partitions", "2", "--max-offsets-per-trigger", "60"),
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            start_new_session=True,
+        )
+    try:
+        produce_ledger(bs, chunks[0])
+        produce_ledger(bs, chunks[1])
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(list((ckpt / "commits").glob("[0-9]*"))) < 2:
+            assert job.poll() is None, log.read_text()[-5000:]
+            time.sleep(0.2)
+        produce_ledger(bs, chunks[2])
+        time.sleep(1.0)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
+        job.wait()
+    assert len(list((ckpt / "commits").glob("[0-9]*"))) >= 2, log.read_text()[-5000:]
+    produce_ledger(bs, chunks[3])
+    run_job_process(bs, ckpt, tmp_path / "job-2.log")
+    svc = ServiceProcess(bs, tmp_path / "service.log").start()
+    services.append(svc)
+    ref = model.project(w.movements, w.items, w.cells)
+    want: dict[str, Any] = {
+        "/stock": model.answer_stock(ref),
+        "/corrections": model.answer_corrections(ref),
+        "/over-capacity": model.answer_over_capacity(ref),
+    }
+    for m in w.movements:
+        want[f"/workers/{m.worker}/days/{m.date}"] = model.answer_worker_day(ref, m.worker, m.date)
+    for c in w.cells:
+        want[f"/cells/{c.cell}"] = model.answer_cell(ref, c.cell)
+    check(svc.url, want)
