@@ -454,7 +454,7 @@ def test_generated_ledger_matches_projection(
     w = generate(cfg)
     assert sum(m.is_storno for m in w.movements) >= 5
     produce_master(bs, w.items, w.cells)
-    first = [m for m in w.movements if m not in set(day_slice(w, cfg.start, 2))]
+    first = w.movements[: len(w.movements) - len(day_slice(w, cfg.start, 2))]
     produce_ledger(bs, first)
     ckpt = tmp_path / "ck"
     run_job(spark, bs, ckpt)

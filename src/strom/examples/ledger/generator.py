@@ -80,6 +80,31 @@ def ledger_partition(item: str, partitions: int) -> int:
     return zlib.crc32(item.encode()) % partitions
 
 
+class _IndexedSet:
+    """A set with O(1) add, remove and deterministic random choice."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+        self.index: dict[tuple[str, str], int] = {}
+
+    def add(self, x: tuple[str, str]) -> None:
+        if x not in self.index:
+            self.index[x] = len(self.items)
+            self.items.append(x)
+
+    def discard(self, x: tuple[str, str]) -> None:
+        i = self.index.pop(x, None)
+        if i is None:
+            return
+        last = self.items.pop()
+        if i < len(self.items):
+            self.items[i] = last
+            self.index[last] = i
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 @dataclass
 class _Mistake:
     wrong: Movement
@@ -119,6 +144,8 @@ class _Sim:
         ]
         self.physical: dict[tuple[str, str], int] = {}
         self.booked: dict[tuple[str, str], int] = {}
+        self.stocked = _IndexedSet()  # (item, cell) with pickable stock
+        self.holding: dict[str, _IndexedSet] = {}  # item -> (item, cell) with booked stock
         self.cell_g: dict[str, int] = {c.cell: 0 for c in self.cells}
         self.capacity_g = {c.cell: grams(c.capacity_kg) or 0 for c in self.cells}
         self.seq = 0
@@ -160,12 +187,31 @@ class _Sim:
     def book(self, m: Movement) -> None:
         key = (m.item, m.cell)
         self.booked[key] = self.booked.get(key, 0) + m.qty
+        self._index(key)
         self.cell_g[m.cell] += (grams(self.item_weight[m.item]) or 0) * m.qty
         self.out.append(m)
 
     def move_physical(self, item: str, cell: str, qty: int) -> None:
         key = (item, cell)
         self.physical[key] = self.physical.get(key, 0) + qty
+        self._index(key)
+
+    def _index(self, key: tuple[str, str]) -> None:
+        if self.pickable(key) > 0:
+            self.stocked.add(key)
+        else:
+            self.stocked.discard(key)
+        held = self.holding.setdefault(key[0], _IndexedSet())
+        if self.booked.get(key, 0) > 0:
+            held.add(key)
+        else:
+            held.discard(key)
+
+    def other_cell(self, cell: str) -> str:
+        while True:
+            c = self.rng.choice(self.cells).cell
+            if c != cell:
+                return c
 
     def pickable(self, key: tuple[str, str]) -> int:
         return min(self.physical.get(key, 0), self.booked.get(key, 0))
@@ -174,8 +220,9 @@ class _Sim:
     def receipt(self, worker: str) -> None:
         rng = self.rng
         item = rng.choice(self.items).item
-        holding = [c for (i, c), q in self.booked.items() if i == item and q > 0]
-        cell = rng.choice(holding) if holding and rng.random() < 0.6 else rng.choice(self.cells).cell
+        holding = self.holding.get(item)
+        near = holding is not None and len(holding) > 0 and rng.random() < 0.6
+        cell = rng.choice(holding.items)[1] if near and holding else rng.choice(self.cells).cell
         unit_g = grams(self.item_weight[item]) or 1
         room = (self.capacity_g[cell] - self.cell_g[cell]) // max(1, unit_g)
         want = rng.randint(1, 60 if unit_g < 5000 else 12)
@@ -192,7 +239,7 @@ class _Sim:
                 wrong = Movement(**{**right.to_dict(), "qty": wrong_qty})
                 reason = f"wrong quantity (booked {wrong_qty}, received {qty})"
             else:
-                other = rng.choice([c.cell for c in self.cells if c.cell != cell])
+                other = self.other_cell(cell)
                 wrong = Movement(**{**right.to_dict(), "cell": other})
                 reason = f"wrong cell (booked {other}, stored in {cell})"
             self.book(wrong)
@@ -202,17 +249,17 @@ class _Sim:
 
     def pick(self, worker: str) -> None:
         rng = self.rng
-        stocked = [k for k in self.booked if self.pickable(k) > 0]
-        if not stocked:
+        if not self.stocked:
             return
-        item, cell = rng.choice(sorted(stocked))
+        item, cell = rng.choice(self.stocked.items)
         avail = self.pickable((item, cell))
         qty = rng.randint(1, min(avail, 25))
         self.doc += 1
         right = self.movement(item, cell, -qty, worker, f"pick for order SO-{self.doc}")
         self.move_physical(item, cell, -qty)
         if rng.random() < self.cfg.mistake_rate and avail > 1:
-            wrong_qty = rng.choice([q for q in range(1, avail + 1) if q != qty])
+            wrong_qty = rng.randint(1, avail - 1)
+            wrong_qty += wrong_qty >= qty  # any quantity but the right one
             wrong = Movement(**{**right.to_dict(), "qty": -wrong_qty})
             self.book(wrong)
             reason = f"wrong quantity (booked {wrong_qty}, picked {qty})"
@@ -222,11 +269,10 @@ class _Sim:
 
     def transfer(self, worker: str) -> None:
         rng = self.rng
-        stocked = [k for k in self.booked if self.pickable(k) > 0]
-        if not stocked:
+        if not self.stocked:
             return
-        item, src = rng.choice(sorted(stocked))
-        dst = rng.choice([c.cell for c in self.cells if c.cell != src])
+        item, src = rng.choice(self.stocked.items)
+        dst = self.other_cell(src)
         unit_g = grams(self.item_weight[item]) or 1
         room = (self.capacity_g[dst] - self.cell_g[dst]) // max(1, unit_g)
         qty = min(self.pickable((item, src)), rng.randint(1, 30), room)
