@@ -49,6 +49,9 @@ bench: setup compat
 	$(PY) bench/latency.py
 	$(PY) bench/transactions.py
 
+bench-ledger: setup
+	$(PY) bench/ledger.py
+
 bench-spark: setup
 	$(PY) bench/spark_decode.py
 	$(PY) bench/spark_throughput.py
