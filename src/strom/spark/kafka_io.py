@@ -9,6 +9,16 @@ On top of the client it adds what the reader needs and the client does not expos
 return the *raw* record-batch bytes (the Arrow decoder works on them), the read_committed
 isolation level (fetch and ListOffsets), and aborted-transaction lists.
 
+Fetches, the reader's bulk traffic, do not go through the asyncio client: an asyncio stream
+gathers a multi-megabyte answer 64 KiB at a time through the event loop into a growing
+``bytearray`` and copies it out again, which cost more CPU than decoding the records. A
+:class:`FetchChannel` is a plain blocking socket per broker that speaks Fetch v11 only (every
+broker from Kafka 2.3 on, strom included, knows it; v11 has the isolation level, the last stable
+offset, the log start offset and the aborted transactions) and reads each answer with
+``recv_into`` straight into one reusable buffer: the records are handed out as a ``memoryview``
+of it, valid until the channel's next fetch. Metadata, leadership and the version check still
+come from the asyncio client; a broker without v11 is fetched from through the client.
+
 Error contract: broker and connection failures surface as :class:`strom.client.KafkaError`.
 """
 
@@ -16,7 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import struct
 import threading
+import time
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,10 +37,11 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from strom.client import Client, KafkaError
-from strom.client.messages import ApiKey
+from strom.client.errors import KafkaConnectionError, KafkaProtocolError
+from strom.client.messages import ApiKey, encode_request
 from strom.spark.options import ClientSettings, ReadOptions, StromOptionError
 
-__all__ = ["KafkaSession", "RawFetch", "TopicPartition", "session"]
+__all__ = ["FetchChannel", "KafkaSession", "RawFetch", "TopicPartition", "session"]
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
@@ -48,14 +62,132 @@ _RETRIABLE = frozenset(
 
 @dataclass
 class RawFetch:
-    """One partition's answer to a Fetch: raw v2 batches and the partition's watermarks."""
+    """One partition's answer to a Fetch: raw v2 batches and the partition's watermarks.
+    ``records`` is a view of a :class:`FetchChannel`'s buffer when it comes from
+    :meth:`KafkaSession.fetch_view` (valid until the next fetch), bytes otherwise."""
 
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
     error_code: int = 0
     aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer_id, first_offset)
+
+
+FETCH_VERSION = 11
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
+_ABORTED = struct.Struct(">qq")
+
+
+class FetchChannel:
+    """A blocking connection to one broker for Fetch v11, answers read into one reusable buffer.
+
+    Not thread-safe (one caller). Socket failures raise :class:`KafkaConnectionError` and leave
+    the channel closed; an answer that does not parse raises :class:`KafkaProtocolError`."""
+
+    def __init__(self, host: str, port: int, client_id: str | None, timeout: float) -> None:
+        self.host, self.port, self.client_id = host, port, client_id
+        self._cid = 0
+        self._buf = bytearray(1 << 20)
+        try:
+            self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def fetch(self, request: dict[str, Any], timeout: float) -> list[tuple[str, int, RawFetch]]:
+        """Send one Fetch v11 (``request`` as for kio) and return ``(topic, partition, answer)``
+        for every partition of the answer; records are views of the channel's buffer."""
+        if self._sock is None:
+            raise KafkaConnectionError(f"connection to {self.host}:{self.port} closed")
+        cid = self._cid
+        self._cid = (cid + 1) & 0x7FFFFFFF
+        frame, _ = encode_request(ApiKey.FETCH, FETCH_VERSION, cid, self.client_id, request)
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.sendall(frame)
+            size = _I32.unpack(self._recv_exact(4, head=True))[0]
+            if size < 8 or size > 1 << 31:
+                raise KafkaProtocolError(f"invalid fetch response frame size {size}")
+            if len(self._buf) < size:
+                # a new buffer, never resized in place: views of the old one may still be alive
+                self._buf = bytearray(max(size, 2 * len(self._buf)))
+            body = self._recv_exact(size)
+        except (OSError, KafkaProtocolError) as e:
+            self.close()
+            if isinstance(e, KafkaProtocolError):
+                raise
+            raise KafkaConnectionError(f"fetch from {self.host}:{self.port} failed: {e}") from None
+        if _I32.unpack_from(body, 0)[0] != cid:
+            self.close()
+            raise KafkaProtocolError(f"correlation id mismatch from {self.host}:{self.port}")
+        try:
+            return _parse_fetch_v11(body)
+        except (struct.error, IndexError, ValueError) as e:
+            self.close()
+            raise KafkaProtocolError(f"cannot decode FetchResponse v11: {e}") from None
+
+    def _recv_exact(self, n: int, head: bool = False) -> memoryview:
+        assert self._sock is not None
+        view = memoryview(bytearray(4)) if head else memoryview(self._buf)[:n]
+        got = 0
+        while got < n:
+            r = self._sock.recv_into(view[got:], n - got)
+            if r == 0:
+                raise OSError("connection closed by the broker")
+            got += r
+        return view
+
+
+def _parse_fetch_v11(body: memoryview) -> list[tuple[str, int, RawFetch]]:
+    """FetchResponse v11 (response header v0): correlation id, throttle, error, session id,
+    then per topic per partition: index, error, high watermark, last stable offset, log start
+    offset, aborted transactions, preferred read replica, records."""
+    top_error = _I16.unpack_from(body, 8)[0]
+    if top_error:
+        raise KafkaError(top_error, "fetch")
+    pos = 14
+    out: list[tuple[str, int, RawFetch]] = []
+    (n_topics,) = _I32.unpack_from(body, pos)
+    pos += 4
+    for _ in range(n_topics):
+        (tlen,) = _I16.unpack_from(body, pos)
+        topic = bytes(body[pos + 2 : pos + 2 + tlen]).decode()
+        pos += 2 + tlen
+        (n_parts,) = _I32.unpack_from(body, pos)
+        pos += 4
+        for _ in range(n_parts):
+            index, error, hw, lso, lstart = _PARTITION_HEAD.unpack_from(body, pos)
+            pos += _PARTITION_HEAD.size
+            (n_aborted,) = _I32.unpack_from(body, pos)
+            pos += 4
+            aborted = []
+            for _ in range(max(n_aborted, 0)):
+                aborted.append(_ABORTED.unpack_from(body, pos))
+                pos += 16
+            pos += 4  # preferred read replica
+            (rlen,) = _I32.unpack_from(body, pos)
+            pos += 4
+            if rlen < 0:
+                records = body[pos:pos]
+            else:
+                if pos + rlen > len(body):
+                    raise ValueError("records run past the end of the answer")
+                records = body[pos : pos + rlen]
+                pos += rlen
+            out.append((topic, index, RawFetch(records, hw, lso, lstart, error, aborted)))
+    return out
 
 
 class KafkaSession:
@@ -70,12 +202,18 @@ class KafkaSession:
             request_timeout_ms=settings.request_timeout_ms,
         )
         self._lock = threading.Lock()
+        self._channels: dict[int, FetchChannel] = {}  # by broker node id
+        # (topic, partition) -> (leader node id, host, port, topic id, broker knows Fetch v11)
+        self._leaders: dict[TopicPartition, tuple[int, str, int, Any, bool]] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         with self._lock:
             return self._loop.run_until_complete(coro)
 
     def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
         if self._loop.is_closed():
             return
         try:
@@ -188,7 +326,66 @@ class KafkaSession:
     def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int | None = None) -> RawFetch:
         """Fetch raw batches of one partition from ``offset``; leadership errors are retried
         after a metadata refresh, others are returned in :attr:`RawFetch.error_code`."""
-        return self.run(self._fetch(topic, partition, offset, max_wait_ms))
+        f = self.fetch_view(topic, partition, offset, max_wait_ms=max_wait_ms)
+        if isinstance(f.records, memoryview):
+            f.records = bytes(f.records)
+        return f
+
+    def fetch_view(
+        self, topic: str, partition: int, offset: int, *, max_wait_ms: int | None = None
+    ) -> RawFetch:
+        """:meth:`fetch`, with the records a view of the fetch channel's buffer: valid only
+        until this session's next fetch from the same broker."""
+        s = self.settings
+        wait = s.fetch_max_wait_ms if max_wait_ms is None else max_wait_ms
+        tp = (topic, partition)
+        refresh = False
+        result = RawFetch(b"", -1, -1, -1, int(ErrorCode.unknown_server_error))
+        for attempt in range(4):
+            try:
+                leader = self._leaders.get(tp) if not refresh else None
+                if leader is None:
+                    leader = self.run(self._leader(topic, partition, refresh))
+                    self._leaders[tp] = leader
+                node, host, port, _topic_id, v11 = leader
+                if not v11:
+                    return self.run(self._fetch(topic, partition, offset, max_wait_ms))
+                ch = self._channels.get(node)
+                if ch is None or ch.closed or (ch.host, ch.port) != (host, port):
+                    if ch is not None:
+                        ch.close()
+                    ch = FetchChannel(host, port, s.client_id, s.request_timeout_ms / 1000)
+                    self._channels[node] = ch
+                answers = ch.fetch(
+                    _fetch_request(s, wait, topic, None, partition, offset),
+                    s.request_timeout_ms / 1000 + wait / 1000,
+                )
+            except KafkaError as e:
+                self._leaders.pop(tp, None)
+                if e.code not in _RETRIABLE or attempt == 3:
+                    raise
+                refresh = True
+                time.sleep(0.1 * (attempt + 1))
+                continue
+            for t, p, f in answers:
+                if t == topic and p == partition:
+                    result = f
+            if result.error_code in _RETRIABLE and attempt < 3:
+                self._leaders.pop(tp, None)
+                refresh = True
+                time.sleep(0.1 * (attempt + 1))
+                continue
+            return result
+        return result
+
+    async def _leader(self, topic: str, partition: int, refresh: bool) -> tuple[int, str, int, Any, bool]:
+        tm = await self.client.topic(topic, refresh=refresh)
+        pm = tm.partitions.get(partition)
+        if pm is None:
+            raise KafkaError(int(ErrorCode.unknown_topic_or_partition), f"partition {topic}-{partition}")
+        conn = await self.client.broker_connection(pm.leader)
+        lo, hi = conn.api_versions.get(ApiKey.FETCH, (0, -1))
+        return pm.leader, conn.host, conn.port, tm.topic_id, lo <= FETCH_VERSION <= hi
 
     async def _fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int | None) -> RawFetch:
         refresh = False
@@ -206,33 +403,7 @@ class KafkaSession:
                 conn = await self.client.broker_connection(pm.leader)
                 resp = await conn.request(
                     ApiKey.FETCH,
-                    {
-                        "replica_id": -1,
-                        "max_wait": wait,
-                        "min_bytes": 1,
-                        "max_bytes": s.fetch_max_bytes,
-                        "isolation_level": s.isolation_level,
-                        "session_id": 0,
-                        "session_epoch": -1,
-                        "topics": [
-                            {
-                                "topic": topic,
-                                "topic_id": tm.topic_id,
-                                "partitions": [
-                                    {
-                                        "partition": partition,
-                                        "current_leader_epoch": -1,
-                                        "fetch_offset": offset,
-                                        "last_fetched_epoch": -1,
-                                        "log_start_offset": -1,
-                                        "partition_max_bytes": s.max_partition_fetch_bytes,
-                                    }
-                                ],
-                            }
-                        ],
-                        "forgotten_topics_data": [],
-                        "rack_id": "",
-                    },
+                    _fetch_request(s, wait, topic, tm.topic_id, partition, offset),
                     max_version=None if tm.topic_id is not None else 12,
                     timeout=s.request_timeout_ms / 1000 + wait / 1000,
                 )
@@ -267,6 +438,38 @@ class KafkaSession:
                 continue
             return result
         return result
+
+
+def _fetch_request(
+    s: ClientSettings, wait: int, topic: str, topic_id: Any, partition: int, offset: int
+) -> dict[str, Any]:
+    return {
+        "replica_id": -1,
+        "max_wait": wait,
+        "min_bytes": 1,
+        "max_bytes": s.fetch_max_bytes,
+        "isolation_level": s.isolation_level,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": s.max_partition_fetch_bytes,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
 
 
 _SESSIONS: dict[ClientSettings, KafkaSession] = {}
