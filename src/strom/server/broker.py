@@ -389,8 +389,23 @@ async def serve(config: BrokerConfig) -> None:
         await broker.stop()
 
 
+def _raise_open_file_limit() -> None:
+    """Every segment keeps its .log/.index/.timeindex open (as Kafka does); lift the soft limit on
+    open files to the hard limit so thousands of partitions fit (Kafka's docs ask for 100000)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT (the ``strom serve`` entry point)."""
+    _raise_open_file_limit()
     logging.basicConfig(
         level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
