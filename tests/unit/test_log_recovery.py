@@ -81,9 +81,19 @@ def test_clean_reopen_skips_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(LogSegment, "recover", lambda self: calls.append(self.base_offset) or orig(self))
     log = open_log(d, **CFG)
     assert calls == []
-    assert not (d / ".clean-shutdown").exists()  # a crash from now on is unclean
     assert log.high_watermark == 60
     check_consistent(log, [(3 * i, 3 * i + 2) for i in range(30)])
+    # only read so far: still clean, and closing it again changes nothing on disk
+    assert (d / ".clean-shutdown").exists()
+    log.close()
+    log = open_log(d, **CFG)
+    assert calls == []
+    log.append_as_leader(batch(1, tag=99, ts=T0 + 300), 0)
+    assert not (d / ".clean-shutdown").exists()  # changed: a crash from now on is unclean
+    log.close_without_flush()
+    log = open_log(d, **CFG)
+    assert calls != []  # recovered
+    check_consistent(log, [*[(3 * i, 3 * i + 2) for i in range(30)], (90, 90)])
 
 
 def test_torn_tail_mid_batch(tmp_path: Path) -> None:

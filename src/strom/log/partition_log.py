@@ -157,6 +157,7 @@ class PartitionLog:
         self.lock = threading.RLock()
         # segments removed from the log, renamed *.deleted, closed and unlinked when due
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._clean_marker = False  # the .clean-shutdown file still stands (nothing changed yet)
         # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
         self._txn_indexes: dict[int, TransactionIndex] = {}
 
@@ -194,10 +195,20 @@ class PartitionLog:
             log._replay_producers(replay_from)
         psm.update_map_end_offset(leo)
         if clean:
-            marker.unlink()
-            fsync_dir(directory)
-        log._write_checkpoints()
+            # Keep the marker until the first change (:meth:`_mark_dirty`): a log that is only
+            # read is still clean, and closing it again costs no fsync.
+            log._clean_marker = True
+        else:
+            log._write_checkpoints()
         return log
+
+    def _mark_dirty(self) -> None:
+        """Before the first change after a clean open: remove the clean-shutdown marker (durably),
+        so a crash from now on makes the next open recover."""
+        if self._clean_marker:
+            (self.directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            fsync_dir(self.directory)
+            self._clean_marker = False
 
     # ------------------------------------------------------------------ transactions
 
@@ -422,6 +433,7 @@ class PartitionLog:
         local = self._local
         with self.lock:
             try:
+                self._mark_dirty()
                 if local.should_roll(total, max_ts, last_offset, now):
                     self._roll()
                 local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
@@ -455,6 +467,7 @@ class PartitionLog:
             pass
 
     def _roll(self) -> None:
+        self._mark_dirty()
         with self.lock:
             active = self._txn_indexes.get(self._local.segments[-1].base_offset)
             if active is not None:
@@ -575,6 +588,9 @@ class PartitionLog:
         self.lock.acquire()
         try:
             self._finish_pending_deletes()
+            if self._clean_marker:  # nothing changed since a clean open: files are as they were
+                self._local.close_handles()
+                return
             self._local.flush()
             for seg in self._local.segments:
                 seg.on_become_inactive()
@@ -669,6 +685,7 @@ class PartitionLog:
         """Take ``doomed`` out (lock held), move the log start offset, checkpoint, schedule the
         unlinks."""
         try:
+            self._mark_dirty()
             self._local.remove_segments(doomed)
             due = self.clock.monotonic_ms() + max(0, self.config.file_delete_delay_ms)
             self._pending_deletes.extend((due, s) for s in doomed)
@@ -708,6 +725,7 @@ class PartitionLog:
             if target > self.log_start_offset:
                 self.log_start_offset = target
                 try:
+                    self._mark_dirty()
                     self._write_checkpoints()
                 except OSError as e:
                     raise KafkaStorageError(f"checkpoint of {self.topic}-{self.partition} failed: {e}") from e
@@ -771,6 +789,7 @@ class PartitionLog:
             if first < 0 or segs[first:first + len(old)] != old or first + len(old) >= len(segs):
                 return False
             try:
+                self._mark_dirty()
                 moved = [self._txn_indexes[s.base_offset] for s in old[1:]
                          if s.base_offset in self._txn_indexes]
                 if any(idx.entries for idx in moved):
