@@ -168,7 +168,8 @@ def _run_batches(seed: int, n_batches: int = 20) -> bytes:
         for _run in range(rnd.choice([1, 1, 2, 3, 6])):
             key = None if rnd.random() < 0.2 else b"k" * rnd.choice([0, 1, 8, 70, 200])
             value = None if rnd.random() < 0.1 else b"v" * rnd.choice([0, 5, 100, 150, 9000])
-            recs += [(key, value, [], 1_700_000_000_000 + rnd.choice([0, 1])) for _ in range(rnd.randint(1, 300))]
+            ts = 1_700_000_000_000 + rnd.choice([0, 1])
+            recs += [(key, value, [], ts) for _ in range(rnd.randint(1, 300))]
         out += rec.build_batch(recs, base_offset=off)
         off += len(recs)
     return bytes(out)

@@ -251,7 +251,7 @@ def _constant_string(value: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(raw * n)])
 
 
-def _headers_column(buf: bytes, hpos: I64, hcount: I64, body_end: I64) -> pa.Array:
+def _headers_column(buf: bytes | bytearray | memoryview, hpos: I64, hcount: I64, body_end: I64) -> pa.Array:
     n = len(hpos)
     offsets = np.zeros(n + 1, dtype=np.int32)
     keys: list[str] = []
@@ -276,7 +276,7 @@ def _headers_column(buf: bytes, hpos: I64, hcount: I64, body_end: I64) -> pa.Arr
     return pa.ListArray.from_arrays(pa.array(offsets), structs, type=_HEADER_TYPE, mask=mask)
 
 
-def _control_type(buf: bytes, pos: int, header: rec.BatchHeader) -> int:
+def _control_type(buf: bytes | bytearray | memoryview, pos: int, header: rec.BatchHeader) -> int:
     """ABORT (0) or COMMIT (1) of a control batch; -1 if unreadable."""
     for r in rec.decode_batch_records(buf, pos, header):
         if r.key is not None and len(r.key) >= 4:
