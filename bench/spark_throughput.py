@@ -14,6 +14,11 @@ on a shared machine hits all of them alike) and the median per query is reported
 ``local[C]`` with C = ``--cores`` (default: ``--partitions``); the broker runs on the same machine
 and competes for the same cores.
 
+A third source, ``python-arrow``, is a Python data source that yields pre-built Arrow batches of
+the Kafka schema (70,000 rows, as one 8 MiB fetch gives) and does no I/O: the ceiling of Spark's
+Python data source path on this machine (the JVM ingesting Arrow from a Python worker), which
+bounds any Python source, strom's included.
+
 The confluent-kafka consumer (one thread, librdkafka fetching in the background) reads the same
 topic from offset 0 and touches each message (``len(value)``); it is configured not to throttle
 its prefetch (librdkafka's default ``fetch.queue.backoff.ms`` of 1 s stalls it at this rate).
@@ -36,6 +41,75 @@ from strom.protocol import records as rec
 from strom.testing.broker_process import BrokerProcess
 
 TOPIC = "bench"
+CEILING_BATCH = 70_000
+
+
+def ceiling_source(rows: int, partitions: int) -> Any:
+    """A Python data source yielding pre-built Arrow batches of the Kafka schema, no I/O."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from strom.spark.source import kafka_schema
+
+    class Part(InputPartition):
+        def __init__(self, rows: int) -> None:
+            super().__init__(None)
+            self.rows = rows
+
+    class Reader(DataSourceStreamReader):
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"o": rows}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Part]:
+            n = end["o"] - start["o"]
+            return [Part(n // partitions) for _ in range(partitions)] if n else []
+
+        def read(self, part: Part) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from strom.spark.arrow_decode import KAFKA_ARROW_SCHEMA
+
+            n = CEILING_BATCH
+
+            def binary(width: int) -> pa.Array:
+                offsets = pa.py_buffer((np.arange(n + 1) * width).astype(np.int32))
+                return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(b"x" * width * n)])
+
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    binary(8),
+                    binary(100),
+                    pa.array([TOPIC] * n, pa.string()),
+                    pa.array(np.zeros(n, np.int32)),
+                    pa.array(np.arange(n, dtype=np.int64)),
+                    pa.array(np.full(n, 1_700_000_000_000_000), pa.timestamp("us", tz="UTC")),
+                    pa.array(np.zeros(n, np.int32)),
+                ],
+                schema=KAFKA_ARROW_SCHEMA,
+            )
+            left = part.rows
+            while left > 0:
+                yield batch.slice(0, min(left, n))
+                left -= n
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "python-arrow"
+
+        def schema(self) -> Any:
+            return kafka_schema()
+
+        def streamReader(self, schema: Any) -> Reader:
+            return Reader()
+
+    return Ceiling
 
 
 async def fill(bootstrap: str, rows: int, partitions: int) -> None:
@@ -137,9 +211,11 @@ def main() -> None:
             .load()
             .selectExpr("CAST(value % 1000 AS STRING) AS key", "value")
         )
+        spark.dataSource.register(ceiling_source(rows, args.partitions))
+        ceiling_df = spark.readStream.format("python-arrow").load()
         runs: dict[str, list[dict[str, Any]]] = {}
         for rnd in range(args.repeat + 1):
-            for name, df in (("strom", strom_df), ("rate", rate_df)):
+            for name, df in (("strom", strom_df), ("rate", rate_df), ("python-arrow", ceiling_df)):
                 for sink in ("noop", "groupBy(key).count()"):
                     agg = sink != "noop"
                     q = df.groupBy("key").count() if agg else df
@@ -172,7 +248,8 @@ def main() -> None:
             )
         for sink in ("noop", "groupBy(key).count()"):
             ratio = med[f"strom -> {sink}"] / med[f"rate -> {sink}"]
-            print(f"strom / rate ({sink}): {ratio:.2f}x")
+            ceil = med[f"strom -> {sink}"] / med[f"python-arrow -> {sink}"]
+            print(f"strom / rate ({sink}): {ratio:.2f}x   strom / python-arrow ceiling: {ceil:.2f}x")
         print(f"strom -> noop / confluent-kafka: {med['strom -> noop'] / med['confluent']:.2f}x")
         spark.stop()
     finally:
