@@ -23,19 +23,47 @@ Theory of operation (Kafka's ``ConsumerGroup`` / ``CurrentAssignmentBuilder``):
   member's owned partitions show it simply missed a response).
 
 Topics are identified by name internally; the resolver passed to :meth:`ConsumerGroup.heartbeat`
-maps names to (topic id, partition count). Consumer groups are kept in memory only (not written to
-``__consumer_offsets``): after a broker restart members get UNKNOWN_MEMBER_ID and rejoin, which
-Kafka clients handle; their committed offsets are persisted like every group's.
+maps names to (topic id, partition count).
+
+Persistence (Kafka's new group coordinator records, types 3-8 of ``__consumer_offsets``): the
+persisted state of a group is :meth:`ConsumerGroup.view` -- group epoch, subscribed topic metadata,
+each member's subscription, the target assignment (epoch and per member) and each member's current
+assignment (epochs, state, assigned and pending partitions). The runtime runs a step on a
+:meth:`~ConsumerGroup.clone`, turns the difference of the two views into records with
+:func:`consumer_group_records` and, once they are appended, applies them to the live group with
+:meth:`ConsumerGroup.replay` -- the same method that rebuilds groups when ``__consumer_offsets`` is
+loaded. What is not persisted (as in Kafka) are the timers: session and revocation deadlines
+restart from load time, and the last assignment sent is forgotten (the next heartbeat response
+simply repeats the assignment). The owner of each partition and the static-member index are
+derived from the members' current assignments and instance ids.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..clock import Clock
 from ..protocol.errors import ErrorCode
+from .records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
+    TopicPartitions,
+    encode_consumer_group_key,
+    encode_consumer_group_value,
+)
 
 TopicResolver = Callable[[str], "tuple[uuid.UUID, int] | None"]
 Assignment = dict[str, set[int]]  # topic name -> partitions
@@ -45,6 +73,9 @@ ASSIGNORS = ("uniform", "range")
 STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
 UNRELEASED = "unreleased_partitions"
+# Kafka's MemberState byte values in ConsumerGroupCurrentMemberAssignmentValue
+STATE_CODES = {STABLE: 0, UNREVOKED: 1, UNRELEASED: 2}
+STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
 
 
 @dataclass(frozen=True)
@@ -74,6 +105,27 @@ class ConsumerMember:
     session_deadline: int = 0
     revocation_deadline: int | None = None
     last_sent: Assignment | None = None
+
+
+@dataclass(frozen=True)
+class CurrentAssignmentView:
+    member_epoch: int
+    previous_member_epoch: int
+    state: str
+    assigned: frozenset[tuple[str, int]]
+    pending_revocation: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What ``__consumer_offsets`` holds about a consumer group (see the module doc)."""
+
+    group_epoch: int
+    topics: tuple[tuple[str, uuid.UUID, int], ...]  # (name, id, partition count), sorted
+    members: dict[str, ConsumerGroupMemberMetadataValue]
+    assignment_epoch: int
+    target: dict[str, frozenset[tuple[str, int]]]
+    current: dict[str, CurrentAssignmentView]
 
 
 @dataclass
@@ -489,3 +541,259 @@ class ConsumerGroup:
             "target_assignment": conv(self.target.get(m.member_id, {})),
             "member_type": 1,
         }
+
+    # ------------------------------------------------------------------ persistence
+
+    def clone(self) -> ConsumerGroup:
+        """An independent copy (same clock and config) for a step to run on."""
+        g = ConsumerGroup(self.group_id, self.clock, self.config)
+        g.group_epoch = self.group_epoch
+        g.assignment_epoch = self.assignment_epoch
+        g.members = {
+            mid: replace(
+                m,
+                subscribed_topic_names=list(m.subscribed_topic_names),
+                assigned=_copy(m.assigned),
+                pending_revocation=_copy(m.pending_revocation),
+                last_sent=None if m.last_sent is None else _copy(m.last_sent),
+            )
+            for mid, m in self.members.items()
+        }
+        g.static_members = dict(self.static_members)
+        g.target = {mid: _copy(a) for mid, a in self.target.items()}
+        g.owners = dict(self.owners)
+        g.topic_meta = dict(self.topic_meta)
+        g.dead = self.dead
+        g.state_timestamp = self.state_timestamp
+        return g
+
+    def view(self) -> GroupView:
+        return GroupView(
+            group_epoch=self.group_epoch,
+            topics=tuple(sorted((t, tid, n) for t, (tid, n) in self.topic_meta.items())),
+            members={
+                mid: ConsumerGroupMemberMetadataValue(
+                    m.instance_id,
+                    m.rack_id,
+                    m.client_id,
+                    m.client_host,
+                    tuple(m.subscribed_topic_names),
+                    m.subscribed_topic_regex,
+                    m.rebalance_timeout_ms,
+                    m.server_assignor,
+                )
+                for mid, m in self.members.items()
+            },
+            assignment_epoch=self.assignment_epoch,
+            target={mid: frozenset(_flatten(a)) for mid, a in self.target.items()},
+            current={
+                mid: CurrentAssignmentView(
+                    m.member_epoch,
+                    m.previous_member_epoch,
+                    m.state,
+                    frozenset(_flatten(m.assigned)),
+                    frozenset(_flatten(m.pending_revocation)),
+                )
+                for mid, m in self.members.items()
+            },
+        )
+
+    def _member_for_replay(self, member_id: str) -> ConsumerMember:
+        m = self.members.get(member_id)
+        if m is None:
+            # Records of one member may replay in any order after compaction; the others fill in.
+            m = self.members[member_id] = ConsumerMember(
+                member_id=member_id,
+                instance_id=None,
+                rack_id=None,
+                client_id="",
+                client_host="",
+                subscribed_topic_names=[],
+                subscribed_topic_regex=None,
+                server_assignor=None,
+                rebalance_timeout_ms=300000,
+                session_deadline=self.clock.monotonic_ms() + self.config.session_timeout_ms,
+            )
+        return m
+
+    def _drop_member(self, member_id: str) -> None:
+        m = self.members.pop(member_id, None)
+        if m is None:
+            return
+        self._release(m)
+        if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
+            del self.static_members[m.instance_id]
+
+    def replay(
+        self,
+        kind: int,
+        member_id: str | None,
+        value: ConsumerGroupValue | None,
+        topic_name: Callable[[uuid.UUID], str],
+    ) -> None:
+        """Apply one consumer-group record (``value`` None: tombstone) to this group; the runtime
+        after an append and the load path both come here. A ConsumerGroupMetadata tombstone (the
+        group is gone) is the coordinator's business. Timers of members that appear start now."""
+
+        def names(tps: TopicPartitions) -> Assignment:
+            out: Assignment = {}
+            for tid, parts in tps:
+                if parts:
+                    out.setdefault(topic_name(tid), set()).update(parts)
+            return out
+
+        mid = member_id or ""
+        if kind == CONSUMER_GROUP_METADATA:
+            if isinstance(value, ConsumerGroupMetadataValue):
+                self.group_epoch = value.epoch
+        elif kind == CONSUMER_GROUP_PARTITION_METADATA:
+            self.topic_meta = (
+                {name: (tid, n) for tid, name, n in value.topics}
+                if isinstance(value, ConsumerGroupPartitionMetadataValue)
+                else {}
+            )
+        elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+            self.assignment_epoch = (
+                value.assignment_epoch if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue) else 0
+            )
+        elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+                self.target[mid] = names(value.topic_partitions)
+            else:
+                self.target.pop(mid, None)
+        elif kind == CONSUMER_GROUP_MEMBER_METADATA:
+            if not isinstance(value, ConsumerGroupMemberMetadataValue):
+                self._drop_member(mid)
+                return
+            m = self._member_for_replay(mid)
+            if m.instance_id is not None and self.static_members.get(m.instance_id) == mid:
+                del self.static_members[m.instance_id]
+            m.instance_id = value.instance_id
+            m.rack_id = value.rack_id
+            m.client_id = value.client_id
+            m.client_host = value.client_host
+            m.subscribed_topic_names = list(value.subscribed_topic_names)
+            m.subscribed_topic_regex = value.subscribed_topic_regex
+            m.rebalance_timeout_ms = value.rebalance_timeout_ms
+            m.server_assignor = value.server_assignor
+            if m.instance_id is not None:
+                self.static_members[m.instance_id] = mid
+        elif kind == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            if not isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+                m0 = self.members.get(mid)
+                if m0 is not None:  # the member is leaving; its metadata tombstone follows
+                    self._release(m0)
+                    m0.assigned, m0.pending_revocation = {}, {}
+                    m0.member_epoch = m0.previous_member_epoch = -1
+                    m0.state = STABLE
+                    m0.revocation_deadline = None
+                return
+            m = self._member_for_replay(mid)
+            self._release(m)
+            m.member_epoch = value.member_epoch
+            m.previous_member_epoch = value.previous_member_epoch
+            m.state = STATE_NAMES.get(value.state, STABLE)
+            m.assigned = names(value.assigned)
+            m.pending_revocation = names(value.pending_revocation)
+            for tp in _flatten(m.assigned) | _flatten(m.pending_revocation):
+                self.owners[tp] = mid
+            if m.state != UNREVOKED:
+                m.revocation_deadline = None
+            elif m.revocation_deadline is None:
+                m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms
+
+    def adopt_timers(self, other: ConsumerGroup) -> None:
+        """Take the state records do not carry (deadlines, last assignment sent) from ``other``,
+        the copy a step ran on, once its records were replayed here."""
+        for mid, m in self.members.items():
+            o = other.members.get(mid)
+            if o is not None:
+                m.session_deadline = o.session_deadline
+                m.revocation_deadline = o.revocation_deadline
+                m.last_sent = o.last_sent
+        self.state_timestamp = other.state_timestamp
+
+
+def _copy(a: Assignment) -> Assignment:
+    return {t: set(ps) for t, ps in a.items()}
+
+
+def _topic_partitions(
+    tps: frozenset[tuple[str, int]], topic_id: Callable[[str], uuid.UUID]
+) -> TopicPartitions:
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(topic_id(t), []).append(p)
+    return tuple((tid, tuple(sorted(ps))) for tid, ps in sorted(by_topic.items()))
+
+
+def consumer_group_records(
+    group_id: str,
+    before: GroupView | None,
+    after: GroupView | None,
+    topic_id: Callable[[str], uuid.UUID],
+) -> list[tuple[bytes, bytes | None]]:
+    """The ``__consumer_offsets`` records that take a group from ``before`` to ``after`` (None: the
+    group does not exist), in Kafka's order: a leaving member's current assignment, target and
+    metadata tombstones; member metadata; topic metadata and group epoch; target assignment per
+    member then its epoch; current assignments. Replaying them on a group whose view is ``before``
+    yields ``after``."""
+    recs: list[tuple[bytes, bytes | None]] = []
+
+    def put(kind: int, value: ConsumerGroupValue | None, member_id: str | None = None) -> None:
+        key = encode_consumer_group_key(kind, group_id, member_id)
+        recs.append((key, None if value is None else encode_consumer_group_value(value)))
+
+    b_members = before.members if before is not None else {}
+    a_members = after.members if after is not None else {}
+    b_target = before.target if before is not None else {}
+    a_target = after.target if after is not None else {}
+    for mid in sorted(set(b_members) - set(a_members)):
+        put(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, None, mid)
+        put(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, None, mid)
+        put(CONSUMER_GROUP_MEMBER_METADATA, None, mid)
+    for mid in sorted(set(b_target) - set(a_target) - (set(b_members) - set(a_members))):
+        put(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, None, mid)
+    if after is None:
+        if before is not None:
+            put(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, None)
+            put(CONSUMER_GROUP_PARTITION_METADATA, None)
+            put(CONSUMER_GROUP_METADATA, None)
+        return recs
+    for mid, meta in sorted(a_members.items()):
+        if b_members.get(mid) != meta:
+            put(CONSUMER_GROUP_MEMBER_METADATA, meta, mid)
+    if before is None or before.topics != after.topics:
+        put(
+            CONSUMER_GROUP_PARTITION_METADATA,
+            ConsumerGroupPartitionMetadataValue(tuple((tid, name, n) for name, tid, n in after.topics)),
+        )
+    if before is None or before.group_epoch != after.group_epoch:
+        put(CONSUMER_GROUP_METADATA, ConsumerGroupMetadataValue(after.group_epoch))
+    for mid, tps in sorted(a_target.items()):
+        if b_target.get(mid) != tps:
+            put(
+                CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                ConsumerGroupTargetAssignmentMemberValue(_topic_partitions(tps, topic_id)),
+                mid,
+            )
+    if before is None or before.assignment_epoch != after.assignment_epoch:
+        put(
+            CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+            ConsumerGroupTargetAssignmentMetadataValue(after.assignment_epoch),
+        )
+    b_current = before.current if before is not None else {}
+    for mid, cur in sorted(after.current.items()):
+        if b_current.get(mid) != cur:
+            put(
+                CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                ConsumerGroupCurrentMemberAssignmentValue(
+                    cur.member_epoch,
+                    cur.previous_member_epoch,
+                    STATE_CODES[cur.state],
+                    _topic_partitions(cur.assigned, topic_id),
+                    _topic_partitions(cur.pending_revocation, topic_id),
+                ),
+                mid,
+            )
+    return recs

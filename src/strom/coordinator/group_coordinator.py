@@ -12,6 +12,14 @@ GroupMetadata records (written when a generation's assignment is set, when a gro
 or when a static member is replaced) are replayed at load to rebuild generation, protocol,
 members and assignments, exactly what Kafka persists.
 
+KIP-848 consumer groups are persisted as Kafka's new coordinator does (record types 3-8, see
+:mod:`.consumer`): a step runs on a copy of the group, the difference between the live group's
+view and the copy's becomes records, and once appended they are replayed onto the live group (or
+create it), the same replay that rebuilds the groups at load. Members therefore keep their member
+id, epoch and partitions across a broker restart; their session timers restart at load. Topic
+names of assignments (the records carry topic ids) come from the groups' topic metadata records
+and from the topics resolved by heartbeats.
+
 Error contract: coordinator methods return Kafka error codes in their results and never raise
 for client input; storage failures become COORDINATOR_NOT_AVAILABLE (retriable).
 """
@@ -29,14 +37,26 @@ from typing import Any, TypeVar
 from ..clock import Clock, RealClock
 from ..protocol.errors import ErrorCode
 from .classic import ClassicConfig, ClassicGroup, GroupState, JoinResult, SyncResult
-from .consumer import Assignment, ConsumerConfig, ConsumerGroup, HeartbeatResult, TopicResolver
+from .consumer import (
+    Assignment,
+    ConsumerConfig,
+    ConsumerGroup,
+    HeartbeatResult,
+    TopicResolver,
+    consumer_group_records,
+)
 from .effects import Effects, Pending
 from .records import (
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    ConsumerGroupKey,
+    ConsumerGroupPartitionMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
     RecordFormatError,
+    decode_consumer_group_value,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
@@ -138,6 +158,13 @@ class GroupCoordinator:
         self._next_retention_check = 0
         # transactional offset commits awaiting their marker: (partition, producer id) -> records
         self.pending_txn: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
+        # topic name <-> id, for the topic ids in consumer-group records (from resolved topics and
+        # the groups' topic metadata records)
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.topic_names: dict[uuid.UUID, str] = {}
+        # tests: check after every consumer-group step that replaying its records rebuilt exactly
+        # the state the state machine computed
+        self.verify_replay = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,8 +202,11 @@ class GroupCoordinator:
         Transactional offset commits stay pending until their producer's marker."""
         self.loading.add(partition)
         metadata: dict[str, GroupMetadataValue | None] = {}
-        for item in records:
-            entry = item if isinstance(item, StoredEntry) else StoredEntry(item[0], item[1])
+        entries = [
+            item if isinstance(item, StoredEntry) else StoredEntry(item[0], item[1]) for item in records
+        ]
+        self._learn_topic_names(entries)
+        for entry in entries:
             if entry.marker_commit is not None:
                 pending = self.pending_txn.pop((partition, entry.producer_id), [])
                 if entry.marker_commit:
@@ -196,6 +226,8 @@ class GroupCoordinator:
                 if isinstance(k, GroupMetadataKey):
                     metadata[k.group] = decode_group_metadata_value(value) if value is not None else None
                 else:
+                    if isinstance(k, ConsumerGroupKey):
+                        metadata.pop(k.group, None)  # a later consumer group replaces a classic one
                     self._replay(key, value)
             except RecordFormatError as e:
                 log.warning("skipping malformed __consumer_offsets-%d record: %s", partition, e)
@@ -214,11 +246,47 @@ class GroupCoordinator:
                 self.groups[gid] = self._new_classic(gid)
         self.loading.discard(partition)
 
+    def _learn_topic_names(self, entries: list[StoredEntry]) -> None:
+        """Topic ids -> names from the consumer groups' topic metadata records of a partition,
+        before replaying it (after compaction an assignment may precede that record)."""
+        for e in entries:
+            if e.key is None or e.value is None or e.transactional:
+                continue
+            try:
+                k = decode_key(e.key)
+                if isinstance(k, ConsumerGroupKey) and k.kind == CONSUMER_GROUP_PARTITION_METADATA:
+                    v = decode_consumer_group_value(k.kind, e.value)
+                    assert isinstance(v, ConsumerGroupPartitionMetadataValue)
+                    for tid, name, _n in v.topics:
+                        self._remember_topic(name, tid)
+            except RecordFormatError:
+                pass  # reported by the replay
+
+    def _remember_topic(self, name: str, topic_id: uuid.UUID) -> None:
+        self.topic_ids[name] = topic_id
+        self.topic_names[topic_id] = name
+
+    def _topic_id(self, name: str) -> uuid.UUID:
+        tid = self.topic_ids.get(name)
+        if tid is None:  # a topic known only by id at load (see _topic_name)
+            try:
+                tid = uuid.UUID(name)
+            except ValueError:
+                tid = uuid.UUID(int=0)
+        return tid
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str:
+        # An id no topic metadata record names (a partition of an unsubscribed topic still being
+        # revoked at a restart) is kept under its id's text until the member revokes it.
+        return self.topic_names.get(topic_id) or str(topic_id)
+
     def _replay(self, key: bytes, value: bytes | None) -> None:
         """Apply one record to the state (runtime and load). GroupMetadata values are applied
         by the load path only; at runtime the state machine already holds them."""
         k = decode_key(key)
-        if isinstance(k, OffsetCommitKey):
+        if isinstance(k, ConsumerGroupKey):
+            self._replay_consumer(k, value)
+        elif isinstance(k, OffsetCommitKey):
             tp = (k.topic, k.partition)
             if value is None:
                 offs = self.offsets.get(k.group)
@@ -238,6 +306,44 @@ class GroupCoordinator:
                 or (isinstance(g, ConsumerGroup) and g.dead)
             ):
                 del self.groups[k.group]
+
+    def _replay_consumer(self, k: ConsumerGroupKey, value: bytes | None) -> None:
+        g = self.groups.get(k.group)
+        if value is None:
+            if isinstance(g, ConsumerGroup):
+                if k.kind == CONSUMER_GROUP_METADATA:
+                    del self.groups[k.group]
+                else:
+                    g.replay(k.kind, k.member_id, None, self._topic_name)
+            return
+        v = decode_consumer_group_value(k.kind, value)
+        if isinstance(v, ConsumerGroupPartitionMetadataValue):
+            for tid, name, _n in v.topics:
+                self._remember_topic(name, tid)
+        if not isinstance(g, ConsumerGroup):  # created, or replacing an empty classic group
+            g = self.groups[k.group] = ConsumerGroup(k.group, self.clock, self.config.consumer)
+        g.replay(k.kind, k.member_id, v, self._topic_name)
+
+    def _consumer_step(
+        self, eff: Effects, group_id: str, live: ConsumerGroup | None, work: ConsumerGroup
+    ) -> None:
+        """Persist what a step changed on ``work`` (a clone of ``live``, or a new group): the
+        records go to ``eff``; replaying them updates (or creates) the live group, which then
+        takes over the timers of ``work``."""
+        before = live.view() if live is not None else None
+        after = None if work.dead else work.view()
+        eff.records.extend(consumer_group_records(group_id, before, after, self._topic_id))
+
+        def adopt() -> None:
+            g = self.groups.get(group_id)
+            if isinstance(g, ConsumerGroup):
+                g.adopt_timers(work)
+            if self.verify_replay:
+                replayed = g.view() if isinstance(g, ConsumerGroup) else None
+                if replayed != after:
+                    raise AssertionError(f"replay of {group_id}: {replayed} != {after}")
+
+        eff.on_success.append(adopt)
 
     def _new_classic(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, self.clock, self.config.classic, self.new_member_id)
@@ -315,17 +421,22 @@ class GroupCoordinator:
 
         def step(eff: Effects) -> Pending[JoinResult]:
             g = self.groups.get(group_id)
+            replaced: ConsumerGroup | None = None
             if isinstance(g, ConsumerGroup):
                 if not g.is_empty():
                     p0: Pending[JoinResult] = Pending(lambda c: JoinResult(c, member_id))
                     eff.complete(p0, JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
                     return p0
-                g = None
+                replaced, g = g, None
             if g is None:
                 if member_id:
                     p1: Pending[JoinResult] = Pending(lambda c: JoinResult(c, member_id))
                     eff.complete(p1, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
                     return p1
+                if replaced is not None:  # the empty consumer group's records go
+                    eff.records.extend(
+                        consumer_group_records(group_id, replaced.view(), None, self._topic_id)
+                    )
                 g = self.groups[group_id] = self._new_classic(group_id)
             return g.join(
                 eff,
@@ -683,11 +794,12 @@ class GroupCoordinator:
     def _delete_records(self, eff: Effects, group_id: str, g: Group) -> None:
         for topic, partition in self.offsets.get(group_id, {}):
             eff.records.append((encode_offset_commit_key(group_id, topic, partition), None))
+        if isinstance(g, ConsumerGroup):
+            # the group's tombstones; their replay removes it
+            eff.records.extend(consumer_group_records(group_id, g.view(), None, self._topic_id))
+            return
         eff.records.append((encode_group_metadata_key(group_id), None))
-        if isinstance(g, ClassicGroup):
-            g.mark_dead(eff)
-        else:
-            g.dead = True
+        g.mark_dead(eff)
 
         def revive() -> None:
             if self.groups.get(group_id) is g:
@@ -719,21 +831,31 @@ class GroupCoordinator:
         if self._is_loading(group_id):
             return HeartbeatResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
+        def remembering(name: str) -> tuple[uuid.UUID, int] | None:
+            r = resolve(name)
+            if r is not None:
+                self._remember_topic(name, r[0])
+            return r
+
         def step(eff: Effects) -> HeartbeatResult:
             g = self.groups.get(group_id)
+            replaces_classic = False
             if isinstance(g, ClassicGroup):
                 if g.state not in (GroupState.EMPTY, GroupState.DEAD) or g.members:
                     return HeartbeatResult(
                         ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
                     )
-                g = None
+                g, replaces_classic = None, True
+            live = g
             if g is None:
                 if member_epoch != 0:
                     return HeartbeatResult(
                         ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} has no member {member_id}"
                     )
-                g = self.groups[group_id] = ConsumerGroup(group_id, self.clock, self.config.consumer)
-            return g.heartbeat(
+                work = ConsumerGroup(group_id, self.clock, self.config.consumer)
+            else:
+                work = g.clone()
+            result = work.heartbeat(
                 member_id=member_id,
                 member_epoch=member_epoch,
                 instance_id=instance_id,
@@ -745,10 +867,18 @@ class GroupCoordinator:
                 owned=owned,
                 client_id=client_id,
                 client_host=client_host,
-                resolve=resolve,
+                resolve=remembering,
             )
+            if live is None and result.error != ErrorCode.NONE:
+                return result  # a failed first heartbeat creates no group
+            if replaces_classic:
+                eff.records.append((encode_group_metadata_key(group_id), None))
+            self._consumer_step(eff, group_id, live, work)
+            return result
 
-        result, _ok = await self._run(group_id, step)
+        result, ok = await self._run(group_id, step)
+        if not ok:
+            return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "could not write the group's state")
         return result
 
     def consumer_group_describe(self, group_id: str) -> dict[str, Any]:
@@ -791,7 +921,15 @@ class GroupCoordinator:
 
                 await self._run(gid, step)
             else:
-                g.tick()
+
+                def cstep(eff: Effects, gid: str = gid) -> None:
+                    live = self.groups.get(gid)
+                    if isinstance(live, ConsumerGroup):
+                        work = live.clone()
+                        work.tick()
+                        self._consumer_step(eff, gid, live, work)
+
+                await self._run(gid, cstep)
         if self.clock.time_ms() >= self._next_retention_check:
             self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
             await self.expire_offsets()
@@ -850,11 +988,11 @@ class GroupCoordinator:
         return total
 
     def _delete_records_group_only(self, eff: Effects, group_id: str, g: Group) -> None:
+        if isinstance(g, ConsumerGroup):
+            eff.records.extend(consumer_group_records(group_id, g.view(), None, self._topic_id))
+            return
         eff.records.append((encode_group_metadata_key(group_id), None))
-        if isinstance(g, ClassicGroup):
-            g.mark_dead(eff)
-        else:
-            g.dead = True
+        g.mark_dead(eff)
 
     async def _timer_loop(self) -> None:
         assert self._wakeup is not None

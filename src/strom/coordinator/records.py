@@ -7,6 +7,12 @@ key   record              value versions (value starts with its own int16 versio
 ====  ==================  =======================================================
 0, 1  OffsetCommitKey     OffsetCommitValue 0-4 (group, topic, partition)
 2     GroupMetadataKey    GroupMetadataValue 0-4 (group)
+3     ConsumerGroupMetadata               group epoch (group)
+4     ConsumerGroupPartitionMetadata      subscribed topics' id/name/partitions (group)
+5     ConsumerGroupMemberMetadata         a member's subscription (group, member)
+6     ConsumerGroupTargetAssignmentMetadata   assignment epoch (group)
+7     ConsumerGroupTargetAssignmentMember     a member's target partitions (group, member)
+8     ConsumerGroupCurrentMemberAssignment    a member's epochs, state, partitions (group, member)
 ====  ==================  =======================================================
 
 Values of version 4 are "flexible" (compact strings, unsigned-varint lengths, tagged fields); older
@@ -15,8 +21,10 @@ expire timestamp was requested) and GroupMetadataValue v3, as Kafka 3.x/4.0 brok
 every version, so a ``__consumer_offsets`` log written by Kafka replays here and vice versa.
 A ``None`` value is a tombstone (the compacted topic then forgets the key).
 
-Keys of other types (KIP-848 consumer-group records, share groups ...) are reported as
-:class:`UnknownKey` by :func:`decode_key` so replay can skip them.
+Types 3-8 are the KIP-848 consumer-group records of Kafka's new group coordinator: non-flexible
+keys, values of version 0 that are flexible (tagged fields written empty, skipped on read), topics
+in assignments identified by topic id. Keys of other types (share/streams groups ...) are reported
+as :class:`UnknownKey` by :func:`decode_key` so replay can skip them.
 
 Error contract: decoders raise :class:`RecordFormatError` (a ``ValueError``) on malformed bytes.
 """
@@ -24,10 +32,24 @@ Error contract: decoders raise :class:`RecordFormatError` (a ``ValueError``) on 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
+
+# KIP-848 consumer-group record types (the key "version")
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+_CONSUMER_MEMBER_TYPES = (
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+)
 
 
 class RecordFormatError(ValueError):
@@ -63,6 +85,16 @@ class OffsetCommitKey:
 @dataclass(frozen=True, slots=True)
 class GroupMetadataKey:
     group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupKey:
+    """A KIP-848 consumer-group record key: ``kind`` is the record type (3-8); ``member_id`` is
+    set for the per-member types (5, 7, 8)."""
+
+    kind: int
+    group: str
+    member_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +187,12 @@ class _Writer:
         if self.flexible:
             self.uvarint(0)
 
+    def uuid(self, u: uuid.UUID) -> None:
+        self.buf += u.bytes
+
+    def i8(self, v: int) -> None:
+        self.buf += struct.pack(">b", v)
+
 
 class _Reader:
     def __init__(self, data: bytes, flexible: bool = False) -> None:
@@ -227,6 +265,17 @@ class _Reader:
             self.uvarint()
             self._take(self.uvarint())
 
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
+
+    def i8(self) -> int:
+        v: int = struct.unpack(">b", self._take(1))[0]
+        return v
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise RecordFormatError("trailing bytes after record")
+
 
 # --------------------------------------------------------------------------- keys
 
@@ -247,13 +296,29 @@ def encode_group_metadata_key(group: str) -> bytes:
     return bytes(w.buf)
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
+def encode_consumer_group_key(kind: int, group: str, member_id: str | None = None) -> bytes:
+    """Key of a consumer-group record; ``member_id`` is required exactly for types 5, 7, 8."""
+    if (member_id is not None) != (kind in _CONSUMER_MEMBER_TYPES):
+        raise ValueError(f"record type {kind} {'needs' if member_id is None else 'takes no'} member id")
+    w = _Writer()
+    w.i16(kind)
+    w.string(group)
+    if member_id is not None:
+        w.string(member_id)
+    return bytes(w.buf)
+
+
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey:
     r = _Reader(data)
     version = r.i16()
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.i32())
     if version == 2:
         return GroupMetadataKey(r.string())
+    if CONSUMER_GROUP_METADATA <= version <= CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        group = r.string()
+        member = r.string() if version in _CONSUMER_MEMBER_TYPES else None
+        return ConsumerGroupKey(version, group, member)
     return UnknownKey(version)
 
 
@@ -373,3 +438,184 @@ def subscribed_topics(subscription: bytes) -> set[str] | None:
         return {r.string() for _ in range(r.array_len())}
     except RecordFormatError:
         return None
+
+
+# --------------------------------------------------------------------------- KIP-848 consumer groups
+
+TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]  # (topic id, partitions) per topic
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataValue:
+    topics: tuple[tuple[uuid.UUID, str, int], ...]  # (topic id, name, partition count)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int  # Kafka's MemberState: 0 stable, 1 unrevoked, 2 unreleased partitions
+    assigned: TopicPartitions
+    pending_revocation: TopicPartitions
+
+
+ConsumerGroupValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupPartitionMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+)
+
+_VALUE_KIND: dict[type, int] = {
+    ConsumerGroupMetadataValue: CONSUMER_GROUP_METADATA,
+    ConsumerGroupPartitionMetadataValue: CONSUMER_GROUP_PARTITION_METADATA,
+    ConsumerGroupMemberMetadataValue: CONSUMER_GROUP_MEMBER_METADATA,
+    ConsumerGroupTargetAssignmentMetadataValue: CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ConsumerGroupTargetAssignmentMemberValue: CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    ConsumerGroupCurrentMemberAssignmentValue: CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+}
+
+
+def _write_topic_partitions(w: _Writer, tps: TopicPartitions) -> None:
+    w.array_len(len(tps))
+    for tid, parts in tps:
+        w.uuid(tid)
+        w.array_len(len(parts))
+        for p in parts:
+            w.i32(p)
+        w.tags()
+
+
+def _read_topic_partitions(r: _Reader) -> TopicPartitions:
+    out = []
+    for _ in range(r.array_len()):
+        tid = r.uuid()
+        parts = tuple(r.i32() for _ in range(r.array_len()))
+        r.tags()  # e.g. AssignmentEpochs (KIP-1251), not used here
+        out.append((tid, parts))
+    return tuple(out)
+
+
+def encode_consumer_group_value(v: ConsumerGroupValue) -> bytes:
+    """Version 0 (flexible) of the value matching ``v``'s record type."""
+    w = _Writer(flexible=True)
+    w.i16(0)
+    if isinstance(v, ConsumerGroupMetadataValue):
+        w.i32(v.epoch)
+    elif isinstance(v, ConsumerGroupPartitionMetadataValue):
+        w.array_len(len(v.topics))
+        for tid, name, n in v.topics:
+            w.uuid(tid)
+            w.string(name)
+            w.i32(n)
+            w.array_len(0)  # PartitionMetadata (racks): not tracked, stored empty as Kafka does
+            w.tags()
+    elif isinstance(v, ConsumerGroupMemberMetadataValue):
+        w.string(v.instance_id)
+        w.string(v.rack_id)
+        w.string(v.client_id)
+        w.string(v.client_host)
+        w.array_len(len(v.subscribed_topic_names))
+        for t in v.subscribed_topic_names:
+            w.string(t)
+        w.string(v.subscribed_topic_regex)
+        w.i32(v.rebalance_timeout_ms)
+        w.string(v.server_assignor)
+    elif isinstance(v, ConsumerGroupTargetAssignmentMetadataValue):
+        w.i32(v.assignment_epoch)
+    elif isinstance(v, ConsumerGroupTargetAssignmentMemberValue):
+        _write_topic_partitions(w, v.topic_partitions)
+    else:
+        w.i32(v.member_epoch)
+        w.i32(v.previous_member_epoch)
+        w.i8(v.state)
+        _write_topic_partitions(w, v.assigned)
+        _write_topic_partitions(w, v.pending_revocation)
+    w.tags()
+    return bytes(w.buf)
+
+
+def consumer_group_record_kind(v: ConsumerGroupValue) -> int:
+    return _VALUE_KIND[type(v)]
+
+
+def decode_consumer_group_value(kind: int, data: bytes) -> ConsumerGroupValue:
+    """Decode the value of record type ``kind`` (3-8). Raises RecordFormatError."""
+    r = _Reader(data, flexible=True)
+    version = r.i16()
+    if version != 0:
+        raise RecordFormatError(f"unknown version {version} of consumer-group record type {kind}")
+    out: ConsumerGroupValue
+    if kind == CONSUMER_GROUP_METADATA:
+        out = ConsumerGroupMetadataValue(r.i32())
+    elif kind == CONSUMER_GROUP_PARTITION_METADATA:
+        topics = []
+        for _ in range(r.array_len()):
+            tid = r.uuid()
+            name = r.string()
+            n = r.i32()
+            for _ in range(r.array_len()):  # PartitionMetadata: partition, racks
+                r.i32()
+                for _ in range(r.array_len()):
+                    r.string()
+                r.tags()
+            r.tags()
+            topics.append((tid, name, n))
+        out = ConsumerGroupPartitionMetadataValue(tuple(topics))
+    elif kind == CONSUMER_GROUP_MEMBER_METADATA:
+        instance_id = r.nullable_string()
+        rack_id = r.nullable_string()
+        client_id = r.string()
+        client_host = r.string()
+        names = tuple(r.string() for _ in range(r.array_len()))
+        regex = r.nullable_string()
+        rebalance_timeout = r.i32()
+        assignor = r.nullable_string()
+        out = ConsumerGroupMemberMetadataValue(
+            instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor
+        )
+    elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+        out = ConsumerGroupTargetAssignmentMetadataValue(r.i32())
+    elif kind == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        out = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r))
+    elif kind == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        epoch = r.i32()
+        previous = r.i32()
+        state = r.i8()
+        assigned = _read_topic_partitions(r)
+        pending = _read_topic_partitions(r)
+        out = ConsumerGroupCurrentMemberAssignmentValue(epoch, previous, state, assigned, pending)
+    else:
+        raise RecordFormatError(f"not a consumer-group record type: {kind}")
+    r.tags()
+    r.end()
+    return out
