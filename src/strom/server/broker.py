@@ -198,6 +198,10 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
         )
+        # consumer-group records name topics by id: let the coordinator resolve every known one
+        for info in self.topics.topics.values():
+            self.group_coordinator.topic_names[info.topic_id] = info.name
+            self.group_coordinator.topic_ids[info.name] = info.topic_id
         await self.group_coordinator.start()
         if TXN_TOPIC not in self.topics.topics:
             self.create_topic(
