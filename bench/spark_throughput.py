@@ -7,12 +7,16 @@ Starts a strom broker, fills a topic with 100-byte values (8-byte keys, 1000 dis
 each query as a single streaming micro-batch under Trigger.AvailableNow (the strom source from the
 earliest offsets; Spark's ``rate-micro-batch`` source with ``rowsPerBatch`` = the same number of
 rows) into (a) the noop sink and (b) groupBy(key).count(), and reports Spark's
-processedRowsPerSecond for the batch (rows / trigger duration, so fixed per-batch costs count).
+processedRowsPerSecond for the batch (rows / trigger duration, so fixed per-batch costs count),
+and the CPU seconds per million rows the JVM, the Python workers and the broker spent on the
+query (from /proc; query start-up included, a Python worker that exits during it not).
 
 One warm-up round, then ``--repeat`` rounds; each round runs every query once (interleaved, so load
 on a shared machine hits all of them alike) and the median per query is reported, with the spread.
-``local[C]`` with C = ``--cores`` (default: ``--partitions``); the broker runs on the same machine
-and competes for the same cores.
+``local[C]`` with C = ``--cores`` (default: ``--partitions``), and the rate and python-arrow
+sources get C partitions; the broker runs on the same machine and competes for the same cores.
+With fewer topic partitions than cores, ``--min-partitions C`` splits each partition's offset
+range into several Spark tasks (the source option ``minPartitions``).
 
 A third source, ``python-arrow``, is a Python data source that yields pre-built Arrow batches of
 the Kafka schema (70,000 rows, as one 8 MiB fetch gives) and does no I/O: the ceiling of Spark's
@@ -130,14 +134,50 @@ async def fill(bootstrap: str, rows: int, partitions: int) -> None:
         await asyncio.gather(*sends)
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process tree's JVM, its Python workers
+    (``pyspark.daemon``) and the strom broker, from /proc (empty where there is no /proc)."""
+    out = {"jvm": 0.0, "python workers": 0.0, "broker": 0.0}
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ")
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        kind = (
+            "jvm"
+            if b"java" in cmd and b"pyspark-shell" in cmd
+            else "python workers"
+            if b"pyspark.daemon" in cmd
+            else "broker"
+            if b"strom serve" in cmd
+            else None
+        )
+        if kind:
+            out[kind] += (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
 def run_stream(df: Any, ckpt: str, aggregate: bool) -> dict[str, Any]:
     w = df.writeStream.option("checkpointLocation", ckpt).format("noop")
     if aggregate:
         w = w.outputMode("complete")
+    before = cpu_seconds()
     q = w.trigger(availableNow=True).start()
     q.awaitTermination()
+    after = cpu_seconds()
     best = max(q.recentProgress, key=lambda p: p["numInputRows"])
-    return {"rows": best["numInputRows"], "rps": best["processedRowsPerSecond"], "ms": best["durationMs"]}
+    return {
+        "rows": best["numInputRows"],
+        "rps": best["processedRowsPerSecond"],
+        "ms": best["durationMs"],
+        "cpu": {k: after[k] - before[k] for k in after},
+    }
 
 
 def confluent_rate(bootstrap: str, rows: int, partitions: int) -> float:
@@ -172,7 +212,7 @@ def confluent_rate(bootstrap: str, rows: int, partitions: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--partitions", type=int, default=2, help="topic partitions (and rate partitions)")
+    ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
     ap.add_argument("--cores", type=int, default=0, help="local[N] (default: --partitions)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--min-partitions", type=int, default=0, help="strom option minPartitions")
@@ -207,11 +247,11 @@ def main() -> None:
         rate_df = (
             spark.readStream.format("rate-micro-batch")
             .option("rowsPerBatch", rows)
-            .option("numPartitions", args.partitions)
+            .option("numPartitions", cores)
             .load()
             .selectExpr("CAST(value % 1000 AS STRING) AS key", "value")
         )
-        spark.dataSource.register(ceiling_source(rows, args.partitions))
+        spark.dataSource.register(ceiling_source(rows, cores))
         ceiling_df = spark.readStream.format("python-arrow").load()
         runs: dict[str, list[dict[str, Any]]] = {}
         for rnd in range(args.repeat + 1):
@@ -225,7 +265,7 @@ def main() -> None:
                         runs.setdefault(f"{name} -> {sink}", []).append(r)
             if rnd:
                 runs.setdefault("confluent", []).append(
-                    {"rps": confluent_rate(broker.bootstrap, rows, args.partitions), "ms": {}}
+                    {"rps": confluent_rate(broker.bootstrap, rows, args.partitions), "ms": {}, "cpu": {}}
                 )
             print(f"round {rnd} done", file=sys.stderr, flush=True)
         print(
@@ -242,6 +282,8 @@ def main() -> None:
                 add = statistics.median(r["ms"].get("addBatch", 0) for r in rs)
                 trig = statistics.median(r["ms"].get("triggerExecution", 0) for r in rs)
                 extra = f"  trigger {trig:.0f} ms, addBatch {add:.0f} ms"
+                cpu = {c: statistics.median(r["cpu"][c] for r in rs) * 1e6 / rows for c in rs[0]["cpu"]}
+                extra += "; CPU s/M rows: " + ", ".join(f"{c} {v:.2f}" for c, v in cpu.items() if v)
             print(
                 f"{label:36s} {med[k] / 1e6:6.2f} M rows/s ({rps[0] / 1e6:.2f}..{rps[-1] / 1e6:.2f})"
                 f"  {med[k] / cores / 1e6:5.2f} per core{extra}"

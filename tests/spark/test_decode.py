@@ -192,3 +192,12 @@ def test_corrupt_record_inside_a_run_raises() -> None:
         bad[starts[victim]] += -2 if victim == 199 else 2
         with pytest.raises(rec.CorruptRecordError):
             decode_to_arrow(bytes(bad), "t", 0, 0, 1000)
+
+
+def test_gap_before_end_completes_the_range() -> None:
+    a = rec.build_batch([(b"k", b"v", [], 1)] * 3, base_offset=0)
+    b = rec.build_batch([(b"k", b"w", [], 2)] * 2, base_offset=10)  # 3..9 compacted away
+    chunk = decode_to_arrow(a + b, "t", 0, 0, 7)
+    assert chunk.rows == 3 and chunk.next_offset == 7
+    chunk = decode_to_arrow(b, "t", 0, 4, 7)
+    assert chunk.rows == 0 and chunk.next_offset == 7

@@ -316,6 +316,8 @@ def decode_to_arrow(
         if h.magic != 2:
             raise rec.CorruptRecordError(f"unsupported record batch magic {h.magic} in {topic}-{partition}")
         if h.base_offset >= end:
+            # nothing in [nxt, end) exists (a gap left by compaction or aborted data): done
+            nxt = max(nxt if nxt is not None else end, end)
             break
         if read_committed:
             while ai < len(pending_aborts) and pending_aborts[ai][1] <= h.last_offset:

@@ -15,9 +15,16 @@ gathers a multi-megabyte answer 64 KiB at a time through the event loop into a g
 :class:`FetchChannel` is a plain blocking socket per broker that speaks Fetch v11 only (every
 broker from Kafka 2.3 on, strom included, knows it; v11 has the isolation level, the last stable
 offset, the log start offset and the aborted transactions) and reads each answer with
-``recv_into`` straight into one reusable buffer: the records are handed out as a ``memoryview``
-of it, valid until the channel's next fetch. Metadata, leadership and the version check still
-come from the asyncio client; a broker without v11 is fetched from through the client.
+``recv_into`` straight into one of two reusable buffers, used in turn: the records are handed
+out as a ``memoryview`` of it, valid until the channel's next-but-one fetch. Metadata,
+leadership and the version check still come from the asyncio client; a broker without v11 is
+fetched from through the client.
+
+Read-ahead (:meth:`KafkaSession.fetch_ahead`): a reader walks a partition fetch after fetch, and
+the next fetch's offset is known from the batch headers alone, so while the caller decodes one
+answer and Spark ships its rows to the JVM, the next answer is fetched on a helper thread (the
+socket wait releases the GIL) into the channel's other buffer. At most one fetch is ever ahead,
+so the two buffers suffice; every other use of the session waits for it first.
 
 Error contract: broker and connection failures surface as :class:`strom.client.KafkaError`.
 """
@@ -25,12 +32,14 @@ Error contract: broker and connection failures surface as :class:`strom.client.K
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import struct
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -39,9 +48,10 @@ from kio.schema.errors import ErrorCode
 from strom.client import Client, KafkaError
 from strom.client.errors import KafkaConnectionError, KafkaProtocolError
 from strom.client.messages import ApiKey, encode_request
+from strom.protocol import records as rec
 from strom.spark.options import ClientSettings, ReadOptions, StromOptionError
 
-__all__ = ["FetchChannel", "KafkaSession", "RawFetch", "TopicPartition", "session"]
+__all__ = ["FetchChannel", "KafkaSession", "RawFetch", "TopicPartition", "next_fetch_offset", "session"]
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
@@ -90,7 +100,8 @@ class FetchChannel:
     def __init__(self, host: str, port: int, client_id: str | None, timeout: float) -> None:
         self.host, self.port, self.client_id = host, port, client_id
         self._cid = 0
-        self._buf = bytearray(1 << 20)
+        self._bufs = [bytearray(1 << 20), bytearray(1 << 20)]  # used in turn
+        self._turn = 0
         try:
             self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
@@ -108,7 +119,8 @@ class FetchChannel:
 
     def fetch(self, request: dict[str, Any], timeout: float) -> list[tuple[str, int, RawFetch]]:
         """Send one Fetch v11 (``request`` as for kio) and return ``(topic, partition, answer)``
-        for every partition of the answer; records are views of the channel's buffer."""
+        for every partition of the answer; records are views of one of the channel's two
+        buffers (valid until the next-but-one fetch)."""
         if self._sock is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} closed")
         cid = self._cid
@@ -117,13 +129,15 @@ class FetchChannel:
         try:
             self._sock.settimeout(timeout)
             self._sock.sendall(frame)
-            size = _I32.unpack(self._recv_exact(4, head=True))[0]
+            size = _I32.unpack(self._recv_exact(memoryview(bytearray(4))))[0]
             if size < 8 or size > 1 << 31:
                 raise KafkaProtocolError(f"invalid fetch response frame size {size}")
-            if len(self._buf) < size:
+            self._turn ^= 1
+            buf = self._bufs[self._turn]
+            if len(buf) < size:
                 # a new buffer, never resized in place: views of the old one may still be alive
-                self._buf = bytearray(max(size, 2 * len(self._buf)))
-            body = self._recv_exact(size)
+                buf = self._bufs[self._turn] = bytearray(max(size, 2 * len(buf)))
+            body = self._recv_exact(memoryview(buf)[:size])
         except (OSError, KafkaProtocolError) as e:
             self.close()
             if isinstance(e, KafkaProtocolError):
@@ -138,9 +152,9 @@ class FetchChannel:
             self.close()
             raise KafkaProtocolError(f"cannot decode FetchResponse v11: {e}") from None
 
-    def _recv_exact(self, n: int, head: bool = False) -> memoryview:
+    def _recv_exact(self, view: memoryview) -> memoryview:
         assert self._sock is not None
-        view = memoryview(bytearray(4)) if head else memoryview(self._buf)[:n]
+        n = len(view)
         got = 0
         while got < n:
             r = self._sock.recv_into(view[got:], n - got)
@@ -203,6 +217,8 @@ class KafkaSession:
         )
         self._lock = threading.Lock()
         self._channels: dict[int, FetchChannel] = {}  # by broker node id
+        self._ahead: tuple[tuple[str, int, int], Future[RawFetch]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
         # (topic, partition) -> (leader node id, host, port, topic id, broker knows Fetch v11)
         self._leaders: dict[TopicPartition, tuple[int, str, int, Any, bool]] = {}
 
@@ -211,6 +227,10 @@ class KafkaSession:
             return self._loop.run_until_complete(coro)
 
     def close(self) -> None:
+        self._settle()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         for ch in self._channels.values():
             ch.close()
         self._channels.clear()
@@ -336,6 +356,42 @@ class KafkaSession:
     ) -> RawFetch:
         """:meth:`fetch`, with the records a view of the fetch channel's buffer: valid only
         until this session's next fetch from the same broker."""
+        self._settle()
+        return self._fetch_view(topic, partition, offset, max_wait_ms)
+
+    def fetch_ahead(self, topic: str, partition: int, offset: int, until: int) -> RawFetch:
+        """:meth:`fetch_view` of ``offset`` (taken from the read-ahead when it fetched just
+        that), then, if the answer is good and ends before ``until``, start fetching from where
+        it ends on the helper thread. The records stay valid until the next call."""
+        f: RawFetch | None = None
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            key, fut = ahead
+            try:
+                got = fut.result()
+            except Exception:  # a failed guess is retried (and reported) below
+                got = None
+            if key == (topic, partition, offset):
+                f = got
+        if f is None:
+            f = self._fetch_view(topic, partition, offset, None)
+        if not f.error_code:
+            nxt = next_fetch_offset(f.records)
+            if nxt is not None and offset < nxt < until:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="strom-fetch-ahead")
+                fut = self._pool.submit(self._fetch_view, topic, partition, nxt, None)
+                self._ahead = ((topic, partition, nxt), fut)
+        return f
+
+    def _settle(self) -> None:
+        """Wait for (and drop) the read-ahead fetch, if any: the channels have one user."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            with contextlib.suppress(Exception):  # nobody asked for it
+                ahead[1].result()
+
+    def _fetch_view(self, topic: str, partition: int, offset: int, max_wait_ms: int | None) -> RawFetch:
         s = self.settings
         wait = s.fetch_max_wait_ms if max_wait_ms is None else max_wait_ms
         tp = (topic, partition)
@@ -438,6 +494,21 @@ class KafkaSession:
                 continue
             return result
         return result
+
+
+def next_fetch_offset(records: bytes | bytearray | memoryview) -> int | None:
+    """The offset after the last complete batch of a fetch answer (None: no complete batch)."""
+    nxt = None
+    pos = 0
+    total = len(records)
+    unpack = rec.HEADER_STRUCT.unpack_from
+    while total - pos >= rec.BATCH_OVERHEAD:
+        h = rec.BatchHeader._make(unpack(records, pos))
+        if h.size > total - pos or h.size < rec.BATCH_OVERHEAD:
+            break
+        nxt = h.next_offset
+        pos += h.size
+    return nxt
 
 
 def _fetch_request(

@@ -210,7 +210,7 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
     read_committed = part.client.isolation_level == 1
     empty_polls = 0
     while offset < until:
-        f = sess.fetch_view(topic, partition, offset)
+        f = sess.fetch_ahead(topic, partition, offset, until)
         if f.error_code == _OFFSET_OUT_OF_RANGE:
             earliest = sess.list_offsets({(topic, partition): EARLIEST})[(topic, partition)]
             if offset < earliest:
