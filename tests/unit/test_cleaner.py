@@ -4,6 +4,7 @@ dirty-ratio selection, compaction lag, swap crash recovery, checkpoints."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,29 @@ def latest(log: PartitionLog) -> dict[str, str | None]:
     return {k: v for _, k, v in view(log)}
 
 
+_MODE = {"use_process": False}
+
+
+@pytest.fixture(autouse=True, params=["thread", "process"])
+def cleaner_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test that cleans through :func:`clean` runs with the work in the calling thread and
+    in the worker process (the broker's default)."""
+    _MODE["use_process"] = request.param == "process"
+    yield request.param
+    _MODE["use_process"] = False
+
+
 def clean(log: PartitionLog, clock: ManualClock | None = None) -> LogCleaner:
-    cleaner = LogCleaner(log.directory.parent, clock or log.clock, pause_every_bytes=0)  # type: ignore[arg-type]
-    cleaner.clean_all([log])
+    cleaner = LogCleaner(
+        log.directory.parent,
+        clock or log.clock,  # type: ignore[arg-type]
+        pause_every_bytes=0,
+        use_process=_MODE["use_process"],
+    )
+    try:
+        cleaner.clean_all([log])
+    finally:
+        cleaner.close()
     return cleaner
 
 

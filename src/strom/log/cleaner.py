@@ -42,11 +42,23 @@ Cleaning one log (:meth:`Cleaner.clean`):
    discarded and the next round starts over.
 5. The checkpoint records the map's end offset as the new first dirty offset.
 
-Threads: the cleaner runs in one worker thread (:mod:`strom.server.log_tasks`). It reads
-segments through descriptors dup'd under the log's lock, so segments it reads may be removed
-concurrently; it touches the log's structures only in ``cleanable_segments`` and
-``replace_segments`` (lock held). ``stop`` aborts at the next batch. ``pause_every_bytes`` makes
-the thread sleep briefly after that many bytes so the event loop gets the GIL promptly.
+Threads and processes: the cleaner runs in one thread of the broker (:mod:`strom.server.log_tasks`).
+It reads segments through descriptors dup'd under the log's lock, so segments it reads may be
+removed concurrently; it touches the log's structures only in ``cleanable_segments`` and
+``replace_segments`` (lock held). ``stop`` aborts at the next batch (or kills the worker).
+
+Where the CPU work runs: with a :class:`CleanerWorker` (the broker's default,
+``strom.log.cleaner.process=true``) steps 1-3 run in a child process that receives the dup'd
+descriptors over a Unix socket and writes the ``*.cleaned`` files; the thread waits for it
+without the GIL, then opens the cleaned segment (its indexes are trusted: written and fsynced
+by the worker) and does step 4 itself. The lock discipline above is therefore unchanged: only
+the thread ever takes a log's lock or touches its structures. Without a worker, the thread
+does the work and ``pause_every_bytes`` makes it sleep briefly after that many bytes so the
+event loop gets the GIL; but every time the loop gives the GIL up (each syscall) it waits up
+to a switch interval to get it back, which is why the worker is the default.
+
+Pacing: ``log.cleaner.io.max.bytes.per.second`` (Kafka's) throttles bytes read + written with
+Kafka's :class:`Throttler` (unlimited by default).
 
 Null keys: produce on a compacted topic rejects them (:class:`PartitionLog`); records without a key
 that exist anyway (the policy changed) are removed by cleaning, as Kafka does.
@@ -57,20 +69,35 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
-from strom.clock import Clock
+from strom.clock import Clock, RealClock
 from strom.durable_file import replace_file
-from strom.log.errors import CorruptRecordError
+from strom.log.errors import CorruptIndexError, CorruptRecordError
 from strom.log.faults import crash_point
 from strom.log.partition_log import PartitionLog
-from strom.log.segment import CLEANED_SUFFIX, LogSegment
+from strom.log.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    filename_prefix,
+)
 from strom.protocol.records import (
     BATCH_OVERHEAD,
     HEADER_STRUCT,
@@ -374,9 +401,280 @@ class CleanerStats:
     def mb_per_s(self) -> float:
         return self.bytes_read / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    _COUNTERS = ("bytes_read", "bytes_written", "map_bytes_read", "records_read", "records_written")
+
+    def counters(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self._COUNTERS}
+
+    def add_counters(self, counters: dict[str, int]) -> None:
+        for k in self._COUNTERS:
+            setattr(self, k, getattr(self, k) + int(counters.get(k, 0)))
+
+
+NO_THROTTLE = float(sys.float_info.max)  # Kafka's default: Double.MaxValue
+
+
+class Throttler:
+    """Kafka's ``Throttler`` (``log.cleaner.io.max.bytes.per.second``): counts bytes and, once a
+    check interval has passed, sleeps long enough to bring the rate of the interval down to the
+    desired rate. Kafka checks every 300 ms; shorter intervals give shorter, more even pauses."""
+
+    def __init__(
+        self,
+        bytes_per_s: float = NO_THROTTLE,
+        *,
+        check_interval_s: float = 0.3,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self.rate = bytes_per_s
+        self.check_interval_s = check_interval_s
+        self._now = now
+        self._sleep = sleep
+        self._period_start = now()
+        self._observed = 0.0
+        self.slept_s = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return 0 < self.rate < NO_THROTTLE
+
+    def maybe_throttle(self, observed: int) -> None:
+        if not self.enabled:
+            return
+        self._observed += observed
+        now = self._now()
+        elapsed = now - self._period_start
+        if elapsed > self.check_interval_s and self._observed > 0:
+            if self._observed / elapsed > self.rate:
+                pause = self._observed / self.rate - elapsed
+                if pause > 0:
+                    self._sleep(pause)
+                    self.slept_s += pause
+            self._period_start = self._now()
+            self._observed = 0.0
+
+
+def _cleaned_paths(directory: Path, base_offset: int) -> list[Path]:
+    prefix = filename_prefix(base_offset)
+    return [directory / (prefix + s + CLEANED_SUFFIX) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_sync_file_range = _load_sync_file_range()
+_SFR_WAIT_BEFORE, _SFR_WRITE = 1, 2
+
+
+def start_writeback(fd: int, start: int, length: int) -> None:
+    """Start writing ``[start, start + length)`` of ``fd`` back to disk and wait for the
+    writeback started earlier up to ``start`` (Linux ``sync_file_range``; no-op elsewhere). The
+    cleaned segment then reaches the disk as it is written instead of in one burst at its fsync,
+    which on ext4 (data=ordered) holds the journal commit, and with it every other file's
+    metadata update, for the whole burst."""
+    if _sync_file_range is None:
+        return
+    _sync_file_range(fd, start, length, _SFR_WRITE)
+    if start:
+        _sync_file_range(fd, 0, start, _SFR_WAIT_BEFORE)
+
+
+def remove_cleaned_files(directory: Path, base_offset: int) -> None:
+    for p in _cleaned_paths(directory, base_offset):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def map_segments(
+    spans: list[tuple[int, int]],
+    first_dirty: int,
+    max_map_entries: int,
+    tick: Callable[[int], None],
+    stats: CleanerStats,
+) -> tuple[dict[bytes, int], int]:
+    """Step 1 over segment files: ``spans`` is ``[(descriptor, next segment's base offset)]``.
+    Returns ``key -> latest offset`` and the map's end offset (see :meth:`Cleaner.build_offset_map`)."""
+    offset_map: dict[bytes, int] = {}
+    end_offset = first_dirty
+    for fd, next_base in spans:
+        if next_base <= first_dirty:
+            continue
+        if len(offset_map) >= max_map_entries:
+            break  # full: stop at this segment boundary
+        size = os.fstat(fd).st_size
+        for _pos, h, batch in iter_file_batches(fd, 0, size):
+            tick(h.size)
+            stats.map_bytes_read += h.size
+            if h.last_offset < first_dirty or h.is_control or h.is_transactional:
+                continue
+            base = h.base_offset
+            for rec in iter_raw_records(batch_payload(batch, h), h.records_count):
+                if rec.key is not None:
+                    offset_map[rec.key] = base + rec.offset_delta
+        end_offset = next_base
+    return offset_map, end_offset
+
+
+def filter_batch(
+    h: BatchHeader,
+    batch: memoryview,
+    offset_map: dict[bytes, int],
+    first_dirty: int,
+    delete_horizon: int,
+    last_of_producer: dict[int, int],
+    stats: CleanerStats,
+) -> tuple[bytes, BatchHeader] | None:
+    """The batch to write for ``h`` (itself, re-encoded, or empty), or None to drop it."""
+    if h.is_control or h.is_transactional:
+        stats.records_written += h.records_count
+        return bytes(batch), h
+    payload = batch_payload(batch, h)
+    base = h.base_offset
+    tombstones_expire = h.max_timestamp <= delete_horizon
+    keep: list[RawRecord] = []
+    total = 0
+    for rec in iter_raw_records(payload, h.records_count):
+        total += 1
+        key = rec.key
+        if key is None:
+            continue
+        offset = base + rec.offset_delta
+        latest = offset_map.get(key)
+        if latest is not None and offset < latest:
+            continue
+        if rec.value_null and tombstones_expire and offset < first_dirty:
+            continue
+        keep.append(rec)
+    stats.records_written += len(keep)
+    if len(keep) == total:
+        return bytes(batch), h
+    if keep:
+        if h.timestamp_type == 1:
+            max_ts = h.max_timestamp
+        else:
+            max_ts = h.base_timestamp + max(r.timestamp_delta for r in keep)
+        raw = b"".join(payload[r.start : r.end] for r in keep)
+        data = encode_batch(
+            h,
+            records_count=len(keep),
+            payload=compress(h.compression, raw) if h.compression else raw,
+            max_timestamp=max_ts,
+        )
+        return data, parse_header(data)
+    if h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset:
+        data = empty_batch(h)
+        return data, parse_header(data)
+    return None
+
+
+def write_cleaned_segment(
+    directory: Path,
+    base_offset: int,
+    fds: list[int],
+    *,
+    index_interval_bytes: int,
+    max_index_size: int,
+    clock: Clock,
+    offset_map: dict[bytes, int],
+    first_dirty: int,
+    delete_horizon: int,
+    last_of_producer: dict[int, int],
+    tick: Callable[[int], None],
+    stats: CleanerStats,
+    pace_writeback: bool = True,
+) -> LogSegment | None:
+    """Steps 2-3 for one group: recopy the segment files ``fds`` into ``<base>.*.cleaned``
+    (indexes included), fsynced. Returns the open cleaned segment, or None (no files left) if
+    the group holds no batch. On an error the cleaned files are deleted."""
+    remove_cleaned_files(directory, base_offset)
+    cleaned = LogSegment.open(
+        directory,
+        base_offset,
+        index_interval_bytes=index_interval_bytes,
+        max_index_size=max_index_size,
+        clock=clock,
+        file_suffix=CLEANED_SUFFIX,
+    )
+    try:
+        cleaned.recover()  # empty: resets state
+        out = bytearray()
+        placed: list[tuple[int, BatchHeader]] = []
+        max_ts, max_ts_offset = -1, -1
+        last_header: BatchHeader | None = None
+        written_last: int | None = None
+
+        def emit(data: bytes, hdr: BatchHeader) -> None:
+            nonlocal out, placed, max_ts, max_ts_offset
+            placed.append((len(out), hdr))
+            out += data
+            if hdr.max_timestamp > max_ts:
+                max_ts, max_ts_offset = hdr.max_timestamp, hdr.base_offset
+            if len(out) >= _WRITE_CHUNK:
+                flush_out()
+
+        def flush_out() -> None:
+            nonlocal out, placed, max_ts, max_ts_offset
+            if placed:
+                start = cleaned.size
+                cleaned.append(out, max_ts, max_ts_offset, placed)
+                stats.bytes_written += len(out)
+                if pace_writeback:
+                    start_writeback(cleaned.fd, start, len(out))
+                tick(len(out))
+            out, placed = bytearray(), []
+            max_ts, max_ts_offset = -1, -1
+
+        for fd in fds:
+            size = os.fstat(fd).st_size
+            for _pos, h, batch in iter_file_batches(fd, 0, size):
+                tick(h.size)
+                stats.bytes_read += h.size
+                stats.records_read += h.records_count
+                last_header = h
+                kept = filter_batch(
+                    h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats
+                )
+                if kept is not None:
+                    data, hdr = kept
+                    emit(data, hdr)
+                    written_last = hdr.last_offset
+        if last_header is None:
+            cleaned.delete()
+            return None
+        if written_last != last_header.last_offset:
+            # end on the group's last offset, so the cleaned segment covers exactly its range
+            sentinel = empty_batch(
+                last_header, base_offset=last_header.last_offset, last_offset_delta=0, producer=False
+            )
+            emit(sentinel, parse_header(sentinel))
+        flush_out()
+        cleaned.on_become_inactive()
+        cleaned.flush()
+    except BaseException as e:
+        if isinstance(e, Exception):
+            cleaned.delete()  # (a crash - BaseException in tests - leaves it for recovery)
+        raise
+    return cleaned
+
 
 class Cleaner:
-    """Cleans one log at a time (no state between calls except configuration)."""
+    """Cleans one log at a time (no state between calls except configuration).
+
+    With a ``worker`` (:class:`CleanerWorker`), the offset map and the recopy run in that child
+    process and this thread only waits (without the GIL) for it, then swaps; without one they
+    run in the calling thread, which sleeps ``pause_s`` every ``pause_every_bytes``."""
 
     def __init__(
         self,
@@ -386,17 +684,24 @@ class Cleaner:
         stop: threading.Event | None = None,
         pause_every_bytes: int = 256 * 1024,
         pause_s: float = 0.0005,
+        throttler: Throttler | None = None,
+        worker: CleanerWorker | None = None,
+        pace_writeback: bool = True,
     ) -> None:
         self.clock = clock
         self.max_map_entries = max_map_entries
         self.stop = stop or threading.Event()
         self.pause_every_bytes = pause_every_bytes
         self.pause_s = pause_s
+        self.throttler = throttler or Throttler(sleep=self.stop.wait)
+        self.worker = worker
+        self.pace_writeback = pace_writeback
         self._since_pause = 0
 
     def _tick(self, nbytes: int) -> None:
         if self.stop.is_set():
             raise CleanerAborted("cleaner stopping")
+        self.throttler.maybe_throttle(nbytes)
         self._since_pause += nbytes
         if self.pause_every_bytes and self._since_pause >= self.pause_every_bytes:
             self._since_pause = 0
@@ -404,62 +709,85 @@ class Cleaner:
 
     # ---------------------------------------------------------------- step 1: offset map
 
+    @staticmethod
+    def _spans(segments: list[tuple[LogSegment, int]], end: int) -> list[tuple[int, int]]:
+        return [
+            (fd, segments[i + 1][0].base_offset if i + 1 < len(segments) else end)
+            for i, (_seg, fd) in enumerate(segments)
+        ]
+
     def build_offset_map(self, ltc: LogToClean, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
         """``key -> latest offset`` over the dirty section; returns the map and its end offset
         (the first offset not covered: the next first dirty offset)."""
-        plog = ltc.log
-        segments = plog.cleanable_segments(ltc.first_uncleanable)
-        offset_map: dict[bytes, int] = {}
-        end_offset = ltc.first_dirty
+        segments = ltc.log.cleanable_segments(ltc.first_uncleanable)
         try:
-            for i, (_seg, fd) in enumerate(segments):
-                next_base = segments[i + 1][0].base_offset if i + 1 < len(segments) else ltc.first_uncleanable
-                if next_base <= ltc.first_dirty:
-                    continue
-                if len(offset_map) >= self.max_map_entries:
-                    break  # full: stop at this segment boundary
-                size = os.fstat(fd).st_size
-                for _pos, h, batch in iter_file_batches(fd, 0, size):
-                    self._tick(h.size)
-                    stats.map_bytes_read += h.size
-                    if h.last_offset < ltc.first_dirty or h.is_control or h.is_transactional:
-                        continue
-                    base = h.base_offset
-                    for rec in iter_raw_records(batch_payload(batch, h), h.records_count):
-                        if rec.key is not None:
-                            offset_map[rec.key] = base + rec.offset_delta
-                end_offset = next_base
+            spans = self._spans(segments, ltc.first_uncleanable)
+            return map_segments(spans, ltc.first_dirty, self.max_map_entries, self._tick, stats)
         finally:
             for _, fd in segments:
                 os.close(fd)
-        return offset_map, end_offset
+
+    def _build_offset_map_in_worker(self, worker: CleanerWorker, ltc: LogToClean, stats: CleanerStats) -> int:
+        segments = ltc.log.cleanable_segments(ltc.first_uncleanable)
+        try:
+            spans = self._spans(segments, ltc.first_uncleanable)
+            reply = worker.request(
+                {
+                    "op": "map",
+                    "next_bases": [nb for _fd, nb in spans],
+                    "first_dirty": ltc.first_dirty,
+                    "max_map_entries": self.max_map_entries,
+                    "rate": self.throttler.rate,
+                    "check_interval_s": self.throttler.check_interval_s,
+                },
+                [fd for fd, _nb in spans],
+                self.stop,
+            )
+        finally:
+            for _, fd in segments:
+                os.close(fd)
+        stats.add_counters(reply["stats"])
+        return int(reply["end_offset"])
 
     # ---------------------------------------------------------------- step 2-4: recopy and swap
 
     def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
         """Clean ``ltc.log``; returns the new first dirty offset and statistics. Raises
-        CleanerAborted if stopped; OSError propagates (the caller logs it)."""
+        CleanerAborted if stopped; OSError propagates (the caller logs it), and so does
+        CleanerWorkerError (the worker process failed or died)."""
         stats = CleanerStats()
         t0 = time.perf_counter()
-        offset_map, end_offset = self.build_offset_map(ltc, stats)
+        worker = self.worker
+        offset_map: dict[bytes, int] = {}
+        if worker is not None:
+            end_offset = self._build_offset_map_in_worker(worker, ltc, stats)
+        else:
+            offset_map, end_offset = self.build_offset_map(ltc, stats)
         stats.map_elapsed_s = time.perf_counter() - t0
-        if end_offset <= ltc.first_dirty:
-            stats.elapsed_s = time.perf_counter() - t0
-            return ltc.first_dirty, stats
-        plog = ltc.log
-        cfg = plog.config
-        delete_horizon = self.clock.time_ms() - cfg.delete_retention_ms
-        with plog.lock:
-            last_of_producer = {pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()}
-        segments = plog.cleanable_segments(end_offset)
         try:
-            for group in self._group(segments, cfg.segment_bytes):
-                self._clean_group(
-                    plog, group, offset_map, ltc.first_dirty, delete_horizon, last_of_producer, stats
-                )
+            if end_offset <= ltc.first_dirty:
+                stats.elapsed_s = time.perf_counter() - t0
+                return ltc.first_dirty, stats
+            plog = ltc.log
+            cfg = plog.config
+            delete_horizon = self.clock.time_ms() - cfg.delete_retention_ms
+            with plog.lock:
+                last_of_producer = {
+                    pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()
+                }
+            segments = plog.cleanable_segments(end_offset)
+            try:
+                for group in self._group(segments, cfg.segment_bytes):
+                    self._clean_group(
+                        plog, group, offset_map, ltc.first_dirty, delete_horizon, last_of_producer, stats
+                    )
+            finally:
+                for _, fd in segments:
+                    os.close(fd)
         finally:
-            for _, fd in segments:
-                os.close(fd)
+            if worker is not None and worker.alive:
+                with contextlib.suppress(CleanerWorkerError, OSError):
+                    worker.request({"op": "reset"}, [], None)  # free the worker's offset map
         stats.elapsed_s = time.perf_counter() - t0
         return end_offset, stats
 
@@ -487,6 +815,56 @@ class Cleaner:
             groups.append(current)
         return groups
 
+    def _write_group_in_worker(
+        self,
+        worker: CleanerWorker,
+        plog: PartitionLog,
+        group: list[tuple[LogSegment, int]],
+        first_dirty: int,
+        delete_horizon: int,
+        last_of_producer: dict[int, int],
+        stats: CleanerStats,
+    ) -> LogSegment | None:
+        cfg = plog.config
+        base = group[0][0].base_offset
+        try:
+            reply = worker.request(
+                {
+                    "op": "group",
+                    "directory": str(plog.directory),
+                    "base_offset": base,
+                    "index_interval_bytes": cfg.index_interval_bytes,
+                    "max_index_size": cfg.segment_index_bytes,
+                    "first_dirty": first_dirty,
+                    "delete_horizon": delete_horizon,
+                    "last_of_producer": last_of_producer,
+                    "rate": self.throttler.rate,
+                    "check_interval_s": self.throttler.check_interval_s,
+                    "pace_writeback": self.pace_writeback,
+                },
+                [fd for _, fd in group],
+                self.stop,
+            )
+        except (CleanerAborted, CleanerWorkerError):
+            remove_cleaned_files(plog.directory, base)  # the worker may have died mid-write
+            raise
+        stats.add_counters(reply["stats"])
+        if not reply["written"]:
+            return None
+        cleaned = LogSegment.open(
+            plog.directory,
+            base,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            clock=self.clock,
+            file_suffix=CLEANED_SUFFIX,
+        )
+        try:
+            cleaned.sanity_check()  # the worker wrote and fsynced the indexes; load timestamps
+        except CorruptIndexError:
+            cleaned.recover()
+        return cleaned
+
     def _clean_group(
         self,
         plog: PartitionLog,
@@ -497,71 +875,30 @@ class Cleaner:
         last_of_producer: dict[int, int],
         stats: CleanerStats,
     ) -> None:
-        first_seg = group[0][0]
         cfg = plog.config
-        directory = plog.directory
-        for p in first_seg.paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p.with_name(p.name.removesuffix(first_seg.file_suffix) + CLEANED_SUFFIX))
-        cleaned = LogSegment.open(
-            directory,
-            first_seg.base_offset,
-            index_interval_bytes=cfg.index_interval_bytes,
-            max_index_size=cfg.segment_index_bytes,
-            clock=self.clock,
-            file_suffix=CLEANED_SUFFIX,
-        )
-        swapped = False
+        if self.worker is not None:
+            cleaned = self._write_group_in_worker(
+                self.worker, plog, group, first_dirty, delete_horizon, last_of_producer, stats
+            )
+        else:
+            cleaned = write_cleaned_segment(
+                plog.directory,
+                group[0][0].base_offset,
+                [fd for _, fd in group],
+                index_interval_bytes=cfg.index_interval_bytes,
+                max_index_size=cfg.segment_index_bytes,
+                clock=self.clock,
+                offset_map=offset_map,
+                first_dirty=first_dirty,
+                delete_horizon=delete_horizon,
+                last_of_producer=last_of_producer,
+                tick=self._tick,
+                stats=stats,
+                pace_writeback=self.pace_writeback,
+            )
+        if cleaned is None:
+            return
         try:
-            cleaned.recover()  # empty: resets state
-            out = bytearray()
-            placed: list[tuple[int, BatchHeader]] = []
-            max_ts, max_ts_offset = -1, -1
-            last_header: BatchHeader | None = None
-            written_last: int | None = None
-
-            def emit(data: bytes, hdr: BatchHeader) -> None:
-                nonlocal out, placed, max_ts, max_ts_offset
-                placed.append((len(out), hdr))
-                out += data
-                if hdr.max_timestamp > max_ts:
-                    max_ts, max_ts_offset = hdr.max_timestamp, hdr.base_offset
-                if len(out) >= _WRITE_CHUNK:
-                    flush_out()
-
-            def flush_out() -> None:
-                nonlocal out, placed, max_ts, max_ts_offset
-                if placed:
-                    cleaned.append(out, max_ts, max_ts_offset, placed)
-                    stats.bytes_written += len(out)
-                out, placed = bytearray(), []
-                max_ts, max_ts_offset = -1, -1
-
-            for _seg, fd in group:
-                size = os.fstat(fd).st_size
-                for _pos, h, batch in iter_file_batches(fd, 0, size):
-                    self._tick(h.size)
-                    stats.bytes_read += h.size
-                    stats.records_read += h.records_count
-                    last_header = h
-                    kept = self._filter_batch(
-                        h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats
-                    )
-                    if kept is not None:
-                        data, hdr = kept
-                        emit(data, hdr)
-                        written_last = hdr.last_offset
-            if last_header is None:
-                return
-            if written_last != last_header.last_offset:
-                # end on the group's last offset, so the cleaned segment covers exactly its range
-                sentinel = empty_batch(
-                    last_header, base_offset=last_header.last_offset, last_offset_delta=0, producer=False
-                )
-                emit(sentinel, parse_header(sentinel))
-            flush_out()
-            cleaned.on_become_inactive()
-            cleaned.flush()
             crash_point("cleaner.before_swap_lock")
             swapped = plog.replace_segments(cleaned, [s for s, _ in group])
             if swapped:
@@ -570,62 +907,229 @@ class Cleaner:
                 stats.aborted_groups += 1
                 log.info("cleaning of %r aborted: the log changed", plog)
         except Exception:
-            cleaned.delete()  # (a crash - BaseException in tests - leaves it for recovery)
+            cleaned.delete()
             raise
         if not swapped:
             cleaned.delete()
 
-    def _filter_batch(
-        self,
-        h: BatchHeader,
-        batch: memoryview,
-        offset_map: dict[bytes, int],
-        first_dirty: int,
-        delete_horizon: int,
-        last_of_producer: dict[int, int],
-        stats: CleanerStats,
-    ) -> tuple[bytes, BatchHeader] | None:
-        """The batch to write for ``h`` (itself, re-encoded, or empty), or None to drop it."""
-        if h.is_control or h.is_transactional:
-            stats.records_written += h.records_count
-            return bytes(batch), h
-        payload = batch_payload(batch, h)
-        base = h.base_offset
-        tombstones_expire = h.max_timestamp <= delete_horizon
-        keep: list[RawRecord] = []
-        total = 0
-        for rec in iter_raw_records(payload, h.records_count):
-            total += 1
-            key = rec.key
-            if key is None:
-                continue
-            offset = base + rec.offset_delta
-            latest = offset_map.get(key)
-            if latest is not None and offset < latest:
-                continue
-            if rec.value_null and tombstones_expire and offset < first_dirty:
-                continue
-            keep.append(rec)
-        stats.records_written += len(keep)
-        if len(keep) == total:
-            return bytes(batch), h
-        if keep:
-            if h.timestamp_type == 1:
-                max_ts = h.max_timestamp
-            else:
-                max_ts = h.base_timestamp + max(r.timestamp_delta for r in keep)
-            raw = b"".join(payload[r.start : r.end] for r in keep)
-            data = encode_batch(
-                h,
-                records_count=len(keep),
-                payload=compress(h.compression, raw) if h.compression else raw,
-                max_timestamp=max_ts,
+
+# --------------------------------------------------------------------------- the worker process
+
+
+class CleanerWorkerError(Exception):
+    """The cleaner's worker process failed a request or died."""
+
+
+_FRAME = struct.Struct(">I")
+_MAX_FDS_PER_MSG = 200  # the kernel's limit is 253 (SCM_MAX_FD)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    parts: list[bytes] = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise EOFError("cleaner worker connection closed")
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _send_msg(sock: socket.socket, obj: dict[str, Any], fds: list[int]) -> None:
+    data = pickle.dumps({**obj, "nfds": len(fds)}, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_FRAME.pack(len(data)) + data)
+    for i in range(0, len(fds), _MAX_FDS_PER_MSG):
+        socket.send_fds(sock, [b"F"], fds[i : i + _MAX_FDS_PER_MSG])
+
+
+def _recv_msg(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    (n,) = _FRAME.unpack(_recv_exact(sock, _FRAME.size))
+    obj: dict[str, Any] = pickle.loads(_recv_exact(sock, n))
+    fds: list[int] = []
+    while len(fds) < obj["nfds"]:
+        msg, got, _flags, _addr = socket.recv_fds(sock, 1, _MAX_FDS_PER_MSG)
+        if not msg:
+            for fd in fds + got:
+                os.close(fd)
+            raise EOFError("cleaner worker connection closed")
+        fds += got
+    return obj, fds
+
+
+class CleanerWorker:
+    """A child process (``python -c 'from strom.log.cleaner import worker_main; ...'``) that
+    builds offset maps and writes cleaned segments for the cleaner thread, so the CPU-bound
+    record work never holds the broker's GIL (with a thread, every event-loop wake-up waits up
+    to a switch interval for it; that is what stalled produce latency during cleaning).
+
+    Lock discipline is unchanged: the cleaner thread takes each log's lock exactly as before
+    (``cleanable_segments`` dups the descriptors, ``replace_segments`` swaps); the worker only
+    receives those descriptors (SCM_RIGHTS) and creates ``*.cleaned`` files, which recovery
+    deletes if a crash leaves them. It never touches a log's structures or its other files. It
+    dies with the broker (PR_SET_PDEATHSIG, EOF on its socket, parent-pid check per batch).
+    ``nice`` lowers its CPU priority so produce/fetch win the CPU on a busy machine."""
+
+    def __init__(self, *, nice: int = 0) -> None:
+        self.nice = nice
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _start(self) -> socket.socket:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from strom.log.cleaner import worker_main; "
+                    "worker_main(int(sys.argv[1]), int(sys.argv[2]))",
+                    str(child.fileno()),
+                    str(self.nice),
+                ],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
             )
-            return data, parse_header(data)
-        if h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset:
-            data = empty_batch(h)
-            return data, parse_header(data)
-        return None
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self._sock = parent
+        return parent
+
+    def ensure_started(self) -> None:
+        """Start the process now (else the first request does), so that its start-up (an
+        interpreter and imports) is not part of a cleaning."""
+        if not self.alive:
+            self.close()
+            self._start()
+
+    def request(self, obj: dict[str, Any], fds: list[int], stop: threading.Event | None) -> dict[str, Any]:
+        """Send one request (with descriptors) and wait for its reply, without holding the GIL.
+        Raises CleanerAborted (worker killed) if ``stop`` is set meanwhile, CleanerWorkerError if
+        the request failed or the worker died."""
+        sock = self._sock if self.alive else None
+        if sock is None:
+            self.close()
+            if obj["op"] != "map":  # a new process would not have the offset map
+                raise CleanerWorkerError("cleaner worker died")
+            sock = self._start()
+        try:
+            _send_msg(sock, obj, fds)
+            while True:
+                ready, _, _ = select.select([sock], [], [], 0.2)
+                if ready:
+                    break
+                if stop is not None and stop.is_set():
+                    self.close()
+                    raise CleanerAborted("cleaner stopping")
+                if not self.alive:
+                    raise EOFError("cleaner worker exited")
+            reply, _ = _recv_msg(sock)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            self.close()
+            raise CleanerWorkerError(f"cleaner worker died: {e}") from e
+        if "error" in reply:
+            raise CleanerWorkerError(f"cleaner worker failed: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        """Stop the worker (it exits on EOF; killed if it is busy)."""
+        proc, sock = self._proc, self._sock
+        self._proc = self._sock = None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def worker_main(fd: int, nice: int = 0) -> None:
+    """The worker process's loop: one request at a time (see :class:`CleanerWorker`)."""
+    _die_with_parent()
+    parent = os.getppid()
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+    sock = socket.socket(fileno=fd)
+    throttler = Throttler()
+    offset_map: dict[bytes, int] = {}
+    clock = RealClock()
+
+    def tick(nbytes: int) -> None:
+        throttler.maybe_throttle(nbytes)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    while True:
+        try:
+            req, fds = _recv_msg(sock)
+        except (EOFError, OSError):
+            return
+        stats = CleanerStats()
+        reply: dict[str, Any] = {}
+        try:
+            throttler.rate = float(req.get("rate", NO_THROTTLE))
+            throttler.check_interval_s = float(req.get("check_interval_s", 0.3))
+            op = req["op"]
+            if op == "map":
+                offset_map = {}
+                offset_map, end = map_segments(
+                    list(zip(fds, req["next_bases"], strict=True)),
+                    req["first_dirty"],
+                    req["max_map_entries"],
+                    tick,
+                    stats,
+                )
+                reply["end_offset"] = end
+            elif op == "group":
+                cleaned = write_cleaned_segment(
+                    Path(req["directory"]),
+                    req["base_offset"],
+                    fds,
+                    index_interval_bytes=req["index_interval_bytes"],
+                    max_index_size=req["max_index_size"],
+                    clock=clock,
+                    offset_map=offset_map,
+                    first_dirty=req["first_dirty"],
+                    delete_horizon=req["delete_horizon"],
+                    last_of_producer=req["last_of_producer"],
+                    tick=tick,
+                    stats=stats,
+                    pace_writeback=bool(req.get("pace_writeback", True)),
+                )
+                reply["written"] = cleaned is not None
+                if cleaned is not None:
+                    cleaned.close_handles()
+            elif op == "reset":
+                offset_map = {}
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            reply["stats"] = stats.counters()
+        except Exception as e:
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            for d in fds:
+                os.close(d)
+        try:
+            _send_msg(sock, reply, [])
+        except OSError:
+            return
 
 
 # --------------------------------------------------------------------------- the manager
@@ -643,14 +1147,39 @@ class LogCleaner:
         *,
         max_map_entries: int = 4_000_000,
         pause_every_bytes: int = 256 * 1024,
+        io_max_bytes_per_second: float = NO_THROTTLE,
+        use_process: bool = False,
+        worker_nice: int = 0,
+        pace_writeback: bool = True,
     ) -> None:
         self.clock = clock
         self.checkpoint = CleanerCheckpoint(log_dir)
         self.stop = threading.Event()
+        self.worker = CleanerWorker(nice=worker_nice) if use_process else None
         self.cleaner = Cleaner(
-            clock, max_map_entries=max_map_entries, stop=self.stop, pause_every_bytes=pause_every_bytes
+            clock,
+            max_map_entries=max_map_entries,
+            stop=self.stop,
+            pause_every_bytes=0 if use_process else pause_every_bytes,
+            throttler=Throttler(io_max_bytes_per_second, sleep=self.stop.wait),
+            worker=self.worker,
+            pace_writeback=pace_writeback,
         )
         self.last_stats: CleanerStats | None = None
+
+    def set_io_max_bytes_per_second(self, rate: float) -> None:
+        """``log.cleaner.io.max.bytes.per.second`` changed (dynamic broker config)."""
+        self.cleaner.throttler.rate = rate
+
+    def start_worker(self) -> None:
+        """Start the worker process, if cleaning runs in one (else the first clean starts it)."""
+        if self.worker is not None:
+            self.worker.ensure_started()
+
+    def close(self) -> None:
+        """Stop the worker process, if any (the next clean starts a new one)."""
+        if self.worker is not None:
+            self.worker.close()
 
     def grab_filthiest(self, logs: list[PartitionLog]) -> LogToClean | None:
         now = self.clock.time_ms()
@@ -677,7 +1206,11 @@ class LogCleaner:
             return None
         log.info(
             "cleaning %s-%d: dirty [%d, %d), dirty ratio %.2f",
-            ltc.log.topic, ltc.log.partition, ltc.first_dirty, ltc.first_uncleanable, ltc.dirty_ratio,
+            ltc.log.topic,
+            ltc.log.partition,
+            ltc.first_dirty,
+            ltc.first_uncleanable,
+            ltc.dirty_ratio,
         )
         end, stats = self.cleaner.clean(ltc)
         if end > ltc.first_dirty and not ltc.log.closed:
