@@ -136,9 +136,11 @@ async def fill(bootstrap: str, rows: int, partitions: int) -> None:
 
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds (user + system) so far of this process tree's JVM, its Python workers
-    (``pyspark.daemon``) and the strom broker, from /proc (empty where there is no /proc)."""
+    (``pyspark.daemon``) and the strom broker, from /proc (zeros where there is no /proc).
+    Only descendants of this process count: the machine may run other Sparks and brokers."""
     out = {"jvm": 0.0, "python workers": 0.0, "broker": 0.0}
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    procs: dict[int, tuple[int, float, bytes]] = {}
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not pid.isdigit():
             continue
@@ -148,6 +150,13 @@ def cpu_seconds() -> dict[str, float]:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
         except OSError:
+            continue
+        procs[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / hz, cmd)
+    me = os.getpid()
+    for ppid, cpu, cmd in procs.values():
+        while ppid not in (me, 0, 1) and ppid in procs:
+            ppid = procs[ppid][0]
+        if ppid != me:
             continue
         kind = (
             "jvm"
@@ -159,7 +168,7 @@ def cpu_seconds() -> dict[str, float]:
             else None
         )
         if kind:
-            out[kind] += (int(fields[11]) + int(fields[12])) / hz
+            out[kind] += cpu
     return out
 
 
