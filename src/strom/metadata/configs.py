@@ -176,7 +176,13 @@ BROKER_SYNONYM_GROUPS: dict[str, tuple[str, ...]] = {
     "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
 }
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    set(TOPIC_SYNONYMS.values()) | {"log.retention.minutes", "log.retention.hours", "log.roll.hours"}
+    set(TOPIC_SYNONYMS.values())
+    | {
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.roll.hours",
+        "log.cleaner.io.max.bytes.per.second",
+    }
 )
 # Built-in defaults that stand for "not set" (Kafka shows them as null).
 _NULL_DEFAULTS = frozenset(
