@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strom.client.client import TopicMetadata, topic_id_str
+from strom.client.partitioner import murmur2, partition_for_key
 from strom.protocol.records import Record
 
 __all__ = [
@@ -235,33 +236,3 @@ def describe_lines(topic: TopicMetadata, configs: Mapping[str, str | None]) -> l
     return lines
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (signed 32-bit result), used by its default partitioner."""
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    tail = length & ~3
-    extra = length % 4
-    if extra == 3:
-        h ^= data[tail + 2] << 16
-    if extra >= 2:
-        h ^= data[tail + 1] << 8
-    if extra >= 1:
-        h ^= data[tail]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """Kafka's default partitioner for a keyed record: ``toPositive(murmur2(key)) % n``."""
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions

@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 
 from strom.client import KafkaError
 from strom.client.client import now_ms
+from strom.client.partitioner import murmur2, partition_for_key
 from strom.protocol import records as rec
 from strom.spark.kafka_io import KafkaSession, session
 from strom.spark.options import StromOptionError, WriteOptions, parse_write_options
@@ -58,37 +59,9 @@ _MAX_BATCH_RECORDS = 10_000
 _MAX_IN_FLIGHT = 8
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (the default partitioner's hash), as a signed 32-bit int."""
-    length = len(data)
-    m = 0x5BD1E995
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    n4 = length // 4
-    for i in range(n4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    rest = length % 4
-    base = length & ~3
-    if rest == 3:
-        h ^= data[base + 2] << 16
-    if rest >= 2:
-        h ^= data[base + 1] << 8
-    if rest >= 1:
-        h ^= data[base]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def default_partition(key: bytes, num_partitions: int) -> int:
-    """``Utils.toPositive(murmur2(key)) % numPartitions``."""
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+    """``Utils.toPositive(murmur2(key)) % numPartitions`` (Kafka's default partitioner)."""
+    return partition_for_key(key, num_partitions)
 
 
 _HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
