@@ -61,7 +61,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,15 +290,6 @@ class PartitionLog:
                 ),
             })
         return out
-
-    @staticmethod
-    def _iter_headers(local: LocalLog, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Headers of every batch whose last offset >= ``start_offset`` (no record decoding)."""
-        for seg in local.segments[local.segment_index_for(start_offset):]:
-            found = seg.translate_offset(start_offset)
-            if found is None:
-                continue
-            yield from seg.iter_headers(found[0])
 
     # ------------------------------------------------------------------ properties
 
