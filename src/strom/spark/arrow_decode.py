@@ -79,12 +79,27 @@ def _varints(a: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
 
     A varint running past the end of ``a`` reads its last byte again (and so ends up "too long"
     or inconsistent with the record lengths, both reported as corruption by the callers)."""
-    last = len(a) - 1
     b = a[pos]
     cont = b >= 0x80
     if not cont.any():  # every varint is one byte (small lengths and deltas): the common case
         v = b.astype(np.int64)
         return (v >> 1) ^ -(v & 1), pos + 1
+    nxt = pos + cont
+    b1 = a[nxt]  # the second byte of two-byte varints (the first byte again of one-byte ones)
+    if not (b1[cont] >= 0x80).any():  # none longer than two bytes: the next most common case
+        v = (b1 * cont).astype(np.int64)
+        v <<= 7
+        v |= b & 0x7F
+        nxt += 1
+        return (v >> 1) ^ -(v & 1), nxt
+    return _varints_long(a, pos, b, cont)
+
+
+def _varints_long(
+    a: npt.NDArray[np.uint8], pos: I64, b: npt.NDArray[np.uint8], cont: npt.NDArray[np.bool_]
+) -> tuple[I64, I64]:
+    """:func:`_varints` of any length (``b`` the first bytes, ``cont`` which go on)."""
+    last = len(a) - 1
     value = (b & 0x7F).astype(np.uint64)
     n = np.ones(pos.shape, dtype=np.int64)
     shift = 7
@@ -102,9 +117,10 @@ def _varints(a: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
 
 def _record_starts(
     buf: bytes | bytearray | memoryview, a: npt.NDArray[np.uint8], segments: Sequence[tuple[int, int, int]]
-) -> I64:
-    """Start of every record: ``segments`` are (payload start, payload end, record count) in
-    ``buf`` (``a`` is the same bytes as a numpy array).
+) -> tuple[I64, I64, I64]:
+    """Start of every record, its length and the position after its length varint:
+    ``segments`` are (payload start, payload end, record count) in ``buf`` (``a`` is the same
+    bytes as a numpy array).
 
     A record's position depends on the lengths of all records before it, but lengths mostly come
     in long runs (fixed-size keys and values; the offset and timestamp deltas grow a varint byte
@@ -120,8 +136,10 @@ def _record_starts(
     s0, s1, cnt = seg[:, 0], seg[:, 1], seg[:, 2]
     total = int(cnt.sum())
     starts = np.zeros(total, dtype=np.int64)
+    lengths = np.zeros(total, dtype=np.int64)
+    after = np.zeros(total, dtype=np.int64)
     if total == 0:
-        return starts
+        return starts, lengths, after
     first = np.zeros(len(seg), dtype=np.int64)
     np.cumsum(cnt[:-1], out=first[1:])
     cur = s0.copy()  # next unknown record start of each batch
@@ -159,7 +177,10 @@ def _record_starts(
         good = inb & (reclen >= 0) & (p + reclen == cand + stride[seg_of])
         first_bad = np.minimum.reduceat(np.where(good, never, k), base)
         placed = k <= first_bad[seg_of]
-        starts[(first[active] + done[active])[seg_of][placed] + k[placed]] = cand[placed]
+        at = (first[active] + done[active])[seg_of][placed] + k[placed]
+        starts[at] = cand[placed]
+        lengths[at] = reclen[placed]
+        after[at] = p[placed]
         partial = first_bad < never
         fb_at = base[partial] + first_bad[partial]
         stopped = active[partial]
@@ -176,13 +197,19 @@ def _record_starts(
         active = active[(left > 0) & ~walk[active]]
         if int(rem.sum()) - int(left.sum()) < 8 * n_active:
             break  # under 8 records a batch placed this round: lengths vary record by record
+    walked: list[tuple[int, int]] = []
     for i in np.nonzero(walk)[0].tolist():  # corrupt or odd batches: from the start, for the error
         f = int(first[i])
         starts[f : f + int(cnt[i])] = _walk_starts(buf, int(s0[i]), int(s1[i]), int(cnt[i]))
+        walked.append((f, f + int(cnt[i])))
     for i in active.tolist():  # unresolved after the rounds: walk the rest of the batch
         f, d = int(first[i]), int(done[i])
         starts[f + d : f + int(cnt[i])] = _walk_starts(buf, int(cur[i]), int(s1[i]), int(cnt[i]) - d)
-    return starts
+        walked.append((f + d, f + int(cnt[i])))
+    if walked:
+        idx = np.concatenate([np.arange(f, e, dtype=np.int64) for f, e in walked])
+        lengths[idx], after[idx] = _varints(a, starts[idx])
+    return starts, lengths, after
 
 
 def _walk_starts(buf: bytes | bytearray | memoryview, seg_start: int, seg_end: int, count: int) -> list[int]:
@@ -249,6 +276,10 @@ def _constant_string(value: str, n: int) -> pa.Array:
     raw = value.encode()
     offs = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(raw * n)])
+
+
+def _constant_int32(value: int, n: int) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=np.int32))
 
 
 def _headers_column(buf: bytes | bytearray | memoryview, hpos: I64, hcount: I64, body_end: I64) -> pa.Array:
@@ -355,8 +386,7 @@ def decode_to_arrow(
         buf = data  # records are read in place: no copy of the fetched bytes
     a = np.frombuffer(buf, dtype=np.uint8)
     try:
-        p0 = _record_starts(buf, a, segments)
-        reclen, p = _varints(a, p0)
+        _p0, reclen, p = _record_starts(buf, a, segments)
         body_end = p + reclen
         p = p + 1  # record attributes (unused)
         ts_delta, p = _varints(a, p)
@@ -370,32 +400,48 @@ def decode_to_arrow(
         hcount, p = _varints(a, p)
     except IndexError:
         raise rec.CorruptRecordError(f"record batch payload truncated in {topic}-{partition}") from None
-    if (p > body_end).any() or ((hcount == 0) & (p != body_end)).any() or (hcount < 0).any():
+    if hcount.any():  # some records have headers (or a corrupt negative count)
+        bad = (p > body_end).any() or ((hcount == 0) & (p != body_end)).any() or (hcount < 0).any()
+    else:
+        bad = (p != body_end).any()
+    if bad:
         raise rec.CorruptRecordError(f"record fields overrun their record in {topic}-{partition}")
 
     m = np.array(meta, dtype=np.int64)
     counts = np.array([s[2] for s in segments], dtype=np.int64)
-    bi = np.repeat(np.arange(len(meta)), counts)
-    offsets = m[bi, 0] + off_delta
-    ts = np.where(m[bi, 3] == 1, m[bi, 2], m[bi, 1] + ts_delta)
-    keep = (offsets >= start) & (offsets < end)
-    if not keep.all():
-        idx = np.nonzero(keep)[0]
-        offsets, ts, bi = offsets[idx], ts[idx], bi[idx]
+    offsets = np.repeat(m[:, 0], counts)
+    offsets += off_delta
+    ts_types = m[:, 3]
+    ts_type: int | npt.NDArray[np.int32] = int(ts_types[0])  # one for all rows, or one per row
+    if not ts_types.any():  # all CreateTime (the usual): base timestamp + delta
+        ts = np.repeat(m[:, 1], counts)
+        ts += ts_delta
+    elif ts_types.all():  # all LogAppendTime: the batch's max timestamp
+        ts = np.repeat(m[:, 2], counts)
+    else:
+        tt = np.repeat(ts_types, counts)
+        ts = np.where(tt == 1, np.repeat(m[:, 2], counts), np.repeat(m[:, 1], counts) + ts_delta)
+        ts_type = tt.astype(np.int32)
+    if not (offsets.min() >= start and offsets.max() < end):
+        idx = np.nonzero((offsets >= start) & (offsets < end))[0]
+        offsets, ts = offsets[idx], ts[idx]
+        if not isinstance(ts_type, int):
+            ts_type = ts_type[idx]
         key_start, key_len, val_start, val_len = key_start[idx], key_len[idx], val_start[idx], val_len[idx]
         p, hcount, body_end = p[idx], hcount[idx], body_end[idx]
     n = len(offsets)
     if n == 0:
         return DecodedChunk(None, nxt, 0)
     data_buf = pa.py_buffer(buf)
+    ts *= 1000
     columns = [
         _binary_column(data_buf, key_start, key_len),
         _binary_column(data_buf, val_start, val_len),
         _constant_string(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
+        _constant_int32(partition, n),
         pa.array(offsets),
-        pa.array(ts * 1000, pa.timestamp("us", tz="UTC")),
-        pa.array(m[bi, 3].astype(np.int32)),
+        pa.array(ts, pa.timestamp("us", tz="UTC")),
+        _constant_int32(ts_type, n) if isinstance(ts_type, int) else pa.array(ts_type),
     ]
     if include_headers:
         columns.append(_headers_column(buf, p, hcount, body_end))
