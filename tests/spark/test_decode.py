@@ -201,3 +201,19 @@ def test_gap_before_end_completes_the_range() -> None:
     assert chunk.rows == 3 and chunk.next_offset == 7
     chunk = decode_to_arrow(b, "t", 0, 4, 7)
     assert chunk.rows == 0 and chunk.next_offset == 7
+
+
+def test_guessed_record_start_on_the_last_byte() -> None:
+    # the start finding reads length varints at guessed record starts; a wrong guess may be the
+    # payload's last byte, here a header value's 0xff (a varint that goes on past the end)
+    for v0 in range(8, 20):
+        for v1 in range(4):
+            for v2 in range(4):
+                recs = [
+                    (b"k", b"a" * v0, [], 1),
+                    (b"k", b"b" * v1, [], 2),
+                    (b"k", b"c" * v2, [("h", b"\xff")], 3),
+                ]
+                data = rec.build_batch(recs)
+                chunk = decode_to_arrow(data, "t", 0, 0, 1 << 62, include_headers=True)
+                assert _rows(chunk.batch) == _reference(data, "t", 0, 0, 1 << 62, True)

@@ -59,6 +59,7 @@ KAFKA_ARROW_SCHEMA_HEADERS = KAFKA_ARROW_SCHEMA.append(pa.field("headers", _HEAD
 I64 = npt.NDArray[np.int64]
 
 _MAX_ROUNDS = 8  # vectorised rounds of record-start finding before walking the rest in Python
+_FIRST_ROUND = 64  # records per batch the first round checks
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -85,7 +86,10 @@ def _varints(a: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
         v = b.astype(np.int64)
         return (v >> 1) ^ -(v & 1), pos + 1
     nxt = pos + cont
-    b1 = a[nxt]  # the second byte of two-byte varints (the first byte again of one-byte ones)
+    try:
+        b1 = a[nxt]  # the second byte of two-byte varints (the first byte again of one-byte ones)
+    except IndexError:  # one runs past the end (at a wrongly guessed record start, say)
+        return _varints_long(a, pos, b, cont)
     if not (b1[cont] >= 0x80).any():  # none longer than two bytes: the next most common case
         v = (b1 * cont).astype(np.int64)
         v <<= 7
@@ -162,25 +166,38 @@ def _record_starts(
             walk[active] = True
             break
         stride = np.maximum(after0 - c0 + l0, 1)
-        rem = cnt[active] - done[active]
+        rem_all = cnt[active] - done[active]
+        # the first round checks only the first records of each batch: the deltas' varints
+        # typically grow a byte at record 64, and checking the rest against the first record's
+        # size would be wasted
+        rem = np.minimum(rem_all, _FIRST_ROUND) if _round == 0 else rem_all
         base = np.zeros(active.size, dtype=np.int64)
         np.cumsum(rem[:-1], out=base[1:])
-        seg_of = np.repeat(np.arange(active.size), rem)
-        k = np.arange(int(rem.sum()), dtype=np.int64) - base[seg_of]
-        cand = c0[seg_of] + k * stride[seg_of]
-        inb = cand < end[seg_of]
+        k = np.arange(int(rem.sum()), dtype=np.int64) - np.repeat(base, rem)
+        c0_of = np.repeat(c0, rem)
+        stride_of = np.repeat(stride, rem)
+        cand = k * stride_of
+        cand += c0_of
+        inb = cand < np.repeat(end, rem)
         try:
-            reclen, p = _varints(a, np.where(inb, cand, c0[seg_of]))
+            reclen, p = _varints(a, np.where(inb, cand, c0_of))
         except rec.CorruptRecordError:
             walk[active] = True
             break
-        good = inb & (reclen >= 0) & (p + reclen == cand + stride[seg_of])
-        first_bad = np.minimum.reduceat(np.where(good, never, k), base)
-        placed = k <= first_bad[seg_of]
-        at = (first[active] + done[active])[seg_of][placed] + k[placed]
-        starts[at] = cand[placed]
-        lengths[at] = reclen[placed]
-        after[at] = p[placed]
+        good = inb & (reclen >= 0) & (p + reclen == cand + stride_of)
+        if good.all():
+            first_bad = np.full(active.size, never)
+            at = k + np.repeat(first[active] + done[active], rem)
+            starts[at] = cand
+            lengths[at] = reclen
+            after[at] = p
+        else:
+            first_bad = np.minimum.reduceat(np.where(good, never, k), base)
+            placed = k <= np.repeat(first_bad, rem)
+            at = np.repeat(first[active] + done[active], rem)[placed] + k[placed]
+            starts[at] = cand[placed]
+            lengths[at] = reclen[placed]
+            after[at] = p[placed]
         partial = first_bad < never
         fb_at = base[partial] + first_bad[partial]
         stopped = active[partial]
@@ -189,13 +206,13 @@ def _record_starts(
         done[stopped] += first_bad[partial] + 1
         whole = active[~partial]
         cur[whole] = c0[~partial] + rem[~partial] * stride[~partial]
-        done[whole] = cnt[whole]
+        done[whole] += rem[~partial]
         left = cnt[active] - done[active]
         finished = active[left == 0]
         walk[finished[cur[finished] != s1[finished]]] = True  # must end exactly at the payload end
         n_active = active.size
         active = active[(left > 0) & ~walk[active]]
-        if int(rem.sum()) - int(left.sum()) < 8 * n_active:
+        if int(rem_all.sum()) - int(left.sum()) < 8 * n_active:
             break  # under 8 records a batch placed this round: lengths vary record by record
     walked: list[tuple[int, int]] = []
     for i in np.nonzero(walk)[0].tolist():  # corrupt or odd batches: from the start, for the error
