@@ -89,6 +89,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
 _ABORTED = struct.Struct(">qq")
+_RCVLOWAT = 1 << 20  # bytes a blocked fetch read waits for before it wakes up
 
 
 class FetchChannel:
@@ -107,6 +108,7 @@ class FetchChannel:
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._lowat = 1
 
     @property
     def closed(self) -> bool:
@@ -157,6 +159,12 @@ class FetchChannel:
         n = len(view)
         got = 0
         while got < n:
+            # wake up for big pieces only (at most what is still missing, or the wait would
+            # never end): fewer recv calls and GIL hand-overs on the read-ahead thread
+            low = min(n - got, _RCVLOWAT)
+            if low != self._lowat:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, low)
+                self._lowat = low
             r = self._sock.recv_into(view[got:], n - got)
             if r == 0:
                 raise OSError("connection closed by the broker")
