@@ -138,10 +138,6 @@ class HeartbeatResult:
     assignment: list[tuple[uuid.UUID, list[int]]] | None = None
 
 
-def _count(a: Assignment) -> int:
-    return sum(len(ps) for ps in a.values())
-
-
 def _flatten(a: Assignment) -> set[tuple[str, int]]:
     return {(t, p) for t, ps in a.items() for p in ps}
 

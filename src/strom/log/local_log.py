@@ -346,12 +346,6 @@ class LocalLog:
         for seg in self.segments:
             seg.close_handles()
 
-    def delete_all_segments(self) -> None:
-        for seg in self.segments:
-            seg.delete()
-        self.segments = []
-        self._bases = []
-
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= ``offset`` (whole batches: the batch holding ``offset`` goes)."""
         if offset >= self.log_end_offset:

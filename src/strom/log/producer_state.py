@@ -245,10 +245,6 @@ class ProducerStateManager:
                 self.update(info)
             self.map_end_offset = h.next_offset
 
-    def truncate_fully(self, offset: int) -> None:
-        self.producers.clear()
-        self.map_end_offset = offset
-
     # ------------------------------------------------------------------ snapshots
 
     def snapshot_path(self, offset: int) -> Path:

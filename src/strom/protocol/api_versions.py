@@ -13,6 +13,8 @@ something strom cannot answer.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 # api_key -> (name, min_version, max_version) as Kafka 4.0 advertises them.
 KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 12),
@@ -68,6 +70,6 @@ def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, in
     return [(k, lo, hi) for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items()) if k in registered]
 
 
-def supports(api_key: int, version: int, registered: set[int] | frozenset[int]) -> bool:
+def supports(api_key: int, version: int, registered: Collection[int]) -> bool:
     entry = KAFKA_API_RANGES.get(api_key)
     return entry is not None and api_key in registered and entry[1] <= version <= entry[2]

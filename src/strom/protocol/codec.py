@@ -190,12 +190,3 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
         else:
             kwargs[spec.name] = _zero(spec)
     return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> Any:
-    """A kio entity as plain Python values (for logging and tests)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
-    return obj

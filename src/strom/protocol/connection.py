@@ -44,10 +44,6 @@ class ServerConnection:
             out.append(IncomingRequest(header, fr, pos, len(fr)))
         return out
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._in_flight)
-
     def send(self, correlation_id: int, parts: list[bytes | bytearray | memoryview]) -> None:
         """Queue a response (already framed parts). Must answer the oldest request first."""
         if not self._in_flight or self._in_flight[0] != correlation_id:

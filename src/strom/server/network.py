@@ -24,7 +24,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import codec
-from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name
+from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name, supports
 from ..protocol.connection import IncomingRequest, ServerConnection
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
@@ -112,8 +112,7 @@ class KafkaProtocol(asyncio.Protocol):
         h = req.header
         key, version = h.api_key, h.api_version
         handler = REGISTRY.get(key)
-        entry = KAFKA_API_RANGES.get(key)
-        if handler is None or entry is None or not (entry[1] <= version <= entry[2]):
+        if handler is None or not supports(key, version, REGISTRY.keys()):
             await self._unsupported(req)
             return
         request = codec.decode_request(key, version, req.frame, req.body_pos)

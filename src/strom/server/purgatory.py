@@ -36,7 +36,3 @@ class FetchPurgatory:
         if s:
             for ev in s:
                 ev.set()
-
-    @property
-    def waiting(self) -> int:
-        return len({id(e) for s in self._watchers.values() for e in s})
