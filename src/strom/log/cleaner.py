@@ -1020,9 +1020,11 @@ class CleanerWorker:
             sock = self._start()
         try:
             _send_msg(sock, obj, fds)
+            # poll, not select: a broker with many segments open has descriptors >= FD_SETSIZE
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
             while True:
-                ready, _, _ = select.select([sock], [], [], 0.2)
-                if ready:
+                if poller.poll(200):
                     break
                 if stop is not None and stop.is_set():
                     self.close()
