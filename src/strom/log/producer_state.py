@@ -208,6 +208,9 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its ongoing transaction (kept in step with ``producers``
+        # so the last stable offset a fetch asks for costs O(open transactions), not O(producers))
+        self._ongoing: dict[int, int] = {}
         self.map_end_offset = 0  # state reflects every batch below this offset
 
     # ------------------------------------------------------------------ state
@@ -220,18 +223,18 @@ class ProducerStateManager:
 
     def update(self, info: ProducerAppendInfo) -> None:
         self.producers[info.producer_id] = info.updated
+        first = info.updated.current_txn_first_offset
+        if first is None:
+            self._ongoing.pop(info.producer_id, None)
+        else:
+            self._ongoing[info.producer_id] = first
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
 
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of any ongoing transaction (for the last stable offset)."""
-        offsets = [
-            e.current_txn_first_offset
-            for e in self.producers.values()
-            if e.current_txn_first_offset is not None
-        ]
-        return min(offsets) if offsets else None
+        return min(self._ongoing.values()) if self._ongoing else None
 
     def replay(self, headers: Iterable[BatchHeader]) -> None:
         """Rebuild state from batches already in the log (headers only, no validation)."""
@@ -311,6 +314,7 @@ class ProducerStateManager:
             tmp.unlink(missing_ok=True)
         self.delete_snapshots_after(log_end_offset)
         self.producers.clear()
+        self._ongoing.clear()
         for snap in reversed(self.list_snapshots()):
             if snap < log_start_offset:
                 break
@@ -319,6 +323,11 @@ class ProducerStateManager:
                 self.snapshot_path(snap).unlink(missing_ok=True)
                 continue
             self.producers = state
+            self._ongoing = {
+                pid: e.current_txn_first_offset
+                for pid, e in state.items()
+                if e.current_txn_first_offset is not None
+            }
             self.map_end_offset = snap
             return snap
         self.map_end_offset = log_start_offset
