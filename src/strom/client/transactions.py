@@ -24,6 +24,8 @@ from strom.client.client import BrokerMetadata, Client
 from strom.client.connection import KafkaConnection
 from strom.client.errors import KafkaError, KafkaProtocolError
 from strom.client.groups import COORDINATOR_RETRY_CODES, TRANSACTION, with_coordinator
+from strom.protocol.errors import ProtocolError
+from strom.protocol.framing import read_uvarint, skip_tagged_fields
 
 __all__ = [
     "ListedTransaction",
@@ -124,20 +126,12 @@ def _decode_describe_v0(body: bytes) -> list[SimpleNamespace]:
 
     def uvarint() -> int:
         nonlocal pos
-        shift = result = 0
-        while True:
-            b = body[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
+        value, pos = read_uvarint(body, pos)
+        return value
 
     def skip_tags() -> None:
         nonlocal pos
-        for _ in range(uvarint()):
-            uvarint()
-            pos += uvarint()
+        pos = skip_tagged_fields(body, pos)
 
     def fixed(fmt: str) -> int:
         nonlocal pos
@@ -175,7 +169,7 @@ def _decode_describe_v0(body: bytes) -> list[SimpleNamespace]:
             skip_tags()
             states.append(t)
         return states
-    except (IndexError, struct.error, UnicodeDecodeError) as e:
+    except (IndexError, struct.error, UnicodeDecodeError, ProtocolError) as e:
         raise KafkaProtocolError(f"malformed DescribeTransactions response: {e}") from e
 
 
