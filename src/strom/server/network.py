@@ -163,24 +163,16 @@ class KafkaProtocol(asyncio.Protocol):
         if h.api_key == API_VERSIONS_KEY:
             from .handlers.api_versions import api_versions_body
 
-            body = codec.encode_response(
-                codec.build(codec.response_type(18, 0), api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
-            )
-            await self._send(h.correlation_id, response_header(h.correlation_id, False), [body], len(body))
-            return
-        if entry is None:
+            resp = _encoded(codec.response_type(18, 0), api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
+            flexible = False
+        elif entry is None:
             # An API Kafka does not have: no schema to answer with; empty body after header.
-            await self._send(h.correlation_id, response_header(h.correlation_id, False), [], 0)
-            return
-        version = min(max(h.api_version, entry[1]), entry[2])
-        try:
-            cls = codec.response_type(h.api_key, version)
-        except Exception:
-            await self._send(h.correlation_id, response_header(h.correlation_id, False), [], 0)
-            return
-        body = codec.encode_response(codec.build(cls, {"error_code": ErrorCode.UNSUPPORTED_VERSION}))
-        flexible = bool(getattr(cls, "__flexible__", False))
-        await self._send(h.correlation_id, response_header(h.correlation_id, flexible), [body], len(body))
+            resp, flexible = RawResponse([], 0), False
+        else:
+            cls = codec.response_type(h.api_key, min(max(h.api_version, entry[1]), entry[2]))
+            resp = _encoded(cls, {"error_code": ErrorCode.UNSUPPORTED_VERSION})
+            flexible = bool(getattr(cls, "__flexible__", False))
+        await self._send(h.correlation_id, response_header(h.correlation_id, flexible), resp.parts, resp.size)
 
     async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
         """Write one response. File regions ``(fd, position, length)`` carry file descriptors
