@@ -45,12 +45,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
             if info is None or not (0 <= idx < info.partitions):
                 parts.append(_partition_error(idx, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            if info.internal and name == "__consumer_offsets":
+            if info.internal:  # written by the coordinators only (Kafka's rule)
                 parts.append(
                     _partition_error(
-                        idx,
-                        ErrorCode.INVALID_TOPIC_EXCEPTION,
-                        "Cannot append to internal topic __consumer_offsets",
+                        idx, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {name}"
                     )
                 )
                 continue
