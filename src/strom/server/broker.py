@@ -174,6 +174,7 @@ class Broker:
 
     async def start(self) -> None:
         from .handlers import load_all
+        from .log_tasks import start_log_tasks
         from .network import start_listeners
 
         load_all()
@@ -225,12 +226,7 @@ class Broker:
         await self.txn_coordinator.start()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
-        try:
-            from .log_tasks import start_log_tasks  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            pass
-        else:
-            self._tasks.extend(start_log_tasks(self))
+        self._tasks.extend(start_log_tasks(self))
         log.info(
             "strom broker %d started (cluster %s), log dir %s, %d partitions",
             self.node_id,
@@ -348,10 +344,8 @@ class Broker:
             if (topic, partition) not in self.logs:
                 continue  # deleted since it joined the transaction
             self.append(topic, partition, batch, flush=True, from_coordinator=True)
-            if topic == OFFSETS_TOPIC and self.group_coordinator is not None:
-                complete = getattr(self.group_coordinator, "complete_txn", None)
-                if complete is not None:
-                    await complete(partition, producer_id, commit)
+            if topic == OFFSETS_TOPIC:
+                await self.group_coordinator.complete_txn(partition, producer_id, commit)
 
     def append(
         self,
