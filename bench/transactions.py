@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
+from collections.abc import Callable
 
 from _common import Variant, cpu_seconds, fmt, median, strom_broker
 from confluent_kafka import Producer
@@ -26,6 +27,27 @@ def create(bootstrap: str, topic: str) -> None:
         f.result(30)
 
 
+def _produce_n(p: Producer, topic: str, payload: bytes, n: int) -> None:
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, payload, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+
+
+def _timed_rounds(count: int, every: int, one_round: Callable[[int], None]) -> float:
+    """Run ``one_round(n)`` for rounds of ``every`` records until ``count``; records/s."""
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < count:
+        n = min(every, count - sent)
+        one_round(n)
+        sent += n
+    return count / (time.perf_counter() - t0)
+
+
 def run_idempotent(bootstrap: str, count: int, payload: bytes, every: int) -> float:
     """Idempotent produce, flushing every ``every`` records: the same cadence as a transactional
     producer committing every ``every`` records, without the transaction protocol."""
@@ -33,20 +55,12 @@ def run_idempotent(bootstrap: str, count: int, payload: bytes, every: int) -> fl
     create(bootstrap, topic)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                   "queue.buffering.max.messages": 1_000_000})
-    t0 = time.perf_counter()
-    sent = 0
-    while sent < count:
-        n = min(every, count - sent)
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, payload, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.01)
+
+    def one_round(n: int) -> None:
+        _produce_n(p, topic, payload, n)
         p.flush(120)
-        sent += n
-    return count / (time.perf_counter() - t0)
+
+    return _timed_rounds(count, every, one_round)
 
 
 def run_transactional(bootstrap: str, count: int, payload: bytes, every: int) -> float:
@@ -55,21 +69,13 @@ def run_transactional(bootstrap: str, count: int, payload: bytes, every: int) ->
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
                   "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
     p.init_transactions(30)
-    t0 = time.perf_counter()
-    sent = 0
-    while sent < count:
+
+    def one_round(n: int) -> None:
         p.begin_transaction()
-        n = min(every, count - sent)
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, payload, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.01)
+        _produce_n(p, topic, payload, n)
         p.commit_transaction(60)
-        sent += n
-    return count / (time.perf_counter() - t0)
+
+    return _timed_rounds(count, every, one_round)
 
 
 def main() -> None:
