@@ -217,3 +217,23 @@ def test_guessed_record_start_on_the_last_byte() -> None:
                 data = rec.build_batch(recs)
                 chunk = decode_to_arrow(data, "t", 0, 0, 1 << 62, include_headers=True)
                 assert _rows(chunk.batch) == _reference(data, "t", 0, 0, 1 << 62, True)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b"v" * 100] * 50,  # one size: gathered
+        [b"v" * 100, None] * 25,  # one size and nulls: gathered, nulls masked
+        [b""] * 10 + [None] * 5,  # empty values and nulls
+        [None] * 7,  # all null
+        [b"a" * 8] * 30 + [b"b" * 9] * 30,  # two sizes: the take path
+    ],
+)
+def test_fixed_and_mixed_value_sizes(values: list[bytes | None]) -> None:
+    ts = 1_700_000_000_000
+    recs = [(None if i % 3 == 0 else b"key%05d" % i, v, [], ts + i) for i, v in enumerate(values)]
+    half = len(recs) // 2
+    data = rec.build_batch(recs[:half]) + rec.build_batch(recs[half:], base_offset=half)
+    chunk = decode_to_arrow(data, "t", 0, 0, 1 << 62)
+    assert _rows(chunk.batch) == _reference(data, "t", 0, 0, 1 << 62, False)
+    assert [r["value"] for r in _rows(chunk.batch)] == values

@@ -14,10 +14,13 @@ the records are decoded column-wise:
 2. Every other field is decoded for all records at once with numpy: a vectorised zig-zag varint
    decoder runs over the array of positions for attributes, timestamp delta, offset delta, key
    length, value length and header count, in record order.
-3. Key and value columns are built without a Python object per record: an Arrow ``binary``
-   array whose offsets alternate value-start / value-end over the joined buffer has the values at
-   its even elements and the gaps between them at the odd ones; ``take`` of the even elements
-   copies them into a contiguous column in C++. Nulls (length -1) come from a validity bitmap.
+3. Key and value columns are built without a Python object per record. When every value of a
+   column has one size (fixed-size keys and values, the common case), the buffer is viewed as
+   an array of items of that size starting at every byte, and one numpy gather of the items at
+   the value starts copies the values out, contiguous. Otherwise an Arrow ``binary`` array whose
+   offsets alternate value-start / value-end over the joined buffer has the values at its even
+   elements and the gaps between them at the odd ones; ``take`` of the even elements copies them
+   out in C++. Nulls (length -1) come from a validity bitmap.
 4. Headers (only with ``includeHeaders``) are decoded per record in Python, but only for the
    records that have any; the rest get a null ``headers`` value, as Spark's Kafka source does.
 
@@ -264,25 +267,52 @@ def _walk_starts(buf: bytes | bytearray | memoryview, seg_start: int, seg_end: i
     return starts
 
 
-def _binary_column(data: pa.Buffer, starts: I64, lengths: I64) -> pa.Array:
-    """A contiguous ``binary`` column of the byte ranges (start, length); length -1 is null."""
+def _binary_column(a: npt.NDArray[np.uint8], data: pa.Buffer, starts: I64, lengths: I64) -> pa.Array:
+    """A contiguous ``binary`` column of the byte ranges (start, length) of ``a`` (the same bytes
+    as ``data``); length -1 is null."""
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
+    nulls = lengths < 0
+    null_count = int(nulls.sum())
     lens = np.maximum(lengths, 0)
+    present = lengths[~nulls] if null_count else lengths
+    width = int(present[0]) if len(present) else 0
+    if not (present == width).all():
+        return _binary_column_take(data, starts, lens, nulls, null_count)
+    # Every value has the same size (fixed-size keys and values: the common case). Seen as an
+    # array of ``width``-byte items starting at every byte, the buffer holds each value as one
+    # item, so one gather copies them all, contiguous and in order.
+    if width:
+        items = np.ndarray(shape=(len(a) - width + 1,), dtype=f"V{width}", buffer=a, strides=(1,))
+        values = pa.py_buffer(items[starts[~nulls] if null_count else starts])
+    else:
+        values = pa.py_buffer(b"")
+    offs = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lens, out=offs[1:])
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.binary(), n, [validity, pa.py_buffer(offs), values], null_count=null_count
+    )
+
+
+def _binary_column_take(
+    data: pa.Buffer, starts: I64, lens: I64, nulls: npt.NDArray[np.bool_], null_count: int
+) -> pa.Array:
+    """:func:`_binary_column` for ranges of varying size or spacing: a ``binary`` array whose
+    offsets alternate start / end over the whole buffer has the wanted ranges at its even
+    elements (and the gaps at the odd ones); ``take`` of the even elements copies them out."""
+    n = len(starts)
     ends = starts + lens
     offs = np.empty(2 * n + 1, dtype=np.int32)
     offs[0 : 2 * n : 2] = starts
     offs[1 : 2 * n : 2] = ends
     offs[2 * n] = ends[-1]
-    nulls = lengths < 0
     validity = None
-    null_count = 0
-    if nulls.any():
+    if null_count:
         valid = np.ones(2 * n, dtype=bool)
         valid[0::2] = ~nulls
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        null_count = int(nulls.sum())
     spread = pa.Array.from_buffers(
         pa.binary(), 2 * n, [validity, pa.py_buffer(offs), data], null_count=null_count
     )
@@ -452,8 +482,8 @@ def decode_to_arrow(
     data_buf = pa.py_buffer(buf)
     ts *= 1000
     columns = [
-        _binary_column(data_buf, key_start, key_len),
-        _binary_column(data_buf, val_start, val_len),
+        _binary_column(a, data_buf, key_start, key_len),
+        _binary_column(a, data_buf, val_start, val_len),
         _constant_string(topic, n),
         _constant_int32(partition, n),
         pa.array(offsets),
