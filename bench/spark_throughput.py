@@ -1,7 +1,7 @@
 """Rows/s through the strom Spark source, compared in the same run with Spark's built-in rate
 source and with a plain confluent-kafka consumer reading the same topic.
 
-    python bench/spark_throughput.py [--rows 1000000] [--partitions 2] [--repeat 3]
+    python bench/spark_throughput.py [--rows 4000000] [--partitions 2] [--warmup 3] [--repeat 5]
 
 Starts a strom broker, fills a topic with 100-byte values (8-byte keys, 1000 distinct), then runs
 each query as a single streaming micro-batch under Trigger.AvailableNow (the strom source from the
@@ -11,14 +11,21 @@ processedRowsPerSecond for the batch (rows / trigger duration, so fixed per-batc
 and the CPU seconds per million rows the JVM, the Python workers and the broker spent on the
 query (from /proc; query start-up included, a Python worker that exits during it not).
 
-One warm-up round, then ``--repeat`` rounds; each round runs every query once (interleaved, so load
-on a shared machine hits all of them alike) and the median per query is reported, with the spread.
+``--warmup`` rounds (reported apart: the first is a cold JVM, whose JIT needs several rounds to
+reach steady speed -- the rate source runs 2.9 M rows/s on its first 4 M-row batch and 14 M
+rows/s from its fourth), then ``--repeat`` rounds; each round runs every query once
+(interleaved, so load on a shared machine hits all of them alike) and the median per query is
+reported, with the spread.
 ``local[C]`` with C = ``--cores`` (default: ``--partitions``), and the rate and python-arrow
 sources get C partitions; the broker runs on the same machine and competes for the same cores.
 With fewer topic partitions than cores, ``--min-partitions C`` splits each partition's offset
 range into several Spark tasks (the source option ``minPartitions``).
 
-A third source, ``python-arrow``, is a Python data source that yields pre-built Arrow batches of
+``rate (Kafka rows)`` is the rate source shaped like the Kafka schema (binary 8-byte key, binary
+100-byte value, topic, partition, offset, timestamp, timestampType): the same bytes per row for
+the JVM to carry as strom's rows, to tell the cost of the row shape from the cost of the source.
+
+A fourth source, ``python-arrow``, is a Python data source that yields pre-built Arrow batches of
 the Kafka schema (70,000 rows, as one 8 MiB fetch gives) and does no I/O: the ceiling of Spark's
 Python data source path on this machine (the JVM ingesting Arrow from a Python worker), which
 bounds any Python source, strom's included.
@@ -220,10 +227,11 @@ def confluent_rate(bootstrap: str, rows: int, partitions: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
     ap.add_argument("--cores", type=int, default=0, help="local[N] (default: --partitions)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3, help="rounds before the measured ones")
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-partitions", type=int, default=0, help="strom option minPartitions")
     args = ap.parse_args()
     cores = args.cores or args.partitions
@@ -260,27 +268,57 @@ def main() -> None:
             .load()
             .selectExpr("CAST(value % 1000 AS STRING) AS key", "value")
         )
+        kafka_rows_df = (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", rows)
+            .option("numPartitions", cores)
+            .load()
+            .selectExpr(
+                "CAST(lpad(CAST(value % 1000 AS STRING), 8, 'k') AS BINARY) AS key",
+                "CAST(repeat('x', 100) AS BINARY) AS value",
+                f"'{TOPIC}' AS topic",
+                "CAST(value % 2 AS INT) AS partition",
+                "value AS offset",
+                "timestamp",
+                "0 AS timestampType",
+            )
+        )
         spark.dataSource.register(ceiling_source(rows, cores))
         ceiling_df = spark.readStream.format("python-arrow").load()
         runs: dict[str, list[dict[str, Any]]] = {}
-        for rnd in range(args.repeat + 1):
-            for name, df in (("strom", strom_df), ("rate", rate_df), ("python-arrow", ceiling_df)):
+        warm: dict[str, list[float]] = {}
+        sources = (
+            ("strom", strom_df),
+            ("rate", rate_df),
+            ("rate (Kafka rows)", kafka_rows_df),
+            ("python-arrow", ceiling_df),
+        )
+        for rnd in range(args.warmup + args.repeat):
+            measured = rnd >= args.warmup
+            for name, df in sources:
                 for sink in ("noop", "groupBy(key).count()"):
                     agg = sink != "noop"
                     q = df.groupBy("key").count() if agg else df
                     r = run_stream(q, tempfile.mkdtemp(dir=tmp), agg)
                     assert r["rows"] == rows, (name, sink, r)
-                    if rnd:
+                    if measured:
                         runs.setdefault(f"{name} -> {sink}", []).append(r)
-            if rnd:
+                    else:
+                        warm.setdefault(f"{name} -> {sink}", []).append(r["rps"])
+            if measured:
                 runs.setdefault("confluent", []).append(
                     {"rps": confluent_rate(broker.bootstrap, rows, args.partitions), "ms": {}, "cpu": {}}
                 )
             print(f"round {rnd} done", file=sys.stderr, flush=True)
         print(
             f"rows={rows} topic partitions={args.partitions} value=100B local[{cores}] "
-            f"minPartitions={args.min_partitions or '-'} rounds={args.repeat} (median, min..max)"
+            f"minPartitions={args.min_partitions or '-'} warm-up rounds={args.warmup} "
+            f"rounds={args.repeat} (median, min..max)"
         )
+        if warm:
+            print("warm-up rounds, M rows/s (the first on a cold JVM):")
+            for k, rps_w in warm.items():
+                print(f"  {k:44s} " + " ".join(f"{v / 1e6:6.2f}" for v in rps_w))
         med: dict[str, float] = {}
         for k, rs in runs.items():
             rps = sorted(r["rps"] for r in rs)
@@ -294,13 +332,18 @@ def main() -> None:
                 cpu = {c: statistics.median(r["cpu"][c] for r in rs) * 1e6 / rows for c in rs[0]["cpu"]}
                 extra += "; CPU s/M rows: " + ", ".join(f"{c} {v:.2f}" for c, v in cpu.items() if v)
             print(
-                f"{label:36s} {med[k] / 1e6:6.2f} M rows/s ({rps[0] / 1e6:.2f}..{rps[-1] / 1e6:.2f})"
+                f"{label:44s} {med[k] / 1e6:6.2f} M rows/s ({rps[0] / 1e6:.2f}..{rps[-1] / 1e6:.2f})"
                 f"  {med[k] / cores / 1e6:5.2f} per core{extra}"
             )
         for sink in ("noop", "groupBy(key).count()"):
             ratio = med[f"strom -> {sink}"] / med[f"rate -> {sink}"]
             ceil = med[f"strom -> {sink}"] / med[f"python-arrow -> {sink}"]
-            print(f"strom / rate ({sink}): {ratio:.2f}x   strom / python-arrow ceiling: {ceil:.2f}x")
+            shaped = med[f"strom -> {sink}"] / med[f"rate (Kafka rows) -> {sink}"]
+            bound = med[f"python-arrow -> {sink}"] / med[f"rate -> {sink}"]
+            print(
+                f"strom / rate ({sink}): {ratio:.2f}x   strom / rate (Kafka rows): {shaped:.2f}x   "
+                f"strom / python-arrow ceiling: {ceil:.2f}x   (ceiling / rate: {bound:.2f}x)"
+            )
         print(f"strom -> noop / confluent-kafka: {med['strom -> noop'] / med['confluent']:.2f}x")
         spark.stop()
     finally:
