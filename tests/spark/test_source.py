@@ -227,6 +227,28 @@ def test_stream_starting_latest_then_new_data(spark: Any, kbroker: BrokerProcess
     assert sorted(r.offset for r in rows) == [10, 11, 12, 13]
 
 
+def test_stream_latest_restart_before_first_commit(
+    spark: Any, kbroker: BrokerProcess, tmp_path: Path
+) -> None:
+    """A driver that dies after writing batch 0's offsets but before committing it: on restart
+    Spark runs batch 0 again from ``initialOffset()``, which resolves ``latest`` anew -- past
+    batch 0's recorded end once more data came. Batch 0 of a ``latest`` start is empty by
+    construction, so the restart neither fails nor skips nor repeats a record."""
+    three_partitions(kbroker, "late0", 10)
+    ck = tmp_path / "ck"
+    df = stream(spark, kbroker, subscribe="late0")
+    rows, _ = run_available_now(df, ck, "late0_q1")
+    assert rows == []
+    for name in ("0", ".0.crc"):  # the state a crash between the two leaves behind
+        (ck / "commits" / name).unlink()
+    produce(kbroker.bootstrap, "late0", 1, values("more", 4))
+    rows, _ = run_available_now(stream(spark, kbroker, subscribe="late0"), ck, "late0_q2")
+    assert sorted((r.partition, r.offset) for r in rows) == [(1, 10), (1, 11), (1, 12), (1, 13)]
+    produce(kbroker.bootstrap, "late0", 2, values("again", 2))
+    rows, _ = run_available_now(stream(spark, kbroker, subscribe="late0"), ck, "late0_q3")
+    assert sorted((r.partition, r.offset) for r in rows) == [(2, 10), (2, 11)]
+
+
 def test_stream_picks_up_new_topics(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
     create_topic(kbroker.bootstrap, "grow-1", 1)
     produce(kbroker.bootstrap, "grow-1", 0, values("a", 3))

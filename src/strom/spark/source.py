@@ -363,20 +363,39 @@ class StromBatchReader(DataSourceReader):
 
 
 class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("strom")``: micro-batches over offset ranges."""
+    """``spark.readStream.format("strom")``: micro-batches over offset ranges.
+
+    A ``latest`` start and restarts: Spark takes batch 0's start from :meth:`initialOffset`,
+    also when it runs batch 0 again after a driver that died between writing the batch's offsets
+    and committing it. Spark's Kafka source writes its initial offsets into the checkpoint for
+    that case; a Python source cannot reach the checkpoint, and ``latest`` resolved again is
+    past where batch 0 began (and past its end, once more data came). So batch 0 of a start that
+    involves ``latest`` is empty by construction -- it ends where it starts -- and when batch 0
+    is planned from a start past its recorded end, that is the replay of that empty batch, not
+    data loss. Records that arrive after the start are read from batch 1 on, exactly once.
+    """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read beyond this
         self._last_trigger = time.monotonic()
+        self._initial: dict[str, Any] | None = None  # initialOffset(), resolved once
+        starting = opts.starting
+        self._latest_start = starting.kind == "latest" or (
+            starting.kind == "offsets"
+            and any(o == LATEST for parts in starting.offsets.values() for o in parts.values())
+        )
+        self._first_batch_open = self._latest_start  # batch 0 not planned yet by this reader
 
     def _session(self) -> KafkaSession:
         return session(self.opts.client)
 
     def initialOffset(self) -> dict[str, Any]:
-        sess = self._session()
-        tps = _partitions_checked(sess, self.opts)
-        return to_json_offsets(_resolve(sess, self.opts, self.opts.starting, tps, "starting"))
+        if self._initial is None:  # Spark asks when it plans batch 0 and again when it runs it
+            sess = self._session()
+            tps = _partitions_checked(sess, self.opts)
+            self._initial = to_json_offsets(_resolve(sess, self.opts, self.opts.starting, tps, "starting"))
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
@@ -401,6 +420,9 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
         opts = self.opts
+        first, self._first_batch_open = self._first_batch_open, False
+        if first and start == self._initial:
+            return start  # batch 0 of a `latest` start is empty (see the class docstring)
         sess = self._session()
         begin = from_json_offsets(start)
         latest = dict(self._target) if self._target is not None else self._latest()
@@ -450,9 +472,12 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             earliest = self._session().list_offsets(dict.fromkeys(new, EARLIEST))
             for tp in new:
                 begin[tp] = earliest[tp] if stop[tp] >= earliest[tp] else stop[tp]
+        replay_first = self._latest_start and start == self._initial
         ranges = []
         for tp, b in sorted(stop.items()):
             a = begin[tp]
+            if b < a and replay_first:
+                continue  # the empty batch 0 of a `latest` start, run again after a restart
             if b < a:
                 report_data_loss(
                     opts.fail_on_data_loss,
