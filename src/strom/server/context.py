@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ..security.session import ConnectionSession
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -18,6 +20,7 @@ class RequestContext:
     client_host: str
     connection_id: str
     broker: Broker
+    session: ConnectionSession = field(default_factory=ConnectionSession)  # the connection's
 
 
 @dataclass(slots=True)

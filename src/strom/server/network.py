@@ -28,6 +28,7 @@ from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name
 from ..protocol.connection import IncomingRequest, ServerConnection
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
+from ..security.session import ConnectionSession
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 
@@ -40,8 +41,9 @@ _MAX_QUEUED = 16
 
 
 class KafkaProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, session: ConnectionSession | None = None) -> None:
         self.broker = broker
+        self.session = session if session is not None else ConnectionSession()
         self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
         self.queue: deque[IncomingRequest] = deque()
         self.transport: asyncio.Transport | None = None
@@ -124,6 +126,7 @@ class KafkaProtocol(asyncio.Protocol):
             self.peer.rsplit(":", 1)[0],
             self.connection_id,
             self.broker,
+            self.session,
         )
         resp_type = codec.response_type(key, version)
         try:

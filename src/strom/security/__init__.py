@@ -1,0 +1,1 @@
+"""Who is on a connection and what it may do: TLS contexts, SASL authentication, principals."""

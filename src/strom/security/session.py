@@ -1,0 +1,45 @@
+"""The security state of one client connection, shared by the network driver (which creates it
+when a connection is accepted) and the handlers (SaslHandshake/SaslAuthenticate advance it).
+
+Kafka's rules, which the network driver enforces with it:
+
+- On a ``SASL_PLAINTEXT`` or ``SASL_SSL`` listener a connection starts unauthenticated; until a
+  SASL exchange succeeds only ApiVersions, SaslHandshake and SaslAuthenticate are answered, and
+  any other request closes the connection.
+- The principal is ``User:ANONYMOUS`` on PLAINTEXT, the TLS client certificate's subject
+  (``User:CN=...``) on SSL with client authentication, the SASL user name (``User:alice``)
+  after SASL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ANONYMOUS", "SECURITY_PROTOCOLS", "ConnectionSession"]
+
+ANONYMOUS = "User:ANONYMOUS"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(slots=True)
+class ConnectionSession:
+    listener: str = "PLAINTEXT"  # the listener's name, as in ``listeners``
+    security_protocol: str = "PLAINTEXT"  # one of SECURITY_PROTOCOLS
+    principal: str = ANONYMOUS
+    authenticated: bool = True  # False on SASL listeners until SaslAuthenticate succeeds
+    sasl_mechanism: str | None = None  # chosen by SaslHandshake
+    sasl_exchange: Any = None  # the server side of a SASL exchange in progress
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @classmethod
+    def for_listener(cls, listener: str, security_protocol: str) -> ConnectionSession:
+        sasl = security_protocol.startswith("SASL_")
+        return cls(listener=listener, security_protocol=security_protocol, authenticated=not sasl)
