@@ -132,7 +132,124 @@ def test_kafka_passthrough() -> None:
     assert ("max.poll.records", "5") in c.extra
     with pytest.raises(StromOptionError, match=r"kafka.isolation.level"):
         client_settings({**BOOT, "kafka.isolation.level": "serializable"})
-    with pytest.raises(StromOptionError, match=r"PLAINTEXT only"):
-        client_settings({**BOOT, "kafka.security.protocol": "SASL_SSL"})
+    with pytest.raises(StromOptionError, match=r"kafka.security.protocol"):
+        client_settings({**BOOT, "kafka.security.protocol": "SASL_TLS"})
     with pytest.raises(StromOptionError, match=r"key.serializer"):
         parse_write_options({**BOOT, "kafka.key.serializer": "x"})
+
+
+# ---------------------------------------------------------------- security (kafka.ssl.*, kafka.sasl.*)
+
+_JAAS_PLAIN = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="s3cr3t";'
+)
+
+
+def test_security_default_plaintext() -> None:
+    c = client_settings(BOOT)
+    assert c.security.protocol == "PLAINTEXT" and not c.security.uses_tls and not c.security.uses_sasl
+
+
+def test_security_sasl_options_parsed() -> None:
+    c = client_settings(
+        {
+            **BOOT,
+            "kafka.security.protocol": "sasl_plaintext",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": _JAAS_PLAIN.replace("plain.Plain", "scram.Scram"),
+        }
+    )
+    s = c.security
+    assert (s.protocol, s.sasl_mechanism, s.sasl_username, s.sasl_password) == (
+        "SASL_PLAINTEXT",
+        "SCRAM-SHA-512",
+        "alice",
+        "s3cr3t",
+    )
+    assert "s3cr3t" not in repr(c) and "s3cr3t" not in str(c.extra)
+    assert not any(k.startswith(("sasl.", "ssl.")) for k, _ in c.extra)
+    w = parse_write_options(
+        {
+            **BOOT,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": _JAAS_PLAIN,
+            "kafka.ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    assert w.client.security.uses_tls and w.client.security.uses_sasl and not w.client.security.check_hostname
+
+
+def test_security_ssl_options_parsed() -> None:
+    c = client_settings(
+        {
+            **BOOT,
+            "kafka.security.protocol": "SSL",
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": "/etc/ca.pem",
+            "kafka.ssl.keystore.type": "PEM",
+            "kafka.ssl.keystore.location": "/etc/client.pem",
+            "kafka.ssl.key.password": "kp",
+            "kafka.ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+        }
+    )
+    s = c.security
+    assert (s.ssl_cafile, s.ssl_certfile, s.ssl_key_password, s.check_hostname) == (
+        "/etc/ca.pem",
+        "/etc/client.pem",
+        "kp",
+        True,
+    )
+    assert s.tls_versions == ("tlsv1.2", "tlsv1.3")
+    assert "'kp'" not in repr(c)
+    inline = client_settings(
+        {
+            **BOOT,
+            "kafka.security.protocol": "SSL",
+            "kafka.ssl.truststore.certificates": "-----BEGIN CERTIFICATE-----...",
+            "kafka.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----secret",
+            "kafka.ssl.keystore.certificate.chain": "-----BEGIN CERTIFICATE-----...",
+        }
+    ).security
+    assert inline.ssl_cadata and inline.ssl_key_pem and inline.ssl_cert_pem
+    assert "secret" not in repr(inline)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"kafka.security.protocol": "SASL_PLAINTEXT"}, r"GSSAPI .*not supported by the strom client"),
+        (
+            {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER"},
+            r"OAUTHBEARER is not supported by the strom client.*kafka.sasl.mechanism",
+        ),
+        (
+            {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},
+            r"needs a user name and a password.*kafka.sasl.jaas.config",
+        ),
+        (
+            {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "JKS"},
+            r"kafka.ssl.truststore.type=JKS is not supported by the strom client: it reads PEM",
+        ),
+        (
+            {"kafka.security.protocol": "SSL", "kafka.ssl.keystore.type": "PKCS12"},
+            r"kafka.ssl.keystore.type=PKCS12 is not supported",
+        ),
+        (
+            {"kafka.security.protocol": "SSL", "kafka.ssl.endpoint.identification.algorithm": "dns"},
+            r"kafka.ssl.endpoint.identification.algorithm",
+        ),
+        (
+            {
+                "kafka.security.protocol": "SASL_PLAINTEXT",
+                "kafka.sasl.mechanism": "PLAIN",
+                "kafka.sasl.jaas.config": 'x.PlainLoginModule required username="a" password="hunter2"',
+            },
+            r"kafka.sasl.jaas.config: .*end with ';'",
+        ),
+    ],
+)
+def test_security_refused(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(StromOptionError, match=message) as err:
+        client_settings({**BOOT, **extra})
+    assert "hunter2" not in str(err.value)

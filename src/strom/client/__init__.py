@@ -21,6 +21,7 @@ from strom.client.errors import (
     KafkaTimeoutError,
     error_name,
 )
+from strom.client.security import SecurityConfig, SecurityConfigError
 
 __all__ = [
     "EARLIEST",
@@ -36,6 +37,8 @@ __all__ = [
     "KafkaTimeoutError",
     "PartitionMetadata",
     "ProduceInput",
+    "SecurityConfig",
+    "SecurityConfigError",
     "TopicMetadata",
     "error_name",
     "parse_bootstrap",

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from strom.client.connection import KafkaConnection
 from strom.client.errors import KafkaConnectionError, KafkaError, KafkaProtocolError
 from strom.client.messages import ApiKey
+from strom.client.security import SecurityConfig
 from strom.protocol import records as rec
 
 __all__ = [
@@ -165,7 +166,8 @@ class _Cache:
 
 
 class Client:
-    """An asyncio Kafka client. Use as ``async with Client("host:9092") as c: ...``."""
+    """An asyncio Kafka client. Use as ``async with Client("host:9092") as c: ...``.
+    ``security`` (TLS, SASL; default PLAINTEXT) applies to every broker connection."""
 
     def __init__(
         self,
@@ -176,8 +178,10 @@ class Client:
         connect_timeout_ms: int = 10_000,
         retries: int = 5,
         retry_backoff_ms: int = 100,
+        security: SecurityConfig | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security or SecurityConfig()
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
@@ -214,6 +218,7 @@ class Client:
                 client_id=self.client_id,
                 request_timeout=self.request_timeout,
                 connect_timeout=self.connect_timeout,
+                security=self.security,
             )
             self._cache.connections[key] = conn
             return conn

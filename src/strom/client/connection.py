@@ -12,7 +12,14 @@ Versions are negotiated once after connecting: ApiVersions v3 first; a broker th
 know v3 answers UNSUPPORTED_VERSION in the v0 response format (header v0), so the client retries
 with v0. Every later request uses, per API, the highest version both the broker and kio know.
 
-Error contract: all failures surface as :class:`KafkaError` subclasses. When the connection
+Security (:class:`~strom.client.security.SecurityConfig`): with TLS the stream is opened with the
+settings' :class:`ssl.SSLContext` (the broker's host name checked unless disabled); with SASL the
+exchange of :func:`~strom.client.security.sasl_exchange` runs right after ApiVersions, before the
+connection is handed out.
+
+Error contract: all failures surface as :class:`KafkaError` subclasses. A failed TLS handshake is
+a :class:`KafkaConnectionError` naming the reason (e.g. certificate verify failed); refused SASL
+credentials are SASL_AUTHENTICATION_FAILED (58) with the broker's message. When the connection
 breaks, every in-flight request fails with :class:`KafkaConnectionError` and the connection is
 unusable (``closed``).
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 import struct
 from collections import deque
 from collections.abc import Mapping
@@ -42,11 +50,21 @@ from strom.client.messages import (
     pick_version,
     response_correlation_id,
 )
+from strom.client.security import SASL_AUTHENTICATE, SecurityConfig, sasl_exchange
 
 __all__ = ["KafkaConnection"]
 
 CLIENT_SOFTWARE_NAME = "strom-client"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
+
+
+_PLAINTEXT = SecurityConfig()
+
+
+def tls_failure(host: str, port: int, e: ssl.SSLError) -> str:
+    """A TLS handshake failure, said plainly (``ssl`` errors carry errno 1, which is no reason)."""
+    reason = getattr(e, "verify_message", None) or e.reason or str(e)
+    return f"TLS handshake with {host}:{port} failed: {reason}"
 
 
 class KafkaConnection:
@@ -60,12 +78,14 @@ class KafkaConnection:
         client_id: str | None = "strom",
         request_timeout: float = 30.0,
         max_frame_bytes: int = 256 * 1024 * 1024,
+        security: SecurityConfig | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_frame_bytes = max_frame_bytes
+        self.security = security or _PLAINTEXT
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -91,24 +111,34 @@ class KafkaConnection:
         client_id: str | None = "strom",
         request_timeout: float = 30.0,
         connect_timeout: float = 10.0,
+        security: SecurityConfig | None = None,
     ) -> KafkaConnection:
-        conn = cls(host, port, client_id=client_id, request_timeout=request_timeout)
+        conn = cls(host, port, client_id=client_id, request_timeout=request_timeout, security=security)
         await conn.connect(connect_timeout)
         return conn
 
     async def connect(self, timeout: float = 10.0) -> None:
+        ctx = self.security.ssl_context()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout
-            )
+            if ctx is None:
+                opening = asyncio.open_connection(self.host, self.port)
+            else:
+                opening = asyncio.open_connection(
+                    self.host, self.port, ssl=ctx, server_hostname=self.host, ssl_handshake_timeout=timeout
+                )
+            self._reader, self._writer = await asyncio.wait_for(opening, timeout)
         except TimeoutError:
             raise KafkaConnectionError(f"timed out connecting to {self.host}:{self.port}") from None
+        except ssl.SSLError as e:
+            raise KafkaConnectionError(tls_failure(self.host, self.port, e)) from None
         except OSError as e:
             reason = os.strerror(e.errno) if e.errno else (e.strerror or str(e) or type(e).__name__)
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from None
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.host}:{self.port}")
         try:
             await self._negotiate()
+            if self.security.uses_sasl:
+                await self._authenticate()
         except BaseException:
             await self.close()
             raise
@@ -130,6 +160,16 @@ class KafkaConnection:
         if resp.error_code != ErrorCode.none:
             raise KafkaError(int(resp.error_code), "ApiVersions failed")
         self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+    async def _authenticate(self) -> None:
+        steps = sasl_exchange(self.security, self.version(SASL_AUTHENTICATE, max_version=2))
+        resp: Any = None
+        while True:
+            try:
+                api_key, version, data = steps.send(resp)
+            except StopIteration:
+                return
+            resp = await self.request(api_key, data, version=version)
 
     def version(self, api_key: int, *, max_version: int | None = None, min_version: int | None = None) -> int:
         """The version to use for ``api_key`` with this broker (see :func:`pick_version`)."""

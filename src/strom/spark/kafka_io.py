@@ -20,6 +20,12 @@ out as a ``memoryview`` of it, valid until the channel's next-but-one fetch. Met
 leadership and the version check still come from the asyncio client; a broker without v11 is
 fetched from through the client.
 
+Security: a channel speaks what the session's client speaks (``ClientSettings.security``): with
+TLS its socket is wrapped in the settings' :class:`ssl.SSLContext` (``SSLSocket.recv_into``
+decrypts straight into the same buffers; ``SO_RCVLOWAT`` is left alone there, since TLS
+records the ``ssl`` layer has already pulled in do not count towards it), and with SASL it runs
+the client's SASL exchange once after connecting. A plaintext channel does no extra work.
+
 Read-ahead (:meth:`KafkaSession.fetch_ahead`): a reader walks a partition fetch after fetch, and
 the next fetch's offset is known from the batch headers alone, so while the caller decodes one
 answer and Spark ships its rows to the JVM, the next answer is fetched on a helper thread (the
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import re
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -46,8 +53,10 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from strom.client import Client, KafkaError
+from strom.client.connection import tls_failure
 from strom.client.errors import KafkaConnectionError, KafkaProtocolError
-from strom.client.messages import ApiKey, encode_request
+from strom.client.messages import ApiKey, decode_response, encode_request
+from strom.client.security import SASL_AUTHENTICATE, SecurityConfig, sasl_exchange
 from strom.protocol import records as rec
 from strom.spark.options import ClientSettings, ReadOptions, StromOptionError
 
@@ -98,17 +107,69 @@ class FetchChannel:
     Not thread-safe (one caller). Socket failures raise :class:`KafkaConnectionError` and leave
     the channel closed; an answer that does not parse raises :class:`KafkaProtocolError`."""
 
-    def __init__(self, host: str, port: int, client_id: str | None, timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str | None,
+        timeout: float,
+        security: SecurityConfig | None = None,
+        sasl_authenticate_version: int = 1,
+    ) -> None:
         self.host, self.port, self.client_id = host, port, client_id
         self._cid = 0
         self._bufs = [bytearray(1 << 20), bytearray(1 << 20)]  # used in turn
         self._turn = 0
+        self._lowat = 1
+        self._max_lowat = _RCVLOWAT
         try:
             self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._lowat = 1
+        if security is None or security.protocol == "PLAINTEXT":
+            return
+        try:
+            ctx = security.ssl_context()
+            if ctx is not None:
+                self._max_lowat = 1  # see the module docstring
+                self._sock = ctx.wrap_socket(self._sock, server_hostname=host)
+            if security.uses_sasl:
+                self._authenticate(security, sasl_authenticate_version)
+        except ssl.SSLError as e:
+            self.close()
+            raise KafkaConnectionError(tls_failure(host, port, e)) from None
+        except OSError as e:
+            self.close()
+            raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _authenticate(self, security: SecurityConfig, version: int) -> None:
+        steps = sasl_exchange(security, version)
+        resp: Any = None
+        while True:
+            try:
+                api_key, v, data = steps.send(resp)
+            except StopIteration:
+                return
+            resp = self._roundtrip(api_key, v, data)
+
+    def _roundtrip(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
+        """One request and its decoded answer (the connection setup's small exchanges)."""
+        assert self._sock is not None
+        cid = self._cid
+        self._cid = (cid + 1) & 0x7FFFFFFF
+        frame, resp_cls = encode_request(api_key, version, cid, self.client_id, data)
+        self._sock.sendall(frame)
+        size = _I32.unpack(self._recv_exact(memoryview(bytearray(4))))[0]
+        if size < 4 or size > 1 << 24:
+            raise KafkaProtocolError(f"invalid response frame size {size}")
+        body = bytes(self._recv_exact(memoryview(bytearray(size))))
+        if _I32.unpack_from(body, 0)[0] != cid:
+            raise KafkaProtocolError(f"correlation id mismatch from {self.host}:{self.port}")
+        return decode_response(resp_cls, body)
 
     @property
     def closed(self) -> bool:
@@ -161,7 +222,7 @@ class FetchChannel:
         while got < n:
             # wake up for big pieces only (at most what is still missing, or the wait would
             # never end): fewer recv calls and GIL hand-overs on the read-ahead thread
-            low = min(n - got, _RCVLOWAT)
+            low = min(n - got, self._max_lowat)
             if low != self._lowat:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, low)
                 self._lowat = low
@@ -222,6 +283,7 @@ class KafkaSession:
             settings.bootstrap_servers,
             client_id=settings.client_id,
             request_timeout_ms=settings.request_timeout_ms,
+            security=settings.security,
         )
         self._lock = threading.Lock()
         self._channels: dict[int, FetchChannel] = {}  # by broker node id
@@ -229,6 +291,7 @@ class KafkaSession:
         self._pool: ThreadPoolExecutor | None = None
         # (topic, partition) -> (leader node id, host, port, topic id, broker knows Fetch v11)
         self._leaders: dict[TopicPartition, tuple[int, str, int, Any, bool]] = {}
+        self._sasl_versions: dict[int, int] = {}  # node id -> SaslAuthenticate version
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         with self._lock:
@@ -418,7 +481,14 @@ class KafkaSession:
                 if ch is None or ch.closed or (ch.host, ch.port) != (host, port):
                     if ch is not None:
                         ch.close()
-                    ch = FetchChannel(host, port, s.client_id, s.request_timeout_ms / 1000)
+                    ch = FetchChannel(
+                        host,
+                        port,
+                        s.client_id,
+                        s.request_timeout_ms / 1000,
+                        s.security,
+                        self._sasl_versions.get(node, 1),
+                    )
                     self._channels[node] = ch
                 answers = ch.fetch(
                     _fetch_request(s, wait, topic, None, partition, offset),
@@ -448,6 +518,8 @@ class KafkaSession:
         if pm is None:
             raise KafkaError(int(ErrorCode.unknown_topic_or_partition), f"partition {topic}-{partition}")
         conn = await self.client.broker_connection(pm.leader)
+        if self.settings.security.uses_sasl:
+            self._sasl_versions[pm.leader] = conn.version(SASL_AUTHENTICATE, max_version=2)
         lo, hi = conn.api_versions.get(ApiKey.FETCH, (0, -1))
         return pm.leader, conn.host, conn.port, tm.topic_id, lo <= FETCH_VERSION <= hi
 

@@ -7,6 +7,13 @@ Rules (as in Spark's ``KafkaSourceProvider``):
   passed through (see :class:`ClientSettings`); the consumer settings that Spark's source manages
   itself (``auto.offset.reset``, deserializers, ``enable.auto.commit``, interceptors) are rejected
   with Spark's message.
+* Security settings pass through as Spark's source passes them to its Kafka client:
+  ``kafka.security.protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ``kafka.sasl.mechanism``
+  (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), ``kafka.sasl.jaas.config``, ``kafka.ssl.*`` with PEM
+  stores (see :mod:`strom.client.security`); what the strom client cannot do (GSSAPI,
+  OAUTHBEARER, JKS/PKCS12 stores) is refused up front with a message that says so. They are kept
+  in :attr:`ClientSettings.security`, whose ``repr`` hides the secrets; no ``ssl.*`` / ``sasl.*``
+  setting lands in :attr:`ClientSettings.extra`.
 * Reading: exactly one of ``subscribe`` / ``subscribePattern`` / ``assign``.
 * Starting position, by priority: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` >
   ``startingOffsets``. Default ``latest`` for streams, ``earliest`` for batch reads.
@@ -24,6 +31,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from strom.client.security import SecurityConfig, SecurityConfigError
 
 __all__ = [
     "EARLIEST",
@@ -73,7 +82,8 @@ class ClientSettings:
     batch_size: int = 1024 * 1024
     transactional_id_prefix: str | None = None
     transaction_timeout_ms: int = 60_000
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()  # other kafka.* settings (never ssl.* or sasl.*)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # TLS context built where used
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,7 @@ def _duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
 
 def client_settings(options: Mapping[str, str], *, for_write: bool = False) -> ClientSettings:
     """The ``kafka.*`` options as :class:`ClientSettings` (raises on missing bootstrap servers,
-    refused consumer/producer settings and unsupported security protocols)."""
+    refused consumer/producer settings and unsupported or invalid security settings)."""
     opts = _lower(options)
     kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
     servers = kafka.get("bootstrap.servers", "").strip()
@@ -196,12 +206,10 @@ def client_settings(options: Mapping[str, str], *, for_write: bool = False) -> C
     for name, message in refused.items():
         if name in kafka:
             raise StromOptionError(message)
-    protocol = kafka.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise StromOptionError(
-            f"kafka.security.protocol={protocol} is not supported by the strom data source yet "
-            "(PLAINTEXT only): the strom client speaks no TLS or SASL"
-        )
+    try:
+        security = SecurityConfig.from_config(kafka, prefix="kafka.")
+    except SecurityConfigError as e:
+        raise StromOptionError(str(e)) from None
     iso = kafka.get("isolation.level", "read_uncommitted").strip().lower()
     if iso not in ("read_uncommitted", "read_committed"):
         raise StromOptionError(
@@ -254,8 +262,13 @@ def client_settings(options: Mapping[str, str], *, for_write: bool = False) -> C
         batch_size=num("batch.size", 1024 * 1024),
         transactional_id_prefix=kafka.get("transactional.id"),
         transaction_timeout_ms=num("transaction.timeout.ms", 60_000),
-        extra=tuple(sorted((k, v) for k, v in kafka.items() if k not in known)),
+        extra=tuple(sorted((k, v) for k, v in kafka.items() if k not in known and not _is_security(k))),
+        security=security,
     )
+
+
+def _is_security(name: str) -> bool:
+    return name.startswith(("ssl.", "sasl.")) or name == "enable.ssl.certificate.verification"
 
 
 def _json_obj(raw: str, name: str) -> dict[str, Any]:
