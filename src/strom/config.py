@@ -85,6 +85,12 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "num.io.threads": (int, 8),
     "connections.max.idle.ms": (int, 600000),
     "strom.fetch.sendfile": (bool, True),
+    # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
+    # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
+    # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else
+    # sasl.jaas.config (sensitive, like every password); SCRAM users via AlterUserScramCredentials.
+    "sasl.enabled.mechanisms": (str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
+    "sasl.jaas.config": (str, ""),
 }
 
 # Topic config name -> broker synonym it defaults to (Kafka's LogConfig mapping).
@@ -203,6 +209,9 @@ class BrokerConfig:
         if self.values["num.partitions"] < 1:
             raise ConfigError("num.partitions must be at least 1")
         self.listeners()
+        from .security.sasl import validate_sasl_config
+
+        validate_sasl_config(self.values)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

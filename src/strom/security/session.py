@@ -30,6 +30,9 @@ class ConnectionSession:
     authenticated: bool = True  # False on SASL listeners until SaslAuthenticate succeeds
     sasl_mechanism: str | None = None  # chosen by SaslHandshake
     sasl_exchange: Any = None  # the server side of a SASL exchange in progress
+    # set by a handler (failed SASL authentication, unsupported mechanism): the network driver
+    # closes the connection once the response to this request is written, as Kafka does
+    close_after_response: bool = False
 
     @property
     def uses_sasl(self) -> bool:

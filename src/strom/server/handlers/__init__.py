@@ -32,6 +32,8 @@ _MODULES = (
     "configs",
     "log_admin",
     "transactions",
+    "sasl",
+    "scram_credentials",
 )
 
 

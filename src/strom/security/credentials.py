@@ -1,0 +1,188 @@
+"""SCRAM credentials per user and mechanism, kept durably in the broker's data directory.
+
+A credential is what RFC 5802 lets a server keep instead of a password: the salt, the iteration
+count, ``StoredKey = H(HMAC(SaltedPassword, "Client Key"))`` and
+``ServerKey = HMAC(SaltedPassword, "Server Key")``. Clients send ``SaltedPassword`` (computed
+with their own salt) in AlterUserScramCredentials; the password itself never reaches the broker.
+
+The store is one JSON file, ``strom-scram-credentials.json`` in the log directory, rewritten
+atomically (:func:`strom.durable_file.replace_file`) with mode 0600 on every change, so after a
+crash it holds the credentials before or after the change, never a mix.
+
+Error contract: :class:`CredentialError` (with a Kafka error code) for a change Kafka refuses;
+``OSError`` from the file system unchanged; ``ValueError`` for a corrupt store file at open.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..durable_file import replace_file
+
+__all__ = [
+    "MAX_ITERATIONS",
+    "MIN_ITERATIONS",
+    "SCRAM_MECHANISMS",
+    "CredentialError",
+    "CredentialStore",
+    "ScramCredential",
+]
+
+# Kafka's ScramMechanism: wire id, hash; iteration bounds as Kafka enforces them on alteration.
+SCRAM_MECHANISMS: dict[str, tuple[int, str]] = {
+    "SCRAM-SHA-256": (1, "sha256"),
+    "SCRAM-SHA-512": (2, "sha512"),
+}
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+MIN_SALT_BYTES = 12
+FILE_NAME = "strom-scram-credentials.json"
+
+# Kafka error codes of the credential APIs
+RESOURCE_NOT_FOUND = 91
+DUPLICATE_RESOURCE = 92
+UNACCEPTABLE_CREDENTIAL = 93
+UNSUPPORTED_SASL_MECHANISM = 33
+
+
+class CredentialError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def mechanism_name(wire_id: int) -> str | None:
+    for name, (mid, _h) in SCRAM_MECHANISMS.items():
+        if mid == wire_id:
+            return name
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    @classmethod
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+    ) -> ScramCredential:
+        digest = SCRAM_MECHANISMS[mechanism][1]
+        client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+        stored_key = hashlib.new(digest, client_key).digest()
+        server_key = hmac.new(salted_password, b"Server Key", digest).digest()
+        return cls(salt, stored_key, server_key, iterations)
+
+    @classmethod
+    def from_password(
+        cls, mechanism: str, password: str, iterations: int, salt: bytes | None = None
+    ) -> ScramCredential:
+        salt = salt if salt is not None else os.urandom(32)
+        digest = SCRAM_MECHANISMS[mechanism][1]
+        salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+        return cls.from_salted_password(mechanism, salt, salted, iterations)
+
+    def to_json(self) -> dict[str, object]:
+        def b64(b: bytes) -> str:
+            return base64.b64encode(b).decode()
+
+        return {
+            "salt": b64(self.salt),
+            "stored_key": b64(self.stored_key),
+            "server_key": b64(self.server_key),
+            "iterations": self.iterations,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> ScramCredential:
+        def unb64(key: str) -> bytes:
+            return base64.b64decode(str(d[key]), validate=True)
+
+        iterations = d["iterations"]
+        if not isinstance(iterations, int):
+            raise ValueError("iterations is not an integer")
+        return cls(unb64("salt"), unb64("stored_key"), unb64("server_key"), iterations)
+
+
+def check_upsertion(user: str, mechanism: str | None, iterations: int, salt: bytes, salted: bytes) -> str:
+    """The mechanism name of a valid upsertion; :class:`CredentialError` as Kafka answers."""
+    if not user:
+        raise CredentialError(UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    if mechanism is None:
+        raise CredentialError(UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+    if iterations < MIN_ITERATIONS:
+        raise CredentialError(
+            UNACCEPTABLE_CREDENTIAL, f"Too few iterations: {mechanism} requires at least {MIN_ITERATIONS}"
+        )
+    if iterations > MAX_ITERATIONS:
+        raise CredentialError(
+            UNACCEPTABLE_CREDENTIAL, f"Too many iterations: {mechanism} allows at most {MAX_ITERATIONS}"
+        )
+    if not salted:
+        raise CredentialError(UNACCEPTABLE_CREDENTIAL, "Salted password must not be empty")
+    if len(salt) < MIN_SALT_BYTES:
+        # stricter than Kafka (which takes any salt): the SCRAM server (scramp) refuses shorter
+        # salts at login, so a credential with one could never be used
+        raise CredentialError(UNACCEPTABLE_CREDENTIAL, f"Salt must be at least {MIN_SALT_BYTES} bytes")
+    return mechanism
+
+
+class CredentialStore:
+    """``{user: {mechanism: ScramCredential}}`` backed by one file in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / FILE_NAME
+        self._users: dict[str, dict[str, ScramCredential]] = {}
+        if self.path.exists():
+            try:
+                doc = json.loads(self.path.read_text())
+                for user, mechs in doc["users"].items():
+                    self._users[str(user)] = {
+                        str(m): ScramCredential.from_json(c)
+                        for m, c in mechs.items()
+                        if m in SCRAM_MECHANISMS
+                    }
+            except (KeyError, TypeError, AttributeError, ValueError) as e:
+                raise ValueError(f"corrupt SCRAM credential store {self.path}: {e}") from e
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._users.get(user, {}).get(mechanism)
+
+    def users(self) -> list[str]:
+        return sorted(u for u, m in self._users.items() if m)
+
+    def credentials(self, user: str) -> dict[str, ScramCredential]:
+        return dict(self._users.get(user, {}))
+
+    def apply(
+        self,
+        upsertions: Iterable[tuple[str, str, ScramCredential]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Apply every change, then persist once (deletions first, as their order in a request
+        does not matter: Kafka refuses a user named twice for the same mechanism)."""
+        users = {u: dict(m) for u, m in self._users.items()}
+        for user, mech in deletions:
+            users.get(user, {}).pop(mech, None)
+        for user, mech, cred in upsertions:
+            users.setdefault(user, {})[mech] = cred
+        users = {u: m for u, m in users.items() if m}
+        doc = {
+            "version": 1,
+            "users": {u: {m: c.to_json() for m, c in sorted(ms.items())} for u, ms in sorted(users.items())},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(self.path, json.dumps(doc, indent=1).encode())
+        with contextlib.suppress(OSError):
+            os.chmod(self.path, 0o600)
+        self._users = users

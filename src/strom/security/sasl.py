@@ -1,0 +1,325 @@
+"""Server side of SASL, sans-IO: the PLAIN and SCRAM-SHA-256/512 exchanges, the JAAS text that
+declares PLAIN users, and the broker's SASL settings.
+
+Theory of operation (Kafka's protocol, KIP-43/KIP-152):
+
+1. On a SASL listener the client sends SaslHandshake with a mechanism; the broker answers with
+   its enabled mechanisms, and an exchange object for that mechanism is kept on the connection.
+2. Each SaslAuthenticate carries one client token; :meth:`SaslExchange.evaluate` returns the
+   server's token. PLAIN is one round (``authzid \\0 user \\0 password``), SCRAM two
+   (client-first -> server-first, client-final -> server-final, RFC 5802).
+3. When ``complete`` is true the user is authenticated as ``username``. A failure raises
+   :class:`SaslAuthenticationError` whose message goes back to the client; Kafka then closes the
+   connection.
+
+Configuration (Kafka's names; listener names lower-cased in prefixes):
+
+- ``sasl.enabled.mechanisms`` / ``listener.name.<listener>.sasl.enabled.mechanisms``: comma list
+  of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, GSSAPI, is not available in strom).
+- ``listener.name.<listener>.plain.sasl.jaas.config``, else ``sasl.jaas.config``: a JAAS entry
+  such as ``org.apache.kafka.common.security.plain.PlainLoginModule required username="admin"
+  password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";`` where every
+  ``user_<name>`` option declares a PLAIN user (as Kafka's PlainServerCallbackHandler reads it).
+
+Error contract: :class:`SaslAuthenticationError` from ``evaluate``; ``ConfigError`` from
+:func:`validate_sasl_config`, :func:`parse_jaas_config` and :meth:`SaslSettings.from_values`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import scramp  # type: ignore[import-untyped]
+
+from .credentials import SCRAM_MECHANISMS, ScramCredential
+
+__all__ = [
+    "MECHANISMS",
+    "JaasEntry",
+    "PlainExchange",
+    "SaslAuthenticationError",
+    "SaslExchange",
+    "SaslSettings",
+    "ScramExchange",
+    "parse_jaas_config",
+    "validate_sasl_config",
+]
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
+
+
+class SaslAuthenticationError(Exception):
+    """The exchange failed; the message is what the client is told."""
+
+
+class SaslExchange(Protocol):
+    mechanism: str
+    complete: bool
+    username: str | None
+
+    def evaluate(self, token: bytes) -> bytes: ...
+
+
+# ---------------------------------------------------------------------------------------- PLAIN
+class PlainExchange:
+    """RFC 4616: one client message ``[authzid] NUL authcid NUL passwd``; the server answers
+    with no bytes. An authorization id other than the user's own is refused (as Kafka does)."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, users: Mapping[str, str]) -> None:
+        self._users = users
+        self.complete = False
+        self.username: str | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslAuthenticationError("Authentication failed: PLAIN exchange already complete")
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslAuthenticationError("Invalid SASL/PLAIN response: not UTF-8") from None
+        parts = text.split("\0")
+        if len(parts) != 3:
+            raise SaslAuthenticationError(
+                f"Invalid SASL/PLAIN response: expected 3 NUL-separated fields, got {len(parts)}"
+            )
+        authzid, user, password = parts
+        if not user:
+            raise SaslAuthenticationError("Authentication failed: username not specified")
+        if not password:
+            raise SaslAuthenticationError("Authentication failed: password not specified")
+        expected = self._users.get(user)
+        # compare_digest on both branches so a missing user costs what a wrong password does
+        ok = hmac.compare_digest(password.encode(), (expected if expected is not None else "\0").encode())
+        if expected is None or not ok:
+            raise SaslAuthenticationError("Authentication failed: Invalid username or password")
+        if authzid and authzid != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        self.complete = True
+        self.username = user
+        return b""
+
+
+# ---------------------------------------------------------------------------------------- SCRAM
+def _unescape_saslname(name: str) -> str:
+    """RFC 5802 saslname: ``=2C`` is a comma, ``=3D`` an equals sign."""
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class ScramExchange:
+    """RFC 5802 server over ``scramp`` (no channel binding: Kafka's SCRAM has none). ``lookup``
+    returns the user's credential for this mechanism, or None for an unknown user."""
+
+    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
+        if mechanism not in SCRAM_MECHANISMS:
+            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self.mechanism = mechanism
+        self.complete = False
+        self.username: str | None = None
+        self._lookup = lookup
+        self._step = 0
+        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+
+    def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int] | None:
+        user = _unescape_saslname(name)
+        cred = self._lookup(user)
+        if cred is None:
+            return None
+        self.username = user
+        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslAuthenticationError(f"Invalid {self.mechanism} message: not UTF-8") from None
+        if self._step == 0:
+            self._step = 1
+            try:
+                self._server.set_client_first(text)
+                return str(self._server.get_server_first()).encode()
+            except scramp.ScramException as e:
+                self.username = None
+                raise SaslAuthenticationError(
+                    f"Authentication failed during authentication due to invalid credentials with SASL "
+                    f"mechanism {self.mechanism}: {_reason(e)}"
+                ) from None
+        if self._step == 1:
+            self._step = 2
+            try:
+                self._server.set_client_final(text)
+                final = str(self._server.get_server_final()).encode()
+            except scramp.ScramException as e:
+                self.username = None
+                raise SaslAuthenticationError(
+                    f"Authentication failed during authentication due to invalid credentials with SASL "
+                    f"mechanism {self.mechanism}: {_reason(e)}"
+                ) from None
+            self.complete = True
+            return final
+        raise SaslAuthenticationError(f"Authentication failed: {self.mechanism} exchange already complete")
+
+
+def _reason(e: Exception) -> str:
+    text = str(e.args[0]) if e.args else str(e)
+    return "unknown user" if text == "Unknown user" else text
+
+
+# ---------------------------------------------------------------------------------------- JAAS
+@dataclass(frozen=True)
+class JaasEntry:
+    login_module: str
+    flag: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    def plain_users(self) -> dict[str, str]:
+        return {k[len("user_") :]: v for k, v in self.options.items() if k.startswith("user_") and len(k) > 5}
+
+
+def _config_error(message: str) -> Exception:
+    from ..config import ConfigError
+
+    return ConfigError(message)
+
+
+def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
+    """Parse one JAAS login-module entry (``<class> <flag> name=value ... ;``). Values may be
+    double-quoted (``\\`` escapes the next character) or bare words."""
+    pos, n = 0, len(text)
+    tokens: list[tuple[str, bool]] = []  # (text, quoted)
+    while pos < n:
+        ch = text[pos]
+        if ch.isspace():
+            pos += 1
+        elif ch in "=;":
+            tokens.append((ch, False))
+            pos += 1
+        elif ch == '"':
+            pos += 1
+            buf: list[str] = []
+            while True:
+                if pos >= n:
+                    raise _config_error(f"{key}: unterminated quoted value")
+                c = text[pos]
+                if c == "\\" and pos + 1 < n:
+                    buf.append(text[pos + 1])
+                    pos += 2
+                elif c == '"':
+                    pos += 1
+                    break
+                else:
+                    buf.append(c)
+                    pos += 1
+            tokens.append(("".join(buf), True))
+        else:
+            start = pos
+            while pos < n and not text[pos].isspace() and text[pos] not in '=;"':
+                pos += 1
+            tokens.append((text[start:pos], False))
+    if not tokens or tokens[-1] != (";", False):
+        raise _config_error(f"{key}: a JAAS entry must end with ';' ({_usage()})")
+    if len(tokens) < 3 or tokens[0][1] or tokens[0][0] in "=;":
+        raise _config_error(f"{key}: expected '<LoginModule class> <flag> [name=value ...];' ({_usage()})")
+    module, flag = tokens[0][0], tokens[1][0]
+    if tokens[1][1] or flag.lower() not in JAAS_FLAGS:
+        raise _config_error(f"{key}: login module flag {flag!r} is not one of {', '.join(JAAS_FLAGS)}")
+    options: dict[str, str] = {}
+    i = 2
+    while i < len(tokens) - 1:
+        name, quoted = tokens[i]
+        if quoted or name in "=;" or i + 2 >= len(tokens) or tokens[i + 1] != ("=", False):
+            raise _config_error(f"{key}: expected name=value at {name!r} ({_usage()})")
+        value, vquoted = tokens[i + 2]
+        if not vquoted and value in "=;":
+            raise _config_error(f"{key}: option {name!r} has no value")
+        options[name] = value
+        i += 3
+    if i != len(tokens) - 1:
+        raise _config_error(f"{key}: only one login module per JAAS config ({_usage()})")
+    return JaasEntry(module, flag.lower(), options)
+
+
+def _usage() -> str:
+    return 'e.g. org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+
+
+# ---------------------------------------------------------------------------------------- settings
+def _mechanism_list(key: str, raw: Any) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in str(raw).split(","):
+        m = item.strip().upper()
+        if not m:
+            continue
+        if m not in MECHANISMS:
+            raise _config_error(
+                f"{key}: SASL mechanism {item.strip()!r} is not supported by strom "
+                f"(supported: {', '.join(MECHANISMS)})"
+            )
+        if m not in out:
+            out.append(m)
+    return tuple(out)
+
+
+@dataclass
+class SaslSettings:
+    """The SASL configuration of every listener, read from the broker's config values."""
+
+    values: Mapping[str, Any]
+    _enabled: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _plain: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SaslSettings:
+        s = cls(values)
+        s.enabled_mechanisms(None)
+        s.plain_users(None)
+        for key in values:
+            if key.startswith("listener.name.") and (
+                key.endswith(".sasl.enabled.mechanisms") or key.endswith(".sasl.jaas.config")
+            ):
+                listener = key[len("listener.name.") :].split(".", 1)[0]
+                s.enabled_mechanisms(listener)
+                s.plain_users(listener)
+        return s
+
+    def enabled_mechanisms(self, listener: str | None) -> tuple[str, ...]:
+        name = (listener or "").lower()
+        if name not in self._enabled:
+            key = f"listener.name.{name}.sasl.enabled.mechanisms"
+            if listener is None or key not in self.values:
+                key = "sasl.enabled.mechanisms"
+            self._enabled[name] = _mechanism_list(key, self.values.get(key) or "")
+        return self._enabled[name]
+
+    def plain_users(self, listener: str | None) -> dict[str, str]:
+        name = (listener or "").lower()
+        if name not in self._plain:
+            key = f"listener.name.{name}.plain.sasl.jaas.config"
+            if listener is None or not self.values.get(key):
+                key = "sasl.jaas.config"
+            text = str(self.values.get(key) or "").strip()
+            self._plain[name] = parse_jaas_config(text, key).plain_users() if text else {}
+        return self._plain[name]
+
+    def new_exchange(
+        self, mechanism: str, listener: str, lookup: Callable[[str, str], ScramCredential | None]
+    ) -> SaslExchange:
+        if mechanism == "PLAIN":
+            return PlainExchange(self.plain_users(listener))
+        return ScramExchange(mechanism, lambda user: lookup(user, mechanism))
+
+
+def validate_sasl_config(values: Mapping[str, Any]) -> None:
+    """Raise ConfigError for an unknown mechanism or malformed JAAS text in any SASL key; every
+    ``*.sasl.jaas.config`` is checked, also those for SCRAM (strom reads no options from them)."""
+    SaslSettings.from_values(values)
+    for key, raw in values.items():
+        if key.endswith("sasl.jaas.config") and str(raw or "").strip():
+            parse_jaas_config(str(raw), key)

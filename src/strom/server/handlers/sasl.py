@@ -1,0 +1,124 @@
+"""SaslHandshake (17, v0-1) and SaslAuthenticate (36, v0-2): they advance the connection's
+:class:`~strom.security.session.ConnectionSession`.
+
+- SaslHandshake: an enabled mechanism -> NONE, the enabled list, and a fresh exchange kept in
+  ``session.sasl_exchange``; otherwise UNSUPPORTED_SASL_MECHANISM with the list, and the
+  connection is closed after the answer (Kafka's authenticator fails the channel).
+- SaslAuthenticate: feeds the token to the exchange; success sets ``authenticated`` and
+  ``principal = "User:<name>"``. A failure answers SASL_AUTHENTICATION_FAILED with a message and
+  sets ``session.close_after_response``: the network driver closes the connection once that
+  answer is written, as Kafka does after a failed authentication. v1+ answers
+  ``session_lifetime_ms`` 0 (no re-authentication deadline: ``connections.max.reauth.ms`` is 0).
+- Handshake v0 is answered like v1, but the unframed token exchange Kafka allows after it (raw
+  SASL bytes without a request header) is not supported: such bytes fail to parse as a request
+  and the connection is closed. Clients that see SaslAuthenticate in ApiVersions (every client
+  since Kafka 1.0) use v1 and SaslAuthenticate.
+
+On a listener that is not SASL_* both APIs answer ILLEGAL_SASL_STATE (Kafka does not expect
+SASL there). The broker-wide state (settings parsed from the config, the SCRAM credential
+store) is :func:`sasl_state`.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...protocol.errors import ErrorCode
+from ...security.credentials import CredentialStore, ScramCredential
+from ...security.sasl import SaslAuthenticationError, SaslSettings
+from ..context import RequestContext
+from . import handler
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger("strom.sasl")
+
+SASL_AUTHENTICATION_FAILED = 58
+
+
+@dataclass
+class SaslState:
+    settings: SaslSettings
+    credentials: CredentialStore
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.credentials.get(user, mechanism)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, SaslState] = weakref.WeakKeyDictionary()
+
+
+def sasl_state(broker: Broker) -> SaslState:
+    """The broker's SASL settings and SCRAM credential store (opened on first use)."""
+    state = _STATES.get(broker)
+    if state is None:
+        state = SaslState(SaslSettings.from_values(broker.config.values), CredentialStore(broker.log_dir))
+        _STATES[broker] = state
+    return state
+
+
+def _close_after(ctx: RequestContext) -> None:
+    session = ctx.session
+    session.sasl_exchange = None
+    session.sasl_mechanism = None
+    session.close_after_response = True
+
+
+@handler(17)
+async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    session = ctx.session
+    state = sasl_state(ctx.broker)
+    enabled = list(state.settings.enabled_mechanisms(session.listener))
+    if not session.uses_sasl or session.authenticated:
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled}
+    mechanism = str(request.mechanism)
+    if mechanism not in enabled:
+        log.info("%s asked for disabled SASL mechanism %r", ctx.client_host, mechanism)
+        _close_after(ctx)
+        return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+    session.sasl_mechanism = mechanism
+    session.sasl_exchange = state.settings.new_exchange(mechanism, session.listener, state.lookup)
+    return {"error_code": ErrorCode.NONE, "mechanisms": enabled}
+
+
+def _auth_response(ctx: RequestContext, code: int, message: str | None, auth_bytes: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = {"error_code": code, "error_message": message, "auth_bytes": auth_bytes}
+    if ctx.api_version >= 1:
+        out["session_lifetime"] = 0
+    return out
+
+
+@handler(36)
+async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    session = ctx.session
+    exchange = session.sasl_exchange
+    if exchange is None or not session.uses_sasl or session.authenticated:
+        _close_after(ctx)
+        return _auth_response(
+            ctx,
+            ErrorCode.ILLEGAL_SASL_STATE,
+            "SaslAuthenticate is only valid after a successful SaslHandshake on a SASL listener",
+            b"",
+        )
+    try:
+        reply = exchange.evaluate(bytes(request.auth_bytes))
+    except SaslAuthenticationError as e:
+        log.info(
+            "failed authentication with %s (%s) from %s on %s",
+            session.sasl_mechanism,
+            e,
+            ctx.client_host,
+            session.listener,
+        )
+        _close_after(ctx)
+        return _auth_response(ctx, SASL_AUTHENTICATION_FAILED, str(e), b"")
+    if exchange.complete:
+        session.authenticated = True
+        session.principal = f"User:{exchange.username}"
+        session.sasl_exchange = None
+        log.debug("%s authenticated as %s with %s", ctx.client_host, session.principal, exchange.mechanism)
+    return _auth_response(ctx, ErrorCode.NONE, None, reply)
