@@ -1,5 +1,6 @@
 """Config and partition administration over :class:`strom.client.Client`: DescribeConfigs,
-IncrementalAlterConfigs, AlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
+IncrementalAlterConfigs, AlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs,
+Describe/AlterUserScramCredentials.
 
 Works against any Kafka-compatible broker. Broker resources are sent to the broker they name
 (the cluster default, ``""``, to any broker), like Kafka's AdminClient.
@@ -10,6 +11,8 @@ carrying the broker's code and message; per-topic/partition results return error
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,10 +26,12 @@ __all__ = [
     "SOURCE_NAMES",
     "ConfigInfo",
     "alter_configs",
+    "alter_user_scram_credentials",
     "create_partitions",
     "delete_records",
     "describe_configs",
     "describe_log_dirs",
+    "describe_user_scram_credentials",
     "incremental_alter_configs",
 ]
 
@@ -36,6 +41,10 @@ INCREMENTAL_ALTER_CONFIGS = 44
 CREATE_PARTITIONS = 37
 DELETE_RECORDS = 21
 DESCRIBE_LOG_DIRS = 35
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
+SCRAM_MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
 TOPIC = 2
 BROKER = 4
@@ -261,3 +270,67 @@ async def describe_log_dirs(
         }
         out.append((str(r.log_dir), int(r.error_code), sizes))
     return out
+
+
+async def alter_user_scram_credentials(
+    client: Client,
+    upsertions: Sequence[tuple[str, str, str, int]] = (),
+    deletions: Sequence[tuple[str, str]] = (),
+) -> dict[str, KafkaError | None]:
+    """Set SCRAM credentials ``(user, mechanism, password, iterations)`` and delete
+    ``(user, mechanism)`` ones (mechanism ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``). As Kafka's
+    AdminClient, the password never leaves the client: a random salt and the salted password
+    (RFC 5802 ``Hi``, PBKDF2-HMAC) are sent. Per user ``None`` or the error."""
+    ups = []
+    for user, mech, password, iterations in upsertions:
+        mech_id = _scram_mechanism_id(mech)
+        salt = os.urandom(32)
+        salted = hashlib.pbkdf2_hmac(_SCRAM_HASHES[mech.upper()], password.encode(), salt, iterations)
+        ups.append(
+            {
+                "name": user,
+                "mechanism": mech_id,
+                "iterations": iterations,
+                "salt": salt,
+                "salted_password": salted,
+            }
+        )
+    dels = [{"name": user, "mechanism": _scram_mechanism_id(mech)} for user, mech in deletions]
+    conn = await client.any_connection()
+    resp = await conn.request(ALTER_USER_SCRAM_CREDENTIALS, {"deletions": dels, "upsertions": ups})
+    out: dict[str, KafkaError | None] = {}
+    for r in resp.results:
+        code = int(r.error_code)
+        out[str(r.user)] = KafkaError(code, r.error_message) if code else None
+    return out
+
+
+async def describe_user_scram_credentials(
+    client: Client, users: Sequence[str] | None = None
+) -> dict[str, list[tuple[str, int]] | KafkaError]:
+    """``{user: [(mechanism, iterations)]}`` (all users when ``users`` is None), or per user the
+    error (RESOURCE_NOT_FOUND for a user without credentials)."""
+    conn = await client.any_connection()
+    resp = await conn.request(
+        DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": None if users is None else [{"name": u} for u in users]}
+    )
+    _raise_resource_error(int(resp.error_code), resp.error_message, "describe SCRAM credentials")
+    names = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+    out: dict[str, list[tuple[str, int]] | KafkaError] = {}
+    for r in resp.results:
+        code = int(r.error_code)
+        if code:
+            out[str(r.user)] = KafkaError(code, r.error_message)
+        else:
+            out[str(r.user)] = [
+                (names.get(int(c.mechanism), str(int(c.mechanism))), int(c.iterations))
+                for c in r.credential_infos
+            ]
+    return out
+
+
+def _scram_mechanism_id(mechanism: str) -> int:
+    mech_id = SCRAM_MECHANISM_IDS.get(mechanism.upper())
+    if mech_id is None:
+        raise ValueError(f"unknown SCRAM mechanism {mechanism!r}: SCRAM-SHA-256 or SCRAM-SHA-512")
+    return mech_id
