@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .security.session import SECURITY_PROTOCOLS
+
 
 class ConfigError(ValueError):
     pass
@@ -27,6 +29,26 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "cluster.id": (str, "strom-cluster-0000000001"),
     "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": (str, ""),
+    "listener.security.protocol.map": (
+        str,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    ),
+    # TLS (listeners whose security protocol is SSL or SASL_SSL); each can be overridden per
+    # listener as listener.name.<lowercase listener name>.ssl.* (see security/tls.py)
+    "ssl.keystore.type": (str, "JKS"),
+    "ssl.keystore.location": (str, ""),
+    "ssl.keystore.password": (str, ""),
+    "ssl.keystore.certificate.chain": (str, ""),
+    "ssl.keystore.key": (str, ""),
+    "ssl.key.password": (str, ""),
+    "ssl.truststore.type": (str, "JKS"),
+    "ssl.truststore.location": (str, ""),
+    "ssl.truststore.password": (str, ""),
+    "ssl.truststore.certificates": (str, ""),
+    "ssl.client.auth": (str, "none"),
+    "ssl.enabled.protocols": (str, "TLSv1.2,TLSv1.3"),
+    "ssl.protocol": (str, "TLSv1.3"),
+    "ssl.cipher.suites": (str, ""),
     "log.dirs": (str, ""),
     "log.dir": (str, "./strom-data"),
     "num.partitions": (int, 1),
@@ -139,6 +161,27 @@ def _parse_value(name: str, typ: type, raw: Any) -> Any:
     return text
 
 
+def _parse_endpoints(key: str, text: str) -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` -> [(name, host, port)]; a name may appear once."""
+    out: list[tuple[str, str, int]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" not in item:
+            raise ConfigError(f"{key} entry {item!r} is not of the form NAME://host:port")
+        name, rest = item.split("://", 1)
+        host, sep, port = rest.rpartition(":")
+        if not sep or not port.isdigit() or not name:
+            raise ConfigError(f"{key} entry {item!r} has no valid port")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if any(name == n for n, _h, _p in out):
+            raise ConfigError(f"{key} names listener {name!r} more than once")
+        out.append((name, host, int(port)))
+    return out
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Parse Java-properties-style text (``key=value`` or ``key: value``, ``#``/``!`` comments)."""
     out: dict[str, str] = {}
@@ -167,6 +210,9 @@ class BrokerConfig:
 
     values: dict[str, Any] = field(default_factory=dict)
     explicit: dict[str, Any] = field(default_factory=dict)
+    _advertised_cache: tuple[tuple[str, str], dict[str, tuple[str, int]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @classmethod
     def from_sources(
@@ -208,7 +254,10 @@ class BrokerConfig:
             raise ConfigError("log.segment.bytes must be at least 14")
         if self.values["num.partitions"] < 1:
             raise ConfigError("num.partitions must be at least 1")
-        self.listeners()
+        self.advertised_listeners()
+        from .security.tls import validate_tls_configs
+
+        validate_tls_configs(self)
         from .security.sasl import validate_sasl_config
 
         validate_sasl_config(self.values)
@@ -232,34 +281,81 @@ class BrokerConfig:
         return Path(dirs.split(",")[0].strip())
 
     def listeners(self) -> list[tuple[str, str, int]]:
-        """Parse ``listeners`` into (name, host, port) triples."""
-        out = []
-        for item in str(self.values["listeners"]).split(","):
+        """Parse ``listeners`` into (name, host, port) triples.
+
+        Raises ConfigError for a malformed entry, a listener name used twice, or a name that
+        ``listener.security.protocol.map`` does not map (Kafka's rules).
+        """
+        out = _parse_endpoints("listeners", str(self.values["listeners"]))
+        if not out:
+            raise ConfigError("listeners is empty")
+        protocols = self.security_protocol_map()
+        for name, _host, _port in out:
+            if name not in protocols:
+                raise ConfigError(
+                    f"listener {name!r} in listeners has no security protocol: add {name}:<protocol> "
+                    f"to listener.security.protocol.map (one of {', '.join(SECURITY_PROTOCOLS)})"
+                )
+        return [(name, host or "0.0.0.0", port) for name, host, port in out]
+
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map`` as {listener name: security protocol}."""
+        out: dict[str, str] = {}
+        for item in str(self.values["listener.security.protocol.map"]).split(","):
             item = item.strip()
             if not item:
                 continue
-            if "://" not in item:
-                raise ConfigError(f"listener {item!r} is not of the form NAME://host:port")
-            name, rest = item.split("://", 1)
-            host, sep, port = rest.rpartition(":")
-            if not sep or not port.isdigit():
-                raise ConfigError(f"listener {item!r} has no valid port")
-            out.append((name, host or "0.0.0.0", int(port)))
-        if not out:
-            raise ConfigError("listeners is empty")
+            name, sep, proto = item.partition(":")
+            name, proto = name.strip(), proto.strip().upper()
+            if not sep or not name:
+                raise ConfigError(
+                    f"listener.security.protocol.map entry {item!r} is not of the form NAME:PROTOCOL"
+                )
+            if proto not in SECURITY_PROTOCOLS:
+                raise ConfigError(
+                    f"listener.security.protocol.map maps {name!r} to unknown security protocol "
+                    f"{proto!r} (one of {', '.join(SECURITY_PROTOCOLS)})"
+                )
+            out[name] = proto
         return out
 
-    def advertised(self) -> tuple[str, int]:
-        """(host, port) clients are told to connect to."""
-        adv = str(self.values.get("advertised.listeners") or "")
-        if adv:
-            _, rest = adv.split(",")[0].split("://", 1)
-            ahost, _, aport = rest.rpartition(":")
-            return ahost, int(aport)
-        _, lhost, lport = self.listeners()[0]
-        if lhost in ("0.0.0.0", "", "::"):
-            lhost = "127.0.0.1"
-        return lhost, lport
+    def listener_protocols(self) -> list[tuple[str, str, str, int]]:
+        """(name, security protocol, host, port) for every listener, in ``listeners`` order."""
+        protocols = self.security_protocol_map()
+        return [(name, protocols[name], host, port) for name, host, port in self.listeners()]
+
+    def advertised_listeners(self) -> dict[str, tuple[str, int]]:
+        """{listener name: (host, port) clients are told to connect to}.
+
+        ``advertised.listeners`` entries are matched to listeners by name; a listener it does not
+        name advertises its own address (a wildcard host becomes 127.0.0.1).
+        """
+        key = (str(self.values["listeners"]), str(self.values.get("advertised.listeners") or ""))
+        cached = self._advertised_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        out: dict[str, tuple[str, int]] = {}
+        for name, host, port in self.listeners():
+            if host in ("0.0.0.0", "", "::"):
+                host = "127.0.0.1"
+            out[name] = (host, port)
+        known = set(out)
+        for name, host, port in _parse_endpoints("advertised.listeners", key[1]):
+            if name not in known:
+                raise ConfigError(
+                    f"advertised.listeners names listener {name!r}, which is not in listeners "
+                    f"({', '.join(sorted(known))})"
+                )
+            out[name] = (host or "127.0.0.1", port)
+        self._advertised_cache = (key, out)
+        return out
+
+    def advertised(self, listener: str | None = None) -> tuple[str, int]:
+        """(host, port) clients of ``listener`` (default: the first listener) connect to."""
+        adv = self.advertised_listeners()
+        if listener is not None and listener in adv:
+            return adv[listener]
+        return next(iter(adv.values()))
 
     def topic_defaults(self) -> dict[str, Any]:
         """Effective topic-config defaults derived from the broker's synonyms."""
