@@ -1,0 +1,336 @@
+"""SASL on a real broker process with real clients: PLAIN (confluent-kafka, kafka-python,
+aiokafka, kcat) and SCRAM-SHA-256/512 (credentials created and listed with confluent-kafka's
+AdminClient), wrong passwords, requests before authentication, and credentials across a restart.
+
+The broker has two listeners: PLAINTEXT (no authentication, used for admin set-up) and
+SASL_PLAINTEXT with PLAIN users from ``listener.name.sasl_plaintext.plain.sasl.jaas.config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strom.client.messages import decode_response, encode_request
+from strom.testing.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+admin_mod = pytest.importorskip("confluent_kafka.admin")
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";'
+)
+LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+OVERRIDES = [f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"]
+
+
+def _start(data_dir: Path) -> BrokerProcess:
+    return BrokerProcess(data_dir, overrides=list(OVERRIDES), listeners=LISTENERS).start()
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = _start(tmp_path_factory.mktemp("sasl") / "data")
+    try:
+        yield b
+    finally:
+        assert b.stop() == 0, b.log()
+
+
+def _conf(
+    b: BrokerProcess, mechanism: str = "PLAIN", user: str = "alice", password: str = "alice-secret"
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": b.bootstrap_for("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def _roundtrip(conf: dict[str, Any], topic: str, n: int = 5) -> list[bytes]:
+    p = confluent_kafka.Producer(conf)
+    for i in range(n):
+        p.produce(topic, key=b"k", value=f"v{i}".encode())
+    assert p.flush(15) == 0
+    c = confluent_kafka.Consumer(conf | {"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        for _ in range(100):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            if len(got) == n:
+                break
+    finally:
+        c.close()
+    return got
+
+
+def _auth_error(conf: dict[str, Any]) -> Any:
+    """The first error a confluent-kafka client reports when it cannot authenticate."""
+    errors: list[Any] = []
+    p = confluent_kafka.Producer(conf | {"error_cb": errors.append})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.05)
+    p.flush(0)
+    assert errors, "no error reported"
+    assert errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION, errors
+    return errors[0]
+
+
+# ------------------------------------------------------------------------------------ PLAIN
+def test_confluent_plain_produce_consume(sasl_broker: BrokerProcess) -> None:
+    topic = f"plain-{uuid.uuid4().hex[:8]}"
+    assert _roundtrip(_conf(sasl_broker), topic) == [f"v{i}".encode() for i in range(5)]
+
+
+def test_confluent_plain_wrong_password_then_broker_still_serves(sasl_broker: BrokerProcess) -> None:
+    for user, password in [("alice", "wrong"), ("nobody", "x")]:
+        err = _auth_error(_conf(sasl_broker, user=user, password=password) | {"error_cb": lambda e: None})
+        assert err.code() in (
+            confluent_kafka.KafkaError._AUTHENTICATION,
+            confluent_kafka.KafkaError._TRANSPORT,
+        )
+    md = admin_mod.AdminClient(_conf(sasl_broker, user="admin", password="admin-secret")).list_topics(
+        timeout=10
+    )
+    assert md.brokers
+
+
+def test_kafka_python_plain(sasl_broker: BrokerProcess) -> None:
+    kafka = pytest.importorskip("kafka")
+    topic = f"kp-{uuid.uuid4().hex[:8]}"
+    common: dict[str, Any] = {
+        "bootstrap_servers": sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": "alice-secret",
+    }
+    p = kafka.KafkaProducer(**common)
+    p.send(topic, b"hello").get(timeout=15)
+    p.close()
+    c = kafka.KafkaConsumer(auto_offset_reset="earliest", **common)
+    c.assign([kafka.TopicPartition(topic, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 15
+    while not got and time.monotonic() < deadline:
+        for records in c.poll(timeout_ms=200).values():
+            got += [r.value for r in records]
+    c.close()
+    assert got == [b"hello"]
+
+
+def test_aiokafka_plain(sasl_broker: BrokerProcess) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    topic = f"aio-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> None:
+        common: dict[str, Any] = {
+            "bootstrap_servers": sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "alice",
+            "sasl_plain_password": "alice-secret",
+        }
+        p = aiokafka.AIOKafkaProducer(**common)
+        await p.start()
+        try:
+            await p.send_and_wait(topic, b"hi")
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+def test_kcat_plain(sasl_broker: BrokerProcess) -> None:
+    topic = f"kcat-{uuid.uuid4().hex[:8]}"
+    base = [
+        "kcat",
+        "-b",
+        sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=PLAIN",
+        "-X",
+        "sasl.username=alice",
+        "-X",
+        "sasl.password=alice-secret",
+    ]
+    subprocess.run([*base, "-P", "-t", topic], input=b"one\ntwo\n", check=True, timeout=30)
+    out = subprocess.run(
+        [*base, "-C", "-t", topic, "-o", "beginning", "-c", "2", "-e"],
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    assert out.stdout.split() == [b"one", b"two"]
+
+
+# ------------------------------------------------------------------------------------ SCRAM
+def _scram_admin_setup(plaintext_bootstrap: str, user: str, password: str) -> None:
+    a = admin_mod.AdminClient({"bootstrap.servers": plaintext_bootstrap})
+    ups = [
+        admin_mod.UserScramCredentialUpsertion(
+            user,
+            admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_256, 8192),
+            password.encode(),
+        ),
+        admin_mod.UserScramCredentialUpsertion(
+            user,
+            admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_512, 4096),
+            password.encode(),
+        ),
+    ]
+    for fut in a.alter_user_scram_credentials(ups).values():
+        fut.result(timeout=10)
+
+
+def test_scram_credentials_admin_and_login(sasl_broker: BrokerProcess) -> None:
+    _scram_admin_setup(sasl_broker.bootstrap, "bob", "bob-secret")
+    a = admin_mod.AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    desc = a.describe_user_scram_credentials(["bob"])["bob"].result(timeout=10)
+    infos = {(i.mechanism, i.iterations) for i in desc.scram_credential_infos}
+    assert infos == {
+        (admin_mod.ScramMechanism.SCRAM_SHA_256, 8192),
+        (admin_mod.ScramMechanism.SCRAM_SHA_512, 4096),
+    }
+    # too few iterations -> UNACCEPTABLE_CREDENTIAL; unknown user -> RESOURCE_NOT_FOUND
+    weak = admin_mod.UserScramCredentialUpsertion(
+        "weak", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_256, 1000), b"x"
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        a.alter_user_scram_credentials([weak])["weak"].result(timeout=10)
+    assert ei.value.args[0].code() == confluent_kafka.KafkaError.UNACCEPTABLE_CREDENTIAL
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        a.describe_user_scram_credentials(["ghost"])["ghost"].result(timeout=10)
+    assert ei.value.args[0].code() == confluent_kafka.KafkaError.RESOURCE_NOT_FOUND
+
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        topic = f"scram-{mech[-3:]}-{uuid.uuid4().hex[:6]}"
+        assert _roundtrip(_conf(sasl_broker, mech, "bob", "bob-secret"), topic, 3) == [b"v0", b"v1", b"v2"]
+        err = _auth_error(_conf(sasl_broker, mech, "bob", "wrong") | {"error_cb": lambda e: None})
+        assert err.code() in (
+            confluent_kafka.KafkaError._AUTHENTICATION,
+            confluent_kafka.KafkaError._TRANSPORT,
+        )
+
+    # deletion: SCRAM-SHA-512 login stops working, SHA-256 still works
+    dele = admin_mod.UserScramCredentialDeletion("bob", admin_mod.ScramMechanism.SCRAM_SHA_512)
+    a.alter_user_scram_credentials([dele])["bob"].result(timeout=10)
+    _auth_error(_conf(sasl_broker, "SCRAM-SHA-512", "bob", "bob-secret"))
+    assert admin_mod.AdminClient(_conf(sasl_broker, "SCRAM-SHA-256", "bob", "bob-secret")).list_topics(
+        timeout=10
+    )
+
+
+def test_kafka_python_scram(sasl_broker: BrokerProcess) -> None:
+    kafka = pytest.importorskip("kafka")
+    _scram_admin_setup(sasl_broker.bootstrap, "carol", "carol-secret")
+    p = kafka.KafkaProducer(
+        bootstrap_servers=sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="carol",
+        sasl_plain_password="carol-secret",
+    )
+    p.send(f"kps-{uuid.uuid4().hex[:6]}", b"x").get(timeout=15)
+    p.close()
+
+
+def test_scram_credentials_survive_restart(tmp_path: Path) -> None:
+    b = _start(tmp_path / "data")
+    try:
+        _scram_admin_setup(b.bootstrap, "dave", "dave-secret")
+    finally:
+        assert b.stop() == 0, b.log()
+    b = BrokerProcess(tmp_path / "data", port=b.port, overrides=list(OVERRIDES), listeners=LISTENERS)
+    b.start()
+    try:
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            md = admin_mod.AdminClient(_conf(b, mech, "dave", "dave-secret")).list_topics(timeout=10)
+            assert md.brokers
+    finally:
+        assert b.stop() == 0, b.log()
+
+
+# ------------------------------------------------------------------------------------ raw frames
+class Raw:
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.cid = 0
+
+    def send(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
+        self.cid += 1
+        frame, resp_cls = encode_request(api_key, version, self.cid, "sasl-test", data)
+        self.sock.sendall(frame)
+        return resp_cls
+
+    def call(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
+        resp_cls = self.send(api_key, version, data)
+        size = struct.unpack(">i", self._exact(4))[0]
+        return decode_response(resp_cls, self._exact(size))
+
+    def _exact(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by broker")
+            out += chunk
+        return out
+
+    def closed_by_peer(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def test_request_before_authentication_closes_connection(sasl_broker: BrokerProcess) -> None:
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    resp = r.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    assert int(resp.error_code) == 0
+    r.send(3, 12, {"topics": None, "allow_auto_topic_creation": False})
+    assert r.closed_by_peer()
+
+
+def test_failed_authentication_answers_then_closes(sasl_broker: BrokerProcess) -> None:
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    hs = r.call(17, 1, {"mechanism": "PLAIN"})
+    assert int(hs.error_code) == 0 and "PLAIN" in hs.mechanisms
+    resp = r.call(36, 2, {"auth_bytes": b"\0alice\0nope"})
+    assert int(resp.error_code) == 58 and "Invalid username or password" in resp.error_message
+    assert r.closed_by_peer()
+    # unsupported mechanism: Kafka's list of enabled ones, then the connection is closed
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    hs = r.call(17, 1, {"mechanism": "GSSAPI"})
+    assert int(hs.error_code) == 33 and list(hs.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert r.closed_by_peer()
+    # success: then any request is served on the same connection
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    r.call(17, 1, {"mechanism": "PLAIN"})
+    ok = r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+    assert int(ok.error_code) == 0
+    md = r.call(3, 12, {"topics": None, "allow_auto_topic_creation": False})
+    assert md.brokers
