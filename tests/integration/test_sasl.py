@@ -13,6 +13,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -334,3 +335,32 @@ def test_failed_authentication_answers_then_closes(sasl_broker: BrokerProcess) -
     assert int(ok.error_code) == 0
     md = r.call(3, 12, {"topics": None, "allow_auto_topic_creation": False})
     assert md.brokers
+
+
+def test_cli_configs_users_scram(sasl_broker: BrokerProcess) -> None:
+    strom = [sys.executable, "-m", "strom", "configs", "--bootstrap-server", sasl_broker.bootstrap]
+    user = ["--entity-type", "users", "--entity-name", "erin"]
+    add = "SCRAM-SHA-256=[iterations=8192,password=erin-secret],SCRAM-SHA-512=[password=erin-secret]"
+    out = subprocess.run([*strom, *user, "--alter", "--add-config", add], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "Completed updating config for user erin." in out.stdout
+    out = subprocess.run([*strom, *user, "--describe"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "SCRAM credential configs for user-principal 'erin' are "
+        "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096"
+    )
+    assert admin_mod.AdminClient(_conf(sasl_broker, "SCRAM-SHA-512", "erin", "erin-secret")).list_topics(
+        timeout=10
+    )
+    out = subprocess.run(
+        [*strom, *user, "--alter", "--delete-config", "SCRAM-SHA-512"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run([*strom, *user, "--describe"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("are SCRAM-SHA-256=iterations=8192")
+    bad = subprocess.run(
+        [*strom, *user, "--alter", "--add-config", "SCRAM-SHA-256=[iterations=10,password=x]"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "iterations" in bad.stderr

@@ -313,3 +313,23 @@ def test_alter_describe_scram_credentials_and_authenticate(tmp_path: Path) -> No
     )
     assert r["results"] == [{"user": "alice", "error_code": 0, "error_message": None}]
     assert CredentialStore(tmp_path).credentials("alice").keys() == {"SCRAM-SHA-512"}
+
+
+# ------------------------------------------------------------------------------------ CLI
+def test_cli_scram_changes() -> None:
+    from strom.cli.commands import CommandError
+    from strom.cli.configs import ConfigTarget, parse_config_list, scram_changes
+    from strom.client import admin
+
+    t = ConfigTarget("users", "alice")
+    add = "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=p=q]"
+    ops = [(k, admin.SET, v) for k, v in parse_config_list(add)] + [("scram-sha-512", admin.DELETE, None)]
+    ups, dels = scram_changes(t, ops[:2])
+    assert dels == []
+    assert ups == [("alice", "SCRAM-SHA-256", "alice-secret", 8192), ("alice", "SCRAM-SHA-512", "p=q", 4096)]
+    assert scram_changes(t, ops[2:]) == ([], [("alice", "SCRAM-SHA-512")])
+    for bad in ["SCRAM-SHA-256=[iterations=x,password=p]", "SCRAM-SHA-256=[iterations=8192]", "quota=1"]:
+        with pytest.raises(CommandError):
+            scram_changes(t, [(k, admin.SET, v) for k, v in parse_config_list(bad)])
+    with pytest.raises(CommandError):
+        scram_changes(ConfigTarget("users", None), ops[:1])

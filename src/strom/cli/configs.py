@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 ENTITY_TYPES = {"topics": admin.TOPIC, "brokers": admin.BROKER, "broker-loggers": admin.BROKER_LOGGER}
-_SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
+_SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger", "users": "user"}
 _DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6}
 
 
@@ -258,14 +258,80 @@ async def _alter(client: Client, target: ConfigTarget, ops: list[tuple[str, int,
 async def configs(args: argparse.Namespace, action: str) -> int:
     target = target_from_args(args)
     ops = alter_ops(args) if action == "alter" else []
+    scram = scram_changes(target, ops) if target.entity_type == "users" and action == "alter" else None
     client = _client(args)
     try:
         async with client:
+            if target.entity_type == "users":
+                if scram is None:
+                    return await _describe_users(client, target)
+                return await _alter_users(client, target, *scram)
             if action == "describe":
                 return await _describe(client, target, args.all)
             return await _alter(client, target, ops)
     except KafkaConnectionError as e:
         raise _connection_error(e) from None
+
+
+# ---------------------------------------------------------------------------- users (SCRAM)
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_SCRAM_ITERATIONS = 4096  # kafka-configs.sh's default when iterations= is not given
+
+
+def scram_changes(
+    target: ConfigTarget, ops: list[tuple[str, int, str | None]]
+) -> tuple[list[tuple[str, str, str, int]], list[tuple[str, str]]]:
+    """``--add-config 'SCRAM-SHA-256=[iterations=8192,password=secret]'`` and
+    ``--delete-config SCRAM-SHA-512`` for ``--entity-type users`` -> (upsertions, deletions)."""
+    if not target.name:
+        raise CommandError("alter of users needs --entity-name", 2)
+    ups: list[tuple[str, str, str, int]] = []
+    dels: list[tuple[str, str]] = []
+    for name, op, value in ops:
+        mech = name.upper()
+        if mech not in SCRAM_MECHANISMS:
+            raise CommandError(f"only {' and '.join(SCRAM_MECHANISMS)} configs are supported for users", 2)
+        if op == admin.DELETE:
+            dels.append((target.name, mech))
+            continue
+        if op != admin.SET:
+            raise CommandError(f"{mech} can only be added (--add-config) or deleted (--delete-config)", 2)
+        fields = dict(parse_config_list(value or ""))
+        unknown = set(fields) - {"iterations", "password"}
+        if unknown or "password" not in fields:
+            raise CommandError(f"{mech} needs [iterations=N,]password=P, got {value!r}", 2)
+        try:
+            iterations = int(fields.get("iterations", DEFAULT_SCRAM_ITERATIONS))
+        except ValueError:
+            raise CommandError(f"{mech}: iterations must be an integer", 2) from None
+        ups.append((target.name, mech, fields["password"], iterations))
+    return ups, dels
+
+
+async def _describe_users(client: Client, target: ConfigTarget) -> int:
+    users = None if target.name is None else [target.name]
+    result = await admin.describe_user_scram_credentials(client, users)
+    for user, infos in sorted(result.items()):
+        if isinstance(infos, KafkaError):
+            if infos.code == ErrorCode.resource_not_found:
+                print(f"SCRAM credential configs for user-principal '{user}' are ")
+                continue
+            raise CommandError(f"cannot describe user {user!r}: {infos}")
+        creds = ", ".join(f"{m}=iterations={i}" for m, i in sorted(infos))
+        print(f"SCRAM credential configs for user-principal '{user}' are {creds}")
+    return 0
+
+
+async def _alter_users(
+    client: Client, target: ConfigTarget, ups: list[tuple[str, str, str, int]], dels: list[tuple[str, str]]
+) -> int:
+    result = await admin.alter_user_scram_credentials(client, ups, dels)
+    for user, err in result.items():
+        if err is not None:
+            raise CommandError(f"cannot alter SCRAM credentials of user {user!r}: {err}")
+    print(target.done())
+    return 0
 
 
 # ---------------------------------------------------------------------------- topics alter
