@@ -274,6 +274,52 @@ def test_scram_credentials_survive_restart(tmp_path: Path) -> None:
         assert b.stop() == 0, b.log()
 
 
+def test_sasl_ssl_plain_and_scram(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA(organization_name="strom sasl test CA")
+    ca_pem, server_pem = tmp_path / "ca.pem", tmp_path / "server.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    b = BrokerProcess(
+        tmp_path / "data",
+        listeners={"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL"},
+        overrides=[
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={server_pem}",
+            f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+        ],
+    ).start()
+    try:
+        _scram_admin_setup(b.bootstrap, "frank", "frank-secret")
+        for mech, user, password in [
+            ("PLAIN", "alice", "alice-secret"),
+            ("SCRAM-SHA-512", "frank", "frank-secret"),
+        ]:
+            conf = {
+                "bootstrap.servers": b.bootstrap_for("SASL_SSL"),
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(ca_pem),
+                "sasl.mechanisms": mech,
+                "sasl.username": user,
+                "sasl.password": password,
+            }
+            topic = f"ssl-{uuid.uuid4().hex[:6]}"
+            assert _roundtrip(conf, topic, 2) == [b"v0", b"v1"]
+            err = _auth_error(conf | {"sasl.password": "wrong"})
+            assert mech in err.str() or "Invalid username or password" in err.str()
+    finally:
+        assert b.stop() == 0, b.log()
+
+
+def test_jaas_config_is_sensitive_in_describe_configs(sasl_broker: BrokerProcess) -> None:
+    a = admin_mod.AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    res = admin_mod.ConfigResource(admin_mod.ResourceType.BROKER, "1")
+    entries = a.describe_configs([res])[res].result(timeout=10)
+    jaas = entries["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert jaas.is_sensitive and jaas.value is None
+    assert entries["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+
 # ------------------------------------------------------------------------------------ raw frames
 class Raw:
     def __init__(self, bootstrap: str) -> None:
