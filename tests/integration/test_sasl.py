@@ -139,7 +139,7 @@ def test_kafka_python_plain(sasl_broker: BrokerProcess) -> None:
     assert got == [b"hello"]
 
 
-def test_aiokafka_plain(sasl_broker: BrokerProcess) -> None:
+def test_aiokafka_plain_and_scram(sasl_broker: BrokerProcess) -> None:
     aiokafka = pytest.importorskip("aiokafka")
     topic = f"aio-{uuid.uuid4().hex[:8]}"
 
@@ -157,6 +157,20 @@ def test_aiokafka_plain(sasl_broker: BrokerProcess) -> None:
             await p.send_and_wait(topic, b"hi")
         finally:
             await p.stop()
+        # SCRAM-SHA-256 with the same client
+        scram = common | {
+            "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "gina",
+            "sasl_plain_password": "gina-secret",
+        }
+        p = aiokafka.AIOKafkaProducer(**scram)
+        await p.start()
+        try:
+            await p.send_and_wait(topic, b"scram")
+        finally:
+            await p.stop()
+
+    _scram_admin_setup(sasl_broker.bootstrap, "gina", "gina-secret")
 
     asyncio.run(run())
 
@@ -374,9 +388,10 @@ def test_failed_authentication_answers_then_closes(sasl_broker: BrokerProcess) -
     hs = r.call(17, 1, {"mechanism": "GSSAPI"})
     assert int(hs.error_code) == 33 and list(hs.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     assert r.closed_by_peer()
-    # success: then any request is served on the same connection
+    # success (handshake v0 is answered like v1): then any request is served on the same connection
     r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
-    r.call(17, 1, {"mechanism": "PLAIN"})
+    hs = r.call(17, 0, {"mechanism": "PLAIN"})
+    assert int(hs.error_code) == 0
     ok = r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
     assert int(ok.error_code) == 0
     md = r.call(3, 12, {"topics": None, "allow_auto_topic_creation": False})

@@ -207,6 +207,19 @@ def test_handshake_and_plain_authenticate(tmp_path: Path) -> None:
     assert session.authenticated and session.principal == "User:alice" and not session.close_after_response
 
 
+def test_second_handshake_during_exchange_is_illegal(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    for expected in (0, 34):
+        hs = _run(
+            sasl_handlers.handle_sasl_handshake(
+                _ctx(broker, 17, 0, session), SimpleNamespace(mechanism="SCRAM-SHA-256")
+            )
+        )
+        assert hs["error_code"] == expected
+    assert session.close_after_response and session.sasl_exchange is None
+
+
 def test_plain_wrong_password_fails_and_closes(tmp_path: Path) -> None:
     broker = _broker(tmp_path)
     session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")

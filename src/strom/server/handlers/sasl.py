@@ -15,7 +15,8 @@
   since Kafka 1.0) use v1 and SaslAuthenticate.
 
 On a listener that is not SASL_* both APIs answer ILLEGAL_SASL_STATE (Kafka does not expect
-SASL there). The broker-wide state (settings parsed from the config, the SCRAM credential
+SASL there); so does a second handshake during an exchange, or SaslAuthenticate without one
+(and those close the connection). The broker-wide state (settings parsed from the config, the SCRAM credential
 store) is :func:`sasl_state`.
 """
 
@@ -74,6 +75,10 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, 
     state = sasl_state(ctx.broker)
     enabled = list(state.settings.enabled_mechanisms(session.listener))
     if not session.uses_sasl or session.authenticated:
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled}
+    if session.sasl_exchange is not None:
+        # a second handshake in the middle of an exchange: Kafka fails the connection
+        _close_after(ctx)
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled}
     mechanism = str(request.mechanism)
     if mechanism not in enabled:
