@@ -377,7 +377,7 @@ async def serve(config: BrokerConfig) -> None:
     _install_signals(asyncio.get_running_loop(), stop)
     try:
         await broker.start()
-    except OSError as e:
+    except (OSError, ConfigError) as e:  # ports in use, unreadable TLS key material ...
         log.error("cannot start broker: %s", e)
         await broker.stop()
         raise SystemExit(1) from None

@@ -9,7 +9,13 @@ Rules:
   is bounded by ``socket.request.max.bytes``.
 - Malformed input (``ProtocolError``) closes that connection only, after logging it.
 - Response parts may be file regions ``(fd, position, length)``: written with ``sendfile``
-  where the event loop supports it natively, else read with ``os.pread`` and written.
+  where the event loop supports it natively and the connection is not TLS (the bytes must go
+  through the TLS layer), else read with ``os.pread`` and written.
+- One server per listener; SSL and SASL_SSL listeners get the listener's TLS context. Every
+  connection carries a :class:`ConnectionSession` for its listener; on SSL listeners the
+  principal is taken from the client certificate once the handshake is done.
+- On SASL listeners an unauthenticated connection may send only ApiVersions, SaslHandshake and
+  SaslAuthenticate; anything else closes it (Kafka's rule).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..protocol.connection import IncomingRequest, ServerConnection
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
 from ..security.session import ConnectionSession
+from ..security.tls import principal_from_peercert
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 
@@ -38,6 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.network")
 _conn_ids = itertools.count(1)
 _MAX_QUEUED = 16
+# what an unauthenticated connection on a SASL listener may send
+_SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 
 class KafkaProtocol(asyncio.Protocol):
@@ -60,6 +69,15 @@ class KafkaProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.session.uses_tls and not self.session.uses_sasl:
+            # asyncio and uvloop call connection_made once the TLS handshake is complete
+            self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"))
+            log.debug(
+                "TLS connection from %s on listener %s, principal %s",
+                self.peer,
+                self.session.listener,
+                self.session.principal,
+            )
         self.broker.connections.add(self)
         self.worker = asyncio.get_running_loop().create_task(self._run())
 
@@ -113,6 +131,16 @@ class KafkaProtocol(asyncio.Protocol):
     async def _handle(self, req: IncomingRequest) -> None:
         h = req.header
         key, version = h.api_key, h.api_version
+        session = self.session
+        if session.uses_sasl and not session.authenticated and key not in _SASL_PRE_AUTH_KEYS:
+            log.info(
+                "closing unauthenticated connection from %s on listener %s: %s before SASL authentication",
+                self.peer,
+                session.listener,
+                api_name(key),
+            )
+            self.close()
+            return
         handler = REGISTRY.get(key)
         if handler is None or not supports(key, version, REGISTRY.keys()):
             await self._unsupported(req)
@@ -145,6 +173,14 @@ class KafkaProtocol(asyncio.Protocol):
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
+        if session.close_after_response:  # e.g. failed SASL authentication
+            log.info(
+                "closing connection from %s on listener %s after %s",
+                self.peer,
+                session.listener,
+                api_name(key),
+            )
+            self.close()
 
     async def _unsupported(self, req: IncomingRequest) -> None:
         """Unknown API or version: a well-formed error response, connection kept.
@@ -199,7 +235,7 @@ class KafkaProtocol(asyncio.Protocol):
                     pending.append(p)
                     continue
                 fd, pos, length = p
-                if self.broker.native_sendfile:
+                if self.broker.native_sendfile and not self.session.uses_tls:
                     if pending:
                         transport.writelines(pending)
                         pending = []
@@ -222,13 +258,27 @@ def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:
 
 
 async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
+    """One server per listener. TLS contexts are built before any port is opened, so bad key
+    material fails the start (ConfigError) with nothing listening."""
+    from ..security.tls import build_server_contexts
+
     loop = asyncio.get_running_loop()
-    servers = []
-    for _name, host, port in broker.config.listeners():
-        srv = await loop.create_server(
-            lambda: KafkaProtocol(broker), host, port, reuse_address=True, backlog=1024
-        )
-        servers.append(srv)
-        for s in srv.sockets:
-            log.info("listening on %s", s.getsockname())
+    contexts = build_server_contexts(broker.config)
+    servers: list[asyncio.base_events.Server] = []
+    try:
+        for name, protocol, host, port in broker.config.listener_protocols():
+
+            def factory(name: str = name, protocol: str = protocol) -> KafkaProtocol:
+                return KafkaProtocol(broker, ConnectionSession.for_listener(name, protocol))
+
+            srv = await loop.create_server(
+                factory, host, port, reuse_address=True, backlog=1024, ssl=contexts.get(name)
+            )
+            servers.append(srv)
+            for s in srv.sockets:
+                log.info("listening on %s (listener %s, %s)", s.getsockname(), name, protocol)
+    except BaseException:
+        for srv in servers:
+            srv.close()
+        raise
     return servers

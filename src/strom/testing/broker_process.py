@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -19,7 +20,15 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    """A broker subprocess. ``overrides`` are ``key=value`` strings passed as ``--override``."""
+    """A broker subprocess. ``overrides`` are ``key=value`` strings passed as ``--override``.
+
+    ``listeners`` maps listener names to security protocols, e.g.
+    ``{"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}`` (default: one PLAINTEXT listener). Each gets a
+    loopback port (the first one ``port``, the others free ones): ``ports[name]`` and
+    ``bootstrap_for(name)``. ``port``/``bootstrap`` are the first listener's. A name that differs
+    from its protocol is added to ``listener.security.protocol.map``. The ``ssl.*`` settings
+    (keystore ...) go in ``overrides``.
+    """
 
     def __init__(
         self,
@@ -27,9 +36,15 @@ class BrokerProcess:
         port: int | None = None,
         overrides: list[str] | None = None,
         env: dict[str, str] | None = None,
+        listeners: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.listener_protocols = dict(listeners or {"PLAINTEXT": "PLAINTEXT"})
+        if not self.listener_protocols:
+            raise ValueError("listeners is empty")
+        names = list(self.listener_protocols)
+        self.ports = {names[0]: self.port} | {n: free_port() for n in names[1:]}
         self.overrides = list(overrides or [])
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
@@ -39,14 +54,25 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def _listener_overrides(self) -> list[str]:
+        spec = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
+        out = ["--override", f"listeners={spec}"]
+        if any(n != proto for n, proto in self.listener_protocols.items()):
+            default = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+            pmap = ",".join(f"{n}:{p}" for n, p in (default | self.listener_protocols).items())
+            out += ["--override", f"listener.security.protocol.map={pmap}"]
+        return out
+
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         args = [
             sys.executable,
             "-m",
             "strom",
             "serve",
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            *self._listener_overrides(),
             "--override",
             f"log.dirs={self.data_dir}",
         ]
@@ -63,7 +89,8 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                # every listener is open once the last one is (they open in order)
+                with socket.create_connection(("127.0.0.1", list(self.ports.values())[-1]), timeout=0.5):
                     return self
             except OSError:
                 time.sleep(0.05)

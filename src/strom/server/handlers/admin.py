@@ -9,6 +9,7 @@ from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
+from .metadata import advertised_endpoint
 
 
 @handler(19)
@@ -107,7 +108,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
 @handler(60)
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
-    host, port = broker.advertised
+    host, port = advertised_endpoint(ctx)
     return {
         "throttle_time": 0,
         "error_code": 0,

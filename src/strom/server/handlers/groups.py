@@ -17,6 +17,7 @@ from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
+from .metadata import advertised_endpoint
 
 
 def _ms(value: Any, default: int = -1) -> int:
@@ -47,7 +48,7 @@ def _client_host(ctx: RequestContext) -> str:
 
 @handler(10)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    host, port = ctx.broker.advertised
+    host, port = advertised_endpoint(ctx)
     node = ctx.broker.node_id
     key_type = int(getattr(request, "key_type", 0))
 

@@ -10,6 +10,17 @@ from ..context import RequestContext
 from . import handler
 
 
+def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
+    """The (host, port) advertised for the listener the request came in on (Kafka answers each
+    listener's clients with that listener's address)."""
+    config = getattr(ctx.broker, "config", None)
+    if config is None:  # a stand-in broker (unit tests) with only the default address
+        host, port = ctx.broker.advertised
+        return host, port
+    endpoint: tuple[str, int] = config.advertised(ctx.session.listener)
+    return endpoint
+
+
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     nid = ctx.broker.node_id
     return [
@@ -41,7 +52,7 @@ def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
 async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     version = ctx.api_version
-    host, port = broker.advertised
+    host, port = advertised_endpoint(ctx)
     topics_out: list[dict[str, Any]] = []
     requested = request.topics
     if requested is None or (version == 0 and not requested):
