@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the embedded Java source keeps its natural line lengths)
 """SASL on a real broker process with real clients: PLAIN (confluent-kafka, kafka-python,
 aiokafka, kcat) and SCRAM-SHA-256/512 (credentials created and listed with confluent-kafka's
 AdminClient), wrong passwords, requests before authentication, and credentials across a restart.
@@ -9,6 +10,7 @@ SASL_PLAINTEXT with PLAIN users from ``listener.name.sasl_plaintext.plain.sasl.j
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import struct
@@ -332,6 +334,82 @@ def test_jaas_config_is_sensitive_in_describe_configs(sasl_broker: BrokerProcess
     jaas = entries["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert jaas.is_sensitive and jaas.value is None
     assert entries["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+
+JAVA_LIBS = (
+    Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat")) / "java" / "libs"
+)
+JAVA_SOURCE = r"""
+import java.util.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.producer.*;
+
+public class SaslClient {
+    static Properties sasl(String bootstrap, String mech, String module, String user, String pw) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", mech);
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security." + module + " required username=\"" + user + "\" password=\"" + pw + "\";");
+        p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("max.block.ms", "10000");
+        return p;
+    }
+    static void send(Properties p, String topic, String value) throws Exception {
+        try (Producer<String, String> prod = new KafkaProducer<>(p)) {
+            prod.send(new ProducerRecord<>(topic, value)).get();
+            System.out.println("SENT " + value);
+        }
+    }
+    public static void main(String[] a) throws Exception {
+        Properties ap = new Properties();
+        ap.put("bootstrap.servers", a[0]);
+        try (Admin admin = Admin.create(ap)) {
+            admin.alterUserScramCredentials(List.of(
+                new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), "henry-secret"),
+                new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), "henry-secret")
+            )).all().get();
+            for (ScramCredentialInfo i : admin.describeUserScramCredentials(List.of("henry")).all().get().get("henry").credentialInfos())
+                System.out.println("DESC " + i.mechanism() + " " + i.iterations());
+        }
+        send(sasl(a[1], "PLAIN", "plain.PlainLoginModule", "alice", "alice-secret"), a[2], "plain");
+        send(sasl(a[1], "SCRAM-SHA-256", "scram.ScramLoginModule", "henry", "henry-secret"), a[2], "scram256");
+        send(sasl(a[1], "SCRAM-SHA-512", "scram.ScramLoginModule", "henry", "henry-secret"), a[2], "scram512");
+        try {
+            send(sasl(a[1], "PLAIN", "plain.PlainLoginModule", "alice", "wrong"), a[2], "never");
+        } catch (Exception e) {
+            Throwable c = e.getCause() != null ? e.getCause() : e;
+            System.out.println("FAILED " + c.getClass().getSimpleName() + ": " + c.getMessage());
+        }
+    }
+}
+"""
+
+
+def test_java_client_plain_and_scram(sasl_broker: BrokerProcess, tmp_path: Path) -> None:
+    if shutil.which("java") is None or not JAVA_LIBS.is_dir():
+        pytest.skip("no JDK or Java client jars (see ../shared/compat)")
+    src = tmp_path / "SaslClient.java"
+    src.write_text(JAVA_SOURCE)
+    topic = f"java-{uuid.uuid4().hex[:6]}"
+    bootstraps = [sasl_broker.bootstrap, sasl_broker.bootstrap_for("SASL_PLAINTEXT"), topic]
+    out = subprocess.run(
+        ["java", "-cp", f"{JAVA_LIBS}/*", str(src), *bootstraps], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[:5] == [
+        "DESC SCRAM_SHA_256 8192",
+        "DESC SCRAM_SHA_512 4096",
+        "SENT plain",
+        "SENT scram256",
+        "SENT scram512",
+    ]
+    assert (
+        lines[5].startswith("FAILED SaslAuthenticationException")
+        and "Invalid username or password" in lines[5]
+    )
 
 
 # ------------------------------------------------------------------------------------ raw frames
