@@ -383,3 +383,32 @@ def test_bad_keystore_refuses_to_start(tmp_path: Path, overrides: list[str], mes
     log = b.log()
     assert message in log
     assert "Traceback" not in log
+
+
+def test_mutual_tls_on_uvloop(tmp_path: Path, certs: Certs) -> None:
+    """The other I/O path (uvloop, chosen when strom.fetch.sendfile=false): TLS, client
+    certificate principal and fetches through TLS."""
+    b = BrokerProcess(
+        tmp_path / "data",
+        listeners={"SSL": "SSL"},
+        overrides=[
+            "strom.fetch.sendfile=false",
+            "group.initial.rebalance.delay.ms=0",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={certs.server}",
+            "ssl.client.auth=required",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={certs.ca}",
+        ],
+        env={"STROM_LOG_LEVEL": "DEBUG"},
+    )
+    with b:
+        conf = {
+            **_ssl_conf(b, certs),
+            "ssl.certificate.location": str(certs.client_cert),
+            "ssl.key.location": str(certs.client_key),
+        }
+        assert _round_trip(conf, _topic("tls-uv"), n=5) == [f"v{i}".encode() for i in range(5)]
+        log = b.log_path.read_text()
+    assert "principal User:CN=alice,OU=eng,O=strom" in log
+    assert "Using selector" not in log  # uvloop, not asyncio's selector event loop

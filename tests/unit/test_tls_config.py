@@ -245,3 +245,12 @@ def test_principal_from_certificate_subject() -> None:
     assert format_dn(multi) == "C=DE,CN=a\\, b+UID=7"
     assert format_dn(((("commonName", " #x "),),)) == "CN=\\ #x\\ "
     assert format_dn(((("commonName", "#x"),),)) == "CN=\\#x"
+
+
+def test_inline_private_key_is_sensitive() -> None:
+    from strom.metadata.configs import is_sensitive
+
+    assert is_sensitive("ssl.keystore.key")
+    assert is_sensitive("listener.name.ssl.ssl.keystore.key")
+    assert is_sensitive("ssl.key.password")
+    assert not is_sensitive("ssl.keystore.location")

@@ -227,7 +227,9 @@ _BROKER_MIN: dict[str, int] = {
 def is_sensitive(name: str) -> bool:
     """Kafka's PASSWORD-typed configs and anything that looks like a secret."""
     low = name.lower()
-    return any(w in low for w in ("password", "secret", "jaas.config", "credentials", "token"))
+    return any(
+        w in low for w in ("password", "secret", "jaas.config", "credentials", "token", "ssl.keystore.key")
+    )
 
 
 def broker_config_type(name: str) -> ConfigType:
