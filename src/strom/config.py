@@ -171,6 +171,7 @@ def _parse_endpoints(key: str, text: str) -> list[tuple[str, str, int]]:
         if "://" not in item:
             raise ConfigError(f"{key} entry {item!r} is not of the form NAME://host:port")
         name, rest = item.split("://", 1)
+        name = name.strip().upper()  # listener names are case-insensitive (Kafka upper-cases them)
         host, sep, port = rest.rpartition(":")
         if not sep or not port.isdigit() or not name:
             raise ConfigError(f"{key} entry {item!r} has no valid port")
@@ -306,7 +307,7 @@ class BrokerConfig:
             if not item:
                 continue
             name, sep, proto = item.partition(":")
-            name, proto = name.strip(), proto.strip().upper()
+            name, proto = name.strip().upper(), proto.strip().upper()
             if not sep or not name:
                 raise ConfigError(
                     f"listener.security.protocol.map entry {item!r} is not of the form NAME:PROTOCOL"

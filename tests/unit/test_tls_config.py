@@ -254,3 +254,18 @@ def test_inline_private_key_is_sensitive() -> None:
     assert is_sensitive("listener.name.ssl.ssl.keystore.key")
     assert is_sensitive("ssl.key.password")
     assert not is_sensitive("ssl.keystore.location")
+
+
+def test_listener_names_are_case_insensitive() -> None:
+    c = make(
+        {
+            "listeners": "plaintext://127.0.0.1:9092,internal://127.0.0.1:9094",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,Internal:plaintext",
+            "advertised.listeners": "Internal://in.example:1",
+        }
+    )
+    assert [(n, p) for n, p, _h, _port in c.listener_protocols()] == [
+        ("PLAINTEXT", "PLAINTEXT"),
+        ("INTERNAL", "PLAINTEXT"),
+    ]
+    assert c.advertised("INTERNAL") == ("in.example", 1)
