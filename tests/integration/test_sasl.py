@@ -178,7 +178,11 @@ def test_aiokafka_plain_and_scram(sasl_broker: BrokerProcess) -> None:
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
-def test_kcat_plain(sasl_broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_kcat(sasl_broker: BrokerProcess, mechanism: str) -> None:
+    user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("ivan", "ivan-secret")
+    if mechanism != "PLAIN":
+        _scram_admin_setup(sasl_broker.bootstrap, user, password)
     topic = f"kcat-{uuid.uuid4().hex[:8]}"
     base = [
         "kcat",
@@ -186,12 +190,14 @@ def test_kcat_plain(sasl_broker: BrokerProcess) -> None:
         sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
         "-X",
         "security.protocol=SASL_PLAINTEXT",
+    ]
+    base += [
         "-X",
-        "sasl.mechanisms=PLAIN",
+        f"sasl.mechanisms={mechanism}",
         "-X",
-        "sasl.username=alice",
+        f"sasl.username={user}",
         "-X",
-        "sasl.password=alice-secret",
+        f"sasl.password={password}",
     ]
     subprocess.run([*base, "-P", "-t", topic], input=b"one\ntwo\n", check=True, timeout=30)
     out = subprocess.run(

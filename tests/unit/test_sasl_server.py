@@ -5,7 +5,10 @@ request contexts."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import hashlib
+import hmac
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +16,8 @@ from typing import Any
 
 import pytest
 import scramp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strom.config import BrokerConfig, ConfigError
 from strom.security.credentials import CredentialStore, ScramCredential
@@ -139,6 +144,46 @@ def test_scram_wrong_password_or_unknown_user(user: str, password: str) -> None:
         client.set_server_first(first.decode())
         server.evaluate(client.get_client_final().encode())
     assert not server.complete
+
+
+def _manual_client_final(client_first_bare: str, server_first: str, nonce: str, password: str) -> str:
+    """A client-final message built by hand (sha256), with whatever nonce the caller picks."""
+    attrs = dict(a.split("=", 1) for a in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored = hashlib.sha256(client_key).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    sig = hmac.new(stored, auth, "sha256").digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+def test_scram_accepts_librdkafka_2_0_doubled_client_nonce() -> None:
+    """librdkafka < 2.2 sends its client nonce followed by the combined nonce; Kafka accepts a
+    final nonce that ends with the server-first one, and so does strom."""
+    cred = ScramCredential.from_password("SCRAM-SHA-256", "pw", 4096)
+    for doubled, ok in [(True, True), (False, True), (None, False)]:
+        server = ScramExchange("SCRAM-SHA-256", lambda u: cred)
+        bare = "n=alice,r=CLIENTNONCE"
+        server_first = server.evaluate(f"n,,{bare}".encode()).decode()
+        combined = server_first.split(",")[0][2:]
+        nonce = {True: "CLIENTNONCE" + combined, False: combined, None: combined[:-1]}[doubled]
+        final = _manual_client_final(bare, server_first, nonce, "pw")
+        if ok:
+            assert server.evaluate(final.encode()).startswith(b"v=") and server.complete
+        else:
+            with pytest.raises(SaslAuthenticationError, match="nonce"):
+                server.evaluate(final.encode())
+
+
+def test_scram_authzid_must_be_the_user() -> None:
+    cred = ScramCredential.from_password("SCRAM-SHA-256", "pw", 4096)
+    server = ScramExchange("SCRAM-SHA-256", lambda u: cred)
+    assert server.evaluate(b"n,a=alice,n=alice,r=abc").startswith(b"r=abc")
+    server = ScramExchange("SCRAM-SHA-256", lambda u: cred)
+    with pytest.raises(SaslAuthenticationError, match="authorization id"):
+        server.evaluate(b"n,a=admin,n=alice,r=abc")
 
 
 def test_scram_credential_matches_kafka_style_salted_password() -> None:
@@ -346,3 +391,46 @@ def test_cli_scram_changes() -> None:
             scram_changes(t, [(k, admin.SET, v) for k, v in parse_config_list(bad)])
     with pytest.raises(CommandError):
         scram_changes(ConfigTarget("users", None), ops[:1])
+
+
+# ------------------------------------------------------------------------------------ fuzz
+_CRED = ScramCredential.from_password("SCRAM-SHA-256", "pw", 4096)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_jaas_parser_raises_only_config_error(text: str) -> None:
+    with contextlib.suppress(ConfigError):
+        parse_jaas_config(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=80),
+        st.text(alphabet="nyp,=ar0123456789abc+/", max_size=60).map(str.encode),
+        st.text(alphabet="c=biws,r=p0123456789+/=", max_size=60).map(
+            lambda t: ("n,,n=alice,r=x" + t).encode()
+        ),
+    ),
+    st.binary(max_size=60),
+)
+def test_scram_exchange_raises_only_authentication_error(first: bytes, final: bytes) -> None:
+    ex = ScramExchange("SCRAM-SHA-256", lambda u: _CRED if u == "alice" else None)
+    try:
+        ex.evaluate(first)
+        ex.evaluate(final)
+        ex.evaluate(b"more")
+    except SaslAuthenticationError:
+        pass
+    assert not ex.complete
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=60))
+def test_plain_exchange_raises_only_authentication_error(token: bytes) -> None:
+    ex = PlainExchange({"alice": "alice-secret"})
+    try:
+        ex.evaluate(token)
+    except SaslAuthenticationError:
+        assert not ex.complete

@@ -27,6 +27,9 @@ Error contract: :class:`SaslAuthenticationError` from ``evaluate``; ``ConfigErro
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -114,8 +117,17 @@ def _unescape_saslname(name: str) -> str:
 
 
 class ScramExchange:
-    """RFC 5802 server over ``scramp`` (no channel binding: Kafka's SCRAM has none). ``lookup``
-    returns the user's credential for this mechanism, or None for an unknown user."""
+    """RFC 5802 server, no channel binding (Kafka's SCRAM has none). ``lookup`` returns the
+    user's credential for this mechanism, or None for an unknown user (refused at the first
+    message, as Kafka does).
+
+    ``scramp`` parses the client-first message and builds the server-first one (nonce, salt,
+    iterations). The client-final message is checked here, because Kafka accepts a final nonce
+    that merely *ends with* the server-first nonce, and librdkafka before 2.2 relies on it: it
+    sends its client nonce followed by the whole combined nonce. scramp insists on equality;
+    the proof is computed over the message the client actually sent, so it still proves the
+    password either way.
+    """
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
         if mechanism not in SCRAM_MECHANISMS:
@@ -123,48 +135,87 @@ class ScramExchange:
         self.mechanism = mechanism
         self.complete = False
         self.username: str | None = None
+        self._digest = SCRAM_MECHANISMS[mechanism][1]
         self._lookup = lookup
+        self._cred: ScramCredential | None = None
         self._step = 0
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+        self._gs2_header = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
 
     def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int] | None:
         user = _unescape_saslname(name)
         cred = self._lookup(user)
         if cred is None:
             return None
-        self.username = user
+        self.username, self._cred = user, cred
         return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+
+    def _fail(self, reason: str) -> SaslAuthenticationError:
+        self.username = None
+        self._step = 2
+        return SaslAuthenticationError(
+            f"Authentication failed during authentication due to invalid credentials with SASL "
+            f"mechanism {self.mechanism}: {reason}"
+        )
 
     def evaluate(self, token: bytes) -> bytes:
         try:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
-            raise SaslAuthenticationError(f"Invalid {self.mechanism} message: not UTF-8") from None
+            raise self._fail("message is not UTF-8") from None
         if self._step == 0:
             self._step = 1
+            parts = text.split(",", 2)
+            if len(parts) != 3:
+                raise self._fail("malformed client-first message")
+            flag, authzid, bare = parts
             try:
-                self._server.set_client_first(text)
-                return str(self._server.get_server_first()).encode()
+                # scramp refuses any authzid; Kafka allows the user's own: checked below
+                self._server.set_client_first(f"{flag},,{bare}")
+                server_first = str(self._server.get_server_first())
             except scramp.ScramException as e:
-                self.username = None
-                raise SaslAuthenticationError(
-                    f"Authentication failed during authentication due to invalid credentials with SASL "
-                    f"mechanism {self.mechanism}: {_reason(e)}"
-                ) from None
+                raise self._fail(_reason(e)) from None
+            if authzid and (not authzid.startswith("a=") or _unescape_saslname(authzid[2:]) != self.username):
+                raise self._fail("Client requested an authorization id that is different from username")
+            self._gs2_header, self._client_first_bare = f"{flag},{authzid},", bare
+            self._server_first = server_first
+            self._nonce = server_first.split(",", 1)[0][2:]  # "r=<client nonce><server nonce>"
+            return server_first.encode()
         if self._step == 1:
             self._step = 2
-            try:
-                self._server.set_client_final(text)
-                final = str(self._server.get_server_final()).encode()
-            except scramp.ScramException as e:
-                self.username = None
-                raise SaslAuthenticationError(
-                    f"Authentication failed during authentication due to invalid credentials with SASL "
-                    f"mechanism {self.mechanism}: {_reason(e)}"
-                ) from None
+            final = self._client_final(text)
             self.complete = True
             return final
         raise SaslAuthenticationError(f"Authentication failed: {self.mechanism} exchange already complete")
+
+    def _client_final(self, text: str) -> bytes:
+        cred = self._cred
+        assert cred is not None  # step 1 succeeded only with a credential
+        without_proof, sep, proof_b64 = text.rpartition(",p=")
+        attrs = without_proof.split(",")
+        if not sep or len(attrs) < 2 or not attrs[0].startswith("c=") or not attrs[1].startswith("r="):
+            raise self._fail("malformed client-final message")
+        try:
+            binding = base64.b64decode(attrs[0][2:], validate=True)
+            proof = base64.b64decode(proof_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise self._fail("malformed client-final message") from None
+        if binding != self._gs2_header.encode():
+            raise self._fail("channel binding data does not match the gs2 header")
+        if not attrs[1][2:].endswith(self._nonce):
+            raise self._fail("invalid nonce in the client-final message")
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        client_signature = hmac.new(cred.stored_key, auth_message, self._digest).digest()
+        if len(proof) != len(client_signature):
+            raise self._fail("invalid client proof")
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self._digest, client_key).digest(), cred.stored_key):
+            raise self._fail("invalid client proof")
+        server_signature = hmac.new(cred.server_key, auth_message, self._digest).digest()
+        return b"v=" + base64.b64encode(server_signature)
 
 
 def _reason(e: Exception) -> str:
