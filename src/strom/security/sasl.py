@@ -123,8 +123,9 @@ class ScramExchange:
 
     ``scramp`` parses the client-first message and builds the server-first one (nonce, salt,
     iterations). The client-final message is checked here, because Kafka accepts a final nonce
-    that merely *ends with* the server-first nonce, and librdkafka before 2.2 relies on it: it
-    sends its client nonce followed by the whole combined nonce. scramp insists on equality;
+    that merely *ends with* the server-first nonce, and some librdkafka releases rely on it
+    (2.0.2, which Debian's kcat links, was seen doing it): they send their client nonce followed
+    by the whole combined nonce. scramp insists on equality;
     the proof is computed over the message the client actually sent, so it still proves the
     password either way.
     """
