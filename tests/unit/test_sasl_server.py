@@ -434,3 +434,19 @@ def test_plain_exchange_raises_only_authentication_error(token: bytes) -> None:
         ex.evaluate(token)
     except SaslAuthenticationError:
         assert not ex.complete
+
+
+def test_jaas_from_server_properties_with_continuation_lines(tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text(
+        "listeners=SASL_PLAINTEXT://127.0.0.1:9094\n"
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+        '    username="admin" \\\n'
+        '    password="admin-secret" \\\n'
+        '    user_admin="admin-secret" \\\n'
+        '    user_alice="alice-secret";\n'
+    )
+    cfg = BrokerConfig.from_sources(props)
+    users = SaslSettings.from_values(cfg.values).plain_users("SASL_PLAINTEXT")
+    assert users == {"admin": "admin-secret", "alice": "alice-secret"}
