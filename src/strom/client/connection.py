@@ -136,7 +136,16 @@ class KafkaConnection:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from None
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.host}:{self.port}")
         try:
-            await self._negotiate()
+            try:
+                await self._negotiate()
+            except KafkaConnectionError as e:
+                if not self.security.uses_tls:
+                    raise
+                # TLS 1.3 reports a refused client certificate only as the first read failing
+                raise KafkaConnectionError(
+                    f"{e.message}: right after the TLS handshake, so the broker probably refused the "
+                    "client certificate (none given, or not trusted: ssl.keystore.*)"
+                ) from None
             if self.security.uses_sasl:
                 await self._authenticate()
         except BaseException:
