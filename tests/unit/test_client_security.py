@@ -348,3 +348,47 @@ def test_broker_refusals() -> None:
     with pytest.raises(KafkaError, match=r"SCRAM-SHA-512 \(it enables: PLAIN\)") as err:
         drive(_sasl("SCRAM-SHA-512"), no_such_mechanism)
     assert err.value.name == "UNSUPPORTED_SASL_MECHANISM"
+
+
+# ---------------------------------------------------------------------------- host name checks
+
+
+def test_hostname_verification_on_both_connection_kinds(pki: dict[str, Any], tmp_path: Path) -> None:
+    """A TLS server (no Kafka behind it) whose certificate names another host: refused unless
+    ssl.endpoint.identification.algorithm is empty; the chain is checked either way."""
+    import asyncio
+
+    pytest.importorskip("pyspark")  # strom.spark imports it
+    from strom.client import KafkaConnection, KafkaConnectionError
+    from strom.spark.kafka_io import FetchChannel
+
+    elsewhere = pki["ca"].issue_cert("broker.example")
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    elsewhere.configure_cert(server_ctx)
+    ca = str(pki["dir"] / "ca.pem")
+    strict = SecurityConfig.from_config({"security.protocol": "SSL", "ssl.truststore.location": ca})
+    lax = SecurityConfig.from_config(
+        {
+            "security.protocol": "SSL",
+            "ssl.truststore.location": ca,
+            "ssl.endpoint.identification.algorithm": "",
+        }
+    )
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            with pytest.raises(KafkaConnectionError, match=r"TLS handshake with .* failed: .*mismatch"):
+                await KafkaConnection.open("127.0.0.1", port, security=strict, connect_timeout=5)
+            with pytest.raises(KafkaConnectionError, match=r"TLS handshake with .* failed: .*mismatch"):
+                await asyncio.to_thread(FetchChannel, "127.0.0.1", port, None, 5.0, strict)
+            ch = await asyncio.to_thread(FetchChannel, "127.0.0.1", port, None, 5.0, lax)
+            assert isinstance(ch._sock, ssl.SSLSocket) and not ch.closed
+            ch.close()
+
+    asyncio.run(main())
