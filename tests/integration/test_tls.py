@@ -164,6 +164,9 @@ def test_mutual_tls(tls_broker: BrokerProcess, certs: Certs) -> None:
     topic = _topic("tls-mtls")
     assert _round_trip(with_cert, topic, n=3) == [b"v0", b"v1", b"v2"]
     assert "principal User:CN=alice,OU=eng,O=strom" in tls_broker.log_path.read_text()
+    assert "failed authentication with 127.0.0.1:" in tls_broker.log_path.read_text()  # Kafka logs it too
+    # no TLS record ever reached the Kafka framing (it would read as a huge frame size)
+    assert "exceeds socket.request.max.bytes" not in tls_broker.log_path.read_text()
     # the SSL listener without client auth sees an anonymous principal
     assert "on listener SSL, principal User:ANONYMOUS" in tls_broker.log_path.read_text()
 
@@ -277,6 +280,7 @@ def test_plaintext_client_on_ssl_port_fails_cleanly(tls_broker: BrokerProcess, c
         AdminClient({"bootstrap.servers": tls_broker.bootstrap_for("SSL"), "log_level": 0}).list_topics(
             timeout=2
         )
+    assert "on listener SSL (TLS handshake failed" in tls_broker.log_path.read_text()
     # ... and the broker keeps serving everyone else
     assert _metadata_ports(_ssl_conf(tls_broker, certs)) == {tls_broker.ports["SSL"]}
     assert _metadata_ports({"bootstrap.servers": tls_broker.bootstrap}) == {tls_broker.ports["PLAINTEXT"]}
@@ -412,3 +416,4 @@ def test_mutual_tls_on_uvloop(tmp_path: Path, certs: Certs) -> None:
         log = b.log_path.read_text()
     assert "principal User:CN=alice,OU=eng,O=strom" in log
     assert "Using selector" not in log  # uvloop, not asyncio's selector event loop
+    assert "exceeds socket.request.max.bytes" not in log  # no TLS record reached the Kafka framing

@@ -11,9 +11,10 @@ Rules:
 - Response parts may be file regions ``(fd, position, length)``: written with ``sendfile``
   where the event loop supports it natively and the connection is not TLS (the bytes must go
   through the TLS layer), else read with ``os.pread`` and written.
-- One server per listener; SSL and SASL_SSL listeners get the listener's TLS context. Every
-  connection carries a :class:`ConnectionSession` for its listener; on SSL listeners the
-  principal is taken from the client certificate once the handshake is done.
+- One server per listener; on SSL and SASL_SSL listeners each connection is upgraded to TLS
+  with the listener's context before any request is read (a failed handshake is logged and
+  closes it). Every connection carries a :class:`ConnectionSession` for its listener; on SSL
+  listeners the principal is taken from the client certificate once the handshake is done.
 - On SASL listeners an unauthenticated connection may send only ApiVersions, SaslHandshake and
   SaslAuthenticate; anything else closes it (Kafka's rule).
 """
@@ -25,6 +26,7 @@ import contextlib
 import itertools
 import logging
 import os
+import ssl
 import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
@@ -50,12 +52,28 @@ _SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, Sasl
 
 
 class KafkaProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, session: ConnectionSession | None = None) -> None:
+    """One client connection.
+
+    TLS (SSL and SASL_SSL listeners) comes in one of two ways. With ``tls`` the accepted TCP
+    connection is upgraded here with ``loop.start_tls``, so a failed handshake can be logged
+    (Kafka logs failed authentications); used on asyncio's loop, which honours pause_reading
+    in connection_made so no byte slips past the TLS layer. On uvloop, which starts reading
+    regardless, the server itself is a TLS server (``create_server(ssl=...)``): connection_made
+    then comes after a successful handshake and failed handshakes go unlogged."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        session: ConnectionSession | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.broker = broker
         self.session = session if session is not None else ConnectionSession()
+        self.tls = tls
         self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
         self.queue: deque[IncomingRequest] = deque()
         self.transport: asyncio.Transport | None = None
+        self.raw_transport: asyncio.Transport | None = None  # the TCP transport under TLS
         self.worker: asyncio.Task[None] | None = None
         self.wakeup = asyncio.Event()
         self.closed = False
@@ -66,20 +84,53 @@ class KafkaProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses but have the same interface
-        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if self.session.uses_tls and not self.session.uses_sasl:
-            # asyncio and uvloop call connection_made once the TLS handshake is complete
-            self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"))
-            log.debug(
-                "TLS connection from %s on listener %s, principal %s",
+        self.broker.connections.add(self)
+        loop = asyncio.get_running_loop()
+        if self.tls is None:
+            self.transport = cast(asyncio.Transport, transport)
+            if self.session.uses_tls:  # a TLS server's transport: the handshake is done
+                self._tls_established(self.transport)
+            self.worker = loop.create_task(self._run())
+        else:
+            self.raw_transport = cast(asyncio.Transport, transport)
+            # no byte may reach this protocol before start_tls puts the TLS layer in between
+            # (it resumes reading itself)
+            self.raw_transport.pause_reading()
+            self.worker = loop.create_task(self._handshake_then_run(self.raw_transport, self.tls))
+
+    async def _handshake_then_run(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            transport = await loop.start_tls(raw, self, context, server_side=True)
+        except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
+            log.info(
+                "failed authentication with %s on listener %s (TLS handshake failed: %s)",
                 self.peer,
                 self.session.listener,
-                self.session.principal,
+                getattr(e, "reason", None) or e or type(e).__name__,
             )
-        self.broker.connections.add(self)
-        self.worker = asyncio.get_running_loop().create_task(self._run())
+            self.closed = True
+            raw.close()
+            self.broker.connections.discard(self)
+            return
+        if transport is None or self.closed:
+            raw.close()
+            return
+        self.transport = transport
+        self._tls_established(transport)
+        await self._run()
+
+    def _tls_established(self, transport: asyncio.BaseTransport) -> None:
+        if not self.session.uses_sasl:  # on SASL_SSL the principal comes from SASL
+            self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"))
+        log.debug(
+            "TLS connection from %s on listener %s, principal %s",
+            self.peer,
+            self.session.listener,
+            self.session.principal,
+        )
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -105,6 +156,8 @@ class KafkaProtocol(asyncio.Protocol):
         self.wakeup.set()
         if self.transport is not None:
             self.transport.close()
+        elif self.raw_transport is not None:  # still in the TLS handshake
+            self.raw_transport.close()
 
     # ------------------------------------------------------------------ request loop
     async def _run(self) -> None:
@@ -264,15 +317,20 @@ async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
 
     loop = asyncio.get_running_loop()
     contexts = build_server_contexts(broker.config)
+    upgrade_here = "uvloop" not in type(loop).__module__  # see KafkaProtocol
     servers: list[asyncio.base_events.Server] = []
     try:
         for name, protocol, host, port in broker.config.listener_protocols():
+            context = contexts.get(name)
+            tls = context if upgrade_here else None
 
-            def factory(name: str = name, protocol: str = protocol) -> KafkaProtocol:
-                return KafkaProtocol(broker, ConnectionSession.for_listener(name, protocol))
+            def factory(
+                name: str = name, protocol: str = protocol, tls: ssl.SSLContext | None = tls
+            ) -> KafkaProtocol:
+                return KafkaProtocol(broker, ConnectionSession.for_listener(name, protocol), tls)
 
             srv = await loop.create_server(
-                factory, host, port, reuse_address=True, backlog=1024, ssl=contexts.get(name)
+                factory, host, port, reuse_address=True, backlog=1024, ssl=None if upgrade_here else context
             )
             servers.append(srv)
             for s in srv.sockets:
