@@ -69,7 +69,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def tls_broker(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[BrokerProcess]:
     b = BrokerProcess(
         tmp_path_factory.mktemp("tls") / "data",
-        listeners={"PLAINTEXT": "PLAINTEXT", "SSL": "SSL", "MTLS": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+        listeners={
+            "PLAINTEXT": "PLAINTEXT",
+            "SSL": "SSL",
+            "MTLS": "SSL",
+            "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+            "SASL_SSL": "SASL_SSL",
+        },
         overrides=[
             "group.initial.rebalance.delay.ms=0",
             "ssl.keystore.type=PEM",
@@ -297,18 +303,34 @@ def test_tls_client_on_plaintext_port_fails_cleanly(tls_broker: BrokerProcess, c
     assert _metadata_ports({"bootstrap.servers": tls_broker.bootstrap}) == {tls_broker.ports["PLAINTEXT"]}
 
 
-def test_sasl_listener_answers_only_api_versions_before_authentication(tls_broker: BrokerProcess) -> None:
-    with socket.create_connection(("127.0.0.1", tls_broker.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed by broker")
+        out += chunk
+    return out
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_listener_answers_only_api_versions_before_authentication(
+    tls_broker: BrokerProcess, certs: Certs, listener: str
+) -> None:
+    raw = socket.create_connection(("127.0.0.1", tls_broker.ports[listener]), timeout=10)
+    if listener == "SASL_SSL":
+        raw = ssl.create_default_context(cafile=str(certs.ca)).wrap_socket(raw, server_hostname="127.0.0.1")
+    with raw as s:
         s.sendall(_api_versions_frame())
-        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
-        body = s.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+        body = _recv_exact(s, size)
         assert struct.unpack_from(">i", body)[0] == 1  # ApiVersions answered
         frame, _cls = encode_request(
             3, 4, 2, "tls-test", {"topics": None, "allow_auto_topic_creation": False}
         )
         s.sendall(frame)
         assert _read_until_closed(s) == b""  # Metadata before SASL: connection closed, no answer
-    assert "before SASL authentication" in tls_broker.log_path.read_text()
+    assert f"on listener {listener}: Metadata before SASL authentication" in tls_broker.log_path.read_text()
 
 
 JAVA_SOURCE = r"""
