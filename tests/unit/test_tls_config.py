@@ -269,3 +269,29 @@ def test_listener_names_are_case_insensitive() -> None:
         ("INTERNAL", "PLAINTEXT"),
     ]
     assert c.advertised("INTERNAL") == ("in.example", 1)
+
+
+def test_inline_pem_from_a_properties_file_with_continuation_lines(ca: trustme.CA, tmp_path: Path) -> None:
+    """Java properties join continuation lines without their line breaks: the PEM arrives on one
+    line, which Kafka accepts."""
+    leaf = ca.issue_cert("127.0.0.1")
+
+    def continued(pem: bytes) -> str:
+        return " \\\n    ".join(pem.decode().strip().splitlines())
+
+    chain = b"".join(b.bytes() for b in leaf.cert_chain_pems)
+    props = tmp_path / "server.properties"
+    props.write_text(
+        f"listeners={TWO}\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.key={continued(leaf.private_key_pem.bytes())}\n"
+        f"ssl.keystore.certificate.chain={continued(chain)}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.certificates={continued(ca.cert_pem.bytes())}\n"
+        "ssl.client.auth=required\n"
+    )
+    c = BrokerConfig.from_sources(props)
+    assert "\n" not in c["ssl.keystore.key"]
+    ctx = build_server_contexts(c)["SSL"]
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
+    assert len(ctx.get_ca_certs()) == 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ __all__ = [
     "build_server_contexts",
     "format_dn",
     "principal_from_peercert",
+    "rewrap_pem",
     "tls_settings",
     "validate_tls_configs",
 ]
@@ -272,6 +274,25 @@ def _pkcs12_to_pem(settings: TlsSettings) -> bytes:
     return pem
 
 
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
+
+
+def rewrap_pem(text: str) -> str:
+    """PEM blocks with their base64 re-wrapped at 64 columns, one per line. PEM text in a config
+    value often lost its line breaks (a properties file's continuation lines are joined), which
+    Kafka accepts and OpenSSL does not. Blocks with RFC 1421 headers are kept as they are."""
+    blocks = []
+    for m in _PEM_BLOCK.finditer(text):
+        label, body = m.group(1), m.group(2)
+        if ":" in body:
+            blocks.append(m.group(0).strip() + "\n")
+            continue
+        b64 = "".join(body.split())
+        lines = [b64[i : i + 64] for i in range(0, len(b64), 64)]
+        blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n")
+    return "".join(blocks) if blocks else text
+
+
 def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
     where = f"listener {settings.listener}"
     password = settings.key_password
@@ -285,9 +306,9 @@ def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         pem = _read_text(settings, "ssl.keystore.location", settings.keystore_location)
         what = f"ssl.keystore.location {settings.keystore_location}"
     else:
-        key = settings.keystore_key.strip()
-        chain = settings.keystore_certificate_chain.strip()
-        pem = (key + "\n" + chain + "\n").encode()
+        key = rewrap_pem(settings.keystore_key)
+        chain = rewrap_pem(settings.keystore_certificate_chain)
+        pem = (key + chain).encode()
         what = "ssl.keystore.key/ssl.keystore.certificate.chain"
     if b"PRIVATE KEY-----" not in pem:
         raise _error(f"{where}: {what} holds no PEM private key")
@@ -316,7 +337,7 @@ def _load_truststore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
             data = _read_text(settings, "ssl.truststore.location", settings.truststore_location)
             ctx.load_verify_locations(cadata=data.decode("ascii", "replace"))
         elif settings.truststore_certificates:
-            ctx.load_verify_locations(cadata=settings.truststore_certificates)
+            ctx.load_verify_locations(cadata=rewrap_pem(settings.truststore_certificates))
         elif settings.client_auth != "none":
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     except (ssl.SSLError, ValueError) as e:
