@@ -105,11 +105,15 @@ class KafkaProtocol(asyncio.Protocol):
         try:
             transport = await loop.start_tls(raw, self, context, server_side=True)
         except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
-            log.info(
+            # a refused handshake is worth an INFO line (Kafka logs it); a peer that connected
+            # and left without one (port probes, health checks) only a DEBUG line
+            level = logging.INFO if isinstance(e, (ssl.SSLError, TimeoutError)) else logging.DEBUG
+            log.log(
+                level,
                 "failed authentication with %s on listener %s (TLS handshake failed: %s)",
                 self.peer,
                 self.session.listener,
-                getattr(e, "reason", None) or e or type(e).__name__,
+                getattr(e, "reason", None) or str(e) or type(e).__name__,
             )
             self.closed = True
             raw.close()
