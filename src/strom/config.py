@@ -113,6 +113,8 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     # sasl.jaas.config (sensitive, like every password); SCRAM users via AlterUserScramCredentials.
     "sasl.enabled.mechanisms": (str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     "sasl.jaas.config": (str, ""),
+    # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
+    "sasl.server.max.receive.size": (int, 524288),
 }
 
 # Topic config name -> broker synonym it defaults to (Kafka's LogConfig mapping).

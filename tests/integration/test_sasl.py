@@ -509,3 +509,26 @@ def test_cli_configs_users_scram(sasl_broker: BrokerProcess) -> None:
         text=True,
     )
     assert bad.returncode != 0 and "iterations" in bad.stderr
+
+
+def test_frames_before_authentication_are_bounded(sasl_broker: BrokerProcess) -> None:
+    """sasl.server.max.receive.size (512 KiB) bounds what an unauthenticated client may send; once
+    authenticated the listener takes requests up to socket.request.max.bytes again."""
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    r.sock.sendall(struct.pack(">i", 600_000) + b"\0" * 4096)  # announces a 600 kB frame
+    assert r.closed_by_peer()
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    p = confluent_kafka.Producer(_conf(sasl_broker) | {"compression.type": "none"})
+    p.produce(topic, value=os.urandom(700_000))
+    assert p.flush(15) == 0
+    md = admin_mod.AdminClient(_conf(sasl_broker)).list_topics(topic, timeout=10)
+    assert md.topics[topic].partitions
+
+
+def test_corrupt_credential_store_fails_the_start(tmp_path: Path) -> None:
+    b = _start(tmp_path / "data")
+    assert b.stop() == 0, b.log()
+    (tmp_path / "data" / "strom-scram-credentials.json").write_text("{not json")
+    b = BrokerProcess(tmp_path / "data", port=b.port, overrides=list(OVERRIDES), listeners=LISTENERS)
+    with pytest.raises(RuntimeError, match="corrupt SCRAM credential store"):
+        b.start()

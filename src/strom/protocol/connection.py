@@ -34,6 +34,15 @@ class ServerConnection:
         self._out: list[bytes | bytearray | memoryview] = []
         self.max_in_flight = max_in_flight
 
+    @property
+    def max_frame_size(self) -> int:
+        return self._decoder.max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, size: int) -> None:
+        """Change the frame size limit (a SASL listener's is lower until authentication)."""
+        self._decoder.max_frame_size = size
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[IncomingRequest]:
         out = []
         for fr in self._decoder.feed(data):

@@ -179,6 +179,13 @@ class Broker:
 
         load_all()
         apply_dynamic_broker_configs(self)  # persisted dynamic broker configs, before logs open
+        if any(proto.startswith("SASL_") for _n, proto, _h, _p in self.config.listener_protocols()):
+            from .handlers.sasl import sasl_state
+
+            try:  # a corrupt SCRAM credential store fails the start, not the first login
+                sasl_state(self)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         loop = asyncio.get_running_loop()
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__

@@ -71,6 +71,10 @@ class KafkaProtocol(asyncio.Protocol):
         self.session = session if session is not None else ConnectionSession()
         self.tls = tls
         self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
+        if not self.session.authenticated:  # Kafka bounds frames before SASL authentication
+            self.conn.max_frame_size = min(
+                broker.config["sasl.server.max.receive.size"], broker.config["socket.request.max.bytes"]
+            )
         self.queue: deque[IncomingRequest] = deque()
         self.transport: asyncio.Transport | None = None
         self.raw_transport: asyncio.Transport | None = None  # the TCP transport under TLS
@@ -230,6 +234,9 @@ class KafkaProtocol(asyncio.Protocol):
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
+        full_size = self.broker.config["socket.request.max.bytes"]
+        if session.authenticated and self.conn.max_frame_size != full_size:
+            self.conn.max_frame_size = full_size  # authenticated: the listener's normal limit
         if session.close_after_response:  # e.g. failed SASL authentication
             log.info(
                 "closing connection from %s on listener %s after %s",
