@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import BinaryIO
 
 from kio.schema.errors import ErrorCode
@@ -29,6 +30,8 @@ from strom.cli.formatting import (
 )
 from strom.client.client import EARLIEST, LATEST, Client, ProduceInput, TopicMetadata, now_ms
 from strom.client.errors import KafkaConnectionError, KafkaError
+from strom.client.security import SecurityConfig
+from strom.config import parse_properties
 from strom.protocol.records import COMPRESSION_NAMES
 
 __all__ = ["CommandError", "consume", "parse_static_headers", "produce", "topics"]
@@ -41,9 +44,26 @@ class CommandError(Exception):
 
 
 def _client(args: argparse.Namespace) -> Client:
+    """The client of a tool command: ``--bootstrap-server``, ``--request-timeout-ms`` and the
+    security settings of ``--command-config`` (a properties file of Kafka client settings, as
+    Kafka's tools take: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.*)."""
+    security = None
+    path = getattr(args, "command_config", None)
+    if path:
+        try:
+            props = parse_properties(Path(path).read_text())
+        except OSError as e:
+            raise CommandError(f"cannot read --command-config {path}: {e.strerror or e}", 2) from None
+        try:
+            security = SecurityConfig.from_config(props)
+        except ValueError as e:
+            raise CommandError(f"--command-config {path}: {e}", 2) from None
     try:
         return Client(
-            args.bootstrap_server, request_timeout_ms=args.request_timeout_ms, client_id="strom-cli"
+            args.bootstrap_server,
+            request_timeout_ms=args.request_timeout_ms,
+            client_id="strom-cli",
+            security=security,
         )
     except ValueError as e:
         raise CommandError(f"invalid --bootstrap-server: {e}", 2) from None

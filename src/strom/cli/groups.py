@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strom.cli.commands import CommandError
+from strom.cli.commands import CommandError, _client
 from strom.client.client import EARLIEST, LATEST, Client
 from strom.client.errors import KafkaConnectionError, KafkaError
 from strom.client.groups import (
@@ -367,13 +367,6 @@ def clamp_offset(
 # ---------------------------------------------------------------------------- commands
 
 
-def _client(args: argparse.Namespace) -> Client:
-    try:
-        return Client(
-            args.bootstrap_server, request_timeout_ms=args.request_timeout_ms, client_id="strom-cli"
-        )
-    except ValueError as e:
-        raise CommandError(f"invalid --bootstrap-server: {e}", 2) from None
 
 
 def _split(value: str | None) -> list[str]:

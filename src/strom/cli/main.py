@@ -56,6 +56,14 @@ def _add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--request-timeout-ms", type=int, default=30_000, help="per-request timeout (default 30000)"
     )
+    p.add_argument(
+        "--command-config",
+        "--producer.config",
+        "--consumer.config",
+        dest="command_config",
+        metavar="FILE",
+        help="properties file of client security settings (security.protocol, sasl.*, ssl.*)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

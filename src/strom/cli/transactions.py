@@ -24,7 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strom.cli.commands import CommandError
+from strom.cli.commands import CommandError, _client
 from strom.cli.groups import format_table
 from strom.client.client import Client
 from strom.client.errors import KafkaConnectionError, KafkaError
@@ -108,13 +108,6 @@ def add_parser(sub: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None
         p.add_argument(flag, dest="kafka_" + flag[2:].replace("-", "_"), help=argparse.SUPPRESS)
 
 
-def _client(args: argparse.Namespace) -> Client:
-    try:
-        return Client(
-            args.bootstrap_server, request_timeout_ms=args.request_timeout_ms, client_id="strom-cli"
-        )
-    except ValueError as e:
-        raise CommandError(f"invalid --bootstrap-server: {e}", 2) from None
 
 
 def describe_row(d: TransactionDescription, now_ms: int) -> list[str]:
