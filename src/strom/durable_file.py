@@ -19,11 +19,18 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Atomically give ``path`` the content ``data`` (durable when this returns)."""
+def replace_file(path: Path, data: bytes, *, sync_dir: bool = True, mode: int | None = None) -> None:
+    """Atomically give ``path`` the content ``data`` (durable when this returns).
+
+    ``mode`` (e.g. 0o600 for secrets) is given to the temporary file when it is created, and
+    set again with fchmod (the umask, or a leftover tmp file, could otherwise widen it), so the
+    file never exists with wider permissions, not even for a moment. Without it: 0o644 after
+    the umask."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

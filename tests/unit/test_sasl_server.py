@@ -209,6 +209,34 @@ def test_credentials_persist_across_reopen(tmp_path: Path) -> None:
     assert (tmp_path / "strom-scram-credentials.json").stat().st_mode & 0o077 == 0
 
 
+def test_credential_store_is_never_readable_by_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store and its temporary file are created owner-only (even under umask 0), so no crash
+    or race leaves the credentials readable by group or others; an older store is tightened."""
+    name = "strom-scram-credentials.json"
+    seen: list[tuple[str, int]] = []
+    real_replace = os.replace
+
+    def spy(src: Any, dst: Any) -> None:  # the moment between write and rename
+        seen.append((Path(src).name, os.stat(src).st_mode & 0o777))
+        real_replace(src, dst)
+        seen.append((Path(dst).name, os.stat(dst).st_mode & 0o777))
+
+    monkeypatch.setattr(os, "replace", spy)
+    old_umask = os.umask(0)
+    try:
+        (tmp_path / (name + ".tmp")).write_bytes(b"{}")  # a crash's leftover, 0666 under umask 0
+        os.chmod(tmp_path / (name + ".tmp"), 0o644)
+        store = CredentialStore(tmp_path)
+        assert (tmp_path / (name + ".tmp")).stat().st_mode & 0o077 == 0
+        store.apply([("alice", "SCRAM-SHA-256", ScramCredential.from_password("SCRAM-SHA-256", "a", 4096))])
+    finally:
+        os.umask(old_umask)
+    assert seen == [(name + ".tmp", 0o600), (name, 0o600)]
+    os.chmod(tmp_path / name, 0o644)  # e.g. written by an older strom
+    assert CredentialStore(tmp_path).users() == ["alice"]
+    assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
+
+
 def test_corrupt_store_is_reported(tmp_path: Path) -> None:
     (tmp_path / "strom-scram-credentials.json").write_text("{not json")
     with pytest.raises(ValueError, match="corrupt"):

@@ -45,6 +45,7 @@ MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 MIN_SALT_BYTES = 12
 FILE_NAME = "strom-scram-credentials.json"
+FILE_MODE = 0o600  # owner only: the credentials are password equivalents for an offline attack
 
 # Kafka error codes of the credential APIs
 RESOURCE_NOT_FOUND = 91
@@ -143,6 +144,12 @@ class CredentialStore:
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / FILE_NAME
         self._users: dict[str, dict[str, ScramCredential]] = {}
+        # a store written by an older strom (or copied in), or the temporary file a crash left
+        # behind, may be readable by others: owner only from now on
+        for path in (self.path, self.path.with_name(FILE_NAME + ".tmp")):
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mode & 0o077:
+                    os.chmod(path, FILE_MODE)
         if self.path.exists():
             try:
                 doc = json.loads(self.path.read_text())
@@ -182,7 +189,5 @@ class CredentialStore:
             "users": {u: {m: c.to_json() for m, c in sorted(ms.items())} for u, ms in sorted(users.items())},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(self.path, json.dumps(doc, indent=1).encode())
-        with contextlib.suppress(OSError):
-            os.chmod(self.path, 0o600)
+        replace_file(self.path, json.dumps(doc, indent=1).encode(), mode=FILE_MODE)
         self._users = users
