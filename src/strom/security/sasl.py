@@ -9,8 +9,9 @@ Theory of operation (Kafka's protocol, KIP-43/KIP-152):
    server's token. PLAIN is one round (``authzid \\0 user \\0 password``), SCRAM two
    (client-first -> server-first, client-final -> server-final, RFC 5802).
 3. When ``complete`` is true the user is authenticated as ``username``. A failure raises
-   :class:`SaslAuthenticationError` whose message goes back to the client; Kafka then closes the
-   connection.
+   :class:`SaslAuthenticationError` whose message goes back to the client (for SCRAM Kafka's
+   fixed text, the same for an unknown user and a wrong password; the detail is in ``reason``,
+   for the broker's log); Kafka then closes the connection.
 
 Configuration (Kafka's names; listener names lower-cased in prefixes):
 
@@ -56,7 +57,12 @@ JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
 
 
 class SaslAuthenticationError(Exception):
-    """The exchange failed; the message is what the client is told."""
+    """The exchange failed; the message is what the client is told. ``reason``, when given, is
+    the detail for the broker's log only (never sent: e.g. whether the user exists)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class SaslExchange(Protocol):
@@ -155,11 +161,14 @@ class ScramExchange:
         return cred.salt, cred.stored_key, cred.server_key, cred.iterations
 
     def _fail(self, reason: str) -> SaslAuthenticationError:
+        """Kafka's fixed text for the client, whatever went wrong (an unknown user and a wrong
+        password must look alike); ``reason`` (no secrets in it) goes to the broker's log."""
         self.username = None
         self._step = 2
         return SaslAuthenticationError(
             f"Authentication failed during authentication due to invalid credentials with SASL "
-            f"mechanism {self.mechanism}: {reason}"
+            f"mechanism {self.mechanism}",
+            reason,
         )
 
     def evaluate(self, token: bytes) -> bytes:
@@ -220,7 +229,9 @@ class ScramExchange:
 
 
 def _reason(e: Exception) -> str:
-    text = str(e.args[0]) if e.args else str(e)
+    """scramp's message for the log: its first argument only (later ones may hold the
+    client's message)."""
+    text = str(e.args[0]) if e.args else type(e).__name__
     return "unknown user" if text == "Unknown user" else text
 
 
@@ -280,18 +291,25 @@ def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
     if len(tokens) < 3 or tokens[0][1] or tokens[0][0] in "=;":
         raise _config_error(f"{key}: expected '<LoginModule class> <flag> [name=value ...];' ({_usage()})")
     module, flag = tokens[0][0], tokens[1][0]
+    # error messages never quote a token that may be a value (a password): they name the key
+    # and the position (the option before the error) only
     if tokens[1][1] or flag.lower() not in JAAS_FLAGS:
-        raise _config_error(f"{key}: login module flag {flag!r} is not one of {', '.join(JAAS_FLAGS)}")
+        raise _config_error(
+            f"{key}: the word after the login module class must be a flag: one of {', '.join(JAAS_FLAGS)}"
+        )
     options: dict[str, str] = {}
+    last: str | None = None  # the option before the current position
     i = 2
     while i < len(tokens) - 1:
         name, quoted = tokens[i]
         if quoted or name in "=;" or i + 2 >= len(tokens) or tokens[i + 1] != ("=", False):
-            raise _config_error(f"{key}: expected name=value at {name!r} ({_usage()})")
+            where = f"after option {last!r}" if last is not None else "after the login module flag"
+            raise _config_error(f"{key}: expected name=value {where} ({_usage()})")
         value, vquoted = tokens[i + 2]
         if not vquoted and value in "=;":
             raise _config_error(f"{key}: option {name!r} has no value")
         options[name] = value
+        last = name
         i += 3
     if i != len(tokens) - 1:
         raise _config_error(f"{key}: only one login module per JAAS config ({_usage()})")
@@ -299,7 +317,7 @@ def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
 
 
 def _usage() -> str:
-    return 'e.g. org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+    return 'e.g. org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="<password>";'
 
 
 # ---------------------------------------------------------------------------------------- settings

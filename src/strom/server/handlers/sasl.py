@@ -112,10 +112,11 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
     try:
         reply = exchange.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationError as e:
+        # the client gets Kafka's text; the reason (e.g. an unknown user) only the log
         log.info(
             "failed authentication with %s (%s) from %s on %s",
             session.sasl_mechanism,
-            e,
+            e.reason or e,
             ctx.client_host,
             session.listener,
         )
