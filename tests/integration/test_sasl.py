@@ -482,6 +482,49 @@ def test_failed_authentication_answers_then_closes(sasl_broker: BrokerProcess) -
     assert md.brokers
 
 
+def test_sasl_authenticate_out_of_state(sasl_broker: BrokerProcess) -> None:
+    """ILLEGAL_SASL_STATE; Kafka keeps the connection on a listener without SASL and after a
+    successful authentication, and closes it when SaslAuthenticate comes before any handshake."""
+    md = {"topics": None, "allow_auto_topic_creation": False}
+    r = Raw(sasl_broker.bootstrap_for("PLAINTEXT"))
+    assert int(r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"}).error_code) == 34
+    assert r.call(3, 12, md).brokers
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    assert int(r.call(17, 1, {"mechanism": "PLAIN"}).error_code) == 0
+    assert int(r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"}).error_code) == 0
+    assert int(r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"}).error_code) == 34
+    assert r.call(3, 12, md).brokers
+    r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+    assert int(r.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"}).error_code) == 34
+    assert r.closed_by_peer()
+
+
+def test_scram_failure_does_not_tell_unknown_user_from_wrong_password(sasl_broker: BrokerProcess) -> None:
+    admin = admin_mod.AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    cred = admin_mod.UserScramCredentialUpsertion(
+        "frank", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_256, 4096), b"frank-pw"
+    )
+    for f in admin.alter_user_scram_credentials([cred]).values():
+        f.result(10)
+    messages = []
+    for user in ("frank", "nobody"):
+        r = Raw(sasl_broker.bootstrap_for("SASL_PLAINTEXT"))
+        assert int(r.call(17, 1, {"mechanism": "SCRAM-SHA-256"}).error_code) == 0
+        first = r.call(36, 2, {"auth_bytes": f"n,,n={user},r=abcdefgh".encode()})
+        if int(first.error_code) == 0:  # a known user: a wrong proof in the final message
+            nonce = bytes(first.auth_bytes).decode().split(",")[0]
+            final = r.call(36, 2, {"auth_bytes": f"c=biws,{nonce},p=AAAA".encode()})
+        else:
+            final = first
+        assert int(final.error_code) == 58
+        messages.append(final.error_message)
+        assert r.closed_by_peer()
+    assert messages == [
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
+    ] * 2
+    assert "(unknown user)" in sasl_broker.log() and "(invalid client proof)" in sasl_broker.log()
+
+
 def test_cli_configs_users_scram(sasl_broker: BrokerProcess) -> None:
     strom = [sys.executable, "-m", "strom", "configs", "--bootstrap-server", sasl_broker.bootstrap]
     user = ["--entity-type", "users", "--entity-name", "erin"]

@@ -356,6 +356,24 @@ def test_sasl_on_plaintext_listener_is_illegal_state(tmp_path: Path) -> None:
         sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 1, session), SimpleNamespace(auth_bytes=b""))
     )
     assert r["error_code"] == 34
+    assert not session.close_after_response  # Kafka keeps a non-SASL connection
+
+
+def test_sasl_authenticate_out_of_state(tmp_path: Path) -> None:
+    """After a successful authentication SaslAuthenticate answers ILLEGAL_SASL_STATE and the
+    connection stays; before any handshake it answers the same and the connection is closed."""
+    broker = _broker(tmp_path)
+    session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    _run(
+        sasl_handlers.handle_sasl_handshake(_ctx(broker, 17, 1, session), SimpleNamespace(mechanism="PLAIN"))
+    )
+    token = SimpleNamespace(auth_bytes=b"\0alice\0alice-secret")
+    assert _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, session), token))["error_code"] == 0
+    again = _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, session), token))
+    assert again["error_code"] == 34 and session.authenticated and not session.close_after_response
+    fresh = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    early = _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, fresh), token))
+    assert early["error_code"] == 34 and not fresh.authenticated and fresh.close_after_response
 
 
 def _upsert(name: str, mech: int, password: str, iterations: int, salt: bytes = b"salt-salt-salt") -> Any:

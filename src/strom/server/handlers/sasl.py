@@ -14,9 +14,10 @@
   and the connection is closed. Clients that see SaslAuthenticate in ApiVersions (every client
   since Kafka 1.0) use v1 and SaslAuthenticate.
 
-On a listener that is not SASL_* both APIs answer ILLEGAL_SASL_STATE (Kafka does not expect
-SASL there); so does a second handshake during an exchange, or SaslAuthenticate without one
-(and those close the connection). The broker-wide state (settings parsed from the config, the SCRAM credential
+On a listener that is not SASL_*, or after a successful authentication, both APIs answer
+ILLEGAL_SASL_STATE and the connection stays open (as in Kafka). A second handshake during an
+exchange, or SaslAuthenticate before any handshake, also answer ILLEGAL_SASL_STATE and close
+the connection. The broker-wide state (settings parsed from the config, the SCRAM credential
 store) is :func:`sasl_state`.
 """
 
@@ -102,7 +103,10 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
     session = ctx.session
     exchange = session.sasl_exchange
     if exchange is None or not session.uses_sasl or session.authenticated:
-        _close_after(ctx)
+        # Kafka: on a listener without SASL, or once authenticated, the request is answered and
+        # the connection kept; before any handshake the authenticator fails the connection
+        if session.uses_sasl and not session.authenticated:
+            _close_after(ctx)
         return _auth_response(
             ctx,
             ErrorCode.ILLEGAL_SASL_STATE,
