@@ -368,7 +368,8 @@ def test_sasl_authenticate_out_of_state(tmp_path: Path) -> None:
         sasl_handlers.handle_sasl_handshake(_ctx(broker, 17, 1, session), SimpleNamespace(mechanism="PLAIN"))
     )
     token = SimpleNamespace(auth_bytes=b"\0alice\0alice-secret")
-    assert _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, session), token))["error_code"] == 0
+    ok = _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, session), token))
+    assert ok["error_code"] == 0
     again = _run(sasl_handlers.handle_sasl_authenticate(_ctx(broker, 36, 2, session), token))
     assert again["error_code"] == 34 and session.authenticated and not session.close_after_response
     fresh = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")
