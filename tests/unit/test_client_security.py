@@ -1,5 +1,7 @@
 """Client security without a broker: JAAS parsing, settings -> SSLContext, secrets kept out of
-reprs and errors, the SASL exchange (PLAIN, and SCRAM against scramp's server side)."""
+reprs and errors, the SASL exchange (PLAIN; SCRAM against scramp's and strom's broker-side
+servers, raw UTF-8 passwords without SASLprep, the RFC 7677 vector, bad server messages), inline
+PEM re-wrapped."""
 
 from __future__ import annotations
 
@@ -392,3 +394,181 @@ def test_hostname_verification_on_both_connection_kinds(pki: dict[str, Any], tmp
             ch.close()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- SCRAM without SASLprep
+
+# SASLprep would map the soft hyphen to nothing, the Roman numeral IX to "IX", and refuse the tab;
+# Kafka, librdkafka and strom's broker and admin helper all use the raw UTF-8 bytes
+RAW_PASSWORDS = ["I\u00adX", "\u2168pw", "tab\tpw"]
+
+
+def _scram_broker(mech: str, user: str, cred: Any) -> Any:
+    """``server(api_key, data)`` running strom's broker-side ScramExchange with ``cred``."""
+    from strom.security.sasl import ScramExchange
+
+    exchange = ScramExchange(mech, lambda name: cred if name == user else None)
+
+    def server(api_key: int, data: dict[str, Any]) -> SimpleNamespace:
+        if api_key == SASL_HANDSHAKE:
+            return _resp(mechanisms=(mech,))
+        return _resp(auth_bytes=exchange.evaluate(data["auth_bytes"]))
+
+    server.exchange = exchange  # type: ignore[attr-defined]
+    return server
+
+
+@pytest.mark.parametrize("password", RAW_PASSWORDS)
+@pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_raw_utf8_password_against_strom_broker(mech: str, password: str) -> None:
+    pytest.importorskip("scramp")  # the broker side's dependency
+    from strom.security.credentials import ScramCredential
+
+    cred = ScramCredential.from_password(mech, password, 4096)
+    server = _scram_broker(mech, "alice", cred)
+    assert drive(_sasl(mech, password=password), server) == [
+        (SASL_HANDSHAKE, 1),
+        (SASL_AUTHENTICATE, 2),
+        (SASL_AUTHENTICATE, 2),
+    ]
+    assert server.exchange.complete and server.exchange.username == "alice"
+
+
+@pytest.mark.parametrize("password", RAW_PASSWORDS)
+def test_scram_raw_password_with_admin_helper_derivation(password: str) -> None:
+    """The credential as admin.alter_user_scram_credentials derives it (PBKDF2 over the raw
+    UTF-8 password), for a user name that needs saslname escaping."""
+    import hashlib
+    import os
+
+    pytest.importorskip("scramp")
+    from strom.security.credentials import ScramCredential
+
+    mech, user = "SCRAM-SHA-512", "svc=a,b"
+    salt = os.urandom(32)
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 8192)
+    cred = ScramCredential.from_salted_password(mech, salt, salted, 8192)
+    server = _scram_broker(mech, user, cred)
+    drive(_sasl(mech, user=user, password=password), server)
+    assert server.exchange.complete and server.exchange.username == user
+
+
+def test_scram_wrong_password_refused_by_strom_broker() -> None:
+    pytest.importorskip("scramp")
+    from strom.security.credentials import ScramCredential
+    from strom.security.sasl import SaslAuthenticationError
+
+    server = _scram_broker(
+        "SCRAM-SHA-256", "alice", ScramCredential.from_password("SCRAM-SHA-256", "IX", 4096)
+    )
+    # the SASLprep form of the password is a different password to Kafka and to strom's broker
+    with pytest.raises(SaslAuthenticationError):
+        drive(_sasl("SCRAM-SHA-256", password="I\u00adX"), server)
+
+
+# RFC 7677 section 3: SCRAM-SHA-256, user "user", password "pencil"
+RFC7677_CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"
+RFC7677_SERVER_FIRST = (
+    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+)
+RFC7677_CLIENT_FINAL = (
+    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+    b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+)
+RFC7677_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def _rfc7677_client() -> Any:
+    from strom.client.scram import ScramClient
+
+    return ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=RFC7677_CLIENT_NONCE)
+
+
+def test_scram_rfc7677_vector() -> None:
+    c = _rfc7677_client()
+    assert c.client_first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    assert c.client_final(RFC7677_SERVER_FIRST) == RFC7677_CLIENT_FINAL
+    c.verify_server_final(RFC7677_SERVER_FINAL)  # no exception: the server is authenticated
+
+
+def test_scram_user_name_escaped() -> None:
+    from strom.client.scram import ScramClient
+
+    first = ScramClient("SCRAM-SHA-256", "a=b,c", "pw", nonce="abc").client_first()
+    assert first == b"n,,n=a=3Db=2Cc,r=abc"
+    assert (
+        ScramClient("SCRAM-SHA-512", "u", "p").client_first()
+        != ScramClient("SCRAM-SHA-512", "u", "p").client_first()
+    )  # a fresh random nonce each time
+
+
+@pytest.mark.parametrize(
+    ("server_first", "server_final", "message"),
+    [
+        (RFC7677_SERVER_FIRST, b"v=" + b"A" * 44, "invalid server signature"),
+        (RFC7677_SERVER_FIRST, b"e=invalid-proof", r"refused the login \(invalid-proof\)"),
+        (RFC7677_SERVER_FIRST, b"x=1", "malformed server-final"),
+        (RFC7677_SERVER_FIRST, b"v=!!", "malformed server signature"),
+        (b"r=someoneElsesNonce123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", None, "does not extend"),
+        (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", None, "does not extend"),
+        (RFC7677_SERVER_FIRST.replace(b"i=4096", b"i=4095"), None, "less than the minimum 4096"),
+        (RFC7677_SERVER_FIRST.replace(b"i=4096", b"i=1000001"), None, "more than the maximum"),
+        (RFC7677_SERVER_FIRST.replace(b"i=4096", b"i=x"), None, "malformed iteration count"),
+        (RFC7677_SERVER_FIRST.replace(b"s=W22", b"s=*22"), None, "malformed salt"),
+        (b"e=unknown-user", None, r"refused the login \(unknown-user\)"),
+        (b"m=ext,r=x,s=y,i=4096", None, "extension"),
+        (b"r=rOprNGfwEbeRWgbNEkqOabc", None, "malformed server-first"),
+        (b"\xff\xfe", None, "not UTF-8"),
+    ],
+)
+def test_scram_bad_server_messages_fail_with_58(
+    server_first: bytes, server_final: bytes | None, message: str
+) -> None:
+    c = _rfc7677_client()
+    c.client_first()
+    with pytest.raises(KafkaError, match=message) as err:
+        c.client_final(server_first)
+        assert server_final is not None
+        c.verify_server_final(server_final)
+    assert err.value.code == 58 and err.value.name == "SASL_AUTHENTICATION_FAILED"
+    assert "pencil" not in str(err.value)
+
+
+def test_scram_failures_through_the_exchange_are_kafka_errors() -> None:
+    """A server nonce that does not extend the client's, driven through sasl_exchange: a
+    KafkaError 58 (what KafkaConnection.connect and FetchChannel let through), not another type."""
+
+    def server(api_key: int, data: dict[str, Any]) -> SimpleNamespace:
+        if api_key == SASL_HANDSHAKE:
+            return _resp()
+        return _resp(auth_bytes=b"r=forged,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+
+    with pytest.raises(KafkaError, match="does not extend") as err:
+        drive(_sasl("SCRAM-SHA-256", password="tab\tpw"), server)
+    assert err.value.code == 58
+
+
+# ---------------------------------------------------------------------------- PEM from properties files
+
+
+def test_inline_pem_from_joined_continuation_lines(pki: dict[str, Any]) -> None:
+    """PEM written over continuation lines of a properties file (--command-config) arrives on one
+    line: the client re-wraps it, as the broker does."""
+    from strom.config import parse_properties
+
+    def continued(key: str, pem: bytes) -> str:
+        return f"{key}=" + " \\\n    ".join(pem.decode().strip().splitlines()) + "\n"
+
+    client = pki["client"]
+    text = (
+        "security.protocol=SSL\n"
+        + continued("ssl.truststore.certificates", pki["ca"].cert_pem.bytes())
+        + continued("ssl.keystore.key", client.private_key_pem.bytes())
+        + continued("ssl.keystore.certificate.chain", b"".join(b.bytes() for b in client.cert_chain_pems))
+    )
+    props = parse_properties(text)
+    assert "\n" not in props["ssl.truststore.certificates"]
+    assert "\n" not in props["ssl.keystore.key"]
+    s = SecurityConfig.from_config(props)
+    ctx = s.ssl_context()
+    assert ctx is not None and len(ctx.get_ca_certs()) == 1

@@ -13,7 +13,9 @@ Settings (:meth:`SecurityConfig.from_config`, names as the Java client and librd
   are refused with a message naming the conversion): ``ssl.truststore.location`` (file) or
   ``ssl.truststore.certificates`` (PEM text); a client certificate for mutual TLS from
   ``ssl.keystore.location`` (one PEM file with the key and the chain) or ``ssl.keystore.key`` +
-  ``ssl.keystore.certificate.chain`` (PEM text), ``ssl.key.password`` for an encrypted key;
+  ``ssl.keystore.certificate.chain`` (PEM text), ``ssl.key.password`` for an encrypted key (PEM
+  text that lost its line breaks, e.g. joined continuation lines of a properties file, is
+  re-wrapped before OpenSSL reads it, as the broker does);
   ``ssl.endpoint.identification.algorithm`` ``https`` (default: the broker certificate must name
   the host) or empty (chain checked, host name not). Without a trust store the system's CAs are
   trusted. librdkafka's ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location``
@@ -26,7 +28,8 @@ text) never appear in ``repr``, logs or error messages.
 
 SASL runs after ApiVersions, as Kafka clients do: SaslHandshake v1 names the mechanism, then
 SaslAuthenticate rounds carry the mechanism's messages (PLAIN: one round; SCRAM: client-first /
-server-first, client-final / server-final, on :mod:`scramp`). :func:`sasl_exchange` yields the
+server-first, client-final / server-final, in :mod:`strom.client.scram`: raw UTF-8 credentials,
+no SASLprep, as Kafka). :func:`sasl_exchange` yields the
 requests and takes the decoded answers, so the asyncio connection and the blocking fetch channel
 drive the same steps.
 
@@ -51,6 +54,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from strom.client.errors import KafkaError
+from strom.client.scram import ScramClient
+from strom.security.pem import rewrap_pem
 
 __all__ = [
     "MECHANISMS",
@@ -263,7 +268,8 @@ class SecurityConfig:
             ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
         try:
             if self.ssl_cafile is not None or self.ssl_cadata is not None:
-                ctx.load_verify_locations(cafile=self.ssl_cafile, cadata=self.ssl_cadata)
+                cadata = None if self.ssl_cadata is None else rewrap_pem(self.ssl_cadata)
+                ctx.load_verify_locations(cafile=self.ssl_cafile, cadata=cadata)
             else:
                 ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
         except (OSError, ssl.SSLError, ValueError) as e:
@@ -299,10 +305,12 @@ def _ssl_reason(e: BaseException) -> str:
 
 def _load_pem_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str, password: str | None) -> None:
     """Load an in-memory key and chain: :mod:`ssl` reads them from files only, so they go
-    through private temporary files (mode 0600) removed right after."""
+    through private temporary files (mode 0600) removed right after. Both are re-wrapped first
+    (:func:`~strom.security.pem.rewrap_pem`): PEM from a properties file's continuation lines or
+    a Spark option has lost its line breaks."""
     paths: list[str] = []
     try:
-        for text in (cert_pem, key_pem):
+        for text in (rewrap_pem(cert_pem), rewrap_pem(key_pem)):
             fd, path = tempfile.mkstemp(prefix="strom-tls-", suffix=".pem")
             paths.append(path)
             with os.fdopen(fd, "w") as f:
@@ -440,7 +448,7 @@ class SaslMechanism:
         self.mechanism = mechanism
         self._username = username
         self._password = password
-        self._scram: Any = None
+        self._scram: ScramClient | None = None
         self._round = 0
 
     def __repr__(self) -> str:
@@ -450,27 +458,21 @@ class SaslMechanism:
         if self.mechanism == "PLAIN":
             # RFC 4616: authorization identity (empty), NUL, user, NUL, password
             return b"\0" + self._username.encode() + b"\0" + self._password.encode()
-        from scramp import ScramClient  # type: ignore[import-untyped,unused-ignore]
-
-        self._scram = ScramClient([self.mechanism], self._username, self._password)
-        first: str = self._scram.get_client_first()
-        return first.encode()
+        # strom's own SCRAM client: raw UTF-8 credentials, no SASLprep, as Kafka (see scram.py)
+        self._scram = ScramClient(self.mechanism, self._username, self._password)
+        return self._scram.client_first()
 
     def respond(self, server: bytes) -> bytes | None:
         self._round += 1
         if self.mechanism == "PLAIN":
             return None
-        from scramp import ScramException  # type: ignore[import-untyped,unused-ignore]
-
-        try:
-            if self._round == 1:
-                self._scram.set_server_first(server.decode())
-                final: str = self._scram.get_client_final()
-                return final.encode()
-            self._scram.set_server_final(server.decode())
-        except (ScramException, UnicodeDecodeError) as e:
-            raise KafkaError(_AUTH_FAILED, f"{self.mechanism} exchange failed: {e}") from None
-        return None
+        assert self._scram is not None, "first() comes before respond()"
+        if self._round == 1:
+            return self._scram.client_final(server)
+        if self._round == 2:
+            self._scram.verify_server_final(server)
+            return None
+        raise KafkaError(_AUTH_FAILED, f"{self.mechanism} exchange failed: unexpected server message")
 
 
 def sasl_exchange(

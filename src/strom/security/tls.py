@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .pem import rewrap_pem
 from .session import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -272,25 +272,6 @@ def _pkcs12_to_pem(settings: TlsSettings) -> bytes:
     for c in [cert, *extra]:
         pem += c.public_bytes(serialization.Encoding.PEM)
     return pem
-
-
-_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
-
-
-def rewrap_pem(text: str) -> str:
-    """PEM blocks with their base64 re-wrapped at 64 columns, one per line. PEM text in a config
-    value often lost its line breaks (a properties file's continuation lines are joined), which
-    Kafka accepts and OpenSSL does not. Blocks with RFC 1421 headers are kept as they are."""
-    blocks = []
-    for m in _PEM_BLOCK.finditer(text):
-        label, body = m.group(1), m.group(2)
-        if ":" in body:
-            blocks.append(m.group(0).strip() + "\n")
-            continue
-        b64 = "".join(body.split())
-        lines = [b64[i : i + 64] for i in range(0, len(b64), 64)]
-        blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n")
-    return "".join(blocks) if blocks else text
 
 
 def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
