@@ -462,6 +462,13 @@ def test_cli_scram_changes() -> None:
     for bad in ["SCRAM-SHA-256=[iterations=x,password=p]", "SCRAM-SHA-256=[iterations=8192]", "quota=1"]:
         with pytest.raises(CommandError):
             scram_changes(t, [(k, admin.SET, v) for k, v in parse_config_list(bad)])
+    # the error names the fields, never the value (it holds the password)
+    for bad in ["SCRAM-SHA-256=[iterations=8192,pasword=top-secret]", "SCRAM-SHA-256=[password=top,secret]"]:
+        with pytest.raises(CommandError) as info:
+            scram_changes(t, [(k, admin.SET, v) for k, v in parse_config_list(bad)])
+        assert "secret" not in str(info.value) and "password=P" in str(info.value)
+    with pytest.raises(CommandError, match="got fields: iterations, pasword"):
+        scram_changes(t, [("SCRAM-SHA-256", admin.SET, "iterations=8192,pasword=top-secret")])
     with pytest.raises(CommandError):
         scram_changes(ConfigTarget("users", None), ops[:1])
 

@@ -297,10 +297,16 @@ def scram_changes(
             continue
         if op != admin.SET:
             raise CommandError(f"{mech} can only be added (--add-config) or deleted (--delete-config)", 2)
-        fields = dict(parse_config_list(value or ""))
+        # the value holds a password: errors name fields, never the text
+        usage = f"{mech} needs [iterations=N,]password=P"
+        try:
+            fields = dict(parse_config_list(value or ""))
+        except CommandError:
+            raise CommandError(f"{usage}: malformed value", 2) from None
         unknown = set(fields) - {"iterations", "password"}
         if unknown or "password" not in fields:
-            raise CommandError(f"{mech} needs [iterations=N,]password=P, got {value!r}", 2)
+            got = ", ".join(sorted(fields)) or "none"
+            raise CommandError(f"{usage}, got fields: {got}", 2)
         try:
             iterations = int(fields.get("iterations", DEFAULT_SCRAM_ITERATIONS))
         except ValueError:
