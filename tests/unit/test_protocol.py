@@ -39,6 +39,14 @@ def test_oversized_frame_is_refused_before_buffering() -> None:
         dec.feed(struct.pack(">i", 101))
 
 
+def test_oversized_frame_error_names_the_limit_in_force() -> None:
+    """Before SASL authentication the limit is sasl.server.max.receive.size, and the error says so."""
+    conn = ServerConnection(1000)
+    conn.max_frame_size, conn.limit_name = 100, "sasl.server.max.receive.size"
+    with pytest.raises(ProtocolError, match=r"exceeds sasl\.server\.max\.receive\.size \(100\)"):
+        conn.receive_data(struct.pack(">i", 101))
+
+
 def test_negative_size_and_short_header_are_protocol_errors() -> None:
     with pytest.raises(ProtocolError):
         FrameDecoder(100).feed(struct.pack(">i", -5))

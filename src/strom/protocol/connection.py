@@ -40,8 +40,18 @@ class ServerConnection:
 
     @max_frame_size.setter
     def max_frame_size(self, size: int) -> None:
-        """Change the frame size limit (a SASL listener's is lower until authentication)."""
+        """Change the frame size limit (a SASL listener's is lower until authentication); set
+        :attr:`limit_name` alongside so the error names the right config key."""
         self._decoder.max_frame_size = size
+
+    @property
+    def limit_name(self) -> str:
+        """The config key the frame size limit comes from (named in the error)."""
+        return self._decoder.limit_name
+
+    @limit_name.setter
+    def limit_name(self, name: str) -> None:
+        self._decoder.limit_name = name
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[IncomingRequest]:
         out = []

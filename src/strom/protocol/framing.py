@@ -30,10 +30,12 @@ class RequestHeader:
 
 
 class FrameDecoder:
-    """Accumulates bytes and yields complete frames; the buffer is bounded by ``max_frame_size``."""
+    """Accumulates bytes and yields complete frames; the buffer is bounded by ``max_frame_size``.
+    ``limit_name`` is the config key that limit comes from, named in the error."""
 
-    def __init__(self, max_frame_size: int) -> None:
+    def __init__(self, max_frame_size: int, limit_name: str = "socket.request.max.bytes") -> None:
         self.max_frame_size = max_frame_size
+        self.limit_name = limit_name
         self._buf = bytearray()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
@@ -48,7 +50,7 @@ class FrameDecoder:
                 raise ProtocolError(f"negative frame size {size}")
             if size > self.max_frame_size:
                 raise ProtocolError(
-                    f"frame of {size} bytes exceeds socket.request.max.bytes ({self.max_frame_size})"
+                    f"frame of {size} bytes exceeds {self.limit_name} ({self.max_frame_size})"
                 )
             if end - pos - 4 < size:
                 break
