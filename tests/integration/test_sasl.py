@@ -567,6 +567,32 @@ def test_frames_before_authentication_are_bounded(sasl_broker: BrokerProcess) ->
     assert md.topics[topic].partitions
 
 
+def test_idle_connections_are_closed(tmp_path: Path) -> None:
+    """connections.max.idle.ms: a silent connection is closed (a bare socket, an unauthenticated
+    SASL one); one that keeps sending requests, each sooner than the limit, is not."""
+    b = BrokerProcess(
+        tmp_path / "data",
+        overrides=[*OVERRIDES, "connections.max.idle.ms=500"],
+        listeners=LISTENERS,
+    ).start()
+    try:
+        api_versions = {"client_software_name": "t", "client_software_version": "1"}
+        bare = Raw(b.bootstrap_for("PLAINTEXT"))
+        sasl = Raw(b.bootstrap_for("SASL_PLAINTEXT"))
+        assert int(sasl.call(18, 3, api_versions).error_code) == 0
+        busy = Raw(b.bootstrap_for("PLAINTEXT"))
+        start = time.monotonic()
+        while time.monotonic() - start < 2.0:
+            assert int(busy.call(18, 3, api_versions).error_code) == 0
+            time.sleep(0.2)
+        for r in (bare, sasl):
+            r.sock.settimeout(5)
+            assert r.closed_by_peer()
+        assert int(busy.call(18, 3, api_versions).error_code) == 0
+    finally:
+        assert b.stop() == 0, b.log()
+
+
 def test_corrupt_credential_store_fails_the_start(tmp_path: Path) -> None:
     b = _start(tmp_path / "data")
     assert b.stop() == 0, b.log()

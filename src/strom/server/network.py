@@ -17,6 +17,10 @@ Rules:
   listeners the principal is taken from the client certificate once the handshake is done.
 - On SASL listeners an unauthenticated connection may send only ApiVersions, SaslHandshake and
   SaslAuthenticate; anything else closes it (Kafka's rule).
+- A connection that neither sends nor is answered anything for ``connections.max.idle.ms``
+  (Kafka's default 10 minutes; negative: never) is closed, as Kafka's selector does; a request
+  in progress (a long-poll Fetch) is not idleness. One timer per connection, re-armed only when
+  it fires: received bytes and answered requests just note the time.
 """
 
 from __future__ import annotations
@@ -71,10 +75,11 @@ class KafkaProtocol(asyncio.Protocol):
         self.session = session if session is not None else ConnectionSession()
         self.tls = tls
         self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
-        if not self.session.authenticated:  # Kafka bounds frames before SASL authentication
-            self.conn.max_frame_size = min(
-                broker.config["sasl.server.max.receive.size"], broker.config["socket.request.max.bytes"]
-            )
+        pre_auth = broker.config["sasl.server.max.receive.size"]
+        if not self.session.authenticated and pre_auth < broker.config["socket.request.max.bytes"]:
+            # Kafka bounds frames before SASL authentication
+            self.conn.max_frame_size = pre_auth
+            self.conn.limit_name = "sasl.server.max.receive.size"
         self.queue: deque[IncomingRequest] = deque()
         self.transport: asyncio.Transport | None = None
         self.raw_transport: asyncio.Transport | None = None  # the TCP transport under TLS
@@ -84,6 +89,11 @@ class KafkaProtocol(asyncio.Protocol):
         self.paused = False
         self.peer = "?"
         self.connection_id = f"conn-{next(_conn_ids)}"
+        idle_ms = broker.config["connections.max.idle.ms"]
+        self.idle_timeout = idle_ms / 1000 if idle_ms >= 0 else None
+        self.last_active = 0.0  # loop time of the last bytes received or response written
+        self.busy = False  # a request is being handled
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,6 +102,9 @@ class KafkaProtocol(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
         loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
+        if self.idle_timeout is not None:
+            self.idle_timer = loop.call_at(self.last_active + self.idle_timeout, self._check_idle)
         if self.tls is None:
             self.transport = cast(asyncio.Transport, transport)
             if self.session.uses_tls:  # a TLS server's transport: the handshake is done
@@ -109,9 +122,12 @@ class KafkaProtocol(asyncio.Protocol):
         try:
             transport = await loop.start_tls(raw, self, context, server_side=True)
         except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
-            # a refused handshake is worth an INFO line (Kafka logs it); a peer that connected
-            # and left without one (port probes, health checks) only a DEBUG line
-            level = logging.INFO if isinstance(e, (ssl.SSLError, TimeoutError)) else logging.DEBUG
+            # a refused handshake is worth an INFO line (Kafka logs it), and so is a handshake
+            # that timed out (Python 3.11's asyncio reports that as ConnectionAbortedError, later
+            # ones as TimeoutError); a peer that connected and left without one (port probes,
+            # health checks) only a DEBUG line
+            refused = (ssl.SSLError, TimeoutError, ConnectionAbortedError)
+            level = logging.INFO if isinstance(e, refused) else logging.DEBUG
             log.log(
                 level,
                 "failed authentication with %s on listener %s (TLS handshake failed: %s)",
@@ -120,6 +136,7 @@ class KafkaProtocol(asyncio.Protocol):
                 getattr(e, "reason", None) or str(e) or type(e).__name__,
             )
             self.closed = True
+            self._stop_idle_timer()
             raw.close()
             self.broker.connections.discard(self)
             return
@@ -140,7 +157,32 @@ class KafkaProtocol(asyncio.Protocol):
             self.session.principal,
         )
 
+    def _check_idle(self) -> None:
+        """The idle timer fired: close the connection if nothing happened for the idle timeout,
+        else re-arm for the moment it would have been idle that long."""
+        self.idle_timer = None
+        timeout = self.idle_timeout
+        if self.closed or timeout is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.busy or self.queue:  # a request in progress is no idleness
+            due = now + max(timeout, 0.05)
+        elif now - self.last_active >= timeout:
+            log.debug(
+                "closing connection from %s on listener %s: idle for more than connections.max.idle.ms (%d)",
+                self.peer,
+                self.session.listener,
+                int(timeout * 1000),
+            )
+            self.close()
+            return
+        else:
+            due = self.last_active + timeout
+        self.idle_timer = loop.call_at(due, self._check_idle)
+
     def data_received(self, data: bytes) -> None:
+        self.last_active = asyncio.get_running_loop().time()
         try:
             reqs = self.conn.receive_data(data)
         except ProtocolError as e:
@@ -157,11 +199,18 @@ class KafkaProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.wakeup.set()
+        self._stop_idle_timer()
         self.broker.connections.discard(self)
+
+    def _stop_idle_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
 
     def close(self) -> None:
         self.closed = True
         self.wakeup.set()
+        self._stop_idle_timer()
         if self.transport is not None:
             self.transport.close()
         elif self.raw_transport is not None:  # still in the TLS handshake
@@ -179,7 +228,12 @@ class KafkaProtocol(asyncio.Protocol):
                 if self.paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
                     self.paused = False
                     self.transport.resume_reading()
-                await self._handle(req)
+                self.busy = True
+                try:
+                    await self._handle(req)
+                finally:
+                    self.busy = False
+                    self.last_active = asyncio.get_running_loop().time()
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
@@ -237,6 +291,7 @@ class KafkaProtocol(asyncio.Protocol):
         full_size = self.broker.config["socket.request.max.bytes"]
         if session.authenticated and self.conn.max_frame_size != full_size:
             self.conn.max_frame_size = full_size  # authenticated: the listener's normal limit
+            self.conn.limit_name = "socket.request.max.bytes"
         if session.close_after_response:  # e.g. failed SASL authentication
             log.info(
                 "closing connection from %s on listener %s after %s",
