@@ -41,11 +41,8 @@ message: neither is retriable.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import ssl
-import tempfile
 import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
@@ -55,7 +52,7 @@ from kio.schema.errors import ErrorCode
 
 from strom.client.errors import KafkaError
 from strom.client.scram import ScramClient
-from strom.security.pem import rewrap_pem
+from strom.security.pem import key_material_path, rewrap_pem
 
 __all__ = [
     "MECHANISMS",
@@ -305,21 +302,12 @@ def _ssl_reason(e: BaseException) -> str:
 
 def _load_pem_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str, password: str | None) -> None:
     """Load an in-memory key and chain: :mod:`ssl` reads them from files only, so they go
-    through private temporary files (mode 0600) removed right after. Both are re-wrapped first
-    (:func:`~strom.security.pem.rewrap_pem`): PEM from a properties file's continuation lines or
-    a Spark option has lost its line breaks."""
-    paths: list[str] = []
-    try:
-        for text in (rewrap_pem(cert_pem), rewrap_pem(key_pem)):
-            fd, path = tempfile.mkstemp(prefix="strom-tls-", suffix=".pem")
-            paths.append(path)
-            with os.fdopen(fd, "w") as f:
-                f.write(text if text.endswith("\n") else text + "\n")
-        ctx.load_cert_chain(paths[0], paths[1], password)
-    finally:
-        for path in paths:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    through :func:`~strom.security.pem.key_material_path` (a memory file on Linux, never a disk).
+    Both are re-wrapped first (:func:`~strom.security.pem.rewrap_pem`): PEM from a properties
+    file's continuation lines or a Spark option has lost its line breaks."""
+    cert, key = (t if t.endswith("\n") else t + "\n" for t in (rewrap_pem(cert_pem), rewrap_pem(key_pem)))
+    with key_material_path(cert.encode()) as cert_path, key_material_path(key.encode()) as key_path:
+        ctx.load_cert_chain(cert_path, key_path, password)
 
 
 def _sasl_settings(get: Any, name: Any) -> dict[str, Any]:

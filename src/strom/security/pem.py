@@ -6,13 +6,21 @@ carry PEM on one line. Kafka's Java PEM reader accepts such text; OpenSSL does n
 line"). :func:`rewrap_pem` puts each block back into the standard shape. The broker (listener
 TLS settings) and the client (``ssl.truststore.certificates``, ``ssl.keystore.key``,
 ``ssl.keystore.certificate.chain``) both use it.
+
+:func:`key_material_path` hands key material held in memory to :mod:`ssl`, which reads files
+only, without writing it to a disk: on Linux through an anonymous memory file (``memfd``) seen at
+``/proc/self/fd/N``; elsewhere through a private temporary file (mode 0600) removed at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
+from collections.abc import Iterator
 
-__all__ = ["rewrap_pem"]
+__all__ = ["key_material_path", "rewrap_pem"]
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
 
@@ -32,3 +40,27 @@ def rewrap_pem(text: str) -> str:
         lines = [b64[i : i + 64] for i in range(0, len(b64), 64)]
         blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n")
     return "".join(blocks) if blocks else text
+
+
+@contextlib.contextmanager
+def key_material_path(data: bytes) -> Iterator[str]:
+    """A path :mod:`ssl` can read ``data`` from while the ``with`` block runs. Private keys never
+    reach a disk on Linux (memfd); elsewhere a 0600 temporary file holds them briefly."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("strom-key-material", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, path = tempfile.mkstemp(prefix="strom-tls-", suffix=".pem")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

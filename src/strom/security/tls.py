@@ -25,15 +25,13 @@ sockets.
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .pem import rewrap_pem
+from .pem import key_material_path, rewrap_pem
 from .session import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -295,12 +293,8 @@ def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         raise _error(f"{where}: {what} holds no PEM private key")
     if b"-----BEGIN CERTIFICATE-----" not in pem:
         raise _error(f"{where}: {what} holds no PEM certificate")
-    # load_cert_chain reads files only: hand it a private temporary copy
-    with tempfile.TemporaryDirectory(prefix="strom-tls-") as d:
-        path = os.path.join(d, "keystore.pem")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
+    # load_cert_chain reads files only: hand it the key material through a memory file
+    with key_material_path(pem) as path:
         try:
             # a password (possibly empty) is always given so OpenSSL never prompts on a terminal
             ctx.load_cert_chain(path, password=password)
