@@ -139,3 +139,10 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["dump-log"]) == 2
     err = capsys.readouterr().err
     assert "alter needs --partitions" in err and "alter needs --add-config" in err
+
+
+@pytest.mark.parametrize("text", ["SCRAM-SHA-256=[password=s3cret]]", "SCRAM-SHA-256=[password=s3cret"])
+def test_unbalanced_brackets_never_echo_the_value(text: str) -> None:
+    with pytest.raises(CommandError) as e:
+        cc.parse_config_list(text)
+    assert "unbalanced" in str(e.value) and "s3cret" not in str(e.value)

@@ -50,20 +50,21 @@ def parse_config_list(text: str) -> list[tuple[str, str]]:
     items: list[str] = []
     depth = 0
     cur: list[str] = []
-    for ch in text:
+    # bracket errors give a position, never the text: values may be passwords (SCRAM configs)
+    for pos, ch in enumerate(text, 1):
         if ch == "[":
             depth += 1
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise CommandError(f"unbalanced ']' in config list {text!r}", 2)
+                raise CommandError(f"unbalanced ']' at character {pos} of the config list", 2)
         if ch == "," and depth == 0:
             items.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
     if depth:
-        raise CommandError(f"unbalanced '[' in config list {text!r}", 2)
+        raise CommandError(f"unbalanced '[' in the config list ({depth} not closed)", 2)
     items.append("".join(cur))
     for item in items:
         if not item.strip():
