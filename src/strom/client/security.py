@@ -41,7 +41,6 @@ message: neither is retriable.
 
 from __future__ import annotations
 
-import re
 import ssl
 import threading
 from collections.abc import Generator, Mapping
@@ -52,6 +51,7 @@ from kio.schema.errors import ErrorCode
 
 from strom.client.errors import KafkaError
 from strom.client.scram import ScramClient
+from strom.security.jaas import JaasError, parse_jaas
 from strom.security.pem import key_material_path, rewrap_pem
 
 __all__ = [
@@ -86,73 +86,15 @@ class SecurityConfigError(ValueError):
 # ---------------------------------------------------------------------------- JAAS
 
 
-_JAAS_TOKEN = re.compile(
-    r"""\s*(?:
-        (?P<quoted>"(?:[^"\\]|\\.)*")   # a double-quoted string, backslash escapes
-      | (?P<semi>;)
-      | (?P<eq>=)
-      | (?P<word>[^\s=;"]+)
-    )""",
-    re.VERBOSE | re.DOTALL,
-)
-_JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
-
-
-def _unquote(token: str) -> str:
-    return re.sub(r"\\(.)", r"\1", token[1:-1], flags=re.DOTALL)
-
-
-def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
-    """``<LoginModule class> <flag> key=value ... ;`` -> ``(class, {key: value})``.
-
-    Values may be double-quoted (backslash escapes the next character) or bare words; the
-    trailing ``;`` is required, as Kafka requires it. Exactly one login module. Errors name the
-    problem, never the text (it holds a password)."""
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _JAAS_TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            if text[pos:].strip() == "":
-                break
-            raise SecurityConfigError(
-                "sasl.jaas.config: cannot parse (unterminated quoted value?); expected "
-                '<LoginModule> required username="..." password="...";'
-            )
-        pos = m.end()
-        kind = m.lastgroup
-        assert kind is not None
-        tokens.append((kind, m.group(kind)))
-    if len(tokens) < 3 or tokens[0][0] != "word" or tokens[1][0] != "word":
-        raise SecurityConfigError(
-            "sasl.jaas.config: expected <LoginModule class> <flag> key=value ...; "
-            'e.g. org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
-            'password="p";'
-        )
-    module, flag = tokens[0][1], tokens[1][1].lower()
-    if flag not in _JAAS_FLAGS:
-        raise SecurityConfigError(
-            f"sasl.jaas.config: login module control flag must be one of {', '.join(_JAAS_FLAGS)}"
-        )
-    options: dict[str, str] = {}
-    i = 2
-    while i < len(tokens) and tokens[i][0] != "semi":
-        if (
-            i + 2 >= len(tokens)
-            or tokens[i][0] != "word"
-            or tokens[i + 1][0] != "eq"
-            or tokens[i + 2][0] not in ("word", "quoted")
-        ):
-            raise SecurityConfigError("sasl.jaas.config: login module options must be key=value pairs")
-        key, (vkind, raw) = tokens[i][1], tokens[i + 2]
-        options[key] = _unquote(raw) if vkind == "quoted" else raw
-        i += 3
-    if i >= len(tokens):
-        raise SecurityConfigError("sasl.jaas.config: the login module entry must end with ';'")
-    if i + 1 != len(tokens):
-        raise SecurityConfigError("sasl.jaas.config: exactly one login module may be configured")
-    return module, options
+def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> tuple[str, dict[str, str]]:
+    """``<LoginModule class> <flag> key=value ... ;`` -> ``(class, {key: value})``
+    (:func:`strom.security.jaas.parse_jaas`); malformed text is a :class:`SecurityConfigError`
+    naming ``key``, never the text (it holds a password)."""
+    try:
+        entry = parse_jaas(text, key)
+    except JaasError as e:
+        raise SecurityConfigError(str(e)) from None
+    return entry.login_module, entry.options
 
 
 # ---------------------------------------------------------------------------- settings
@@ -322,10 +264,7 @@ def _sasl_settings(get: Any, name: Any) -> dict[str, Any]:
     password = get("sasl.password")
     jaas = get("sasl.jaas.config")
     if jaas is not None:
-        try:
-            module, options = parse_jaas_config(jaas)
-        except SecurityConfigError as e:
-            raise SecurityConfigError(prefix_setting(str(e), name)) from None
+        module, options = parse_jaas_config(jaas, name("sasl.jaas.config"))
         short = module.rsplit(".", 1)[-1]
         if short not in ("PlainLoginModule", "ScramLoginModule"):
             raise SecurityConfigError(
@@ -343,12 +282,6 @@ def _sasl_settings(get: Any, name: Any) -> dict[str, Any]:
             f"{name('sasl.password')}"
         )
     return {"sasl_mechanism": mechanism, "sasl_username": username, "sasl_password": password}
-
-
-def prefix_setting(message: str, name: Any) -> str:
-    """``sasl.jaas.config: ...`` -> ``<prefix>sasl.jaas.config: ...``."""
-    head, sep, rest = message.partition(":")
-    return f"{name(head)}{sep}{rest}" if sep and " " not in head else message
 
 
 def _ssl_settings(conf: Mapping[str, str], get: Any, name: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import scramp  # type: ignore[import-untyped]
 
 from .credentials import SCRAM_MECHANISMS, ScramCredential
+from .jaas import JaasEntry, JaasError, parse_jaas
 
 __all__ = [
     "MECHANISMS",
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
 
 
 class SaslAuthenticationError(Exception):
@@ -236,16 +236,6 @@ def _reason(e: Exception) -> str:
 
 
 # ---------------------------------------------------------------------------------------- JAAS
-@dataclass(frozen=True)
-class JaasEntry:
-    login_module: str
-    flag: str
-    options: dict[str, str] = field(default_factory=dict)
-
-    def plain_users(self) -> dict[str, str]:
-        return {k[len("user_") :]: v for k, v in self.options.items() if k.startswith("user_") and len(k) > 5}
-
-
 def _config_error(message: str) -> Exception:
     from ..config import ConfigError
 
@@ -253,74 +243,14 @@ def _config_error(message: str) -> Exception:
 
 
 def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
-    """Parse one JAAS login-module entry (``<class> <flag> name=value ... ;``). Values may be
-    double-quoted (``\\`` escapes the next character) or bare words."""
-    pos, n = 0, len(text)
-    tokens: list[tuple[str, bool]] = []  # (text, quoted)
-    while pos < n:
-        ch = text[pos]
-        if ch.isspace():
-            pos += 1
-        elif ch in "=;":
-            tokens.append((ch, False))
-            pos += 1
-        elif ch == '"':
-            pos += 1
-            buf: list[str] = []
-            while True:
-                if pos >= n:
-                    raise _config_error(f"{key}: unterminated quoted value")
-                c = text[pos]
-                if c == "\\" and pos + 1 < n:
-                    buf.append(text[pos + 1])
-                    pos += 2
-                elif c == '"':
-                    pos += 1
-                    break
-                else:
-                    buf.append(c)
-                    pos += 1
-            tokens.append(("".join(buf), True))
-        else:
-            start = pos
-            while pos < n and not text[pos].isspace() and text[pos] not in '=;"':
-                pos += 1
-            tokens.append((text[start:pos], False))
-    if not tokens or tokens[-1] != (";", False):
-        raise _config_error(f"{key}: a JAAS entry must end with ';' ({_usage()})")
-    if len(tokens) < 3 or tokens[0][1] or tokens[0][0] in "=;":
-        raise _config_error(f"{key}: expected '<LoginModule class> <flag> [name=value ...];' ({_usage()})")
-    module, flag = tokens[0][0], tokens[1][0]
-    # error messages never quote a token that may be a value (a password): they name the key
-    # and the position (the option before the error) only
-    if tokens[1][1] or flag.lower() not in JAAS_FLAGS:
-        raise _config_error(
-            f"{key}: the word after the login module class must be a flag: one of {', '.join(JAAS_FLAGS)}"
-        )
-    options: dict[str, str] = {}
-    last: str | None = None  # the option before the current position
-    i = 2
-    while i < len(tokens) - 1:
-        name, quoted = tokens[i]
-        if quoted or name in "=;" or i + 2 >= len(tokens) or tokens[i + 1] != ("=", False):
-            where = f"after option {last!r}" if last is not None else "after the login module flag"
-            raise _config_error(f"{key}: expected name=value {where} ({_usage()})")
-        value, vquoted = tokens[i + 2]
-        if not vquoted and value in "=;":
-            raise _config_error(f"{key}: option {name!r} has no value")
-        options[name] = value
-        last = name
-        i += 3
-    if i != len(tokens) - 1:
-        raise _config_error(f"{key}: only one login module per JAAS config ({_usage()})")
-    return JaasEntry(module, flag.lower(), options)
+    """The broker's reading of a JAAS config (:func:`strom.security.jaas.parse_jaas`): malformed
+    text is a ``ConfigError`` naming ``key``."""
+    try:
+        return parse_jaas(text, key)
+    except JaasError as e:
+        raise _config_error(str(e)) from None
 
 
-def _usage() -> str:
-    return 'e.g. org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="<password>";'
-
-
-# ---------------------------------------------------------------------------------------- settings
 def _mechanism_list(key: str, raw: Any) -> tuple[str, ...]:
     out: list[str] = []
     for item in str(raw).split(","):
