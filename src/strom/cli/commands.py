@@ -158,13 +158,18 @@ async def _describe(client: Client, args: argparse.Namespace) -> int:
 
 async def _delete(client: Client, args: argparse.Namespace) -> int:
     result = await client.delete_topics([args.topic])
-    err = result.get(args.topic)
+    return topic_outcome(result.get(args.topic), args, "delete")
+
+
+def topic_outcome(err: KafkaError | None, args: argparse.Namespace, verb: str) -> int:
+    """Exit code of a change to topic ``args.topic``: 0, or 0 for a missing topic with
+    ``--if-exists``; else :class:`CommandError`."""
     if err is not None:
         if err.code == ErrorCode.unknown_topic_or_partition:
             if args.if_exists:
                 return 0
             raise CommandError(f"topic {args.topic!r} does not exist")
-        raise CommandError(f"cannot delete topic {args.topic!r}: {err}")
+        raise CommandError(f"cannot {verb} topic {args.topic!r}: {err}")
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from strom.cli.commands import CommandError, _client, _connection_error
+from strom.cli.commands import CommandError, _client, _connection_error, topic_outcome
 from strom.client import admin
 from strom.client.client import Client
 from strom.client.errors import KafkaConnectionError, KafkaError
@@ -358,14 +358,7 @@ async def topics_alter(args: argparse.Namespace) -> int:
             result = await admin.create_partitions(client, {args.topic: args.partitions})
     except KafkaConnectionError as e:
         raise _connection_error(e) from None
-    err = result.get(args.topic)
-    if err is not None:
-        if err.code == ErrorCode.unknown_topic_or_partition:
-            if args.if_exists:
-                return 0
-            raise CommandError(f"topic {args.topic!r} does not exist")
-        raise CommandError(f"cannot alter topic {args.topic!r}: {err}")
-    return 0
+    return topic_outcome(result.get(args.topic), args, "alter")
 
 
 # ---------------------------------------------------------------------------- records delete

@@ -164,16 +164,26 @@ def _log_headers(log_path: Path) -> dict[int, tuple[int, int, int]] | None:
     return out
 
 
-def dump_offset_index(path: Path, out: TextIO, *, verify_only: bool) -> DumpResult:
+def _open_index(
+    path: Path, entry_size: int
+) -> tuple[DumpResult, int, Path, dict[int, tuple[int, int, int]] | None, bytes]:
+    """What both index dumps start from: (result, base offset, the .log beside the index, its
+    batch headers or None, the index bytes), with a missing log or a partial entry noted."""
     result = DumpResult()
-    base = _base_offset(path)
     log_path = path.with_suffix(".log")
     headers = _log_headers(log_path)
     if headers is None:
         result.problem(f"no log file {log_path.name} to check {path.name} against")
     raw = path.read_bytes()
-    if len(raw) % _OFFSET_ENTRY.size:
-        result.problem(f"{path.name} has a partial entry: size {len(raw)} is not a multiple of 8")
+    if len(raw) % entry_size:
+        result.problem(
+            f"{path.name} has a partial entry: size {len(raw)} is not a multiple of {entry_size}"
+        )
+    return result, _base_offset(path), log_path, headers, raw
+
+
+def dump_offset_index(path: Path, out: TextIO, *, verify_only: bool) -> DumpResult:
+    result, base, log_path, headers, raw = _open_index(path, _OFFSET_ENTRY.size)
     mismatches: list[str] = []
     prev_off = prev_pos = -1
     for i in range(len(raw) // _OFFSET_ENTRY.size):
@@ -192,26 +202,22 @@ def dump_offset_index(path: Path, out: TextIO, *, verify_only: bool) -> DumpResu
                 )
             elif h[1] != offset:
                 mismatches.append(f"  Index offset: {offset}, log offset: {h[1]}")
-    if mismatches:
-        result.problem(f"{len(mismatches)} mismatches in {path.name}")
-        print(f"Mismatches in :{path}", file=out)
-        for m in mismatches:
-            print(m, file=out)
+    _report(result, mismatches, path, f"Mismatches in :{path}", out)
     return result
 
 
+def _report(result: DumpResult, mismatches: list[str], path: Path, title: str, out: TextIO) -> None:
+    if mismatches:
+        result.problem(f"{len(mismatches)} mismatches in {path.name}")
+        print(title, file=out)
+        for m in mismatches:
+            print(m, file=out)
+
+
 def dump_time_index(path: Path, out: TextIO, *, verify_only: bool) -> DumpResult:
-    result = DumpResult()
-    base = _base_offset(path)
-    log_path = path.with_suffix(".log")
-    headers = _log_headers(log_path)
-    if headers is None:
-        result.problem(f"no log file {log_path.name} to check {path.name} against")
+    result, base, log_path, headers, raw = _open_index(path, _TIME_ENTRY.size)
     spans = sorted((headers or {}).values())
     bases = [b for b, _, _ in spans]
-    raw = path.read_bytes()
-    if len(raw) % _TIME_ENTRY.size:
-        result.problem(f"{path.name} has a partial entry: size {len(raw)} is not a multiple of 12")
     mismatches: list[str] = []
     prev_ts = prev_off = -1
     for i in range(len(raw) // _TIME_ENTRY.size):
@@ -230,11 +236,7 @@ def dump_time_index(path: Path, out: TextIO, *, verify_only: bool) -> DumpResult
                 mismatches.append(f"  Index offset {offset} is in no batch of {log_path.name}")
             elif log_ts != ts:
                 mismatches.append(f"  Index timestamp: {ts}, log timestamp: {log_ts}")
-    if mismatches:
-        result.problem(f"{len(mismatches)} mismatches in {path.name}")
-        print(f"Found timestamp mismatch in :{path}", file=out)
-        for m in mismatches:
-            print(m, file=out)
+    _report(result, mismatches, path, f"Found timestamp mismatch in :{path}", out)
     return result
 
 

@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -145,22 +146,8 @@ async def incremental_alter_configs(
     validate_only: bool = False,
 ) -> None:
     """Apply ``(config, operation, value)`` operations (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)."""
-    conn = await _conn_for(client, resource_type, name)
-    resp = await conn.request(
-        INCREMENTAL_ALTER_CONFIGS,
-        {
-            "resources": [
-                {
-                    "resource_type": resource_type,
-                    "resource_name": name,
-                    "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in ops],
-                }
-            ],
-            "validate_only": validate_only,
-        },
-    )
-    for r in resp.responses:
-        _raise_resource_error(int(r.error_code), r.error_message, f"alter configs of {name!r}")
+    configs = [{"name": n, "config_operation": op, "value": v} for n, op, v in ops]
+    await _alter(client, INCREMENTAL_ALTER_CONFIGS, resource_type, name, configs, validate_only)
 
 
 async def alter_configs(
@@ -172,20 +159,22 @@ async def alter_configs(
     validate_only: bool = False,
 ) -> None:
     """Legacy AlterConfigs: ``configs`` replace every dynamic config of the resource."""
+    entries = [{"name": k, "value": v} for k, v in configs.items()]
+    await _alter(client, ALTER_CONFIGS, resource_type, name, entries, validate_only)
+
+
+async def _alter(
+    client: Client,
+    api_key: int,
+    resource_type: int,
+    name: str,
+    configs: list[dict[str, Any]],
+    validate_only: bool,
+) -> None:
+    """One AlterConfigs or IncrementalAlterConfigs request for one resource."""
     conn = await _conn_for(client, resource_type, name)
-    resp = await conn.request(
-        ALTER_CONFIGS,
-        {
-            "resources": [
-                {
-                    "resource_type": resource_type,
-                    "resource_name": name,
-                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
-                }
-            ],
-            "validate_only": validate_only,
-        },
-    )
+    resource = {"resource_type": resource_type, "resource_name": name, "configs": configs}
+    resp = await conn.request(api_key, {"resources": [resource], "validate_only": validate_only})
     for r in resp.responses:
         _raise_resource_error(int(r.error_code), r.error_message, f"alter configs of {name!r}")
 

@@ -608,22 +608,21 @@ class PartitionLog:
         """Release file handles as a crash would leave things: no flush, snapshot or marker
         (for tests simulating an unclean shutdown)."""
         with self.lock:
-            if not self.closed:
-                self._local.close_handles()
-                for _, seg in self._pending_deletes:
-                    seg.close_handles()
-                self._pending_deletes.clear()
-                self.closed = True
+            self._close_handles()
+
+    def _close_handles(self) -> None:
+        """Close every file handle (segments and those awaiting deletion), once; under the lock."""
+        if not self.closed:
+            self._local.close_handles()
+            for _, seg in self._pending_deletes:
+                seg.close_handles()
+            self._pending_deletes.clear()
+            self.closed = True
 
     def delete(self) -> None:
         """Remove every file of this partition and its directory (rename, then delete)."""
         with self.lock:
-            if not self.closed:
-                self._local.close_handles()
-                for _, seg in self._pending_deletes:
-                    seg.close_handles()
-                self._pending_deletes.clear()
-                self.closed = True
+            self._close_handles()
         doomed = self.directory.with_name(self.directory.name + ".deleting")
         if doomed.exists():
             shutil.rmtree(doomed)
