@@ -19,6 +19,7 @@ class _FakeBroker:
     def __init__(self, *overrides: str) -> None:
         self.config = BrokerConfig.from_sources(overrides=list(overrides))
         self.connections: set[Any] = set()
+        self.native_sendfile = False
 
 
 class _FakeTransport:

@@ -271,12 +271,8 @@ class ConsumerGroup:
                 del self.owners[tp]
 
     def remove_member(self, member_id: str) -> None:
-        m = self.members.pop(member_id, None)
-        if m is None:
+        if not self._drop_member(member_id):
             return
-        self._release(m)
-        if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
-            del self.static_members[m.instance_id]
         self.target.pop(member_id, None)
         self.group_epoch += 1
         self.state_timestamp = self.clock.time_ms()
@@ -612,13 +608,15 @@ class ConsumerGroup:
             )
         return m
 
-    def _drop_member(self, member_id: str) -> None:
+    def _drop_member(self, member_id: str) -> bool:
+        """Forget a member, its partitions and its static id; False if there was none."""
         m = self.members.pop(member_id, None)
         if m is None:
-            return
+            return False
         self._release(m)
         if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
             del self.static_members[m.instance_id]
+        return True
 
     def replay(
         self,

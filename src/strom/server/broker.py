@@ -172,6 +172,12 @@ class Broker:
         self.logs[(info.name, partition)] = plog
         return plog
 
+    def _ensure_internal_topic(self, name: str, partitions_key: str) -> None:
+        """Create a compacted internal topic on first start (partition count from config)."""
+        if name not in self.topics.topics:
+            compact = {"cleanup.policy": "compact"}
+            self.create_topic(name, self.config[partitions_key], compact, internal_ok=True)
+
     async def start(self) -> None:
         from .handlers import load_all
         from .log_tasks import start_log_tasks
@@ -193,13 +199,7 @@ class Broker:
         for info in list(self.topics.topics.values()):
             for p in range(info.partitions):
                 self._open_partition(info, p)
-        if OFFSETS_TOPIC not in self.topics.topics:
-            self.create_topic(
-                OFFSETS_TOPIC,
-                self.config["offsets.topic.num.partitions"],
-                {"cleanup.policy": "compact"},
-                internal_ok=True,
-            )
+        self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
         from ..coordinator.group_coordinator import GroupCoordinator
         from ..coordinator.transaction_coordinator import TransactionCoordinator
 
@@ -211,13 +211,7 @@ class Broker:
             self.group_coordinator.topic_names[info.topic_id] = info.name
             self.group_coordinator.topic_ids[info.name] = info.topic_id
         await self.group_coordinator.start()
-        if TXN_TOPIC not in self.topics.topics:
-            self.create_topic(
-                TXN_TOPIC,
-                self.config["transaction.state.log.num.partitions"],
-                {"cleanup.policy": "compact"},
-                internal_ok=True,
-            )
+        self._ensure_internal_topic(TXN_TOPIC, "transaction.state.log.num.partitions")
         self.txn_coordinator = TransactionCoordinator(
             clock=self.clock,
             storage=InternalTopicStorage(self, TXN_TOPIC),

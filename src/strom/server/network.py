@@ -76,10 +76,16 @@ class KafkaProtocol(asyncio.Protocol):
         self.tls = tls
         self.conn = ServerConnection(broker.config["socket.request.max.bytes"])
         pre_auth = broker.config["sasl.server.max.receive.size"]
-        if not self.session.authenticated and pre_auth < broker.config["socket.request.max.bytes"]:
-            # Kafka bounds frames before SASL authentication
+        # Kafka bounds frames before SASL authentication; lifted once authenticated
+        self.pre_auth_limit = (
+            not self.session.authenticated and pre_auth < broker.config["socket.request.max.bytes"]
+        )
+        if self.pre_auth_limit:
             self.conn.max_frame_size = pre_auth
             self.conn.limit_name = "sasl.server.max.receive.size"
+        # file regions go out with native sendfile unless the bytes must pass through TLS
+        self.sendfile = broker.native_sendfile and not self.session.uses_tls
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.queue: deque[IncomingRequest] = deque()
         self.transport: asyncio.Transport | None = None
         self.raw_transport: asyncio.Transport | None = None  # the TCP transport under TLS
@@ -101,7 +107,7 @@ class KafkaProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         if self.idle_timeout is not None:
             self.idle_timer = loop.call_at(self.last_active + self.idle_timeout, self._check_idle)
@@ -182,7 +188,8 @@ class KafkaProtocol(asyncio.Protocol):
         self.idle_timer = loop.call_at(due, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = asyncio.get_running_loop().time()
+        assert self.loop is not None  # set by connection_made
+        self.last_active = self.loop.time()
         try:
             reqs = self.conn.receive_data(data)
         except ProtocolError as e:
@@ -218,6 +225,7 @@ class KafkaProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------------ request loop
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while not self.closed:
                 if not self.queue:
@@ -233,7 +241,7 @@ class KafkaProtocol(asyncio.Protocol):
                     await self._handle(req)
                 finally:
                     self.busy = False
-                    self.last_active = asyncio.get_running_loop().time()
+                    self.last_active = loop.time()
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
@@ -247,7 +255,7 @@ class KafkaProtocol(asyncio.Protocol):
         h = req.header
         key, version = h.api_key, h.api_version
         session = self.session
-        if session.uses_sasl and not session.authenticated and key not in _SASL_PRE_AUTH_KEYS:
+        if not session.authenticated and key not in _SASL_PRE_AUTH_KEYS:  # only SASL sessions start so
             log.info(
                 "closing unauthenticated connection from %s on listener %s: %s before SASL authentication",
                 self.peer,
@@ -288,9 +296,9 @@ class KafkaProtocol(asyncio.Protocol):
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
-        full_size = self.broker.config["socket.request.max.bytes"]
-        if session.authenticated and self.conn.max_frame_size != full_size:
-            self.conn.max_frame_size = full_size  # authenticated: the listener's normal limit
+        if self.pre_auth_limit and session.authenticated:  # the listener's normal limit now
+            self.pre_auth_limit = False
+            self.conn.max_frame_size = self.broker.config["socket.request.max.bytes"]
             self.conn.limit_name = "socket.request.max.bytes"
         if session.close_after_response:  # e.g. failed SASL authentication
             log.info(
@@ -354,7 +362,7 @@ class KafkaProtocol(asyncio.Protocol):
                     pending.append(p)
                     continue
                 fd, pos, length = p
-                if self.broker.native_sendfile and not self.session.uses_tls:
+                if self.sendfile:
                     if pending:
                         transport.writelines(pending)
                         pending = []
