@@ -11,7 +11,6 @@ carrying the broker's code and message; per-topic/partition results return error
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from strom.client.client import Client
 from strom.client.connection import KafkaConnection
 from strom.client.errors import KafkaError
+from strom.security.scram_keys import SCRAM_MECHANISMS, salted_password
 
 __all__ = [
     "SOURCE_NAMES",
@@ -44,8 +44,7 @@ DELETE_RECORDS = 21
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
-SCRAM_MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
-_SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+SCRAM_MECHANISM_IDS = {name: wire_id for name, (wire_id, _hash) in SCRAM_MECHANISMS.items()}
 
 TOPIC = 2
 BROKER = 4
@@ -274,7 +273,7 @@ async def alter_user_scram_credentials(
     for user, mech, password, iterations in upsertions:
         mech_id = _scram_mechanism_id(mech)
         salt = os.urandom(32)
-        salted = hashlib.pbkdf2_hmac(_SCRAM_HASHES[mech.upper()], password.encode(), salt, iterations)
+        salted = salted_password(SCRAM_MECHANISMS[mech.upper()][1], password, salt, iterations)
         ups.append(
             {
                 "name": user,

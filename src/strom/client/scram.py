@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import secrets
 
 from kio.schema.errors import ErrorCode
 
 from strom.client.errors import KafkaError
+from strom.security.scram_keys import SCRAM_MECHANISMS, salted_password, scram_keys
 
 __all__ = ["HASHES", "MAX_ITERATIONS", "MIN_ITERATIONS", "ScramClient"]
 
-HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+HASHES = {name: hash_name for name, (_wire_id, hash_name) in SCRAM_MECHANISMS.items()}
 MIN_ITERATIONS = 4096  # Kafka's ScramMechanism minimum; its client refuses fewer
 MAX_ITERATIONS = 1_000_000
 _AUTH_FAILED = int(ErrorCode.sasl_authentication_failed)
@@ -117,15 +117,14 @@ class ScramClient:
         if iterations > MAX_ITERATIONS:
             raise self._fail(f"iteration count {iterations} is more than the maximum {MAX_ITERATIONS}")
 
-        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode("utf-8"), salt, iterations)
-        client_key = hmac.new(salted, b"Client Key", self._hash).digest()
-        stored_key = hashlib.new(self._hash, client_key).digest()
+        client_key, stored_key, server_key = scram_keys(
+            self._hash, salted_password(self._hash, self._password, salt, iterations)
+        )
         channel_binding = base64.b64encode(_GS2_HEADER.encode()).decode()  # "biws"
         without_proof = f"c={channel_binding},r={nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         client_signature = hmac.new(stored_key, auth_message, self._hash).digest()
         proof = bytes(a ^ b for a, b in zip(client_key, client_signature, strict=True))
-        server_key = hmac.new(salted, b"Server Key", self._hash).digest()
         self._server_signature = hmac.new(server_key, auth_message, self._hash).digest()
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 

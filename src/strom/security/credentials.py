@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 from collections.abc import Iterable
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..durable_file import replace_file
+from .scram_keys import SCRAM_MECHANISMS, salted_password, scram_keys
 
 __all__ = [
     "MAX_ITERATIONS",
@@ -36,11 +35,7 @@ __all__ = [
     "ScramCredential",
 ]
 
-# Kafka's ScramMechanism: wire id, hash; iteration bounds as Kafka enforces them on alteration.
-SCRAM_MECHANISMS: dict[str, tuple[int, str]] = {
-    "SCRAM-SHA-256": (1, "sha256"),
-    "SCRAM-SHA-512": (2, "sha512"),
-}
+# iteration bounds as Kafka enforces them on alteration
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 MIN_SALT_BYTES = 12
@@ -78,10 +73,7 @@ class ScramCredential:
     def from_salted_password(
         cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
     ) -> ScramCredential:
-        digest = SCRAM_MECHANISMS[mechanism][1]
-        client_key = hmac.new(salted_password, b"Client Key", digest).digest()
-        stored_key = hashlib.new(digest, client_key).digest()
-        server_key = hmac.new(salted_password, b"Server Key", digest).digest()
+        _client_key, stored_key, server_key = scram_keys(SCRAM_MECHANISMS[mechanism][1], salted_password)
         return cls(salt, stored_key, server_key, iterations)
 
     @classmethod
@@ -89,8 +81,7 @@ class ScramCredential:
         cls, mechanism: str, password: str, iterations: int, salt: bytes | None = None
     ) -> ScramCredential:
         salt = salt if salt is not None else os.urandom(32)
-        digest = SCRAM_MECHANISMS[mechanism][1]
-        salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+        salted = salted_password(SCRAM_MECHANISMS[mechanism][1], password, salt, iterations)
         return cls.from_salted_password(mechanism, salt, salted, iterations)
 
     def to_json(self) -> dict[str, object]:
