@@ -252,3 +252,34 @@ def test_port_in_use_is_a_clear_startup_error(strict_broker: BrokerProcess, tmp_
     assert b.proc.wait(20) == 1
     assert "address already in use" in b.log().lower()
     assert "Traceback" not in b.log()
+
+
+# The crafted frames of the robustness report: each declares a count or length far beyond its
+# frame (compact 2^32-2, classic int32), which once made the native decoder abort the process.
+CRAFTED_BODIES = [
+    ("Metadata", 3, 12, b"\x00\xff\xff\xff\xff\x0f"),
+    ("Produce", 0, 9, b"\x00\x00\x00\x01\x00\x00\x00\x01\xff\xff\xff\xff\x0f"),
+    ("Produce", 0, 8, b"\xff\xff\x00\x01\x00\x00\x00\x01\x7f\xff\xff\xff"),
+    ("CreateTopics", 19, 5, b"\x00\xff\xff\xff\xff\x0f"),
+    ("Fetch", 1, 4, b"\xff\xff\xff\xff" + b"\x00" * 12 + b"\x7f\xff\xff\xff"),
+    ("JoinGroup", 11, 5, b"\x00\x01g" + b"\x00" * 8 + b"\x00\x01m\xff\xff\x00\x01c\x7f\xff\xff\xff"),
+    ("Metadata", 3, 12, b"\xff\xff\xff\xff\x0f"),  # the header's tagged-field count
+    ("Produce", 0, 9, b"\x00\x00\x00\x01\x00\x00\x75\x30\x00\x00"),  # topic_data null
+]
+
+
+@pytest.mark.parametrize(("api", "key", "version", "body"), CRAFTED_BODIES)
+def test_crafted_counts_close_the_connection_and_log_one_warning(
+    strict_broker: BrokerProcess, api: str, key: int, version: int, body: bytes
+) -> None:
+    bad = Raw(strict_broker.port)
+    payload = struct.pack(">hhih", key, version, 4242, 4) + b"evil" + body  # body: header tags first
+    bad.send_bytes(struct.pack(">i", len(payload)) + payload)
+    assert bad.is_closed_by_peer()
+    port = bad.sock.getsockname()[1]
+    _api_versions_ok(strict_broker.port)
+    text = strict_broker.log_path.read_text(errors="replace")
+    lines = [ln for ln in text.splitlines() if f"127.0.0.1:{port}" in ln]
+    assert len(lines) == 1, lines
+    assert "WARNING" in lines[0] and f"cannot decode {api} v{version} request" in lines[0], lines[0]
+    assert "Traceback" not in text

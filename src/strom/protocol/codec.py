@@ -25,8 +25,10 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from .api_versions import api_name
 from .errors import ProtocolError
 from .framing import skip_tagged_fields
+from .request_bounds import check_request
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -62,12 +64,13 @@ def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int)
         pos = body_pos
         if getattr(cls, "__flexible__", False):
             pos = skip_tagged_fields(frame, pos)
+        check_request(cls, frame, pos)  # before kio sizes anything from the wire
         obj, _size = _reader(cls)(bytes(frame[pos:]), 0)
         return obj
-    except ProtocolError:
-        raise
+    except ProtocolError as e:
+        raise ProtocolError(f"cannot decode {api_name(api_key)} v{version} request: {e}") from None
     except Exception as e:  # kio raises assorted errors on malformed bytes
-        raise ProtocolError(f"cannot decode request api_key={api_key} v{version}: {e}") from e
+        raise ProtocolError(f"cannot decode {api_name(api_key)} v{version} request: {e}") from e
 
 
 def encode_response(obj: Any) -> bytes:

@@ -90,6 +90,8 @@ def write_uvarint(out: bytearray, n: int) -> None:
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count * 2 > len(buf) - pos:  # a tag and a size, at least a byte each
+        raise ProtocolError(f"{count} tagged fields declared in a shorter request")
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
