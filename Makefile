@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup sysdeps compat serve test lint unit bench clean
+.PHONY: setup sysdeps compat serve test lint unit fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ unit: setup
 
 test: setup compat lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The request fuzzer, long: FUZZ_FRAMES frames per core (two processes, different seeds).
+FUZZ_FRAMES ?= 5000000
+FUZZ_SEED ?= $(shell date +%s)
+fuzz: setup
+	$(PY) -m strom.testing.fuzzer --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED) & p1=$$!; \
+	$(PY) -m strom.testing.fuzzer --frames $(FUZZ_FRAMES) --seed $$(($(FUZZ_SEED) + 1)); r2=$$?; \
+	wait $$p1; r1=$$?; exit $$((r1 | r2))
 
 bench: setup compat
 	$(PY) bench/throughput.py

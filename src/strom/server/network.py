@@ -32,6 +32,7 @@ import logging
 import os
 import ssl
 import struct
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
@@ -286,9 +287,9 @@ class KafkaProtocol(asyncio.Protocol):
                 result = _encoded(resp_type, result)
         except KafkaError as e:
             result = _encoded(resp_type, {"error_code": e.code, "error_message": str(e)})
-        except Exception:
+        except Exception as e:
             # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR and keeps the connection
-            log.exception("%s v%d from %s failed", api_name(key), version, self.peer)
+            _log_handler_failure(api_name(key), version, self.peer, e)
             result = _encoded(resp_type, {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
@@ -377,6 +378,26 @@ class KafkaProtocol(asyncio.Protocol):
             for fd, _pos, _len in regions:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+# one traceback per (API, exception type) a minute: a client repeating a request that trips a bug
+# must not flood the log; repeats in between are counted into the next line
+_FAILURE_LOG_INTERVAL = 60.0
+_failure_log: dict[tuple[str, str], tuple[float, int]] = {}
+
+
+def _log_handler_failure(api: str, version: int, peer: str, exc: Exception) -> None:
+    key = (api, type(exc).__name__)
+    now = time.monotonic()
+    last, suppressed = _failure_log.get(key, (float("-inf"), 0))
+    if now - last < _FAILURE_LOG_INTERVAL:
+        _failure_log[key] = (last, suppressed + 1)
+        return
+    _failure_log[key] = (now, 0)
+    more = f" ({suppressed} more since the last report)" if suppressed else ""
+    log.error(
+        "%s v%d from %s failed, answered UNKNOWN_SERVER_ERROR%s", api, version, peer, more, exc_info=exc
+    )
 
 
 def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:

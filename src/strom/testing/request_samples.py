@@ -31,7 +31,7 @@ def _value(tp: Any, kafka_type: str | None, fill: int, depth: int) -> Any:
     if kafka_type == "uuid" or tp is uuid.UUID:
         return uuid.UUID(int=0x1234)
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
-        return datetime.timedelta(milliseconds=1000)
+        return datetime.timedelta(0)  # a Fetch that waits for nothing
     if kafka_type == "datetime_i64":
         return datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     if kafka_type == "error_code":

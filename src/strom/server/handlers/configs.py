@@ -371,10 +371,21 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     partitions in all, with ``next_cursor`` naming the first one left out."""
     broker = ctx.broker
     nid = broker.node_id
-    limit = max(1, int(getattr(request, "response_partition_limit", 2000) or 2000))
+    # Kafka caps the client's limit at max.request.partition.size.limit (2000)
+    limit = min(max(1, int(getattr(request, "response_partition_limit", 2000) or 2000)), 2000)
     names = sorted({str(t.name) for t in request.topics}) if request.topics else sorted(broker.topics.topics)
     cursor = getattr(request, "cursor", None)
     start_topic, start_part = (str(cursor.topic_name), int(cursor.partition_index)) if cursor else (None, 0)
+    if start_part < 0:  # Kafka refuses it (InvalidRequestException): every topic gets the error
+        bad = names or [start_topic or ""]
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {"error_code": ErrorCode.INVALID_REQUEST, "name": n, "topic_id": None, "partitions": []}
+                for n in bad
+            ],
+            "next_cursor": None,
+        }
     topics_out: list[dict[str, Any]] = []
     next_cursor: dict[str, Any] | None = None
     remaining = limit

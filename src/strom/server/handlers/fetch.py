@@ -134,7 +134,7 @@ def _read_partitions(
     isolation = getattr(request, "isolation_level", 0)
     for ft in request.topics:
         if version >= 13:
-            tid = ft.topic_id
+            tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
             info = broker.topics.by_id.get(tid)
             name = info.name if info else ""
         else:
