@@ -175,7 +175,11 @@ class PartitionLog:
     @classmethod
     def _open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock
               ) -> PartitionLog:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            # Kafka's LogManager.createLogDirectory: the new directory's name is durable only
+            # once its parent is fsynced; without it a power cut can lose the whole partition
+            directory.mkdir(parents=True, exist_ok=True)
+            fsync_dir(directory.parent)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE) or 0
