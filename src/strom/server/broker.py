@@ -154,7 +154,9 @@ class Broker:
                 raise ConfigError(f"node.id {self.node_id} does not match node.id {stored} stored in {path}")
             return str(props.get("cluster.id", self.config["cluster.id"]))
         cid = self.config["cluster.id"]
-        path.write_text(f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n")
+        # atomically and durably (Kafka's atomic meta.properties write): a power cut must not
+        # leave a torn file that fails the next start or silently changes the cluster id
+        replace_file(path, f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n".encode())
         return str(cid)
 
     def log_config(self, info: TopicInfo) -> LogConfig:
