@@ -47,26 +47,33 @@ def describe_error(exc: BaseException) -> str:
 
 @dataclass
 class _Fault:
-    first_ms: int
-    reported_ms: int
-    failures: int = 1
-    suppressed: int = 0
+    first_ms: int  # start of the current run of failures
+    reported_ms: int  # last failure line
+    failures: int = 1  # in the current run
+    suppressed: int = 0  # since the last failure line
+    active: bool = True  # failing now (no success since)
+    owes_recovery: bool = True  # a failure line was logged since the last recovery line
 
 
 class RateLimitedLog:
-    """Rate-limited fault reports on ``logger`` (see the module docstring)."""
+    """Rate-limited fault reports on ``logger`` (see the module docstring).
+
+    Per fault: a failure line at most once per interval (repeats counted into the next one), and
+    a recovery line only after a failure line — so an operation that flaps between failing and
+    working (a nearly full disk) still logs at most two lines per interval."""
 
     def __init__(self, logger: logging.Logger, clock: Clock, interval_ms: int = DEFAULT_INTERVAL_MS) -> None:
         self.logger = logger
         self.clock = clock
         self.interval_ms = interval_ms
         self._faults: dict[tuple[str, str], _Fault] = {}
+        self._active = 0  # faults with ``active`` set
         self._lock = threading.Lock()
 
     @property
     def failing(self) -> bool:
         """True while any fault has not cleared (callers may skip :meth:`ok` otherwise)."""
-        return bool(self._faults)
+        return self._active > 0
 
     def failed(self, what: str, subject: str, error: BaseException | str, then: str) -> None:
         """Report that ``what`` (e.g. ``"append to"``) failed for ``subject`` (``"t-0"``, a file)
@@ -77,16 +84,20 @@ class RateLimitedLog:
             fault = self._faults.get(key)
             if fault is None:
                 self._faults[key] = _Fault(now, now)
+                self._active += 1
                 again, suppressed, since = False, 0, 0
             else:
+                if not fault.active:
+                    fault.active, fault.first_ms, fault.failures = True, now, 0
+                    self._active += 1
                 fault.failures += 1
                 if now - fault.reported_ms < self.interval_ms:
                     fault.suppressed += 1
                     return
                 again, suppressed, since = True, fault.suppressed, now - fault.reported_ms
-                fault.reported_ms, fault.suppressed = now, 0
+                fault.reported_ms, fault.suppressed, fault.owes_recovery = now, 0, True
         cause = error if isinstance(error, str) else describe_error(error)
-        if again:
+        if again and suppressed:
             self.logger.error(
                 "%s %s failed again: %s; %d more failure(s) in the %s since the last report; %s",
                 what, subject, cause, suppressed, _seconds(since), then,
@@ -96,14 +107,20 @@ class RateLimitedLog:
 
     def ok(self, what: str, subject: str) -> None:
         """``what`` for ``subject`` succeeded: if it had failed, say once that it recovered."""
-        if not self._faults:
+        if not self._active:
             return
         with self._lock:
-            fault = self._faults.pop((what, subject), None)
-        if fault is not None:
-            took = self.clock.monotonic_ms() - fault.first_ms
-            self.logger.info("%s %s works again after %d failure(s) in %s", what, subject, fault.failures,
-                             _seconds(took))
+            fault = self._faults.get((what, subject))
+            if fault is None or not fault.active:
+                return
+            fault.active = False
+            self._active -= 1
+            if not fault.owes_recovery:
+                return
+            fault.owes_recovery = False
+            failures, took = fault.failures, self.clock.monotonic_ms() - fault.first_ms
+        self.logger.info("%s %s works again after %d failure(s) in %s", what, subject, failures,
+                         _seconds(took))
 
 
 def _seconds(ms: int) -> str:

@@ -59,3 +59,26 @@ def test_one_line_per_interval_then_a_recovery_line(caplog: pytest.LogCaptureFix
     assert rl.failing  # the flush fault has not cleared
     rl.ok("flush of", "t-0")
     assert not rl.failing
+
+
+def test_flapping_logs_at_most_two_lines_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """A nearly full disk: appends alternate between failing and working."""
+    clock = ManualClock()
+    rl = RateLimitedLog(logging.getLogger("test.flap"), clock, interval_ms=60_000)
+    caplog.set_level(logging.INFO, "test.flap")
+    for _ in range(50):
+        rl.failed("append to", "t-0", _wrapped(errno.ENOSPC), "next")
+        clock.advance(100)
+        rl.ok("append to", "t-0")
+        clock.advance(100)
+    assert [r.levelname for r in caplog.records] == ["ERROR", "INFO"]
+    assert not rl.failing
+    caplog.clear()
+    clock.advance(60_000)
+    rl.failed("append to", "t-0", _wrapped(errno.ENOSPC), "next")
+    rl.ok("append to", "t-0")
+    assert [r.getMessage() for r in caplog.records] == [
+        "append to t-0 failed again: ENOSPC (No space left on device) on /d/t-0/0.log; 49 more failure(s) "
+        "in the 70.0 s since the last report; next",
+        "append to t-0 works again after 1 failure(s) in 0.0 s",
+    ]
