@@ -88,8 +88,8 @@ def check_log(log: PartitionLog, model: Model) -> None:
     """Everything recovery must guarantee, whatever was lost."""
     leo = log.log_end_offset
     start = log.log_start_offset
-    # DeleteRecords' checkpoint may be lost (as in Kafka, where it is written periodically)
-    assert log.log_segments[0].base_offset <= start <= max(model.max_log_start, 0)
+    # DeleteRecords checkpoints the new log start offset before it answers
+    assert log.log_segments[0].base_offset <= start == model.max_log_start
     data = log.read_bytes(start, 1 << 30) if start < leo else b""
     batches = list(iter_batches(data))
     if batches:
@@ -218,6 +218,7 @@ def run(ops: list[tuple[object, ...]], cfg: dict[str, int], torn: bool, seed: in
                     check_log(log, model)
                     # what was lost is gone for good: the log continues from its new end
                     model.batches = [b for b in model.batches if b[1] < log.log_end_offset]
+                    model.max_log_start = log.log_start_offset
                     model.durable = log.log_end_offset
                     continue
                 new_leo = log.log_end_offset

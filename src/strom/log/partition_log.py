@@ -574,6 +574,9 @@ class PartitionLog:
         _write_checkpoint(d / RECOVERY_POINT_FILE, t, p, self._local.recovery_point)
         _write_checkpoint(d / LOG_START_FILE, t, p, self.log_start_offset)
         _write_checkpoint(d / HIGH_WATERMARK_FILE, t, p, self.high_watermark)
+        # one directory fsync makes the three renames durable: without it a power cut brings
+        # back the old log start offset, and records DeleteRecords had removed reappear
+        fsync_dir(d)
 
     def close(self) -> None:
         """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker."""
