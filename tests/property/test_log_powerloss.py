@@ -21,6 +21,7 @@ producer state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import tempfile
@@ -41,7 +42,7 @@ from strom.protocol.records import (
     parse_header,
     verify_crc,
 )
-from strom.testing.powerloss import PowerLossFS
+from strom.testing.powerloss import PowerCut, PowerLossFS
 
 T0 = 1_700_000_000_000
 IDEMPOTENT_PID = 7
@@ -56,7 +57,8 @@ op = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([10, 100, 1000])),
     st.tuples(st.just("roll")),
     st.tuples(st.just("hw")),
-    st.tuples(st.just("cut")),
+    st.tuples(st.just("cut"), st.sampled_from([None, None, 1, 2, 3, 5])),  # n: crash in recovery
+    st.tuples(st.just("crash_in"), st.integers(1, 8)),  # lose power inside a later operation
     st.tuples(st.just("close")),
     st.tuples(st.just("delete_records"), st.floats(0, 1)),
     st.tuples(st.just("retention")),
@@ -77,7 +79,9 @@ class Model:
     durable: int = 0  # the promised recovery point
     last_flush_ms: int = 0
     batch_no: int = 0  # timestamps keep increasing across cuts
-    max_log_start: int = 0  # the largest log start offset DeleteRecords ever set
+    min_log_start: int = 0  # the log start offset is in [min, max] (a DeleteRecords cut short)
+    max_log_start: int = 0
+    in_flight: bytes = b""  # the batch being appended
 
     def flushed(self, leo: int, now: int) -> None:
         self.durable = max(self.durable, leo)
@@ -89,7 +93,9 @@ def check_log(log: PartitionLog, model: Model) -> None:
     leo = log.log_end_offset
     start = log.log_start_offset
     # DeleteRecords checkpoints the new log start offset before it answers
-    assert log.log_segments[0].base_offset <= start == model.max_log_start
+    assert log.log_segments[0].base_offset <= start
+    # (never past the log end: unflushed records below it may have been lost)
+    assert min(model.min_log_start, leo) <= start <= min(model.max_log_start, leo)
     data = log.read_bytes(start, 1 << 30) if start < leo else b""
     batches = list(iter_batches(data))
     if batches:
@@ -157,69 +163,55 @@ def run(ops: list[tuple[object, ...]], cfg: dict[str, int], torn: bool, seed: in
         with PowerLossFS(root, torn=torn, rng=random.Random(seed)) as fs:
             log = PartitionLog.open(d, "t", 0, config, clock)
             model = Model(last_flush_ms=clock.monotonic_ms())
+
+            def restart(crash_recovery_after: int | None = None) -> PartitionLog:
+                """Power cut, then open again (optionally losing power once more while the
+                recovery runs), check everything, and make the model what survived."""
+                log.close_without_flush()
+                fs.cut()
+                if crash_recovery_after is not None:
+                    fs.crash_after(crash_recovery_after)
+                    with contextlib.suppress(PowerCut):
+                        PartitionLog.open(d, "t", 0, config, clock).close_without_flush()
+                    fs.disarm()
+                    fs.cut()
+                return reopened(PartitionLog.open(d, "t", 0, config, clock))
+
+            def reopened(new: PartitionLog) -> PartitionLog:
+                model.last_flush_ms = clock.monotonic_ms()
+                check_log(new, model)
+                # what was lost is gone for good: the log continues from its new end
+                model.batches = [b for b in model.batches if b[1] < new.log_end_offset]
+                model.min_log_start = model.max_log_start = new.log_start_offset
+                model.durable = new.log_end_offset
+                return new
+
             for o in ops:
                 kind = o[0]
+                if kind == "crash_in":
+                    fs.crash_after(int(o[1]))  # type: ignore[call-overload]
+                    continue
+                if kind == "cut":
+                    log = restart(int(o[1]) if o[1] else None)  # type: ignore[call-overload]
+                    continue
                 leo = log.log_end_offset
                 segments_before = len(log.segments)
-                if kind == "append":
-                    n, flavour, size = o[1], o[2], o[3]
-                    ts = T0 + 100 * model.batch_no
-                    model.batch_no += 1
-                    recs = [(None, f"{model.batch_no}:{i}:".encode() + b"v" * size, [], ts + i)
-                            for i in range(n)]
-                    if flavour == "plain":
-                        raw = build_batch(recs)  # type: ignore[arg-type]
-                    elif flavour == "idempotent":
-                        raw = build_batch(recs, producer_id=IDEMPOTENT_PID, producer_epoch=0,  # type: ignore[arg-type]
-                                          base_sequence=next_seq(log, IDEMPOTENT_PID))
-                    else:
-                        raw = build_batch(recs, producer_id=TXN_PID, producer_epoch=0,  # type: ignore[arg-type]
-                                          base_sequence=next_seq(log, TXN_PID), transactional=True)
-                    info = log.append_as_leader(raw, 0)
-                    assert not info.duplicate and info.first_offset == leo
-                elif kind == "marker":
-                    e = log.producer_state.last_entry(TXN_PID)
-                    if e is None or e.current_txn_first_offset is None:
+                raw = b""
+                try:
+                    if not apply_op(o, log, model, clock, config):
                         continue
-                    ts = T0 + 100 * model.batch_no
-                    model.batch_no += 1
-                    raw = build_control_batch(TXN_PID, 0, bool(o[1]), 0, ts)
-                    log.append_as_leader(raw, 0, from_coordinator=True)
-                elif kind == "flush":
-                    log.flush()
-                    model.flushed(log.log_end_offset, clock.monotonic_ms())
-                elif kind == "tick":
-                    clock.advance(int(o[1]))  # type: ignore[call-overload]
-                    due = clock.monotonic_ms() - model.last_flush_ms >= config.flush_ms
-                    log.flush_if_due()
-                    if due and model.durable < leo:
-                        model.flushed(leo, clock.monotonic_ms())
-                elif kind == "roll":
-                    log.roll()
-                elif kind == "hw":
-                    log.update_high_watermark(leo)
-                elif kind == "delete_records":
-                    ls, hw = log.log_start_offset, log.high_watermark
-                    target = ls + int(float(o[1]) * (hw - ls))  # type: ignore[arg-type]
-                    log.delete_records(target)
-                    model.max_log_start = max(model.max_log_start, log.log_start_offset)
-                elif kind == "retention":
-                    log.delete_old_segments()
-                    log.delete_expired_segments(force=True)
-                elif kind in ("cut", "close"):
-                    if kind == "close":
-                        log.close()
-                        model.flushed(leo, clock.monotonic_ms())
-                    else:
-                        log.close_without_flush()
-                        fs.cut()
-                    log = PartitionLog.open(d, "t", 0, config, clock)
-                    model.last_flush_ms = clock.monotonic_ms()
-                    check_log(log, model)
-                    # what was lost is gone for good: the log continues from its new end
-                    model.batches = [b for b in model.batches if b[1] < log.log_end_offset]
-                    model.max_log_start = log.log_start_offset
-                    model.durable = log.log_end_offset
+                except PowerCut:
+                    if raw_in_flight := model.in_flight:
+                        # the append may or may not have reached the disk
+                        h = parse_header(raw_in_flight)
+                        model.batches.append((leo, leo + h.last_offset_delta, h.crc))
+                    log = restart()
+                    continue
+                finally:
+                    raw, model.in_flight = model.in_flight, b""
+                if kind == "close":
+                    model.flushed(leo, clock.monotonic_ms())
+                    log = reopened(PartitionLog.open(d, "t", 0, config, clock))
                     continue
                 new_leo = log.log_end_offset
                 if new_leo != leo:
@@ -228,11 +220,67 @@ def run(ops: list[tuple[object, ...]], cfg: dict[str, int], torn: bool, seed: in
                     model.durable = max(model.durable, log.log_segments[-1].base_offset)
                 if kind in ("append", "marker") and new_leo - model.durable >= config.flush_messages:
                     model.flushed(new_leo, clock.monotonic_ms())
-            log.close_without_flush()
-            fs.cut()
-            log = PartitionLog.open(d, "t", 0, config, clock)
-            check_log(log, model)
+            fs.disarm()
+            log = restart()
             log.close()
+
+
+def apply_op(o: tuple[object, ...], log: PartitionLog, model: Model, clock: ManualClock,
+             config: LogConfig) -> bool:
+    """Run one operation; False if it did nothing. An append leaves its batch in
+    ``model.in_flight`` (the caller decides whether it was acknowledged)."""
+    kind = o[0]
+    leo = log.log_end_offset
+    if kind == "append":
+        n, flavour, size = int(o[1]), o[2], int(o[3])  # type: ignore[call-overload]
+        ts = T0 + 100 * model.batch_no
+        model.batch_no += 1
+        recs = [(None, f"{model.batch_no}:{i}:".encode() + b"v" * size, [], ts + i) for i in range(n)]
+        if flavour == "plain":
+            raw = build_batch(recs)  # type: ignore[arg-type]
+        elif flavour == "idempotent":
+            raw = build_batch(recs, producer_id=IDEMPOTENT_PID, producer_epoch=0,  # type: ignore[arg-type]
+                              base_sequence=next_seq(log, IDEMPOTENT_PID))
+        else:
+            raw = build_batch(recs, producer_id=TXN_PID, producer_epoch=0,  # type: ignore[arg-type]
+                              base_sequence=next_seq(log, TXN_PID), transactional=True)
+        model.in_flight = raw
+        info = log.append_as_leader(raw, 0)
+        assert not info.duplicate and info.first_offset == leo
+    elif kind == "marker":
+        e = log.producer_state.last_entry(TXN_PID)
+        if e is None or e.current_txn_first_offset is None:
+            return False
+        ts = T0 + 100 * model.batch_no
+        model.batch_no += 1
+        raw = build_control_batch(TXN_PID, 0, bool(o[1]), 0, ts)
+        model.in_flight = raw
+        log.append_as_leader(raw, 0, from_coordinator=True)
+    elif kind == "flush":
+        log.flush()
+        model.flushed(log.log_end_offset, clock.monotonic_ms())
+    elif kind == "tick":
+        clock.advance(int(o[1]))  # type: ignore[call-overload]
+        due = clock.monotonic_ms() - model.last_flush_ms >= config.flush_ms
+        log.flush_if_due()
+        if due and model.durable < leo:
+            model.flushed(leo, clock.monotonic_ms())
+    elif kind == "roll":
+        log.roll()
+    elif kind == "hw":
+        log.update_high_watermark(leo)
+    elif kind == "delete_records":
+        ls, hw = log.log_start_offset, log.high_watermark
+        target = ls + int(float(o[1]) * (hw - ls))  # type: ignore[arg-type]
+        model.max_log_start = max(model.max_log_start, target)  # if it is cut short: either
+        log.delete_records(target)
+        model.min_log_start = model.max_log_start = log.log_start_offset
+    elif kind == "retention":
+        log.delete_old_segments()
+        log.delete_expired_segments(force=True)
+    elif kind == "close":
+        log.close()
+    return True
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -32,6 +32,11 @@ for files under the root, which makes these tests fast. Linux only (``/proc/self
 After :meth:`cut`, descriptors opened before it point at files that no longer exist under the
 root: close (never flush) the objects that hold them and open everything again, as a restarted
 process would. The model starts over from the rebuilt tree, which is all durable.
+
+To lose power *inside* an operation (between two steps of a roll, a swap, a checkpoint),
+:meth:`crash_after` arms the model: the n-th following fsync under the root takes effect and then
+raises :class:`PowerCut` (a ``BaseException``, so no ``except Exception`` in the code under test
+swallows it), as does every fsync after it until :meth:`cut`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ _SECTOR = 512
 _InodeKey = tuple[int, int]
 
 
+class PowerCut(BaseException):
+    """Raised by fsync once the armed crash point is reached (see :meth:`PowerLossFS.crash_after`)."""
+
+
 @dataclass
 class _Dir:
     entries: dict[str, _InodeKey] = field(default_factory=dict)
@@ -66,6 +75,8 @@ class PowerLossFS:
         self._installed = False
         self.fsyncs = 0
         self.cuts = 0
+        self._crash_in: int | None = None
+        self._dead = False
         self._reset()
 
     # ------------------------------------------------------------------ model
@@ -117,6 +128,8 @@ class PowerLossFS:
         if key not in self._pins and not self._under_root(fd):
             self._real_fsync(fd)
             return
+        if self._dead:
+            raise PowerCut("the power is off")
         self.fsyncs += 1
         self._pin_fd(fd, key, is_dir)
         if is_dir:
@@ -128,7 +141,24 @@ class PowerLossFS:
             self._dirs[key] = _Dir(entries)
         elif stat.S_ISREG(st.st_mode):
             self._content[key] = _read_fd(self._pins[key])
+        if self._crash_in is not None:
+            self._crash_in -= 1
+            if self._crash_in <= 0:
+                self._dead = True
+                raise PowerCut(f"power lost after fsync #{self.fsyncs}")
 
+    def crash_after(self, n: int) -> None:
+        """Lose power right after the ``n``-th next fsync under the root (n >= 1)."""
+        self._crash_in = max(1, n)
+
+    def disarm(self) -> None:
+        """Forget an armed :meth:`crash_after` that has not fired."""
+        if not self._dead:
+            self._crash_in = None
+
+    @property
+    def crashed(self) -> bool:
+        return self._dead
     def _under_root(self, fd: int) -> bool:
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
@@ -216,6 +246,8 @@ class PowerLossFS:
             else:
                 path.write_bytes(data)
         self.cuts += 1
+        self._crash_in = None
+        self._dead = False
         self._reset()
         return tree
 
