@@ -127,12 +127,23 @@ def test_broker_starts_after_power_cuts(tmp_path: Path) -> None:
                 broker.append("t", 0, batch(2, tag=i, ts=T0 + 10 * i))
             leo = broker.logs[("t", 0)].log_end_offset
             broker.producer_ids.allocate()
+            errors = await broker.group_coordinator.commit_offsets(
+                "g", member_id="", generation_id=-1, offsets={("t", 0): (leo, -1, None)})
+            assert set(errors.values()) == {0}
+            err, pid, epoch = await broker.txn_coordinator.init_producer_id("tx", 60_000)
+            assert err == 0
             await _kill(broker)
             fs.cut()
             assert (root / "meta.properties").read_bytes() == meta
             broker = _broker(root)
             await broker.start()
             assert broker.logs[("t", 0)].log_end_offset == leo
+            # acknowledged coordinator writes survive: the committed offset, the producer epoch
+            _, committed = broker.group_coordinator.fetch_offsets("g", [("t", [0])])
+            got = committed["t"][0]
+            assert got is not None and got.offset == leo
+            err, pid2, epoch2 = await broker.txn_coordinator.init_producer_id("tx", 60_000)
+            assert (err, pid2, epoch2) == (0, pid, epoch + 1)
             await broker.stop()
 
     for seed in range(8):
