@@ -35,9 +35,12 @@ from strom.clock import ManualClock
 from strom.config import LogConfig
 from strom.log import PartitionLog
 from strom.log.producer_state import ProducerStateManager
+from strom.log.transaction_index import AbortedTxn
 from strom.protocol.records import (
+    CONTROL_ABORT,
     build_batch,
     build_control_batch,
+    control_type,
     iter_batches,
     parse_header,
     verify_crc,
@@ -123,6 +126,16 @@ def check_log(log: PartitionLog, model: Model) -> None:
             assert log.offset_for_timestamp(h.base_timestamp) == (h.base_offset, h.base_timestamp)
         first = max(h.base_offset, start)
         assert batch_holding(log, first) == (h.base_offset, h.last_offset)
+    if start == 0:  # the aborted-transaction index is what the log says
+        aborted, first_of = [], {}
+        for pos, h in batches:
+            if h.is_control:
+                first = first_of.pop(h.producer_id, None)
+                if first is not None and control_type(data, pos, h) == CONTROL_ABORT:
+                    aborted.append(AbortedTxn(h.producer_id, first, h.base_offset, first))
+            elif h.is_transactional:
+                first_of.setdefault(h.producer_id, h.base_offset)
+        assert log.collect_aborted(0, leo) == aborted
     # producer state is what the log says
     fresh = ProducerStateManager(Path("/nonexistent"))
     fresh.replay(h for _, h in batches)
