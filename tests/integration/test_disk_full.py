@@ -1,6 +1,7 @@
 """Disk full: the data dir is a small tmpfs. Produce fails with KAFKA_STORAGE_ERROR (56), the
 broker stays up and readable, accepts writes again once space returns, and no segment is corrupt
-(a failed partial write is cut back to the last complete batch)."""
+(a failed partial write is cut back to the last complete batch). The broker's log says so once
+(not once per request, no traceback) and says when writes work again."""
 
 from __future__ import annotations
 
@@ -104,6 +105,11 @@ def test_disk_full_then_space_returns(small_fs: Path) -> None:
             i += 1
         assert codes and set(codes) == {56}, codes  # KAFKA_STORAGE_ERROR
         assert acked
+        text = b.log_path.read_text(errors="replace")
+        failed = [line for line in text.splitlines() if f"append to {topic}-0 failed" in line]
+        assert len(failed) == 1, failed  # rate-limited: one line for all the failed requests
+        assert "ENOSPC" in failed[0] and "KAFKA_STORAGE_ERROR" in failed[0], failed[0]
+        assert "Traceback" not in text
         # still up and readable: everything acknowledged is there, exactly once, in order
         assert consume(b, topic) == acked
         # space comes back: writes succeed again
@@ -114,6 +120,9 @@ def test_disk_full_then_space_returns(small_fs: Path) -> None:
             p.produce(topic, value=b"after-%d" % j, partition=0, on_delivery=cb)
         p.flush(10)
         assert not codes and len(acked) == before + 20
+        text = b.log_path.read_text(errors="replace")
+        assert f"append to {topic}-0 works again after" in text
+        assert "Traceback" not in text
         assert consume(b, topic) == acked
         assert b.stop() in (0, -15)
         # no corrupt segment: every byte of every segment is a valid batch

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,9 @@ import scramp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strom.clock import RealClock
 from strom.config import BrokerConfig, ConfigError
+from strom.rate_limited_log import RateLimitedLog
 from strom.security.credentials import CredentialStore, ScramCredential
 from strom.security.sasl import (
     PlainExchange,
@@ -274,6 +277,7 @@ class _FakeBroker:
     def __init__(self, config: BrokerConfig, log_dir: Path) -> None:
         self.config = config
         self.log_dir = log_dir
+        self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), RealClock())
 
 
 def _broker(tmp_path: Path, **overrides: str) -> Any:

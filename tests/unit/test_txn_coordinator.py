@@ -14,7 +14,7 @@ from strom.clock import ManualClock
 from strom.coordinator.transaction import TransactionStateMachine, TxnState
 from strom.coordinator.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction_records import decode_key, decode_value, encode_key, encode_value
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 
 TP = tuple[str, int]
 
@@ -149,8 +149,9 @@ def test_restart_replays_state_and_completes_prepared_transactions() -> None:
         await coord.start()
         _, pid, e = await coord.init_producer_id("app", 10_000)
         await coord.add_partitions("app", pid, e, [("a", 0), ("b", 0)])
-        with pytest.raises(OSError):
+        with pytest.raises(KafkaError) as failed:  # NOT_COORDINATOR: the client retries elsewhere
             await coord.end_txn("app", pid, e, True)  # crash after one marker
+        assert failed.value.code == ErrorCode.NOT_COORDINATOR
         await coord.stop()
         # a new coordinator over the same storage: PrepareCommit found, markers written again
         markers2 = RecordingMarkers()

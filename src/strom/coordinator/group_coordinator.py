@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from ..clock import Clock, RealClock
 from ..protocol.errors import ErrorCode
+from ..rate_limited_log import RateLimitedLog
 from .classic import ClassicConfig, ClassicGroup, GroupState, JoinResult, SyncResult
 from .consumer import (
     Assignment,
@@ -147,6 +148,7 @@ class GroupCoordinator:
         )
         self.clock: Clock = clock or RealClock()
         self.storage: OffsetsStorage = storage if storage is not None else MemoryOffsetsStorage()
+        self.storage_log = RateLimitedLog(log, self.clock)  # failed __consumer_offsets writes
         self.run_timer = run_timer
         self.new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
         self.groups: dict[str, Group] = {}
@@ -368,8 +370,13 @@ class GroupCoordinator:
                 try:
                     await self.storage.append(partition, eff.records)
                 except Exception as e:  # storage failure: nothing acknowledged
-                    log.warning("append to __consumer_offsets-%d failed: %s", partition, e)
+                    self.storage_log.failed(
+                        "append to", f"__consumer_offsets-{partition}", e,
+                        "answering COORDINATOR_NOT_AVAILABLE, group state unchanged; clients retry",
+                    )
                     ok = False
+                else:
+                    self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
                 if ok:
                     for k, v in eff.records:
                         self._replay(k, v)
@@ -624,7 +631,10 @@ class GroupCoordinator:
             try:
                 await self.storage.append_txn(partition, records, producer_id, producer_epoch)
             except Exception as e:
-                log.warning("transactional append to __consumer_offsets-%d failed: %s", partition, e)
+                self.storage_log.failed(
+                    "append to", f"__consumer_offsets-{partition}", e,
+                    "answering COORDINATOR_NOT_AVAILABLE to TxnOffsetCommit; clients retry",
+                )
                 return {tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE if e == 0 else e) for tp, e in out.items()}
             self.pending_txn.setdefault((partition, producer_id), []).extend(records)
         if g is None and group_id not in self.groups:

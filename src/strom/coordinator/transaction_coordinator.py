@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ..clock import Clock
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, KafkaError
+from ..rate_limited_log import RateLimitedLog
 from .records import partition_for
 from .transaction import Markers, TransactionStateMachine, TxnMetadata, TxnResult, TxnState
 from .transaction_records import TxnRecordError, decode_key, decode_value, encode_key, encode_value
@@ -63,6 +64,7 @@ class TransactionCoordinator:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.loaded = False
+        self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
@@ -97,6 +99,8 @@ class TransactionCoordinator:
             await asyncio.sleep(self.abort_check_interval_ms / 1000)
             try:
                 await self.abort_expired()
+            except KafkaError:
+                pass  # a storage failure, already reported (rate-limited); retried next round
             except Exception:
                 log.exception("transaction timeout check failed")
 
@@ -109,20 +113,38 @@ class TransactionCoordinator:
                 await self._persist(res.record)
                 await self._write_markers(res.markers)
             for tid in self.sm.expire_ids(self.id_expiration_ms):
-                await self.storage.append(self.partition_for(tid), [(encode_key(tid), None)])
+                await self._append(self.partition_for(tid), [(encode_key(tid), None)])
                 self.sm.replay(None, tid)
             return len(results)
 
     # ------------------------------------------------------------------ persistence
+    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append to ``__transaction_state``; a storage failure is reported (rate-limited) and
+        becomes NOT_COORDINATOR, Kafka's answer for KAFKA_STORAGE_ERROR on the transaction log
+        (the client looks the coordinator up again and retries)."""
+        what, subject = "append to", f"__transaction_state-{partition}"
+        try:
+            await self.storage.append(partition, records)
+        except Exception as e:
+            self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR, state unchanged")
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, "the transaction log is not writable") from e
+        self.storage_log.ok(what, subject)
+
     async def _persist(self, meta: TxnMetadata) -> None:
         tid = meta.transactional_id
-        await self.storage.append(self.partition_for(tid), [(encode_key(tid), encode_value(meta))])
+        await self._append(self.partition_for(tid), [(encode_key(tid), encode_value(meta))])
         self.sm.replay(meta)
 
     async def _write_markers(self, markers: Markers) -> None:
-        await self.markers.write_markers(
-            markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
-        )
+        what, subject = "writing transaction markers of producer", str(markers.producer_id)
+        try:
+            await self.markers.write_markers(
+                markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
+            )
+        except Exception as e:
+            self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR")
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, "transaction markers could not be written") from e
+        self.storage_log.ok(what, subject)
         await self._persist(markers.complete)
 
     async def _apply(self, res: TxnResult) -> TxnResult:

@@ -251,10 +251,16 @@ class LocalLog:
         if upto <= self.recovery_point:
             self.last_flush_ms = self.clock.monotonic_ms()
             return
+        new_segment = False
         for seg in self.segments[self.segment_index_for(self.recovery_point):]:
             if seg.base_offset >= upto:
                 break
             seg.flush_log()
+            new_segment = new_segment or seg.base_offset >= self.recovery_point
+        if new_segment:
+            # Kafka's LocalLog.flush: a segment created since the last flush (the first one of a
+            # new log) has a name only the directory's fsync makes durable
+            fsync_dir(self.directory)
         self.recovery_point = upto
         self.last_flush_ms = self.clock.monotonic_ms()
 

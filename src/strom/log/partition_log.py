@@ -175,7 +175,11 @@ class PartitionLog:
     @classmethod
     def _open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock
               ) -> PartitionLog:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            # Kafka's LogManager.createLogDirectory: the new directory's name is durable only
+            # once its parent is fsynced; without it a power cut can lose the whole partition
+            directory.mkdir(parents=True, exist_ok=True)
+            fsync_dir(directory.parent)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE) or 0
@@ -570,6 +574,9 @@ class PartitionLog:
         _write_checkpoint(d / RECOVERY_POINT_FILE, t, p, self._local.recovery_point)
         _write_checkpoint(d / LOG_START_FILE, t, p, self.log_start_offset)
         _write_checkpoint(d / HIGH_WATERMARK_FILE, t, p, self.high_watermark)
+        # one directory fsync makes the three renames durable: without it a power cut brings
+        # back the old log start offset, and records DeleteRecords had removed reappear
+        fsync_dir(d)
 
     def close(self) -> None:
         """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker."""

@@ -536,6 +536,10 @@ class LogSegment:
         truncated = file_size - pos
         if truncated:
             os.ftruncate(self._fd, pos)
+        # Kafka's LogSegment.recover: end the time index with the largest timestamp, as a closed
+        # segment's does; else a recovered inactive segment is later trusted with no timestamps
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
         self.size = pos
         self._bytes_since_last_index_entry = pos - last_index_pos
         self.indexes_existed = True

@@ -23,10 +23,11 @@ from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
 from ..durable_file import replace_file
+from ..log.errors import KafkaStorageError
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.records import (
     CONTROL_COMMIT,
     build_batch,
@@ -35,6 +36,7 @@ from ..protocol.records import (
     decode_batch_records,
     iter_batches,
 )
+from ..rate_limited_log import RateLimitedLog
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
@@ -52,8 +54,9 @@ class ProducerIdManager:
 
     BLOCK = 1000
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, storage_log: RateLimitedLog | None = None) -> None:
         self.path = path
+        self.storage_log = storage_log
         self._next = 0
         self._limit = 0
         if path.exists():
@@ -62,7 +65,15 @@ class ProducerIdManager:
     def allocate(self) -> int:
         if self._next >= self._limit:
             new_limit = self._next + self.BLOCK
-            replace_file(self.path, json.dumps({"next_block": new_limit}).encode())
+            try:
+                replace_file(self.path, json.dumps({"next_block": new_limit}).encode())
+            except OSError as e:
+                if self.storage_log is not None:
+                    self.storage_log.failed("reserving producer ids in", str(self.path), e,
+                                            "answering COORDINATOR_LOAD_IN_PROGRESS (clients retry)")
+                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "cannot reserve producer ids") from e
+            if self.storage_log is not None:
+                self.storage_log.ok("reserving producer ids in", str(self.path))
             self._limit = new_limit
         pid = self._next
         self._next += 1
@@ -129,11 +140,13 @@ class Broker:
         self.advertised = config.advertised()
         self.log_dir = config.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
+        self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
         self.cluster_id = self._load_meta()
         self.topics = TopicRegistry(self.log_dir)
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.purgatory = FetchPurgatory()
-        self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json")
+        self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self.native_sendfile = False
@@ -154,7 +167,9 @@ class Broker:
                 raise ConfigError(f"node.id {self.node_id} does not match node.id {stored} stored in {path}")
             return str(props.get("cluster.id", self.config["cluster.id"]))
         cid = self.config["cluster.id"]
-        path.write_text(f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n")
+        # atomically and durably (Kafka's atomic meta.properties write): a power cut must not
+        # leave a torn file that fails the next start or silently changes the cluster id
+        replace_file(path, f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n".encode())
         return str(cid)
 
     def log_config(self, info: TopicInfo) -> LogConfig:
@@ -243,11 +258,17 @@ class Broker:
             interval = fms / 1000
         while True:
             await asyncio.sleep(interval)
+            storage_log = self.storage_log
             for plog in list(self.logs.values()):
                 try:
                     plog.flush_if_due()
-                except OSError:
-                    log.exception("flush failed for %s-%d", plog.topic, plog.partition)
+                except (KafkaStorageError, OSError) as e:
+                    # before, a KafkaStorageError ended this task silently: no flush ever again
+                    storage_log.failed("flush of", f"{plog.topic}-{plog.partition}", e,
+                                       f"the data stays unflushed; retrying every {interval:g} s")
+                    continue
+                if storage_log.failing:
+                    storage_log.ok("flush of", f"{plog.topic}-{plog.partition}")
 
     async def stop(self) -> None:
         for srv in self.servers:
@@ -293,9 +314,14 @@ class Broker:
             if name in self.topics.topics:
                 raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
-        info = self.topics.create(name, partitions, configs)
-        for p in range(partitions):
-            self._open_partition(info, p)
+        try:
+            info = self.topics.create(name, partitions, configs)
+            for p in range(partitions):
+                self._open_partition(info, p)
+        except (KafkaStorageError, OSError) as e:
+            self.storage_log.failed("creating topic", name, e, "answering KAFKA_STORAGE_ERROR")
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error creating topic {name}") from e
+        self.storage_log.ok("creating topic", name)
         log.info("created topic %s with %d partitions", name, partitions)
         return info
 

@@ -31,6 +31,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
+from ..log.errors import KafkaStorageError
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -61,12 +62,19 @@ async def _retention_loop(broker: Broker) -> None:
 def run_retention(broker: Broker) -> int:
     """One retention pass over every log; returns the number of segments removed."""
     removed = 0
+    storage_log = broker.storage_log
     for plog in list(broker.logs.values()):
         try:
             n = plog.delete_old_segments()
+        except (KafkaStorageError, OSError) as e:
+            storage_log.failed("retention of", f"{plog.topic}-{plog.partition}", e,
+                               "its old segments stay; retrying at the next retention check")
+            continue
         except Exception:
             log.exception("retention failed for %s-%d", plog.topic, plog.partition)
             continue
+        if storage_log.failing:
+            storage_log.ok("retention of", f"{plog.topic}-{plog.partition}")
         if n:
             removed += n
             log.info(
@@ -83,12 +91,20 @@ async def _deleter_loop(broker: Broker) -> None:
     while True:
         delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
         await asyncio.sleep(min([1000, *[max(10, d // 2) for d in delays]]) / 1000)
+        storage_log = broker.storage_log
         for plog in list(broker.logs.values()):
             if plog.pending_deletes:
+                tp = f"{plog.topic}-{plog.partition}"
                 try:
                     plog.delete_expired_segments()
+                except (KafkaStorageError, OSError) as e:
+                    storage_log.failed("unlinking deleted segments of", tp, e,
+                                       "the files stay as *.deleted; retrying every second")
+                    continue
                 except Exception:
-                    log.exception("deleting old segments of %s-%d failed", plog.topic, plog.partition)
+                    log.exception("deleting old segments of %s failed", tp)
+                    continue
+                storage_log.ok("unlinking deleted segments of", tp)
 
 
 class CleanerThread:
@@ -154,8 +170,14 @@ class CleanerThread:
                 cleaned = self.cleaner.clean_once(logs)
             except CleanerAborted:
                 return
+            except (KafkaStorageError, OSError) as e:
+                self.broker.storage_log.failed(
+                    "log cleaning", "round", e, f"nothing was swapped in; retrying in {self.backoff_s:g} s"
+                )
             except Exception:
                 log.exception("log cleaner round failed")
+            else:
+                self.broker.storage_log.ok("log cleaning", "round")
             if cleaned is None:
                 self.wakeup.wait(self.backoff_s)
                 self.wakeup.clear()

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Any
 
+from ...log.errors import KafkaStorageError
 from ...metadata import configs as cfg
 from ...metadata.topics import TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
@@ -155,6 +156,12 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str
 # ------------------------------------------------------------------------------ AlterConfigs
 
 
+def _storage_error(broker: Any, rtype: int, rname: str, e: OSError) -> KafkaError:
+    broker.storage_log.failed("saving configs of", f"resource {rtype} {rname!r}", e,
+                              "answering KAFKA_STORAGE_ERROR; the change may not survive a restart")
+    return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "storage error while saving the configs")
+
+
 def _alter_result(rtype: int, rname: str, error: KafkaError | None) -> dict[str, Any]:
     return {
         "error_code": error.code if error else 0,
@@ -190,7 +197,10 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
                 )
         except KafkaError as e:
             error = e
+        except OSError as e:
+            error = _storage_error(broker, rtype, rname, e)
         if error is None and not validate_only:
+            broker.storage_log.ok("saving configs of", f"resource {rtype} {rname!r}")
             log.info("altered configs of resource %d %r: %s", rtype, rname, sorted(configs))
         out.append(_alter_result(rtype, rname, error))
     return {"throttle_time": 0, "responses": out}
@@ -238,7 +248,10 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                 )
         except KafkaError as e:
             error = e
+        except OSError as e:
+            error = _storage_error(broker, rtype, rname, e)
         if error is None and not validate_only:
+            broker.storage_log.ok("saving configs of", f"resource {rtype} {rname!r}")
             log.info("altered configs of resource %d %r: %s", rtype, rname, ops)
         out.append(_alter_result(rtype, rname, error))
     return {"throttle_time": 0, "responses": out}
@@ -304,10 +317,11 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                     if (name, p) not in broker.logs:
                         broker._open_partition(info, p)
                 broker.topics.set_partitions(name, count)
-            except OSError as e:
-                log.exception("growing %s to %d partitions failed", name, count)
-                fail(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {e.strerror or e}")
+            except (KafkaStorageError, OSError) as e:
+                broker.storage_log.failed("growing topic", name, e, "answering KAFKA_STORAGE_ERROR")
+                fail(ErrorCode.KAFKA_STORAGE_ERROR, "storage error while adding partitions")
                 continue
+            broker.storage_log.ok("growing topic", name)
             log.info("topic %s now has %d partitions (was %d)", name, count, current)
         results.append({"name": name, "error_code": 0, "error_message": None})
     return {"throttle_time": 0, "results": results}

@@ -179,8 +179,13 @@ def _read_partitions(
             except Exception as e:
                 code = getattr(e, "error_code", None)
                 pr.error_code = code if code is not None else ErrorCode.KAFKA_STORAGE_ERROR
+                if pr.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    broker.storage_log.failed("read from", f"{name}-{fp.partition}", e,
+                                              "answering KAFKA_STORAGE_ERROR for the partition")
                 any_error = True
                 continue
+            if broker.storage_log.failing:
+                broker.storage_log.ok("read from", f"{name}-{fp.partition}")
             if data.size:
                 # duplicated: the response owns these descriptors until written (network._send)
                 pr.regions = [(os.dup(r.fd), r.position, r.length) for r in data.regions]

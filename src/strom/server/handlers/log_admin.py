@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...log.errors import LogError
+from ...log.errors import KafkaStorageError, LogError
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
@@ -41,15 +41,17 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> dict[str, 
                 continue
             try:
                 low = plog.delete_records(int(p.offset))
-            except LogError as e:
-                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": e.error_code})
-                continue
-            except OSError as e:
-                log.error("DeleteRecords on %s-%d failed: %s", name, idx, e)
+            except (KafkaStorageError, OSError) as e:
+                broker.storage_log.failed("DeleteRecords on", f"{name}-{idx}", e,
+                                          "answering KAFKA_STORAGE_ERROR; the client may retry")
                 parts.append(
                     {"partition_index": idx, "low_watermark": -1, "error_code": ErrorCode.KAFKA_STORAGE_ERROR}
                 )
                 continue
+            except LogError as e:
+                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": e.error_code})
+                continue
+            broker.storage_log.ok("DeleteRecords on", f"{name}-{idx}")
             parts.append({"partition_index": idx, "low_watermark": low, "error_code": 0})
         topics.append({"name": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -6,10 +6,10 @@ patches offsets and appends. ``acks=0`` gets no response (Kafka's behaviour).
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import Any
 
+from ...log.errors import KafkaStorageError
 from ...protocol.errors import ErrorCode
 from ..context import NoResponse, RequestContext
 from . import handler
@@ -58,13 +58,12 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
                 continue
             try:
                 res = broker.append(name, idx, records)
-            except OSError as e:
-                log.error(
-                    "append to %s-%d failed (%s): %s", name, idx, errno.errorcode.get(e.errno or 0, "?"), e
+            except (KafkaStorageError, OSError) as e:
+                broker.storage_log.failed(
+                    "append to", f"{name}-{idx}", e,
+                    "answering KAFKA_STORAGE_ERROR, nothing appended; every produce retries",
                 )
-                parts.append(
-                    _partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {e.strerror or e}")
-                )
+                parts.append(_partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
                 continue
             except Exception as e:  # log errors carry Kafka codes
                 code: int | None = getattr(e, "error_code", None)
@@ -73,6 +72,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
                 parts.append(_partition_error(idx, code, str(e)))
                 continue
+            if broker.storage_log.failing:
+                broker.storage_log.ok("append to", f"{name}-{idx}")
             parts.append(
                 {
                     "index": idx,

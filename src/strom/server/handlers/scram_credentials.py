@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...protocol.errors import ErrorCode
 from ...security.credentials import (
     DUPLICATE_RESOURCE,
     RESOURCE_NOT_FOUND,
@@ -126,7 +127,15 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     ok_del = [(user, m) for user, m in deletions if user not in errors]
     ok_up = [(user, m, c) for user, m, c in upsertions if user not in errors]
     if ok_del or ok_up:
-        store.apply(ok_up, ok_del)
+        try:
+            store.apply(ok_up, ok_del)
+        except OSError as e:
+            ctx.broker.storage_log.failed("saving SCRAM credentials to", str(store.path), e,
+                                          "answering KAFKA_STORAGE_ERROR; no credential changed")
+            for user in [u for u, *_ in ok_del] + [u for u, *_ in ok_up]:
+                errors.setdefault(user, (ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
+        else:
+            ctx.broker.storage_log.ok("saving SCRAM credentials to", str(store.path))
     results = []
     for user in order:
         code, message = errors.get(user, (0, None))
