@@ -401,6 +401,72 @@ def fuzz(
     return sent, findings, outcomes, time.monotonic() - started
 
 
+_PING = struct.pack(">hhih", 18, 0, -7, 4) + b"fuzz"  # ApiVersions v0, correlation id -7
+
+
+def fuzz_remote(host: str, port: int, frames: int, seed: int = 0, timeout: float = 10.0) -> tuple[
+    int, list[Finding], Counter[str]
+]:
+    """Send ``frames`` fuzzed frames to a broker over TCP, each followed by an ApiVersions "ping":
+    the ping's answer (responses come in order) says the frame was handled; a closed connection
+    is reopened. A ping unanswered within ``timeout`` is a hang; a refused connection means the
+    broker died. Crashes show in the broker's own log, which the caller reads."""
+    import socket
+
+    rng = random.Random(seed)
+    corpus = Corpus()
+    findings: list[Finding] = []
+    outcomes: Counter[str] = Counter()
+    ping = struct.pack(">i", len(_PING)) + _PING
+    sock: socket.socket | None = None
+    sent = 0
+    for i in range(frames):
+        key, version, frame = corpus.frame(rng, i & 0x7FFFFFFF)
+        if sock is None:
+            try:
+                sock = socket.create_connection((host, port), timeout=timeout)
+            except OSError as e:
+                findings.append(Finding("crash", api_name(key), version, f"broker unreachable: {e}", frame))
+                break
+        try:
+            sock.sendall(frame + ping)
+            sent += 1
+            if _read_until_ping(sock):
+                outcomes["answered"] += 1
+                continue
+            outcomes["closed"] += 1
+        except TimeoutError:
+            findings.append(Finding("hang", api_name(key), version, f"no answer in {timeout} s", frame))
+            outcomes["timeout"] += 1
+        except OSError:
+            outcomes["closed"] += 1
+        sock.close()
+        sock = None
+        if len(findings) >= 20:
+            break
+    if sock is not None:
+        sock.close()
+    return sent, findings, outcomes
+
+
+def _read_until_ping(sock: Any) -> bool:
+    """Read responses until the ping's; False if the broker closed the connection first."""
+    buf = b""
+    while True:
+        while len(buf) >= 8:
+            (size,) = struct.unpack_from(">i", buf)
+            if len(buf) < 4 + size:
+                break
+            (cid,) = struct.unpack_from(">i", buf, 4)
+            buf = buf[4 + size :]
+            if cid == -7:
+                return True
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return False
+        buf += chunk
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -408,7 +474,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--hang-seconds", type=float, default=2.0)
+    parser.add_argument("--bootstrap", help="fuzz a running broker over TCP (host:port), not in-process")
     args = parser.parse_args(argv)
+    if args.bootstrap:
+        host, _, port = args.bootstrap.rpartition(":")
+        started = time.monotonic()
+        sent, findings, outcomes = fuzz_remote(host, int(port), args.frames, args.seed)
+        seconds = time.monotonic() - started
+        print(
+            f"seed {args.seed}: {sent} frames in {seconds:.1f} s, "
+            f"outcomes {dict(outcomes)}, {len(findings)} findings"
+        )
+        for f in findings:
+            print(f"{f.kind} {f.api} v{f.version}: {f.detail}\n  frame {f.frame.hex()}")
+        return 1 if findings else 0
     sent, findings, outcomes, seconds = fuzz(args.frames, args.seed, args.hang_seconds, report_every=30)
     print(
         f"seed {args.seed}: {sent} frames in {seconds:.1f} s ({sent / seconds:,.0f} frames/s), "
