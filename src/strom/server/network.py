@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..protocol import codec
 from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name, supports
 from ..protocol.connection import IncomingRequest, ServerConnection
+from ..protocol.error_responses import error_response
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
 from ..security.session import ConnectionSession
@@ -286,11 +287,13 @@ class KafkaProtocol(asyncio.Protocol):
             if not isinstance(result, (NoResponse, RawResponse)):
                 result = _encoded(resp_type, result)
         except KafkaError as e:
-            result = _encoded(resp_type, {"error_code": e.code, "error_message": str(e)})
+            result = _encoded(resp_type, error_response(resp_type, request, e.code, str(e)))
         except Exception as e:
-            # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR and keeps the connection
+            # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR on every item the
+            # request named (getErrorResponse), no internals in the message, connection kept
             _log_handler_failure(api_name(key), version, self.peer, e)
-            result = _encoded(resp_type, {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+            result = _encoded(resp_type, error_response(resp_type, request, code, None))
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
             return
