@@ -51,7 +51,9 @@ from strom.protocol.records import BatchHeader
 class FileRegion(NamedTuple):
     """``length`` bytes at ``position`` of the open file ``fd`` (for os.sendfile / os.pread).
 
-    The fd belongs to the log: use it before the next call that may delete segments."""
+    The fd is a duplicate owned by whoever holds the :class:`FetchData` (segment descriptors
+    themselves may be closed by the file cache at any time): it stays readable after the
+    segment is renamed, deleted or evicted, and must be closed (:meth:`FetchData.close`)."""
 
     fd: int
     position: int
@@ -69,6 +71,13 @@ class FetchData:
             got = os.pread(r.fd, r.length, r.position)
             parts.append(got)
         return b"".join(parts)
+
+    def close(self) -> None:
+        """Close the regions' descriptors (unless handed on, e.g. to a fetch response)."""
+        for r in self.regions:
+            with contextlib.suppress(OSError):
+                os.close(r.fd)
+        self.regions.clear()
 
 
 EMPTY_FETCH = FetchData([], 0)
@@ -230,6 +239,7 @@ class LocalLog:
         if old.base_offset == new_base and old.size == 0:
             return old
         old.on_become_inactive()
+        old.create_index_files()
         old.flush()
         seg = LogSegment.open(self.directory, new_base, index_interval_bytes=self.config.index_interval_bytes,
                               max_index_size=self.config.segment_index_bytes, clock=self.clock)
@@ -263,6 +273,14 @@ class LocalLog:
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool
              ) -> FetchData:
         regions: list[FileRegion] = []
+        try:
+            return self._read(regions, start_offset, max_bytes, max_offset, min_one_message)
+        except BaseException:
+            FetchData(regions, 0).close()
+            raise
+
+    def _read(self, regions: list[FileRegion], start_offset: int, max_bytes: int, max_offset: int | None,
+              min_one_message: bool) -> FetchData:
         total = 0
         remaining = max_bytes
         i = self.segment_index_for(start_offset)
@@ -272,15 +290,21 @@ class LocalLog:
             next_base = self._bases[i + 1] if i + 1 < len(self.segments) else None
             max_pos: int | None = None
             last_segment = next_base is None
-            if max_offset is not None and (next_base is None or max_offset < next_base):
-                found = seg.translate_offset(max_offset)
-                max_pos = found[0] if found is not None else seg.size
-                last_segment = True
-            sl = seg.read(offset, remaining, max_pos, min_one_message and not regions)
+            file = seg.log_file
+            fd = file.acquire()  # pinned for the whole segment: one cache lookup, not one per pread
+            try:
+                if max_offset is not None and (next_base is None or max_offset < next_base):
+                    found = seg.translate_offset(max_offset, 0, fd)
+                    max_pos = found[0] if found is not None else seg.size
+                    last_segment = True
+                sl = seg.read(offset, remaining, max_pos, min_one_message and not regions, fd)
+                if sl is not None and sl.length:
+                    regions.append(FileRegion(os.dup(fd), sl.position, sl.length))
+            finally:
+                file.release()
             if sl is not None:
                 if sl.length == 0:
                     break
-                regions.append(FileRegion(seg.fd, sl.position, sl.length))
                 total += sl.length
                 remaining -= sl.length
                 end = seg.size if max_pos is None else max_pos

@@ -42,10 +42,10 @@ meanwhile stays readable through the dup'd descriptor.
 
 Segments taken out of the log (retention, DeleteRecords, a swap) are renamed to ``*.deleted`` at
 once, but closed and unlinked only by :meth:`delete_expired_segments` after
-``file.delete.delay.ms``, never inside the call that removed them. The rule for readers of
-:class:`FileRegion`: the fd is valid until the event loop next yields; a response writer that
-awaits between regions must ``os.dup`` every fd before its first await (a dup keeps the unlinked
-file readable), otherwise it relies on finishing within ``file.delete.delay.ms``.
+``file.delete.delay.ms``, never inside the call that removed them. The descriptors of a
+:class:`FileRegion` are duplicates owned by the reader (segment descriptors come and go with the
+file cache, :mod:`strom.log.file_cache`): they keep a renamed or unlinked file readable and must be
+closed by whoever consumes them (a fetch response once written, :meth:`FetchData.close`).
 
 Compacted topics (``cleanup.policy`` containing ``compact``): an append is decoded record by record
 — the only case on the produce path — to reject records with a null key (INVALID_RECORD, 87).
@@ -76,6 +76,7 @@ from strom.log.errors import (
     RecordListTooLargeError,
 )
 from strom.log.faults import crash_point
+from strom.log.file_cache import note_fd_exhaustion
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
@@ -175,6 +176,7 @@ class PartitionLog:
     @classmethod
     def _open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock
               ) -> PartitionLog:
+        new = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
@@ -197,7 +199,7 @@ class PartitionLog:
             # Keep the marker until the first change (:meth:`_mark_dirty`): a log that is only
             # read is still clean, and closing it again costs no fsync.
             log._clean_marker = True
-        else:
+        elif not new:  # a new log's checkpoints would all say 0, which is what their absence means
             log._write_checkpoints()
         return log
 
@@ -429,6 +431,7 @@ class PartitionLog:
                 local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
             except OSError as e:
                 self._undo_partial_append()
+                note_fd_exhaustion(e, f"append to {self.topic}-{self.partition}")
                 raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
             try:
                 for txn in aborted:
@@ -451,8 +454,8 @@ class PartitionLog:
         read or recovered. Best effort: if even that fails, recovery truncates at restart."""
         seg = self._local.active_segment
         try:
-            if os.fstat(seg.fd).st_size != seg.size:
-                os.ftruncate(seg.fd, seg.size)
+            if seg.file_size() != seg.size:
+                seg.truncate_file(seg.size)
         except OSError:
             pass
 
@@ -497,13 +500,17 @@ class PartitionLog:
             with self.lock:
                 return self._local.read(fetch_offset, max_bytes, max_offset, min_one_message)
         except OSError as e:
+            note_fd_exhaustion(e, f"read from {self.topic}-{self.partition}")
             raise KafkaStorageError(f"read from {self.topic}-{self.partition} failed: {e}") from e
 
     def read_bytes(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
                    min_one_message: bool = True) -> bytes:
         """:meth:`read`, with the regions copied out (for tests, tools and compaction)."""
-        return self.read(fetch_offset, max_bytes, max_offset=max_offset,
-                         min_one_message=min_one_message).read_bytes()
+        data = self.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message)
+        try:
+            return data.read_bytes()
+        finally:
+            data.close()
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``
@@ -668,7 +675,7 @@ class PartitionLog:
     def _largest_timestamp(seg: LogSegment) -> int:
         if seg.max_timestamp_so_far >= 0:
             return seg.max_timestamp_so_far
-        return os.fstat(seg.fd).st_mtime_ns // 1_000_000  # no timestamps: Kafka's lastModified
+        return seg.last_modified_ms()  # no timestamps: Kafka's lastModified
 
     def _remove_segments(self, doomed: list[LogSegment]) -> None:
         """Take ``doomed`` out (lock held), move the log start offset, checkpoint, schedule the
@@ -754,11 +761,16 @@ class PartitionLog:
         ``.log`` descriptor that the caller must close. Called by the cleaner thread."""
         with self.lock:
             self._check_open()
-            out = []
-            for seg in self._local.segments[:-1]:
-                if seg.base_offset >= upto_offset:
-                    break
-                out.append((seg, os.dup(seg.fd)))
+            out: list[tuple[LogSegment, int]] = []
+            try:
+                for seg in self._local.segments[:-1]:
+                    if seg.base_offset >= upto_offset:
+                        break
+                    out.append((seg, seg.dup_fd()))
+            except BaseException:
+                for _, fd in out:
+                    os.close(fd)
+                raise
             return out
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> bool:

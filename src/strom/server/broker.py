@@ -23,6 +23,7 @@ from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
 from ..durable_file import replace_file
+from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
@@ -35,12 +36,15 @@ from ..protocol.records import (
     decode_batch_records,
     iter_batches,
 )
+from ..rate_limited_log import RateLimitedLog
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
+    from .listener import Listener
     from .network import KafkaProtocol
 
 log = logging.getLogger("strom.broker")
+_flush_failure_log = RateLimitedLog(log)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
@@ -135,7 +139,7 @@ class Broker:
         self.purgatory = FetchPurgatory()
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json")
         self.connections: set[KafkaProtocol] = set()
-        self.servers: list[asyncio.base_events.Server] = []
+        self.servers: list[Listener] = []
         self.native_sendfile = False
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
@@ -192,6 +196,8 @@ class Broker:
                 sasl_state(self)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        max_open = self.config["strom.log.max.open.files"]
+        FILE_CACHE.resize(max_open if max_open > 0 else default_capacity())
         loop = asyncio.get_running_loop()
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
@@ -246,8 +252,9 @@ class Broker:
             for plog in list(self.logs.values()):
                 try:
                     plog.flush_if_due()
-                except OSError:
-                    log.exception("flush failed for %s-%d", plog.topic, plog.partition)
+                except Exception as e:  # KafkaStorageError (e.g. out of descriptors): retried next round
+                    _flush_failure_log.log(logging.ERROR, "flush failed for %s-%d: %s", plog.topic,
+                                           plog.partition, e)
 
     async def stop(self) -> None:
         for srv in self.servers:
@@ -389,8 +396,8 @@ async def serve(config: BrokerConfig) -> None:
 
 
 def _raise_open_file_limit() -> None:
-    """Every segment keeps its .log/.index/.timeindex open (as Kafka does); lift the soft limit on
-    open files to the hard limit so thousands of partitions fit (Kafka's docs ask for 100000)."""
+    """Lift the soft limit on open files to the hard limit: more sockets fit, and the log file
+    cache (``strom.log.max.open.files``, by default half the soft limit) keeps more files open."""
     try:
         import resource
 

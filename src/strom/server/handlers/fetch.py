@@ -182,8 +182,8 @@ def _read_partitions(
                 any_error = True
                 continue
             if data.size:
-                # duplicated: the response owns these descriptors until written (network._send)
-                pr.regions = [(os.dup(r.fd), r.position, r.length) for r in data.regions]
+                # duplicates owned by the read: the response owns them until written (network._send)
+                pr.regions = list(data.regions)
                 pr.size = data.size
                 total += data.size
                 first_data = False
