@@ -255,8 +255,9 @@ class LocalLog:
         self.active_segment.append(records, largest_timestamp, offset_of_largest_timestamp, batches)
         self.log_end_offset = last_offset + 1
 
-    def flush(self, offset: int | None = None) -> None:
-        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)."""
+    def flush(self, offset: int | None = None, *, sync: bool = True) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO).
+        ``sync=False``: only move the recovery point (the caller syncs the file system)."""
         upto = self.log_end_offset if offset is None else offset
         if upto <= self.recovery_point:
             self.last_flush_ms = self.clock.monotonic_ms()
@@ -264,7 +265,8 @@ class LocalLog:
         for seg in self.segments[self.segment_index_for(self.recovery_point):]:
             if seg.base_offset >= upto:
                 break
-            seg.flush_log()
+            if sync:
+                seg.flush_log()
         self.recovery_point = upto
         self.last_flush_ms = self.clock.monotonic_ms()
 

@@ -123,8 +123,11 @@ class SegmentInfo:
     path: Path
 
 
-def _write_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
-    replace_file(path, f"0\n1\n{topic} {partition} {offset}\n".encode(), sync_dir=False)
+_CHECKPOINT_FILES = (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE)
+
+
+def _write_checkpoint(path: Path, topic: str, partition: int, offset: int, sync: bool = True) -> None:
+    replace_file(path, f"0\n1\n{topic} {partition} {offset}\n".encode(), sync_dir=False, sync=sync)
 
 
 def _read_checkpoint(path: Path) -> int | None:
@@ -158,6 +161,9 @@ class PartitionLog:
         # segments removed from the log, renamed *.deleted, closed and unlinked when due
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._clean_marker = False  # the .clean-shutdown file still stands (nothing changed yet)
+        self._marker_due = False  # closed with sync=False: mark_clean_shutdown writes the marker
+        # the values the checkpoint files hold (None: unknown, write them)
+        self._checkpointed: list[int | None] = [None, None, None]
         # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
         self._txn_indexes: dict[int, TransactionIndex] = {}
 
@@ -191,6 +197,8 @@ class PartitionLog:
         hw = _read_checkpoint(directory / HIGH_WATERMARK_FILE)
         hw = log_start if hw is None else min(max(hw, log_start), leo)
         log = cls(directory, topic, partition, config, clock, local, psm, log_start, hw)
+        if new:  # no checkpoint files: they read as 0, which a new log's offsets are
+            log._checkpointed = [0, 0, 0]
         log._load_txn_indexes(replay_from)
         if replay_from < leo:
             log._replay_producers(replay_from)
@@ -199,7 +207,7 @@ class PartitionLog:
             # Keep the marker until the first change (:meth:`_mark_dirty`): a log that is only
             # read is still clean, and closing it again costs no fsync.
             log._clean_marker = True
-        elif not new:  # a new log's checkpoints would all say 0, which is what their absence means
+        else:
             log._write_checkpoints()
         return log
 
@@ -572,14 +580,21 @@ class PartitionLog:
         if self.clock.monotonic_ms() - local.last_flush_ms >= self.config.flush_ms:
             self.flush()
 
-    def _write_checkpoints(self) -> None:
+    def _write_checkpoints(self, sync: bool = True) -> None:
+        """Write the checkpoint files whose value changed since this log last wrote (or read) them."""
         d, t, p = self.directory, self.topic, self.partition
-        _write_checkpoint(d / RECOVERY_POINT_FILE, t, p, self._local.recovery_point)
-        _write_checkpoint(d / LOG_START_FILE, t, p, self.log_start_offset)
-        _write_checkpoint(d / HIGH_WATERMARK_FILE, t, p, self.high_watermark)
+        values = (self._local.recovery_point, self.log_start_offset, self.high_watermark)
+        for i, (name, value) in enumerate(zip(_CHECKPOINT_FILES, values, strict=True)):
+            if self._checkpointed[i] != value:
+                _write_checkpoint(d / name, t, p, value, sync)
+                self._checkpointed[i] = value
 
-    def close(self) -> None:
-        """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker."""
+    def close(self, *, sync: bool = True) -> None:
+        """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker.
+
+        ``sync=False`` (a broker closing thousands of logs): nothing is fsynced and the marker is
+        not written yet; the caller makes everything durable at once (``os.sync``) and only then
+        calls :meth:`mark_clean_shutdown` — two syncs in all instead of several fsyncs per log."""
         if self.closed:
             return
         self.lock.acquire()
@@ -588,28 +603,47 @@ class PartitionLog:
             if self._clean_marker:  # nothing changed since a clean open: files are as they were
                 self._local.close_handles()
                 return
-            self._local.flush()
+            self._local.flush(sync=sync)
             for seg in self._local.segments:
                 seg.on_become_inactive()
-                seg.flush()
+                if sync:
+                    seg.flush()
             self.producer_state.update_map_end_offset(self.log_end_offset)
-            self.producer_state.take_snapshot()
-            for idx in self._txn_indexes.values():
-                idx.flush()
-            self._write_checkpoints()
+            self.producer_state.take_snapshot(sync=sync)
+            if sync:
+                for idx in self._txn_indexes.values():
+                    idx.flush()
+            self._write_checkpoints(sync)
             self._local.close()
-            marker = self.directory / CLEAN_SHUTDOWN_FILE
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(self.directory)
+            if sync:
+                self._write_marker(sync=True)
+            else:
+                self._marker_due = True
         except OSError as e:
             raise KafkaStorageError(f"close of {self.topic}-{self.partition} failed: {e}") from e
         finally:
             self.closed = True
             self.lock.release()
+
+    def _write_marker(self, sync: bool) -> None:
+        fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if sync:
+            fsync_dir(self.directory)
+
+    def mark_clean_shutdown(self) -> None:
+        """After ``close(sync=False)`` and a sync of everything it wrote: write the clean-shutdown
+        marker (unsynced too: the caller syncs again)."""
+        if self._marker_due:
+            try:
+                self._write_marker(sync=False)
+            except OSError as e:
+                raise KafkaStorageError(f"close of {self.topic}-{self.partition} failed: {e}") from e
+            self._marker_due = False
 
     def close_without_flush(self) -> None:
         """Release file handles as a crash would leave things: no flush, snapshot or marker

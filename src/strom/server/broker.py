@@ -4,6 +4,16 @@ Startup: read ``meta.properties`` (or write it), load the topic registry, open (
 every partition log, start the group coordinator (which replays ``__consumer_offsets``), then
 listen. Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
 and close every log cleanly so the next start skips recovery.
+
+Creating partitions (CreateTopics, CreatePartitions: :meth:`Broker.create_topic_async`,
+:meth:`Broker.add_partitions_async`) is file-system work, about a millisecond per partition:
+it runs in a worker thread so other clients are served meanwhile, and is atomic. A topic being
+created is invisible (metadata, produce and fetch do not know it) but its name is taken (a
+second creation gets TOPIC_ALREADY_EXISTS); it is published in the registry and ``logs`` only
+once every partition exists. A creation that fails midway (ENOSPC, EMFILE ...) deletes what it
+made and answers KAFKA_STORAGE_ERROR; a partition directory the registry does not know is the
+leftover of a creation interrupted by a crash, and is removed before the partition is made
+again. ``strom.broker.max.partitions`` caps the partitions of the broker (POLICY_VIOLATION).
 """
 
 from __future__ import annotations
@@ -13,7 +23,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -22,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
-from ..durable_file import replace_file
+from ..durable_file import fsync_dir, replace_file
+from ..log.errors import LogError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
@@ -145,6 +158,9 @@ class Broker:
         self.txn_coordinator: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
+        self._creation_abort = threading.Event()  # set by stop(): creation workers give up
+        self._grow_lock = asyncio.Lock()  # one CreatePartitions at a time
 
     # ------------------------------------------------------------------ lifecycle
     def _load_meta(self) -> str:
@@ -257,6 +273,7 @@ class Broker:
                                            plog.partition, e)
 
     async def stop(self) -> None:
+        self._creation_abort.set()
         for srv in self.servers:
             srv.close()
         for conn in list(self.connections):
@@ -267,14 +284,102 @@ class Broker:
             if coord is not None:
                 with contextlib.suppress(Exception):
                     await coord.stop()
+        # every log unsynced, one sync, the clean-shutdown markers, one more sync: with ten
+        # thousand partitions, ~8 fsyncs per log would take minutes
+        closed: list[PartitionLog] = []
         for plog in self.logs.values():
             try:
-                plog.close()
+                plog.close(sync=False)
+                closed.append(plog)
             except Exception:
                 log.exception("closing %s-%d failed", plog.topic, plog.partition)
+        if closed:
+            os.sync()
+            for plog in closed:
+                try:
+                    plog.mark_clean_shutdown()
+                except Exception:
+                    log.exception("closing %s-%d failed", plog.topic, plog.partition)
+            os.sync()
         log.info("strom broker %d stopped cleanly", self.node_id)
 
     # ------------------------------------------------------------------ topics
+    def _check_new_topic(self, name: str, partitions: int, configs: dict[str, str] | None) -> dict[str, str]:
+        """Validate a creation; returns the normalized configs. Raises TopicError."""
+        validate_topic_name(name)
+        if name in self.topics.topics or name in self._creating:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions < 1:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        try:
+            # the same names, types and ranges AlterConfigs enforces (Kafka's messages)
+            configs = {k: normalize_topic_value(k, v) for k, v in (configs or {}).items()}
+            LogConfig.from_topic_configs(self.config.topic_defaults(), configs)
+        except ConfigResourceError as e:
+            raise TopicError(e.code, str(e)) from e
+        except ConfigError as e:
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from e
+        self._check_partition_cap(partitions)
+        return configs
+
+    def _check_partition_cap(self, more: int) -> None:
+        cap = self.config["strom.broker.max.partitions"]
+        have = len(self.logs) + sum(self._creating.values())
+        if cap >= 0 and have + more > cap:
+            raise TopicError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Creating {more} partitions would exceed the broker's limit of {cap} partitions "
+                f"(strom.broker.max.partitions); {have} exist.",
+            )
+
+    def _make_partition_logs(self, info: TopicInfo, partitions: range, abort: threading.Event | None = None
+                             ) -> list[PartitionLog]:
+        """Create the logs of ``partitions`` (in a worker thread); all or nothing."""
+        made: list[PartitionLog] = []
+        config = self.log_config(info)
+        try:
+            for p in partitions:
+                if self._creation_abort.is_set() or (abort is not None and abort.is_set()):
+                    raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"creating '{info.name}' was abandoned")
+                d = self.log_dir / f"{info.name}-{p}"
+                if d.exists():  # not in the registry: left by a creation a crash interrupted
+                    shutil.rmtree(d)
+                plog = PartitionLog.open(d, info.name, p, config, self.clock)
+                made.append(plog)
+            fsync_dir(self.log_dir)
+        except BaseException as e:
+            _delete_logs(made)
+            if isinstance(e, OSError | LogError):
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"creating partitions of topic '{info.name}' failed: {e}",
+                ) from e
+            raise
+        return made
+
+    def _publish_logs(self, info: TopicInfo, first: int, logs: list[PartitionLog]) -> None:
+        for p, plog in enumerate(logs, first):
+            plog.update_high_watermark(plog.log_end_offset)
+            self.logs[(info.name, p)] = plog
+
+    async def _in_worker(self, fn: Any, *args: Any) -> list[PartitionLog]:
+        """Run ``fn(*args, abort)`` in a thread; if the caller is cancelled, the worker stops at
+        its next partition and its logs are deleted."""
+        abort = threading.Event()
+        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args, abort)
+        try:
+            result: list[PartitionLog] = await asyncio.shield(fut)
+            return result
+        except asyncio.CancelledError:
+            abort.set()
+
+            def cleanup(f: asyncio.Future[list[PartitionLog]]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    threading.Thread(target=_delete_logs, args=(f.result(),), daemon=True).start()
+
+            fut.add_done_callback(cleanup)
+            raise
+
     def create_topic(
         self,
         name: str,
@@ -284,27 +389,75 @@ class Broker:
         internal_ok: bool = False,
         validate_only: bool = False,
     ) -> TopicInfo:
-        validate_topic_name(name)
-        if name in INTERNAL_TOPICS and not internal_ok and name in self.topics.topics:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        try:
-            # the same names, types and ranges AlterConfigs enforces (Kafka's messages)
-            configs = {k: normalize_topic_value(k, v) for k, v in (configs or {}).items()}
-            LogConfig.from_topic_configs(self.config.topic_defaults(), configs)
-        except ConfigResourceError as e:
-            raise TopicError(e.code, str(e)) from e
-        except ConfigError as e:
-            raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from e
+        """Create a topic on the event loop (internal topics at start, auto-creation with
+        ``num.partitions``); CreateTopics uses :meth:`create_topic_async`. ``internal_ok`` is
+        kept for callers: every existing name, internal or not, gets TOPIC_ALREADY_EXISTS."""
+        configs = self._check_new_topic(name, partitions, configs)
         if validate_only:
-            validate_topic_name(name)
-            if name in self.topics.topics:
-                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
-        info = self.topics.create(name, partitions, configs)
-        for p in range(partitions):
-            self._open_partition(info, p)
+        pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+        logs = self._make_partition_logs(pending, range(partitions))
+        return self._register_topic(name, partitions, configs, logs)
+
+    async def create_topic_async(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """CreateTopics: the partitions are made in a worker thread, then the topic is published
+        (see the module docstring). Raises TopicError with Kafka's code."""
+        configs = self._check_new_topic(name, partitions, configs)
+        if validate_only:
+            return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+        self._creating[name] = partitions
+        try:
+            pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+            logs = await self._in_worker(self._make_partition_logs, pending, range(partitions))
+            return self._register_topic(name, partitions, configs, logs)
+        finally:
+            self._creating.pop(name, None)
+
+    def _register_topic(self, name: str, partitions: int, configs: dict[str, str], logs: list[PartitionLog]
+                        ) -> TopicInfo:
+        try:
+            info = self.topics.create(name, partitions, configs)
+        except BaseException as e:
+            _delete_logs(logs)
+            if isinstance(e, OSError):
+                raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
+            raise
+        self._publish_logs(info, 0, logs)
         log.info("created topic %s with %d partitions", name, partitions)
         return info
+
+    async def add_partitions_async(self, name: str, count: int) -> None:
+        """CreatePartitions (validated by the caller): make partitions ``current..count-1`` in a
+        worker thread, then publish them with the new count. Raises TopicError."""
+        async with self._grow_lock:
+            info = self.topics.get(name)
+            if info is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            current = info.partitions
+            if count <= current:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            self._check_partition_cap(count - current)
+            self._creating[name] = count - current
+            try:
+                logs = await self._in_worker(self._make_partition_logs, info, range(current, count))
+            finally:
+                self._creating.pop(name, None)
+            if self.topics.get(name) is not info:  # deleted meanwhile
+                _delete_logs(logs)
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted.")
+            try:
+                self.topics.set_partitions(name, count)
+            except OSError as e:
+                _delete_logs(logs)
+                raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
+            self._publish_logs(info, current, logs)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -371,6 +524,15 @@ class Broker:
         plog.update_high_watermark(plog.log_end_offset)
         self.purgatory.notify((topic, partition))
         return info
+
+
+def _delete_logs(logs: list[PartitionLog]) -> None:
+    """Remove partitions that were never published (best effort)."""
+    for plog in logs:
+        try:
+            plog.delete()
+        except Exception as e:
+            log.warning("removing unpublished partition %s-%d failed: %s", plog.topic, plog.partition, e)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ...metadata import configs as cfg
-from ...metadata.topics import TopicInfo
+from ...metadata.topics import TopicError, TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
 from ..context import RequestContext
 from . import handler
@@ -299,14 +299,11 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                 )
                 continue
         if not validate_only:
-            try:
-                for p in range(current, count):
-                    if (name, p) not in broker.logs:
-                        broker._open_partition(info, p)
-                broker.topics.set_partitions(name, count)
-            except OSError as e:
-                log.exception("growing %s to %d partitions failed", name, count)
-                fail(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {e.strerror or e}")
+            try:  # in a worker thread, published when all exist (see Broker.add_partitions_async)
+                await broker.add_partitions_async(name, count)
+            except TopicError as e:
+                log.warning("growing %s to %d partitions failed: %s", name, count, e)
+                fail(e.code, str(e))
                 continue
             log.info("topic %s now has %d partitions (was %d)", name, count, current)
         results.append({"name": name, "error_code": 0, "error_message": None})
