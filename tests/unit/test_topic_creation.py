@@ -102,3 +102,20 @@ def test_leftover_directory_of_an_interrupted_creation_is_replaced(tmp_path: Pat
     assert (stale / "00000000000000000000.log").stat().st_size == 0
     for plog in b.logs.values():
         plog.close()
+
+
+def test_cancelled_creation_removes_what_it_made(tmp_path: Path) -> None:
+    b = make_broker(tmp_path)
+
+    async def run() -> None:
+        task = asyncio.create_task(b.create_topic_async("gone", 200))
+        while not partition_dirs(b, "gone"):
+            await asyncio.sleep(0.001)
+        task.cancel()  # the client went away mid-creation
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not b._creating  # released only once the worker stopped
+
+    asyncio.run(run())
+    assert b.topics.get("gone") is None and not b.logs
+    assert partition_dirs(b, "gone") == []

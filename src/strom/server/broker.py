@@ -322,6 +322,10 @@ class Broker:
         self._check_partition_cap(partitions)
         return configs
 
+    def is_being_created(self, name: str) -> bool:
+        """A CreateTopics of ``name`` is in progress (the topic is not visible yet)."""
+        return name in self._creating and name not in self.topics.topics
+
     def _check_partition_cap(self, more: int) -> None:
         cap = self.config["strom.broker.max.partitions"]
         have = len(self.logs) + sum(self._creating.values())
@@ -363,8 +367,9 @@ class Broker:
             self.logs[(info.name, p)] = plog
 
     async def _in_worker(self, fn: Any, *args: Any) -> list[PartitionLog]:
-        """Run ``fn(*args, abort)`` in a thread; if the caller is cancelled, the worker stops at
-        its next partition and its logs are deleted."""
+        """Run ``fn(*args, abort)`` in a thread. If the caller is cancelled (its client left),
+        the worker stops at its next partition, what it made is deleted, and only then does the
+        cancellation go on, so the name stays reserved until no thread touches its directories."""
         abort = threading.Event()
         fut = asyncio.get_running_loop().run_in_executor(None, fn, *args, abort)
         try:
@@ -372,12 +377,11 @@ class Broker:
             return result
         except asyncio.CancelledError:
             abort.set()
-
-            def cleanup(f: asyncio.Future[list[PartitionLog]]) -> None:
-                if not f.cancelled() and f.exception() is None:
-                    threading.Thread(target=_delete_logs, args=(f.result(),), daemon=True).start()
-
-            fut.add_done_callback(cleanup)
+            try:
+                made: list[PartitionLog] = await fut  # finished before it saw the abort
+            except Exception:
+                raise asyncio.CancelledError from None  # it stopped and removed its partitions
+            await asyncio.to_thread(_delete_logs, made)
             raise
 
     def create_topic(
@@ -481,6 +485,17 @@ class Broker:
             return None
         try:
             return self.create_topic(name, self.config["num.partitions"])
+        except TopicError as e:
+            if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.topics.get(name)
+            raise
+
+    async def auto_create_async(self, name: str) -> TopicInfo | None:
+        """:meth:`auto_create` off the event loop (a Metadata request may name many new topics)."""
+        if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
+            return None
+        try:
+            return await self.create_topic_async(name, self.config["num.partitions"])
         except TopicError as e:
             if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return self.topics.get(name)
