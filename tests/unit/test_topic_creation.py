@@ -41,8 +41,10 @@ def test_topic_is_invisible_until_every_partition_exists(tmp_path: Path) -> None
             await b.create_topic_async("big", 1)
         assert e.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
         with pytest.raises(TopicError) as e2:
-            b.create_topic("big", 1)  # auto-creation path too
+            b.create_topic("big", 1)
         assert e2.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        assert await b.auto_create_async("big") is None  # Metadata: not visible yet ...
+        assert b.is_being_created("big")  # ... answered LEADER_NOT_AVAILABLE
         info = await task
         assert info.partitions == 120 and b.topics.get("big") is info
         assert all(("big", p) in b.logs for p in range(120))

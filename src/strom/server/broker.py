@@ -196,7 +196,7 @@ class Broker:
         """Create a compacted internal topic on first start (partition count from config)."""
         if name not in self.topics.topics:
             compact = {"cleanup.policy": "compact"}
-            self.create_topic(name, self.config[partitions_key], compact, internal_ok=True)
+            self.create_topic(name, self.config[partitions_key], compact)
 
     async def start(self) -> None:
         from .handlers import load_all
@@ -384,21 +384,10 @@ class Broker:
             await asyncio.to_thread(_delete_logs, made)
             raise
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        configs: dict[str, str] | None = None,
-        *,
-        internal_ok: bool = False,
-        validate_only: bool = False,
-    ) -> TopicInfo:
-        """Create a topic on the event loop (internal topics at start, auto-creation with
-        ``num.partitions``); CreateTopics uses :meth:`create_topic_async`. ``internal_ok`` is
-        kept for callers: every existing name, internal or not, gets TOPIC_ALREADY_EXISTS."""
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        """Create a topic on the event loop (the internal topics at start); CreateTopics and
+        auto-creation use :meth:`create_topic_async`."""
         configs = self._check_new_topic(name, partitions, configs)
-        if validate_only:
-            return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         logs = self._make_partition_logs(pending, range(partitions))
         return self._register_topic(name, partitions, configs, logs)
@@ -479,19 +468,9 @@ class Broker:
         log.info("deleted topic %s", name)
         return info
 
-    def auto_create(self, name: str) -> TopicInfo | None:
-        """Create a topic on first use when ``auto.create.topics.enable`` (Kafka's behaviour)."""
-        if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
-            return None
-        try:
-            return self.create_topic(name, self.config["num.partitions"])
-        except TopicError as e:
-            if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                return self.topics.get(name)
-            raise
-
     async def auto_create_async(self, name: str) -> TopicInfo | None:
-        """:meth:`auto_create` off the event loop (a Metadata request may name many new topics)."""
+        """Create a topic on first use when ``auto.create.topics.enable`` (Kafka's behaviour), off
+        the event loop like CreateTopics (a Metadata request may name many new topics)."""
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
         try:
