@@ -31,11 +31,14 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
+from ..log.errors import KafkaStorageError
+from ..rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("strom.log_tasks")
+_storage_error_log = RateLimitedLog(log)
 
 DEFAULT_CLEANER_BACKOFF_MS = 15_000
 SWITCH_INTERVAL_S = 0.0005
@@ -64,6 +67,10 @@ def run_retention(broker: Broker) -> int:
     for plog in list(broker.logs.values()):
         try:
             n = plog.delete_old_segments()
+        except KafkaStorageError as e:  # e.g. out of descriptors: one line a minute, not one per log
+            _storage_error_log.log(logging.ERROR, "retention failed for %s-%d: %s", plog.topic,
+                                   plog.partition, e)
+            continue
         except Exception:
             log.exception("retention failed for %s-%d", plog.topic, plog.partition)
             continue
@@ -87,6 +94,9 @@ async def _deleter_loop(broker: Broker) -> None:
             if plog.pending_deletes:
                 try:
                     plog.delete_expired_segments()
+                except KafkaStorageError as e:
+                    _storage_error_log.log(logging.ERROR, "deleting old segments of %s-%d failed: %s",
+                                           plog.topic, plog.partition, e)
                 except Exception:
                     log.exception("deleting old segments of %s-%d failed", plog.topic, plog.partition)
 
@@ -154,6 +164,8 @@ class CleanerThread:
                 cleaned = self.cleaner.clean_once(logs)
             except CleanerAborted:
                 return
+            except KafkaStorageError as e:
+                _storage_error_log.log(logging.ERROR, "log cleaner round failed: %s", e)
             except Exception:
                 log.exception("log cleaner round failed")
             if cleaned is None:
