@@ -1,9 +1,9 @@
 """Listening sockets with strom's own accept loop, which survives running out of descriptors.
 
 Why not ``loop.create_server``: when ``accept()`` fails with EMFILE/ENFILE, asyncio's selector
-loop logs the error with a traceback through the loop's exception handler and retries every
-second (86,400 tracebacks a day while the condition lasts), and uvloop closes the listening
-handle, so the broker silently stops accepting for good. Here:
+loop reports every failure with a traceback through the loop's exception handler (measured: 1,260
+tracebacks in 4.5 s under ``ulimit -n 64``), and uvloop leaves the condition to libuv, with no
+say over back-off or logging. Here, on both loops:
 
 * the listening socket is non-blocking and watched with ``loop.add_reader`` (both loops); each
   readiness accepts up to :data:`ACCEPT_BATCH` connections, each handed to
