@@ -49,8 +49,8 @@ class _IndexFile:
         self._file_len = 0
 
     def _load(self) -> bytes:
-        """The file's whole entries; a missing file is an empty index, created on first write
-        (a new partition creates only its ``.log``: file creation is most of its cost)."""
+        """The file's whole entries; a missing file reads as an empty index (and fails the
+        segment's sanity check, which rebuilds it)."""
         if not os.path.exists(self._file.path):
             return b""
         raw = self._file.read_all()

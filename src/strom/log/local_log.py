@@ -239,7 +239,6 @@ class LocalLog:
         if old.base_offset == new_base and old.size == 0:
             return old
         old.on_become_inactive()
-        old.create_index_files()
         old.flush()
         seg = LogSegment.open(self.directory, new_base, index_interval_bytes=self.config.index_interval_bytes,
                               max_index_size=self.config.segment_index_bytes, clock=self.clock)

@@ -170,14 +170,8 @@ class LogSegment:
         """Check the indexes of a segment that is trusted (clean shutdown, or flushed before the
         recovery point) and load its timestamps. Raises CorruptIndexError if they are missing
         or inconsistent; the caller then runs :meth:`recover`."""
-        # Index files are created on their first write (a new partition creates only its .log).
-        # A missing offset index is fine for a segment too small to have an entry (the scan below
-        # checks its batches); a non-empty segment must have its time index (its last entry
-        # carries the largest timestamp).
-        if self.size and not self.time_index_path.exists():
-            raise CorruptIndexError(f"time index of segment {self.base_offset} is missing")
-        if self.size > self.index_interval_bytes and not self.index_path.exists():
-            raise CorruptIndexError(f"offset index of segment {self.base_offset} is missing")
+        if not (self.index_path.exists() and self.time_index_path.exists()):
+            raise CorruptIndexError(f"index files of segment {self.base_offset} are missing")
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
         # an indexed position must be a batch boundary, and the batches after the last entry
@@ -231,7 +225,8 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
 
     def create_index_files(self) -> None:
-        """Create index files not written yet, so a closed segment has Kafka's three files."""
+        """Create the index files if missing (Kafka's layout has all three from the start; their
+        descriptors are only opened to write)."""
         self.offset_index.create_file()
         self.time_index.create_file()
 
@@ -600,6 +595,7 @@ class LogSegment:
             f.truncate(pos)
         self.size = pos
         self._bytes_since_last_index_entry = pos - last_index_pos
+        self.create_index_files()
         return truncated
 
     def truncate_to(self, offset: int) -> int:
