@@ -83,6 +83,12 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "strom.log.cleaner.process": (bool, True),
     "strom.log.cleaner.process.nice": (int, 10),
     "strom.log.cleaner.writeback.pacing": (bool, True),
+    # log file descriptors kept open at most (an LRU, strom.log.file_cache; Kafka keeps every
+    # segment's files open). -1: half of the soft RLIMIT_NOFILE, the rest left for sockets
+    "strom.log.max.open.files": (int, -1),
+    # partitions this broker may hold; CreateTopics/CreatePartitions beyond get POLICY_VIOLATION
+    # (-1: no limit). Each partition costs memory (~tens of KB), not descriptors
+    "strom.broker.max.partitions": (int, 50000),
     "min.insync.replicas": (int, 1),
     "compression.type": (str, "producer"),
     "offsets.topic.num.partitions": (int, 50),

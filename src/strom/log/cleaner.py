@@ -631,7 +631,11 @@ def write_cleaned_segment(
                 cleaned.append(out, max_ts, max_ts_offset, placed)
                 stats.bytes_written += len(out)
                 if pace_writeback:
-                    start_writeback(cleaned.fd, start, len(out))
+                    fd = cleaned.log_file.acquire()
+                    try:
+                        start_writeback(fd, start, len(out))
+                    finally:
+                        cleaned.log_file.release()
                 tick(len(out))
             out, placed = bytearray(), []
             max_ts, max_ts_offset = -1, -1

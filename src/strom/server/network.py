@@ -46,6 +46,7 @@ from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
+from .listener import Listener, start_listener
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -408,15 +409,16 @@ def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:
     return RawResponse([body], len(body))
 
 
-async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
-    """One server per listener. TLS contexts are built before any port is opened, so bad key
-    material fails the start (ConfigError) with nothing listening."""
+async def start_listeners(broker: Broker) -> list[Listener]:
+    """One server per listener, with strom's accept loop (:mod:`strom.server.listener`: it pauses
+    instead of failing when descriptors run out). TLS contexts are built before any port is
+    opened, so bad key material fails the start (ConfigError) with nothing listening."""
     from ..security.tls import build_server_contexts
 
     loop = asyncio.get_running_loop()
     contexts = build_server_contexts(broker.config)
     upgrade_here = "uvloop" not in type(loop).__module__  # see KafkaProtocol
-    servers: list[asyncio.base_events.Server] = []
+    servers: list[Listener] = []
     try:
         for name, protocol, host, port in broker.config.listener_protocols():
             context = contexts.get(name)
@@ -427,9 +429,8 @@ async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
             ) -> KafkaProtocol:
                 return KafkaProtocol(broker, ConnectionSession.for_listener(name, protocol), tls)
 
-            srv = await loop.create_server(
-                factory, host, port, reuse_address=True, backlog=1024, ssl=None if upgrade_here else context
-            )
+            tls_server = None if upgrade_here else context
+            srv = await start_listener(name, host, port, factory, ssl_context=tls_server)
             servers.append(srv)
             for s in srv.sockets:
                 log.info("listening on %s (listener %s, %s)", s.getsockname(), name, protocol)

@@ -60,7 +60,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
-            info = broker.create_topic(name, partitions, configs, validate_only=validate_only)
+            # off the event loop, published only once every partition exists (Broker docstring)
+            info = await broker.create_topic_async(name, partitions, configs, validate_only=validate_only)
         except TopicError as e:
             entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
