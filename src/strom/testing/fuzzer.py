@@ -48,7 +48,8 @@ from ..protocol.records import build_batch
 from .request_samples import all_versions, encode_body, sample_entity
 
 # APIs whose answer may legitimately wait (long-poll, rebalance): a timeout there is no hang
-WAITING_APIS = frozenset({1, 11, 14, 68})
+# (CreateTopics and CreatePartitions make partitions in a worker thread: thousands take seconds)
+WAITING_APIS = frozenset({1, 11, 14, 19, 37, 68})
 SEED_TOPICS = {"s1": (2, {}), "fuzz-compacted": (1, {"cleanup.policy": "compact"})}
 NAMES = ("s1", "", "x" * 300, "__consumer_offsets", "a/b", "..", "fuzz-topic", "s1 ", "\u00e9t\u00e9")
 INTS = {
@@ -305,7 +306,7 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
                         if not info.internal and name not in SEED_TOPICS:
                             broker.delete_topic(name)
                     for name, (partitions, configs) in SEED_TOPICS.items():
-                        if name not in broker.topics.topics:
+                        if name not in broker.topics.topics and not broker.is_being_created(name):
                             broker.create_topic(name, partitions, configs)
                 except Exception as e:  # the broker is in a state it cannot leave: report, stop
                     detail = f"topic reset failed: {e!r}"
