@@ -11,7 +11,8 @@ Theory of operation (Kafka's ``ConsumerGroup`` / ``CurrentAssignmentBuilder``):
 
   - partitions it holds that are no longer in its target are **revoked first**: the member stays
     at its old epoch (state ``unrevoked_partitions``) and is told its reduced assignment; once a
-    heartbeat reports it no longer owns them, they are released;
+    heartbeat reports it no longer owns them, they are released and the member is reconciled
+    again, towards the target as it is *then* (it may have moved on while the member revoked);
   - then it moves to the target epoch and receives the new partitions that are free; partitions
     still held by others are added on later heartbeats (state ``unreleased_partitions``).
 
@@ -296,7 +297,14 @@ class ConsumerGroup:
         self.assignment_epoch = self.group_epoch
 
     def _reconcile(self, m: ConsumerMember, owned: Assignment | None) -> None:
-        now = self.clock.monotonic_ms()
+        """Kafka's ``CurrentAssignmentBuilder.build``: move ``m`` one step towards its target.
+
+        * stable at the assignment epoch: nothing to do;
+        * unrevoked_partitions: wait until ``owned`` (the member's report) no longer holds any
+          partition pending revocation; then they are free and the member is reconciled towards
+          the *latest* target -- which may have moved on while it was revoking (it may now get
+          partitions, or have more to revoke);
+        * otherwise (stable at an older epoch, unreleased_partitions): reconcile."""
         if m.state == UNREVOKED:
             if owned is None or _flatten(owned) & _flatten(m.pending_revocation):
                 return
@@ -305,26 +313,38 @@ class ConsumerGroup:
                     del self.owners[tp]
             m.pending_revocation = {}
             m.revocation_deadline = None
-            m.state = STABLE
-            m.previous_member_epoch = m.member_epoch
-            m.member_epoch = self.assignment_epoch
-        if m.member_epoch == self.assignment_epoch and m.state == STABLE:
+        elif m.state == STABLE and m.member_epoch == self.assignment_epoch:
             return
+        self._next_assignment(m, owned)
+
+    def _next_assignment(self, m: ConsumerMember, owned: Assignment | None) -> None:
+        """Kafka's ``computeNextAssignment``. Partitions the member holds outside its target are
+        revoked first: it keeps its epoch and waits in unrevoked_partitions (unless its report
+        shows it already gave them up). Otherwise it moves to the assignment epoch with its kept
+        partitions plus those of its target that nobody else holds; the rest (still held by a
+        member that has to revoke them) leave it in unreleased_partitions, re-examined at each
+        heartbeat until their owner revokes them, leaves or is fenced."""
         target = _flatten(self.target.get(m.member_id, {}))
         current = _flatten(m.assigned)
-        revoking = current - target
         kept = current & target
-        if revoking:
+        revoking = current - target
+        wanted = target - kept
+        free = {tp for tp in wanted if self.owners.get(tp) in (None, m.member_id)}
+        if revoking and (owned is None or _flatten(owned) & revoking):
             m.assigned = _unflatten(kept)
             m.pending_revocation = _unflatten(revoking)
             m.state = UNREVOKED
-            m.revocation_deadline = now + m.rebalance_timeout_ms
+            m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms
             return
-        free = {tp for tp in target - current if self.owners.get(tp) in (None, m.member_id)}
+        for tp in revoking:  # already given up by the member (its report does not hold them)
+            if self.owners.get(tp) == m.member_id:
+                del self.owners[tp]
         for tp in free:
             self.owners[tp] = m.member_id
         m.assigned = _unflatten(kept | free)
-        m.state = UNRELEASED if (target - current) - free else STABLE
+        m.pending_revocation = {}
+        m.revocation_deadline = None
+        m.state = UNRELEASED if wanted - free else STABLE
         if m.member_epoch != self.assignment_epoch:
             m.previous_member_epoch = m.member_epoch
             m.member_epoch = self.assignment_epoch
