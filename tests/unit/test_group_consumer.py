@@ -150,6 +150,20 @@ def test_range_member_that_loses_and_gains_in_one_rebalance_converges() -> None:
     assert g.state == "Stable"
 
 
+def test_static_member_leaving_temporarily_releases_what_it_was_revoking() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0, instance="i-a")
+    hb(g, "b", 0)
+    ra = hb(g, "a", ra.member_epoch, owned={"t": set(range(6))})
+    pending = set(g.members["a"].pending_revocation["t"])
+    assert pending
+    assert hb(g, "a", -2).member_epoch == -2
+    rb = hb(g, "b", g.members["b"].member_epoch, owned={"t": set()})
+    assert parts(rb) == pending  # b need not wait for a's rejoin or session timeout
+    r2 = hb(g, "a2", 0, instance="i-a", owned={"t": set()})
+    assert r2.error == E.NONE and parts(r2) == set(range(6)) - pending
+
+
 def test_partitions_already_given_up_are_not_waited_for() -> None:
     g = ConsumerGroup("g", ManualClock())
     hb(g, "a", 0)

@@ -378,6 +378,13 @@ class ConsumerGroup:
                 )
             if member_epoch == -2 and m.instance_id is not None:
                 # Temporary leave: keep the assignment for a rejoin with the same instance id.
+                # As in Kafka, what it was revoking is given up now: those partitions go to
+                # their new owners without waiting for the rejoin or the session timeout.
+                for tp in _flatten(m.pending_revocation):
+                    if self.owners.get(tp) == m.member_id:
+                        del self.owners[tp]
+                m.pending_revocation = {}
+                m.revocation_deadline = None
                 m.previous_member_epoch = m.member_epoch
                 m.member_epoch = -2
                 m.session_deadline = self.clock.monotonic_ms() + self.config.session_timeout_ms
@@ -711,7 +718,7 @@ class ConsumerGroup:
             m.pending_revocation = names(value.pending_revocation)
             for tp in _flatten(m.assigned) | _flatten(m.pending_revocation):
                 self.owners[tp] = mid
-            if m.state != UNREVOKED:
+            if m.state != UNREVOKED or not m.pending_revocation:
                 m.revocation_deadline = None
             elif m.revocation_deadline is None:
                 m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms
