@@ -173,3 +173,24 @@ def test_partitions_already_given_up_are_not_waited_for() -> None:
     assert ra.member_epoch == 2 and g.members["a"].state == "stable"
     rb = hb(g, "b", 2, owned={"t": set()})
     assert parts(rb) == set(range(6)) - keep
+
+
+def test_commit_with_previous_epoch_only_for_partitions_still_held() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0)
+    hb(g, "b", 0)
+    ra = hb(g, "a", 1, owned={"t": set(range(6))})  # revoking: still epoch 1
+    kept, pending = parts(ra), set(g.members["a"].pending_revocation["t"])
+    assert g.validate_offset_commit("a", 1, [("t", p) for p in range(6)]) == E.NONE
+    hb(g, "a", 1, owned={"t": kept})  # revoked: epoch 2, previous 1
+    assert g.members["a"].member_epoch == 2 and g.members["a"].previous_member_epoch == 1
+    # a commit racing the epoch bump is accepted for what it still holds ...
+    assert g.validate_offset_commit("a", 1, [("t", p) for p in kept]) == E.NONE
+    # ... not for what has moved on (a zombie's commit), nor with an older epoch
+    assert g.validate_offset_commit("a", 1, [("t", min(pending))]) == E.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit("a", 0, []) == E.STALE_MEMBER_EPOCH
+    # a static member that left temporarily commits nothing
+    rs = hb(g, "s", 0, instance="i-s")
+    assert hb(g, "s", -2).member_epoch == -2
+    assert g.validate_offset_commit("s", rs.member_epoch, []) == E.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit("s", -2, []) == E.STALE_MEMBER_EPOCH

@@ -42,7 +42,7 @@ derived from the members' current assignments and instance ids.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ..clock import Clock
@@ -499,15 +499,29 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------ offsets / timers / views
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int) -> int:
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, partitions: Iterable[tuple[str, int]] = ()
+    ) -> int:
+        """OffsetCommit / TxnOffsetCommit fencing (errors: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH;
+        TxnOffsetCommit reports the latter as ILLEGAL_GENERATION, as Kafka does).
+
+        The member's current epoch is accepted. So is its previous epoch for ``partitions`` it
+        still owns (assigned or pending revocation) -- the case of a commit racing the heartbeat
+        response that bumped its epoch (the intent of Kafka 4.3's per-partition assignment
+        epochs, KIP-1251, without persisting them): a zombie's commit for a partition that has
+        moved on is refused. A static member that left temporarily (epoch -2) commits nothing."""
         if member_epoch < 0 and not member_id and not self.members:
             return ErrorCode.NONE
         m = self.members.get(member_id)
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_epoch not in (m.member_epoch, m.previous_member_epoch):
-            return ErrorCode.STALE_MEMBER_EPOCH
-        return ErrorCode.NONE
+        if member_epoch == m.member_epoch and member_epoch >= 0:
+            return ErrorCode.NONE
+        if m.member_epoch >= 0 and member_epoch == m.previous_member_epoch >= 0:
+            held = _flatten(m.assigned) | _flatten(m.pending_revocation)
+            if all(tp in held for tp in partitions):
+                return ErrorCode.NONE
+        return ErrorCode.STALE_MEMBER_EPOCH
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
         if member_id is None or member_epoch < 0:
