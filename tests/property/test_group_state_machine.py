@@ -151,7 +151,7 @@ K_NAMES = {tid: n for n, (tid, _) in K_TOPICS.items()}
 K_SESSION = 10000
 
 k_op = st.one_of(
-    st.tuples(st.just("join"), st.integers(0, 5), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("join"), st.integers(0, 5), st.integers(0, 2), st.booleans(), st.booleans()),
     st.tuples(st.just("hb"), st.integers(0, 5), st.booleans(), st.booleans()),
     st.tuples(st.just("ack"), st.integers(0, 5)),
     st.tuples(st.just("leave"), st.integers(0, 5)),
@@ -244,7 +244,7 @@ def test_consumer_group_random_operations_keep_invariants_and_converge(
                 rebalance_timeout_ms=K_SESSION * 3,
                 subscribed_topic_names=c.subs if joining else None,
                 server_assignor=assignor if joining else None,
-                owned=_owned_arg(c.owned) if report or joining else None,
+                owned=_owned_arg(c.owned) if report else None,
                 resolve=K_TOPICS.get,
             )
             if r.error in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
@@ -302,7 +302,7 @@ def test_consumer_group_random_operations_keep_invariants_and_converge(
             if kind == "join":
                 if c is None or not c.member_id:
                     c = clients[slot] = Client(slot, f"i{slot}" if o[3] else None, K_SUBS[o[2]])
-                    await heartbeat(c)
+                    await heartbeat(c, report=o[4])
             elif kind == "hb" and c is not None and c.member_id:
                 await heartbeat(c, report=o[2], lose=o[3])
             elif kind == "ack" and c is not None and c.received is not None:

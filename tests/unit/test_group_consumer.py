@@ -194,3 +194,14 @@ def test_commit_with_previous_epoch_only_for_partitions_still_held() -> None:
     assert hb(g, "s", -2).member_epoch == -2
     assert g.validate_offset_commit("s", rs.member_epoch, []) == E.STALE_MEMBER_EPOCH
     assert g.validate_offset_commit("s", -2, []) == E.STALE_MEMBER_EPOCH
+
+
+def test_static_member_rejoining_after_leaving_mid_revocation_reconciles_without_a_report() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0, instance="i-a")
+    hb(g, "b", 0)
+    hb(g, "a", ra.member_epoch, owned={"t": set(range(6))})  # a revoking
+    hb(g, "a", -2)
+    r2 = hb(g, "a2", 0, instance="i-a")  # a join that reports no owned partitions at all
+    assert r2.error == E.NONE and g.members["a2"].state == "stable"
+    assert r2.member_epoch == g.assignment_epoch and parts(r2) == set(g.target["a2"]["t"])

@@ -306,7 +306,9 @@ class ConsumerGroup:
           partitions, or have more to revoke);
         * otherwise (stable at an older epoch, unreleased_partitions): reconcile."""
         if m.state == UNREVOKED:
-            if owned is None or _flatten(owned) & _flatten(m.pending_revocation):
+            pending = _flatten(m.pending_revocation)
+            # (nothing pending: a static member that left at -2 while revoking, now rejoined)
+            if pending and (owned is None or _flatten(owned) & pending):
                 return
             for tp in _flatten(m.pending_revocation):
                 if self.owners.get(tp) == m.member_id:
