@@ -230,3 +230,29 @@ def test_kip848_groups_with_transactions_and_churn_finish(tmp_path: Path, churn_
         if log_path.exists():
             text = log_path.read_text()
             print("\n".join(ln for ln in text.splitlines() if " COMMIT " not in ln)[-8000:])
+
+
+def test_txn_offset_commit_with_a_stale_member_epoch_is_abortable(tmp_path: Path, churn_cp: str) -> None:
+    """Kafka answers ILLEGAL_GENERATION (the producer's abortable CommitFailedException), not
+    STALE_MEMBER_EPOCH (an unexpected error that makes the producer fatal)."""
+    b = BrokerProcess(tmp_path / "data", overrides=["group.consumer.heartbeat.interval.ms=500"])
+    b.start()
+    try:
+        bs = b.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        for fut in admin.create_topics([NewTopic("probe", 2, 1), NewTopic("probe-out", 1, 1)]).values():
+            fut.result(10)
+        p = Producer({"bootstrap.servers": bs})
+        for i in range(10):
+            p.produce("probe", value=str(i).encode(), partition=i % 2)
+        assert p.flush(30) == 0
+        r = subprocess.run(
+            ["java", "-cp", churn_cp, "TxnGroupChurn", "stale-probe", bs, "probe", "gp"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("stale ", "real "))]
+        assert lines == ["stale ABORTABLE CommitFailedException", "real COMMITTED"], r.stdout + r.stderr
+    finally:
+        b.stop()

@@ -29,6 +29,10 @@ public class TxnGroupChurn {
     static synchronized void out(String s) { System.out.println(s); System.out.flush(); }
 
     public static void main(String[] a) throws Exception {
+        if (a[0].equals("stale-probe")) {
+            staleProbe(a[1], a[2], a[3]);
+            return;
+        }
         String bootstrap = a[0];
         Path stop = Paths.get(a[1]);
         long t0 = System.currentTimeMillis();
@@ -159,6 +163,58 @@ public class TxnGroupChurn {
                 }
             }
             out(name + " LEAVE " + group);
+        } finally {
+            pr.close(Duration.ofSeconds(5));
+        }
+    }
+
+    /** usage: TxnGroupChurn stale-probe BOOTSTRAP TOPIC GROUP. One member joins and consumes;
+     *  a transaction commits its offsets with the member's epoch + 5 (what a member that missed
+     *  epoch bumps would send), then with its real group metadata. Prints how each ended. */
+    static void staleProbe(String bootstrap, String topic, String group) throws Exception {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("group.id", group);
+        c.put("group.protocol", "consumer");
+        c.put("enable.auto.commit", "false");
+        c.put("auto.offset.reset", "earliest");
+        c.put("isolation.level", "read_committed");
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        KafkaProducer<String, String> pr = producer(bootstrap, "probe-" + group);
+        try (KafkaConsumer<String, String> con = new KafkaConsumer<>(c)) {
+            con.subscribe(List.of(topic));
+            ConsumerRecords<String, String> rs = ConsumerRecords.empty();
+            long deadline = System.currentTimeMillis() + 30000;
+            while (rs.isEmpty() && System.currentTimeMillis() < deadline) rs = con.poll(Duration.ofMillis(200));
+            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+            for (ConsumerRecord<String, String> r : rs) {
+                offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+            }
+            ConsumerGroupMetadata real = con.groupMetadata();
+            ConsumerGroupMetadata stale = new ConsumerGroupMetadata(
+                real.groupId(), real.generationId() + 5, real.memberId(), real.groupInstanceId());
+            for (ConsumerGroupMetadata md : List.of(stale, real)) {
+                String which = md == real ? "real" : "stale";
+                try {
+                    pr.beginTransaction();
+                    pr.send(new ProducerRecord<>(topic + "-out", "k", which));
+                    pr.sendOffsetsToTransaction(offsets, md);
+                    pr.commitTransaction();
+                    out(which + " COMMITTED");
+                } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException e) {
+                    out(which + " FATAL " + e);
+                    return;
+                } catch (KafkaException e) {
+                    try {
+                        pr.abortTransaction();
+                        out(which + " ABORTABLE " + e.getClass().getSimpleName());
+                    } catch (KafkaException e2) {
+                        out(which + " FATAL " + e + " / " + e2);
+                        return;
+                    }
+                }
+            }
         } finally {
             pr.close(Duration.ofSeconds(5));
         }
