@@ -584,7 +584,7 @@ class GroupCoordinator:
             elif isinstance(g, ClassicGroup):
                 err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
             else:
-                err = g.validate_offset_commit(member_id, generation_id)
+                err = g.validate_offset_commit(member_id, generation_id, offsets)
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
             records, out = self._offset_records(group_id, offsets, retention_ms)
@@ -612,16 +612,24 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, int]:
         """TxnOffsetCommit: written durably as part of the producer's transaction; the offsets
         become committed when the COMMIT marker reaches this partition (:meth:`complete_txn`).
-        KIP-447: a request naming a generation or member is fenced like a plain commit."""
+        KIP-447: a request naming a generation or member is fenced like a plain commit (a stale
+        member epoch of a consumer group is reported as ILLEGAL_GENERATION, as Kafka does)."""
         if self._is_loading(group_id):
             return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         partition = self.partition_for(group_id)
         g = self.groups.get(group_id)
+        if g is None and generation_id >= 0:
+            return dict.fromkeys(offsets, ErrorCode.ILLEGAL_GENERATION)  # Kafka: no such group
         if g is not None and (generation_id >= 0 or member_id):
             if isinstance(g, ClassicGroup):
                 err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
             else:
-                err = g.validate_offset_commit(member_id, generation_id)
+                err = g.validate_offset_commit(member_id, generation_id, offsets)
+                if err == ErrorCode.STALE_MEMBER_EPOCH:
+                    # Kafka's OffsetMetadataManager.validateTransactionalOffsetCommit: producers
+                    # know ILLEGAL_GENERATION (an abortable CommitFailedException: abort, rewind,
+                    # retry); STALE_MEMBER_EPOCH is an unexpected error that kills the producer.
+                    err = ErrorCode.ILLEGAL_GENERATION
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
         records, out = self._offset_records(group_id, offsets, -1)
