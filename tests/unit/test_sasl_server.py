@@ -440,6 +440,12 @@ def test_alter_describe_scram_credentials_and_authenticate(tmp_path: Path) -> No
     ]
     d = _run(describe(_ctx(broker, 50, 0, s), SimpleNamespace(users=[SimpleNamespace(name="nobody")])))
     assert d["results"][0]["error_code"] == 91
+    assert d["results"][0]["error_message"].endswith("credential that does not exist: nobody")
+    twice = SimpleNamespace(users=[SimpleNamespace(name="alice"), SimpleNamespace(name="alice")])
+    d = _run(describe(_ctx(broker, 50, 0, s), twice))
+    assert [(x["error_code"], x["error_message"]) for x in d["results"]] == [
+        (92, "Cannot describe SCRAM credentials for the same user twice in a single request: alice")
+    ]
     # a fresh broker state (restart) reads the persisted credentials; SCRAM login works
     sasl_handlers._STATES.clear()
     session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")

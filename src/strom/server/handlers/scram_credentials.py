@@ -4,8 +4,9 @@ Clients send the salted password (``Hi(password, salt, iterations)``), never the
 broker keeps salt, StoredKey, ServerKey and iterations (:mod:`strom.security.credentials`).
 Errors are per user, with Kafka's codes and rules:
 
-- describe: no users (null or empty) lists every user with credentials; an unknown user ->
-  RESOURCE_NOT_FOUND; a user named twice -> DUPLICATE_RESOURCE.
+- describe (Kafka's ScramImage.describe): no users (null or empty) lists every user with
+  credentials; an unknown user -> RESOURCE_NOT_FOUND; a user named twice -> DUPLICATE_RESOURCE
+  (Kafka's messages, ending with the user's name).
 - alter, as a Kafka 4 controller (``ScramControlManager.alterCredentials``): deletions are
   checked first, then upsertions, per user *name*: a user altered twice in one request, even for
   two mechanisms, -> DUPLICATE_RESOURCE (so ``kafka-configs --add-config
@@ -55,13 +56,17 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
         if name in dups:
             results.append(
                 _described(
-                    name, DUPLICATE_RESOURCE, "Cannot describe SCRAM credentials for the same user twice"
+                    name,
+                    DUPLICATE_RESOURCE,
+                    f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}",
                 )
             )
         elif not creds:
             results.append(
                 _described(
-                    name, RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist"
+                    name,
+                    RESOURCE_NOT_FOUND,
+                    f"Attempt to describe a user credential that does not exist: {name}",
                 )
             )
         else:
