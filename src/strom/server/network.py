@@ -355,7 +355,7 @@ class KafkaProtocol(asyncio.Protocol):
         transport = self.transport
         regions = [p for p in parts if isinstance(p, tuple)]
         try:
-            if transport is None or self.closed or transport.is_closing():
+            if transport is None or self.closed:
                 return
             prefix = struct.pack(">i", len(head) + size) + head
             if not regions:
