@@ -1,6 +1,7 @@
-"""A client that leaves in the middle of a Fetch response the broker is writing with sendfile is
-ordinary: no ERROR in the broker's log, the duplicated segment descriptors are closed, and the
-broker keeps serving. (Kafka's selector logs such a peer at DEBUG/INFO and frees its channel.)"""
+"""A client that leaves in the middle of a Fetch response the broker is writing (with sendfile,
+or read with pread and written) is ordinary: no ERROR in the broker's log, the duplicated
+segment descriptors are closed, and the broker keeps serving. (Kafka's selector logs such a
+peer at DEBUG/INFO and frees its channel.)"""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.integration
 MB = 1 << 20
 
 
-@pytest.fixture
-def sf_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "data", overrides=["strom.fetch.sendfile=true"])
+@pytest.fixture(params=["true", "false"], ids=["sendfile", "pread"])
+def sf_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data", overrides=[f"strom.fetch.sendfile={request.param}"])
     b.start()
     try:
         yield b
