@@ -732,12 +732,12 @@ class GroupCoordinator:
         ``Dead`` with no error before v6 and GROUP_ID_NOT_FOUND with a message from v6 on
         (KIP-1043). The empty id is an id like any other (Kafka keeps it describable)."""
         base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE, "error_message": None}
-        if self._is_loading(group_id):
-            return {**base, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": "Dead"}
+        empty = {"protocol_type": "", "protocol_data": "", "members": []}
+        if self._is_loading(group_id):  # DescribeGroupsRequest.getErrorDescribedGroupList: no state
+            return {**base, **empty, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": ""}
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             return {**base, **g.describe()}
-        empty = {"protocol_type": "", "protocol_data": "", "members": []}
         if api_version < 6:
             return {**base, **empty, "group_state": "Dead"}
         message = f"Group {group_id} not found." if g is None else f"Group {group_id} is not a classic group."
