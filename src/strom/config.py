@@ -442,6 +442,22 @@ class LogConfig:
         cfg.validate()
         return cfg
 
+    @property
+    def cleanup_policies(self) -> frozenset[str]:
+        """``cleanup.policy`` as a set (Kafka's LogConfig.delete / .compact): ``delete`` applies
+        retention.ms/retention.bytes, ``compact`` the log cleaner. Empty (Kafka 4 accepts
+        ``cleanup.policy=""``) means neither: segments stay until the log start offset passes
+        them, the "infinite retention" of Kafka 4.2's documentation."""
+        return frozenset(p.strip() for p in self.cleanup_policy.split(",") if p.strip())
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policies
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policies
+
     def validate(self) -> None:
         if self.segment_bytes < 14:
             raise ConfigError("segment.bytes must be at least 14")
@@ -451,8 +467,7 @@ class LogConfig:
             raise ConfigError("max.message.bytes must be non-negative")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
-        for p in self.cleanup_policy.split(","):
-            if p.strip() not in ("delete", "compact"):
-                raise ConfigError(f"invalid cleanup.policy {self.cleanup_policy!r}")
+        if not self.cleanup_policies <= {"delete", "compact"}:
+            raise ConfigError(f"invalid cleanup.policy {self.cleanup_policy!r}")
         if self.compression_type not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
             raise ConfigError(f"invalid compression.type {self.compression_type!r}")

@@ -190,7 +190,7 @@ class LogToClean:
 
 
 def is_compacted(plog: PartitionLog) -> bool:
-    return "compact" in plog.config.cleanup_policy
+    return plog.config.compact_enabled
 
 
 def cleanable_range(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> LogToClean | None:

@@ -222,7 +222,7 @@ class LocalLog:
     def should_roll(self, append_size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         cfg = self.config
         segment_ms = cfg.segment_ms
-        if "compact" in cfg.cleanup_policy and cfg.max_compaction_lag_ms > 0:
+        if cfg.compact_enabled and cfg.max_compaction_lag_ms > 0:
             # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it must roll
             # in time for max.compaction.lag.ms to be honoured
             segment_ms = min(segment_ms, cfg.max_compaction_lag_ms)

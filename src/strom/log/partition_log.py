@@ -360,7 +360,7 @@ class PartitionLog:
             )
         batches = list(iter_batches(data))  # CorruptRecordError on bad framing / magic
         max_size = config.max_message_bytes
-        compacted = "compact" in config.cleanup_policy
+        compacted = config.compact_enabled
         for pos, h in batches:
             if h.size > max_size:
                 raise MessageTooLargeError(
@@ -691,7 +691,7 @@ class PartitionLog:
         if self.closed:
             return 0
         config = self.config
-        delete_policy = "delete" in config.cleanup_policy
+        delete_policy = config.delete_enabled
         now = self.clock.time_ms()
         with self.lock:
             segs = self._local.segments
@@ -750,10 +750,10 @@ class PartitionLog:
         Raises OffsetOutOfRangeError if ``offset`` is beyond the high watermark (or < -1) and
         PolicyViolationError if the cleanup policy does not include ``delete`` (Kafka's rule)."""
         self._check_open()
-        if "delete" not in self.config.cleanup_policy:
+        if not self.config.delete_enabled:  # compact or empty: Kafka's Partition.deleteRecordsOnLeader
             raise PolicyViolationError(
-                f"records of {self.topic}-{self.partition} cannot be deleted: cleanup.policy is "
-                f"{self.config.cleanup_policy}"
+                f"Records of partition {self.topic}-{self.partition} can not be deleted due to the "
+                "configured policy"
             )
         with self.lock:
             target = self.high_watermark if offset == -1 else offset

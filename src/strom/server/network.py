@@ -348,7 +348,14 @@ class KafkaProtocol(asyncio.Protocol):
     async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
         """Write one response. File regions ``(fd, position, length)`` carry file descriptors
         the handler duplicated for this response (so a segment deleted meanwhile stays readable);
-        they are closed here once written, or if the connection is gone."""
+        they are closed here once written, or if the connection is gone.
+
+        A client may leave at any point of a long response (a consumer closed mid-fetch): a
+        write then fails inside the transport, which only marks itself closing, and the next
+        ``loop.sendfile`` would raise ``RuntimeError("Transport is closing")``; a sendfile in
+        progress raises ConnectionError. Both are a client leaving, not a broker fault: the
+        rest of the response is dropped, the connection closed, a DEBUG line logged (Kafka's
+        selector treats a peer's disconnect the same way)."""
         transport = self.transport
         regions = [p for p in parts if isinstance(p, tuple)]
         try:
@@ -371,17 +378,36 @@ class KafkaProtocol(asyncio.Protocol):
                     if pending:
                         transport.writelines(pending)
                         pending = []
+                    if transport.is_closing():  # that write failed: the client is gone
+                        self._left_mid_response(correlation_id, None)
+                        return
                     with os.fdopen(fd, "rb", buffering=0) as f:
                         regions.remove(p)  # the file object owns the descriptor now
-                        await loop.sendfile(transport, f, pos, length)
+                        try:
+                            await loop.sendfile(transport, f, pos, length)
+                        except ConnectionError as e:
+                            self._left_mid_response(correlation_id, e)
+                            return
                 else:
+                    if transport.is_closing():
+                        self._left_mid_response(correlation_id, None)
+                        return
                     pending.append(os.pread(fd, length, pos))
-            if pending:
+            if pending and not transport.is_closing():
                 transport.writelines(pending)
         finally:
             for fd, _pos, _len in regions:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+    def _left_mid_response(self, correlation_id: int, exc: BaseException | None) -> None:
+        log.debug(
+            "connection from %s closed while response %d was being written (%s); dropping the rest",
+            self.peer,
+            correlation_id,
+            exc or "write failed",
+        )
+        self.close()
 
 
 # one traceback per (API, exception type) a minute: a client repeating a request that trips a bug

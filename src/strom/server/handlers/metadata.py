@@ -105,6 +105,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 topics_out.append(topic_entry(ctx, info))
     return {
         "throttle_time": 0,
+        # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
+        # which a single node never needs
+        "error_code": ErrorCode.NONE,
         "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
