@@ -16,6 +16,7 @@ import os
 import signal
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +142,17 @@ class Broker:
         self.txn_coordinator: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        # Record-by-record validation of produced batches (compressed, or for a compacted topic)
+        # runs here, off the event loop (Kafka does it on its num.io.threads request handlers).
+        # Each walk holds a few MB at most (strom.protocol.batch_validation), so the pool's size
+        # bounds that memory; more threads than cores would only contend for the GIL.
+        self.validation_executor = ThreadPoolExecutor(
+            max_workers=max(1, min(config["num.io.threads"], os.cpu_count() or 1, 4)),
+            thread_name_prefix="strom-validate",
+        )
+        # per partition, the completion of the last produce append waiting for its validation:
+        # appends to a partition happen in the order the requests got here (see handlers.produce)
+        self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def _load_meta(self) -> str:
@@ -260,6 +272,7 @@ class Broker:
             if coord is not None:
                 with contextlib.suppress(Exception):
                     await coord.stop()
+        self.validation_executor.shutdown(wait=False, cancel_futures=True)
         for plog in self.logs.values():
             try:
                 plog.close()
@@ -356,9 +369,12 @@ class Broker:
         leader_epoch: int = 0,
         flush: bool = False,
         from_coordinator: bool = False,
+        prevalidated: bool = False,
     ) -> Any:
         plog = self.logs[(topic, partition)]
-        info = plog.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
+        info = plog.append_as_leader(
+            records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
+        )
         if flush:
             plog.flush()
         plog.update_high_watermark(plog.log_end_offset)
