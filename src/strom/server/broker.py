@@ -28,6 +28,7 @@ from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode
+from ..protocol.framing import RequestMemoryPool
 from ..protocol.records import (
     CONTROL_COMMIT,
     build_batch,
@@ -136,6 +137,7 @@ class Broker:
         self.purgatory = FetchPurgatory()
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json")
         self.connections: set[KafkaProtocol] = set()
+        self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
         self.servers: list[asyncio.base_events.Server] = []
         self.native_sendfile = False
         self.group_coordinator: Any = None
