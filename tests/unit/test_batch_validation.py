@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import struct
 import tracemalloc
-import zlib
 
 import pytest
 import zstandard
-from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +19,6 @@ from strom.protocol.batch_validation import (
 )
 from strom.protocol.records import (
     BATCH_OVERHEAD,
-    HEADER_STRUCT,
     CorruptRecordError,
     InvalidRecordError,
     _encode_record,
@@ -31,21 +28,13 @@ from strom.protocol.records import (
     iter_batches,
     parse_header,
 )
+from strom.testing.hostile import bomb_payload, raw_batch
 
 CODECS = [0, 1, 2, 3, 4]
 
 
-def make_batch(payload: bytes, count: int, compression: int = 0, last_delta: int | None = None) -> bytes:
-    """A v2 batch around an already encoded (and compressed) records payload."""
-    last = count - 1 if last_delta is None else last_delta
-    buf = bytearray(
-        HEADER_STRUCT.pack(
-            0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, 0, compression, last, 1, 1, -1, -1, -1, count
-        )
-    )
-    buf += payload
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[21:]))
-    return bytes(buf)
+def make_batch(payload: bytes, count: int, compression: int = 0) -> bytes:
+    return raw_batch(payload, count, compression)
 
 
 def records_payload(
@@ -190,41 +179,10 @@ def test_chain_gallops_over_equal_records_and_still_counts() -> None:
     chain(build_batch(mixed))
 
 
-def _bomb_payload(codec: int, size: int) -> tuple[bytes, int]:
-    """One record with a ``size``-byte value of zeros, compressed: (payload, count)."""
-    head = bytearray()
-    body = bytearray(b"\x00")  # attributes, ts delta, offset delta, key length
-    body += b"\x00\x00\x02k"
-    value_len = bytearray()
-    from strom.protocol.records import _write_varint
-
-    _write_varint(value_len, size)
-    body_len = len(body) + len(value_len) + size + 1
-    _write_varint(head, body_len)
-    prefix = bytes(head + body + value_len)
-    if codec == 4:
-        c = zstandard.ZstdCompressor(level=3).compressobj()
-        out = [c.compress(prefix)]
-        zero = bytes(1 << 20)
-        for _ in range(size >> 20):
-            out.append(c.compress(zero))
-        out.append(c.compress(b"\x00"))  # header count 0
-        out.append(c.flush())
-        return b"".join(out), 1
-    z = zlib.compressobj(9, zlib.DEFLATED, 31)
-    parts = [z.compress(prefix)]
-    zero = bytes(1 << 20)
-    for _ in range(size >> 20):
-        parts.append(z.compress(zero))
-    parts.append(z.compress(b"\x00"))
-    parts.append(z.flush())
-    return b"".join(parts), 1
-
-
 @pytest.mark.parametrize("codec", [1, 4])
 def test_bomb_of_valid_records_passes_in_bounded_memory(codec: int) -> None:
-    payload, count = _bomb_payload(codec, 64 << 20)
-    batch = make_batch(payload, count, codec)
+    payload = bomb_payload(codec, 64 << 20)
+    batch = make_batch(payload, 1, codec)
     tracemalloc.start()
     try:
         validate(batch, compacted=True)
