@@ -316,6 +316,8 @@ def _lz4_chunks(src: memoryview, chunk_size: int) -> Iterator[bytes]:
         out = d.decompress(inp, max_length=chunk_size)
         if out:
             yield out
+        elif not inp and not d.eof and not d.needs_input:
+            raise CorruptRecordError("lz4 frame decompression made no progress")
     if d.unused_data or pos < n:
         raise CorruptRecordError("unexpected bytes after the lz4 frame")
 
@@ -454,17 +456,37 @@ def _varint(buf: bytes, p: int, stop: int, max_bytes: int) -> tuple[int, int]:
 
 def _check_body(buf: bytes, p: int, stop: int, index: int, compacted: bool) -> str | None:
     """Check one record body ``buf[p:stop]`` (after its length prefix). Returns a per-record
-    error message (Kafka's record_errors) or None; raises InvalidRecordError for bad structure."""
+    error message (Kafka's record_errors) or None; raises InvalidRecordError for bad structure.
+
+    The per-record cost of compressed produce: one-byte varints (the usual case for every field
+    but the value length) are read inline, longer ones by :func:`_varint`."""
     length = stop - p
     p += 1  # attributes (unused in v2 records; Kafka does not check them)
-    _ts_delta, p = _varint(buf, p, stop, 10)
-    offset_delta, p = _varint(buf, p, stop, 5)
-    key_len, p = _varint(buf, p, stop, 5)
-    if key_len >= 0:
+    if p < stop and buf[p] < 0x80:  # timestamp delta (only its encoding matters)
+        p += 1
+    else:
+        p = _varint(buf, p, stop, 10)[1]
+    if p < stop and (b := buf[p]) < 0x80:
+        offset_delta = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        offset_delta, p = _varint(buf, p, stop, 5)
+    if p < stop and (b := buf[p]) < 0x80:
+        key_len = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        key_len, p = _varint(buf, p, stop, 5)
+    if key_len > 0:
         p += key_len
-    value_len, p = _varint(buf, p, stop, 5)
-    if value_len >= 0:
+    if p < stop and (b := buf[p]) < 0x80:
+        value_len = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        value_len, p = _varint(buf, p, stop, 5)
+    if value_len > 0:
         p += value_len
+    if p + 1 == stop and buf[p] == 0:  # no headers, the usual end of a record
+        return _record_error(index, offset_delta, key_len, compacted)
     count, p = _varint(buf, p, stop, 5)
     if count < 0:
         raise InvalidRecordError(f"Found invalid number of record headers {count}")
@@ -555,6 +577,27 @@ def validate_batch_records(
     errors: list[tuple[int, str]] = []
     failed = 0
     for i in range(header.records_count):
+        # fast path: a one- or two-byte length prefix and the whole record in the current chunk
+        buf = s.buf
+        p = s.pos
+        if p + 1 < len(buf):
+            z = buf[p]
+            if z < 0x80:
+                p += 1
+            elif buf[p + 1] < 0x80:
+                z = (z & 0x7F) | (buf[p + 1] << 7)
+                p += 2
+            else:
+                z = 1  # a longer prefix: the general path below
+            length = (z >> 1) ^ -(z & 1)
+            if length >= _MIN_RECORD_BODY and p + length <= len(buf):
+                err = _check_body(buf, p, p + length, i, compacted)
+                s.pos = p + length
+                if err is not None:
+                    failed += 1
+                    if len(errors) < _MAX_RECORD_ERRORS:
+                        errors.append((i, err))
+                continue
         length = s.varint(5)
         if length < _MIN_RECORD_BODY:
             raise InvalidRecordError(f"Invalid record size {length} in record {i}")

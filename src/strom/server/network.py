@@ -197,6 +197,8 @@ class KafkaProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.loop is not None  # set by connection_made
+        if self.closed:  # closed by us; the pool has had its bytes back
+            return
         self.last_active = self.loop.time()
         pool = self.pool
         if pool.bounded:
