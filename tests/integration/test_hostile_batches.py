@@ -286,3 +286,38 @@ def test_slow_large_frames_are_bounded_by_queued_max_request_bytes(broker: Broke
     big = build_batch([(b"k", b"v" * 500_000, [], 1)])
     _create(r, "after-slow-frames-2", configs={"max.message.bytes": str(2 << 20)})
     assert int(_produce(r, "after-slow-frames-2", big).error_code) == 0
+
+
+@pytest.mark.slow
+def test_appends_keep_arrival_order_while_a_batch_is_validated(
+    broker: BrokerProcess, bombs: dict[int, bytes]
+) -> None:
+    """A batch that takes seconds to validate (a 1 GiB gzip bomb of one valid record) and an
+    uncompressed batch sent after it on another connection: the second waits for the first, so
+    offsets follow arrival order."""
+    from strom.client.messages import decode_response, encode_request
+
+    r = Raw(broker.port)
+    _create(r, "order", configs={"max.message.bytes": str(4 << 20)})
+    slow, fast = Raw(broker.port), Raw(broker.port)
+    slow.sock.settimeout(120)
+    frames = []
+    for conn, records in ((slow, raw_batch(bombs[GZIP], 1, GZIP)), (fast, _records(1))):
+        data = {
+            "acks": -1,
+            "timeout": 30000,
+            "topic_data": [{"name": "order", "partition_data": [{"index": 0, "records": records}]}],
+        }
+        frames.append((conn, *encode_request(0, 9, 1, "order-test", data)))
+    t = time.monotonic()
+    for conn, frame, _cls in frames:
+        conn.send_bytes(frame)
+        time.sleep(0.2)  # the broker is validating the bomb when the small batch arrives
+    fast_resp = decode_response(frames[1][2], fast.read_frame())
+    fast_after = time.monotonic() - t
+    slow_resp = decode_response(frames[0][2], slow.read_frame())
+    slow_part = slow_resp.responses[0].partition_responses[0]
+    fast_part = fast_resp.responses[0].partition_responses[0]
+    assert (int(slow_part.error_code), int(slow_part.base_offset)) == (0, 0)
+    assert (int(fast_part.error_code), int(fast_part.base_offset)) == (0, 1)
+    assert fast_after > 0.5  # it did wait for the bomb's validation
