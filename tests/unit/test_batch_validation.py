@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from strom.protocol.batch_validation import (
     RecordValidationError,
+    any_compressed,
     check_record_chain,
     decompress_chunks,
     validate_batch_records,
@@ -179,7 +180,7 @@ def test_chain_gallops_over_equal_records_and_still_counts() -> None:
     chain(build_batch(mixed))
 
 
-@pytest.mark.parametrize("codec", [1, 4])
+@pytest.mark.parametrize("codec", [1, 3, 4])
 def test_bomb_of_valid_records_passes_in_bounded_memory(codec: int) -> None:
     payload = bomb_payload(codec, 64 << 20)
     batch = make_batch(payload, 1, codec)
@@ -193,6 +194,14 @@ def test_bomb_of_valid_records_passes_in_bounded_memory(codec: int) -> None:
     # the same bomb declaring two records: refused, still bounded
     with pytest.raises(InvalidRecordError, match="premature EOF"):
         validate(make_batch(payload, 2, codec))
+
+
+def test_any_compressed_reads_attributes_per_batch() -> None:
+    plain = build_batch([(b"k", b"v", [], 1)])
+    packed = build_batch([(b"k", b"v", [], 1)], compression=4)
+    assert not any_compressed(plain + plain)
+    assert any_compressed(plain + packed) and any_compressed(packed)
+    assert not any_compressed(b"") and not any_compressed(plain[:30])
 
 
 def test_zstd_window_over_the_limit_is_refused() -> None:

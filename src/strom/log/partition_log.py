@@ -83,7 +83,7 @@ from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
 from strom.log.transaction_index import AbortedTxn, TransactionIndex
-from strom.protocol.batch_validation import check_record_chain, validate_batch_records
+from strom.protocol.batch_validation import any_compressed, check_record_chain, validate_batch_records
 from strom.protocol.records import (
     CONTROL_ABORT,
     BatchHeader,
@@ -332,10 +332,8 @@ class PartitionLog:
     def needs_record_walk(self, records: bytes | bytearray | memoryview) -> bool:
         """Whether validating ``records`` walks them record by record (a compacted topic, or a
         compressed batch): the broker then runs :meth:`check_batches` in a worker thread first.
-        Raises CorruptRecordError on bad framing."""
-        if "compact" in self.config.cleanup_policy:
-            return True
-        return any(h.compression for _pos, h in iter_batches(records))
+        Header fields only, cheaper than a header parse: this is on the hot path."""
+        return "compact" in self.config.cleanup_policy or any_compressed(records)
 
     def check_batches(
         self, records: bytes | bytearray | memoryview, *, from_coordinator: bool = False

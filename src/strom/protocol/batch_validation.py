@@ -62,11 +62,13 @@ __all__ = [
     "CONTIGUOUS_RECORD_MAX",
     "ZSTD_MAX_WINDOW",
     "RecordValidationError",
+    "any_compressed",
     "check_record_chain",
     "decompress_chunks",
     "validate_batch_records",
 ]
 
+_I32 = struct.Struct(">i")
 CHUNK_SIZE = 256 * 1024  # decompressed bytes produced per step
 CONTIGUOUS_RECORD_MAX = 1 << 20  # records up to this size are checked in one contiguous buffer
 ZSTD_MAX_WINDOW = 1 << 24  # 16 MiB: zstd levels <= 19 use <= 8 MiB; a larger window is refused
@@ -98,6 +100,22 @@ def _invalid_structure() -> InvalidRecordError:
 
 
 # --------------------------------------------------------------------------- hot path
+
+
+def any_compressed(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether any batch in ``buf`` is compressed. Reads two fields per batch and no more:
+    framing is left to :func:`~strom.protocol.records.iter_batches` (a walk that stops early
+    on bad framing answers False and the append reports the error)."""
+    pos = 0
+    end = len(buf) - BATCH_OVERHEAD
+    while pos <= end:
+        if buf[pos + 22] & 0x07:  # the low byte of the attributes (i16 at 21)
+            return True
+        length = _I32.unpack_from(buf, pos + 8)[0]
+        if length <= 0:
+            return False
+        pos += 12 + length
+    return False
 
 
 def check_record_chain(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:

@@ -11,6 +11,7 @@ from crc32c import crc32c
 from ..protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
     COMPRESSION_ZSTD,
     HEADER_STRUCT,
     _write_varint,
@@ -43,8 +44,8 @@ def raw_batch(
 
 def bomb_payload(codec: int, value_size: int, key: bytes | None = b"k") -> bytes:
     """The compressed records payload of ONE valid record whose value is ``value_size`` zero
-    bytes (gzip or zstd; 1 GiB compresses to ~1 MB with gzip, ~32 KB with zstd). Built in 1 MiB
-    steps, never whole in memory."""
+    bytes (gzip, lz4 or zstd; 1 GiB compresses to ~1 MB with gzip, ~4 MB with lz4, ~32 KB with
+    zstd). Built in 1 MiB steps, never whole in memory."""
     body = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
     if key is None:
         _write_varint(body, -1)
@@ -68,6 +69,19 @@ def bomb_payload(codec: int, value_size: int, key: bytes | None = b"k") -> bytes
             left -= n
         out.append(zc.compress(b"\x00"))  # no headers
         out.append(zc.flush())
+        return b"".join(out)
+    if codec == COMPRESSION_LZ4:
+        import lz4.frame
+
+        lc = lz4.frame.LZ4FrameCompressor()
+        out = [lc.begin(), lc.compress(bytes(prefix))]
+        left = value_size
+        while left:
+            n = min(left, len(step))
+            out.append(lc.compress(step[:n]))
+            left -= n
+        out.append(lc.compress(b"\x00"))
+        out.append(lc.flush())
         return b"".join(out)
     if codec == COMPRESSION_GZIP:
         gz = zlib.compressobj(9, zlib.DEFLATED, 31)
