@@ -180,8 +180,8 @@ def _chain_tail(buf: bytes | bytearray | memoryview, p: int, end: int, n: int) -
         for _ in range(n):
             b = data[q]
             if b < 0x80:
-                if b & 1:
-                    raise InvalidRecordError("Invalid negative record size")
+                if b & 1 or b < 2 * _MIN_RECORD_BODY:
+                    raise InvalidRecordError(f"Invalid record size {(b >> 1) ^ -(b & 1)}")
                 q += 1 + (b >> 1)
             else:
                 b2 = data[q + 1]
