@@ -216,3 +216,59 @@ def test_snappy_block_declaring_an_impossible_size_is_refused() -> None:
     block = b"\xff\xff\xff\xff\x07" + b"\x00" * 10  # declares 2 GiB from 15 bytes
     with pytest.raises(CorruptRecordError, match="more than the format can encode"):
         list(decompress_chunks(2, block))
+
+
+def _outcome(batch: bytes, compacted: bool, gallop: bool) -> tuple[str, str, list[int]] | None:
+    try:
+        validate(batch, compacted, gallop=gallop)
+    except CorruptRecordError as e:
+        return type(e).__name__, str(e), [i for i, _m in getattr(e, "record_errors", [])]
+    return None
+
+
+uniform_batches = st.builds(
+    lambda n, key, value, ts_step, codec: build_batch(
+        [(key, value, [], 1_000 + (i * ts_step) // 7) for i in range(n)], compression=codec
+    ),
+    st.integers(1, 300),
+    st.one_of(st.none(), st.binary(min_size=0, max_size=3)),
+    st.binary(min_size=0, max_size=150),
+    st.integers(0, 40),
+    st.sampled_from([0, 4]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(uniform_batches, st.data(), st.booleans())
+def test_galloping_over_equal_records_agrees_with_walking_each(
+    batch: bytes, data: st.DataObject, compacted: bool
+) -> None:
+    """The strided comparison of runs of equally laid-out records accepts exactly what the
+    record-by-record walk accepts, with the same errors."""
+    h = parse_header(batch)
+    payload = bytearray(decompress_all(h.compression, batch[BATCH_OVERHEAD:]))
+    for _ in range(data.draw(st.integers(0, 3))):
+        i = data.draw(st.integers(0, len(payload) - 1))
+        payload[i] = data.draw(st.integers(0, 255))
+    mutated = make_batch(compress(h.compression, bytes(payload)), h.records_count, h.compression)
+    assert _outcome(mutated, compacted, True) == _outcome(mutated, compacted, False)
+
+
+def decompress_all(codec: int, data: bytes) -> bytes:
+    return b"".join(decompress_chunks(codec, data)) if codec else data
+
+
+def test_galloping_over_equal_records_checks_offset_deltas_past_64() -> None:
+    def payload(deltas: list[int]) -> bytes:
+        out = bytearray()
+        for d in deltas:
+            _encode_record(out, d, 3, b"k", b"x" * 100, [])
+        return compress(4, bytes(out))
+
+    deltas = list(range(3000))
+    validate(make_batch(payload(deltas), 3000, 4))
+    # swap two offset deltas deep in a run of equal records (two-byte deltas)
+    deltas[2000], deltas[2001] = 2001, 2000
+    with pytest.raises(RecordValidationError) as e:
+        validate(make_batch(payload(deltas), 3000, 4))
+    assert [i for i, _m in e.value.record_errors] == [2000, 2001]

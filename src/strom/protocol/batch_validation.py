@@ -476,34 +476,49 @@ def _check_body(buf: bytes, p: int, stop: int, index: int, compacted: bool) -> s
     """Check one record body ``buf[p:stop]`` (after its length prefix). Returns a per-record
     error message (Kafka's record_errors) or None; raises InvalidRecordError for bad structure.
 
-    The per-record cost of compressed produce: one-byte varints (the usual case for every field
-    but the value length) are read inline, longer ones by :func:`_varint`."""
+    The per-record cost of compressed produce: one- and two-byte varints (offset deltas below
+    8192, keys and values below 8 KiB) are read inline, longer ones by :func:`_varint`."""
     length = stop - p
     p += 1  # attributes (unused in v2 records; Kafka does not check them)
     if p < stop and buf[p] < 0x80:  # timestamp delta (only its encoding matters)
         p += 1
     else:
         p = _varint(buf, p, stop, 10)[1]
-    if p < stop and (b := buf[p]) < 0x80:
+    # offset delta, key length, value length: zigzag varints
+    if p + 1 < stop and (b := buf[p]) < 0x80:
         offset_delta = (b >> 1) ^ -(b & 1)
         p += 1
+    elif p + 1 < stop and (c := buf[p + 1]) < 0x80:
+        z = (b & 0x7F) | (c << 7)
+        offset_delta = (z >> 1) ^ -(z & 1)
+        p += 2
     else:
         offset_delta, p = _varint(buf, p, stop, 5)
-    if p < stop and (b := buf[p]) < 0x80:
+    if p + 1 < stop and (b := buf[p]) < 0x80:
         key_len = (b >> 1) ^ -(b & 1)
         p += 1
+    elif p + 1 < stop and (c := buf[p + 1]) < 0x80:
+        z = (b & 0x7F) | (c << 7)
+        key_len = (z >> 1) ^ -(z & 1)
+        p += 2
     else:
         key_len, p = _varint(buf, p, stop, 5)
     if key_len > 0:
         p += key_len
-    if p < stop and (b := buf[p]) < 0x80:
+    if p + 1 < stop and (b := buf[p]) < 0x80:
         value_len = (b >> 1) ^ -(b & 1)
         p += 1
+    elif p + 1 < stop and (c := buf[p + 1]) < 0x80:
+        z = (b & 0x7F) | (c << 7)
+        value_len = (z >> 1) ^ -(z & 1)
+        p += 2
     else:
         value_len, p = _varint(buf, p, stop, 5)
     if value_len > 0:
         p += value_len
     if p + 1 == stop and buf[p] == 0:  # no headers, the usual end of a record
+        if offset_delta == index and (key_len >= 0 or not compacted):
+            return None
         return _record_error(index, offset_delta, key_len, compacted)
     count, p = _varint(buf, p, stop, 5)
     if count < 0:
@@ -574,6 +589,67 @@ def _check_body_streaming(s: _Stream, length: int, index: int, compacted: bool) 
     return _record_error(index, offset_delta, key_len, compacted)
 
 
+# continuation bits, for bytes.translate: 1 where a varint goes on, 0 where it ends
+_CONTINUES = bytes(1 if b & 0x80 else 0 for b in range(256))
+# the two bytes of the zigzag varints of offset deltas 64..8191
+_DELTA2_LOW = bytes((2 * v) & 0x7F | 0x80 for v in range(64, 8192))
+_DELTA2_HIGH = bytes((2 * v) >> 7 for v in range(64, 8192))
+
+
+def _same_layout_run(buf: bytes, prev: int, stride: int, index: int, k: int) -> bool:
+    """Whether the ``k`` records after the valid record at ``prev`` (``stride`` bytes long,
+    without headers) are laid out exactly like it — same length prefix, timestamp delta of the
+    same width, key and value of the same lengths, no headers — with offset deltas ``index``,
+    ``index + 1``, ... A strided slice per field byte compares all ``k`` in C; then each of them
+    is as valid as the one at ``prev`` and need not be walked. False means: walk them."""
+    t = prev
+    while buf[t] & 0x80:  # the length prefix
+        t += 1
+    t += 2  # past its last byte and the attributes: the timestamp delta
+    o = t
+    while buf[o] & 0x80:
+        o += 1
+    o += 1  # the offset delta
+    wide = buf[o] & 0x80
+    kp = o + 2 if wide else o + 1  # the key length
+    if (wide and (buf[o + 1] & 0x80 or index < 64)) or index + k > (8192 if wide else 64):
+        return False  # three-byte or over-long offset deltas, or deltas that change width: walk
+    key_len, vp = _varint(buf, kp, prev + stride, 5)
+    vp += max(key_len, 0)
+    value_len, hp = _varint(buf, vp, prev + stride, 5)
+    hp += max(value_len, 0)
+    if hp != prev + stride - 1:  # the template has headers
+        return False
+    first = prev + stride
+    span = (k - 1) * stride + 1
+
+    def same(at: int, width: int) -> bool:
+        for j in range(at - prev, at - prev + width):
+            if buf[first + j : first + j + span : stride] != bytes((buf[prev + j],)) * k:
+                return False
+        return True
+
+    # length prefix, key length, value length, header count: byte for byte as in the template
+    key_width = vp - max(key_len, 0) - kp
+    value_width = hp - max(value_len, 0) - vp
+    if not (same(prev, t - 1 - prev) and same(kp, key_width) and same(vp, value_width) and same(hp, 1)):
+        return False
+    # the timestamp delta: the same continuation bits (its value may differ)
+    for j in range(t - prev, o - prev):
+        bits = buf[first + j : first + j + span : stride].translate(_CONTINUES)
+        if bits != bytes((_CONTINUES[buf[prev + j]],)) * k:
+            return False
+    # offset deltas index .. index + k - 1
+    j = o - prev
+    if not wide:
+        return buf[first + j : first + j + span : stride] == bytes(range(2 * index, 2 * (index + k), 2))
+    lo = index - 64
+    return (
+        buf[first + j : first + j + span : stride] == _DELTA2_LOW[lo : lo + k]
+        and buf[first + j + 1 : first + j + 1 + span : stride] == _DELTA2_HIGH[lo : lo + k]
+    )
+
+
 def validate_batch_records(
     buf: bytes | bytearray | memoryview,
     pos: int,
@@ -582,10 +658,11 @@ def validate_batch_records(
     compacted: bool,
     chunk_size: int = CHUNK_SIZE,
     contiguous_max: int = CONTIGUOUS_RECORD_MAX,
+    gallop: bool = True,
 ) -> None:
     """Walk every record of the batch at ``pos`` (decompressing as a stream); see the module
     notes for what is checked and the errors raised. The batch header (CRC, counts) must have
-    been checked already."""
+    been checked already. ``gallop=False`` checks one record at a time (tests compare)."""
     payload = memoryview(buf)[pos + BATCH_OVERHEAD : pos + header.batch_length + 12]
     if header.compression == COMPRESSION_NONE:
         chunks: Iterator[bytes] = iter((bytes(payload),))
@@ -594,10 +671,13 @@ def validate_batch_records(
     s = _Stream(chunks)
     errors: list[tuple[int, str]] = []
     failed = 0
-    for i in range(header.records_count):
+    n = header.records_count
+    i = 0
+    run = 8 if gallop else 0
+    while i < n:
         # fast path: a one- or two-byte length prefix and the whole record in the current chunk
         buf = s.buf
-        p = s.pos
+        start = p = s.pos
         if p + 1 < len(buf):
             z = buf[p]
             if z < 0x80:
@@ -611,26 +691,38 @@ def validate_batch_records(
             if length >= _MIN_RECORD_BODY and p + length <= len(buf):
                 err = _check_body(buf, p, p + length, i, compacted)
                 s.pos = p + length
+                i += 1
                 if err is not None:
                     failed += 1
                     if len(errors) < _MAX_RECORD_ERRORS:
-                        errors.append((i, err))
+                        errors.append((i - 1, err))
+                elif run:
+                    stride = s.pos - start
+                    k = min(run, n - i, (len(buf) - s.pos) // stride)
+                    if k >= 2 and _same_layout_run(buf, start, stride, i, k):
+                        s.pos += k * stride
+                        i += k
+                        run = min(run * 2, 1 << 12)
+                    elif k >= 2:
+                        run = run // 2 if run > 2 else 0
                 continue
+        i += 1
+        i_rec = i - 1
         length = s.varint(5)
         if length < _MIN_RECORD_BODY:
-            raise InvalidRecordError(f"Invalid record size {length} in record {i}")
+            raise InvalidRecordError(f"Invalid record size {length} in record {i_rec}")
         if length <= contiguous_max:
             if not s.ensure(length):
                 raise _premature_eof()
             p = s.pos
-            err = _check_body(s.buf, p, p + length, i, compacted)
+            err = _check_body(s.buf, p, p + length, i_rec, compacted)
             s.pos = p + length
         else:
-            err = _check_body_streaming(s, length, i, compacted)
+            err = _check_body_streaming(s, length, i_rec, compacted)
         if err is not None:
             failed += 1
             if len(errors) < _MAX_RECORD_ERRORS:
-                errors.append((i, err))
+                errors.append((i_rec, err))
     if not s.at_end():
         raise _records_remaining()
     if errors:
