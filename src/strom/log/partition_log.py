@@ -53,7 +53,8 @@ batches and compacted topics are walked record by record in bounded memory — d
 stream — to reject bad structure, wrong offset deltas and, when compacted, null keys
 (INVALID_RECORD, 87). The broker runs that walk in a worker thread before the append.
 
-Error contract: ``append_as_leader`` raises CorruptRecordError (2) / InvalidRecordError (87),
+Error contract: ``append_as_leader`` and ``check_batches`` raise CorruptRecordError (2) /
+InvalidRecordError (87; its RecordValidationError carries Kafka's per-record ``record_errors``),
 MessageTooLargeError (10), RecordListTooLargeError (18), InvalidProducerEpochError (47),
 OutOfOrderSequenceError (45) with nothing appended; ``read`` raises OffsetOutOfRangeError (1);
 ``OSError`` is wrapped in KafkaStorageError (56).

@@ -18,7 +18,10 @@ so the work is split by cost:
   compacted topic is a per-record error (Kafka's ``record_errors``). Compressed payloads are
   decompressed as a stream in chunks of at most ``chunk_size`` bytes and only the unread rest of a
   chunk (plus, for records up to ``CONTIGUOUS_RECORD_MAX``, one record) is ever held: a 1 GiB bomb
-  costs the same memory as a small batch. The broker runs this in a worker thread.
+  costs the same memory as a small batch. The broker runs this in a worker thread. After a
+  record passes, the next ones are tried as copies of its layout (:func:`_same_layout_run`: the
+  same length prefix, key and value lengths and header count, offset deltas counting on), proved
+  with strided comparisons instead of a Python step each; any difference falls back to the walk.
 
 Memory per call is bounded by the chunk size, ``CONTIGUOUS_RECORD_MAX``, the codec's own state
 (zlib 32 KiB window; lz4 frame blocks <= 4 MiB; zstd window <= ``ZSTD_MAX_WINDOW``) and, for
@@ -27,7 +30,11 @@ snappy, whose blocks are not streamable, one block's output — which snappy's f
 
 Differences from Kafka, on purpose: Kafka rewrites (recompresses) a compressed batch whose inner
 offsets are not ``0..n-1``; strom never rewrites batches, so it refuses them (INVALID_RECORD).
-Trailing bytes after the compressed stream are refused too.
+Trailing bytes after the compressed stream are refused too, and so are zstd frames that need a
+window over ``ZSTD_MAX_WINDOW`` (Kafka's zstd-jni accepts up to 128 MiB; producers at levels up to
+19 use at most 8 MiB). Uncompressed batches of topics that are not compacted get only the length
+chain on the hot path (Kafka walks them fully): offset deltas and field lengths inside those
+records are not checked.
 
 Error contract: :class:`CorruptRecordError` (CORRUPT_MESSAGE, 2) when the compressed payload cannot
 be decompressed; :class:`InvalidRecordError` (INVALID_RECORD, 87) for a record structure that does
