@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any
 
 from crc32c import crc32c
 
@@ -56,42 +57,28 @@ def bomb_payload(codec: int, value_size: int, key: bytes | None = b"k") -> bytes
     prefix = bytearray()
     _write_varint(prefix, len(body) + value_size + 1)  # + the header count byte
     prefix += body
-    step = bytes(1 << 20)
+    out: list[bytes] = []
+    comp: Any
     if codec == COMPRESSION_ZSTD:
         import zstandard
 
-        zc = zstandard.ZstdCompressor(level=3).compressobj()
-        out = [zc.compress(bytes(prefix))]
-        left = value_size
-        while left:
-            n = min(left, len(step))
-            out.append(zc.compress(step[:n]))
-            left -= n
-        out.append(zc.compress(b"\x00"))  # no headers
-        out.append(zc.flush())
-        return b"".join(out)
-    if codec == COMPRESSION_LZ4:
+        comp = zstandard.ZstdCompressor(level=3).compressobj()
+    elif codec == COMPRESSION_LZ4:
         import lz4.frame
 
-        lc = lz4.frame.LZ4FrameCompressor()
-        out = [lc.begin(), lc.compress(bytes(prefix))]
-        left = value_size
-        while left:
-            n = min(left, len(step))
-            out.append(lc.compress(step[:n]))
-            left -= n
-        out.append(lc.compress(b"\x00"))
-        out.append(lc.flush())
-        return b"".join(out)
-    if codec == COMPRESSION_GZIP:
-        gz = zlib.compressobj(9, zlib.DEFLATED, 31)
-        parts = [gz.compress(bytes(prefix))]
-        left = value_size
-        while left:
-            n = min(left, len(step))
-            parts.append(gz.compress(step[:n]))
-            left -= n
-        parts.append(gz.compress(b"\x00"))
-        parts.append(gz.flush())
-        return b"".join(parts)
-    raise ValueError(f"no bomb for codec {codec}")
+        comp = lz4.frame.LZ4FrameCompressor()
+        out.append(comp.begin())
+    elif codec == COMPRESSION_GZIP:
+        comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    else:
+        raise ValueError(f"no bomb for codec {codec}")
+    out.append(comp.compress(bytes(prefix)))
+    step = bytes(1 << 20)
+    left = value_size
+    while left:
+        n = min(left, len(step))
+        out.append(comp.compress(step[:n]))
+        left -= n
+    out.append(comp.compress(b"\x00"))  # no headers
+    out.append(comp.flush())
+    return b"".join(out)
