@@ -56,6 +56,11 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "auto.create.topics.enable": (bool, True),
     "delete.topic.enable": (bool, True),
     "socket.request.max.bytes": (int, 104857600),
+    # Bytes of requests read but not yet handled, over all connections (Kafka's memory pool).
+    # Kafka's default is -1 (unbounded); strom bounds it by default: 256 MiB holds two requests of
+    # the largest size socket.request.max.bytes allows while 20 clients trickling 50 MB frames
+    # cannot take the broker to a GB. -1 restores Kafka's behaviour.
+    "queued.max.request.bytes": (int, 268435456),
     "message.max.bytes": (int, 1048588),
     "log.segment.bytes": (int, 1073741824),
     "log.roll.ms": (int, -1),
@@ -257,6 +262,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if self.values["socket.request.max.bytes"] <= 0:
             raise ConfigError("socket.request.max.bytes must be positive")
+        if self.values["queued.max.request.bytes"] == 0 or self.values["queued.max.request.bytes"] < -1:
+            raise ConfigError("queued.max.request.bytes must be positive, or -1 for no limit")
         if self.values["message.max.bytes"] <= 0:
             raise ConfigError("message.max.bytes must be positive")
         if self.values["log.segment.bytes"] < 14:

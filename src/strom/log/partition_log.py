@@ -47,10 +47,14 @@ once, but closed and unlinked only by :meth:`delete_expired_segments` after
 file cache, :mod:`strom.log.file_cache`): they keep a renamed or unlinked file readable and must be
 closed by whoever consumes them (a fetch response once written, :meth:`FetchData.close`).
 
-Compacted topics (``cleanup.policy`` containing ``compact``): an append is decoded record by record
-— the only case on the produce path — to reject records with a null key (INVALID_RECORD, 87).
+Records (Kafka's LogValidator, :meth:`check_batches`): uncompressed batches of a topic that is not
+compacted only have their record length chain followed (cheap slice comparisons); compressed
+batches and compacted topics are walked record by record in bounded memory — decompressed as a
+stream — to reject bad structure, wrong offset deltas and, when compacted, null keys
+(INVALID_RECORD, 87). The broker runs that walk in a worker thread before the append.
 
-Error contract: ``append_as_leader`` raises CorruptRecordError (2) / InvalidRecordError (87),
+Error contract: ``append_as_leader`` and ``check_batches`` raise CorruptRecordError (2) /
+InvalidRecordError (87; its RecordValidationError carries Kafka's per-record ``record_errors``),
 MessageTooLargeError (10), RecordListTooLargeError (18), InvalidProducerEpochError (47),
 OutOfOrderSequenceError (45) with nothing appended; ``read`` raises OffsetOutOfRangeError (1);
 ``OSError`` is wrapped in KafkaStorageError (56).
@@ -81,11 +85,11 @@ from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
 from strom.log.transaction_index import AbortedTxn, TransactionIndex
+from strom.protocol.batch_validation import any_compressed, check_record_chain, validate_batch_records
 from strom.protocol.records import (
     CONTROL_ABORT,
     BatchHeader,
     control_type,
-    decode_batch_records,
     iter_batches,
     patch_base_offset,
     patch_leader_epoch,
@@ -340,10 +344,64 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
+    def needs_record_walk(self, records: bytes | bytearray | memoryview) -> bool:
+        """Whether validating ``records`` walks them record by record (a compacted topic, or a
+        compressed batch): the broker then runs :meth:`check_batches` in a worker thread first.
+        Header fields only, cheaper than a header parse: this is on the hot path."""
+        return "compact" in self.config.cleanup_policy or any_compressed(records)
+
+    def check_batches(
+        self, records: bytes | bytearray | memoryview, *, from_coordinator: bool = False
+    ) -> list[tuple[int, BatchHeader]]:
+        """Every check of an append that needs no log state, in Kafka's order: framing and
+        magic, size against ``max.message.bytes``, CRC32C, record count against the offset range,
+        no control batch from a client, then the records (Kafka's LogValidator): uncompressed
+        batches of a topic that is not compacted have their record length chain checked, the
+        others every record walked in bounded memory (:mod:`strom.protocol.batch_validation`).
+
+        Reads only the config, so any thread may call it (the broker calls it in a worker thread
+        when :meth:`needs_record_walk`). Returns ``(position, header)`` per batch."""
+        config = self.config
+        total = len(records)
+        if total == 0:
+            raise InvalidRecordError("produce request carries no record batch")
+        if total > config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"append of {total} bytes is larger than segment.bytes {config.segment_bytes}"
+            )
+        batches = list(iter_batches(records))  # CorruptRecordError on bad framing / magic
+        max_size = config.max_message_bytes
+        compacted = config.compact_enabled
+        for pos, h in batches:
+            if h.size > max_size:
+                raise MessageTooLargeError(
+                    f"record batch of {h.size} bytes is larger than max.message.bytes {max_size}"
+                )
+            verify_crc(records, pos, h)
+            if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+                raise InvalidRecordError(
+                    f"record batch at position {pos} has {h.records_count} records but last offset "
+                    f"delta {h.last_offset_delta}"
+                )
+            if h.is_control and not from_coordinator:
+                # Kafka's LogValidator: clients may not write transaction markers
+                raise InvalidRecordError("control batches are written by the transaction coordinator only")
+            if h.compression or (compacted and not h.is_control):
+                validate_batch_records(records, pos, h, compacted=compacted and not h.is_control)
+            else:
+                check_record_chain(records, pos, h)
+        return batches
+
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, from_coordinator: bool = False
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        from_coordinator: bool = False,
+        prevalidated: bool = False,
     ) -> AppendInfo:
-        """Validate, assign offsets to and append the batches of one Produce request.
+        """Validate (:meth:`check_batches`, unless the caller did with these very bytes:
+        ``prevalidated``), assign offsets to and append the batches of one Produce request.
 
         Returns the offsets assigned, or — for a retried idempotent batch already in the log —
         the offsets it got the first time (``duplicate=True``, nothing appended).
@@ -352,35 +410,10 @@ class PartitionLog:
         config = self.config
         data = bytearray(records)
         total = len(data)
-        if total == 0:
-            raise InvalidRecordError("produce request carries no record batch")
-        if total > config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"append of {total} bytes is larger than segment.bytes {config.segment_bytes}"
-            )
-        batches = list(iter_batches(data))  # CorruptRecordError on bad framing / magic
-        max_size = config.max_message_bytes
-        compacted = config.compact_enabled
-        for pos, h in batches:
-            if h.size > max_size:
-                raise MessageTooLargeError(
-                    f"record batch of {h.size} bytes is larger than max.message.bytes {max_size}"
-                )
-            if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
-                raise InvalidRecordError(
-                    f"record batch at position {pos} has {h.records_count} records but last offset "
-                    f"delta {h.last_offset_delta}"
-                )
-            verify_crc(data, pos, h)
-            if compacted and not h.is_control:
-                for rec in decode_batch_records(data, pos, h):
-                    if rec.key is None:
-                        raise InvalidRecordError(
-                            f"compacted topic {self.topic} cannot accept a record without a key"
-                        )
-            if h.is_control and not from_coordinator:
-                # Kafka's LogValidator: clients may not write transaction markers
-                raise InvalidRecordError("control batches are written by the transaction coordinator only")
+        if prevalidated:
+            batches = list(iter_batches(data))
+        else:
+            batches = self.check_batches(data, from_coordinator=from_coordinator)
 
         log_append_time = config.message_timestamp_type == "LogAppendTime"
         now = self.clock.time_ms()

@@ -28,6 +28,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.framing import RequestMemoryPool
 from ..protocol.records import (
     CONTROL_COMMIT,
     build_batch,
@@ -163,6 +165,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[Listener] = []
+        self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
         self.native_sendfile = False
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
@@ -171,6 +174,17 @@ class Broker:
         self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
         self._creation_abort = threading.Event()  # set by stop(): creation workers give up
         self._grow_lock = asyncio.Lock()  # one CreatePartitions at a time
+        # Record-by-record validation of produced batches (compressed, or for a compacted topic)
+        # runs here, off the event loop (Kafka does it on its num.io.threads request handlers).
+        # Each walk holds a few MB at most (strom.protocol.batch_validation), so the pool's size
+        # bounds that memory; more threads than cores would only contend for the GIL.
+        self.validation_executor = ThreadPoolExecutor(
+            max_workers=max(1, min(config["num.io.threads"], os.cpu_count() or 1, 4)),
+            thread_name_prefix="strom-validate",
+        )
+        # per partition, the completion of the last produce append waiting for its validation:
+        # appends to a partition happen in the order the requests got here (see handlers.produce)
+        self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def _load_meta(self) -> str:
@@ -304,6 +318,7 @@ class Broker:
         # every log unsynced, one sync, the clean-shutdown markers, one more sync: with ten
         # thousand partitions, ~8 fsyncs per log would take minutes
         closed: list[PartitionLog] = []
+        self.validation_executor.shutdown(wait=False, cancel_futures=True)
         for plog in self.logs.values():
             try:
                 plog.close(sync=False)
@@ -533,9 +548,12 @@ class Broker:
         leader_epoch: int = 0,
         flush: bool = False,
         from_coordinator: bool = False,
+        prevalidated: bool = False,
     ) -> Any:
         plog = self.logs[(topic, partition)]
-        info = plog.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
+        info = plog.append_as_leader(
+            records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
+        )
         if flush:
             plog.flush()
         plog.update_high_watermark(plog.log_end_offset)

@@ -7,6 +7,10 @@ Rules:
   ``ServerConnection.send`` checks it.
 - Reading pauses while more than a few requests are queued (back-pressure); the frame buffer
   is bounded by ``socket.request.max.bytes``.
+- Every byte read counts against the broker's ``queued.max.request.bytes`` pool
+  (:class:`RequestMemoryPool`) until its request has been handled or the connection is gone;
+  a connection the pool refuses stops reading until memory is released (Kafka mutes channels
+  the same way when its memory pool is exhausted).
 - Malformed input (``ProtocolError``) closes that connection only, after logging it.
 - Response parts may be file regions ``(fd, position, length)``: written with ``sendfile``
   where the event loop supports it natively and the connection is not TLS (the bytes must go
@@ -95,7 +99,11 @@ class KafkaProtocol(asyncio.Protocol):
         self.worker: asyncio.Task[None] | None = None
         self.wakeup = asyncio.Event()
         self.closed = False
-        self.paused = False
+        self.paused = False  # reading paused: too many queued requests, or no memory in the pool
+        self.queue_full = False
+        self.memory_wait = False
+        self.pool = broker.request_pool
+        self.charged = 0  # bytes read and not yet released to the pool
         self.peer = "?"
         self.connection_id = f"conn-{next(_conn_ids)}"
         idle_ms = broker.config["connections.max.idle.ms"]
@@ -192,7 +200,13 @@ class KafkaProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.loop is not None  # set by connection_made
+        if self.closed:  # closed by us; the pool has had its bytes back
+            return
         self.last_active = self.loop.time()
+        pool = self.pool
+        if pool.bounded:
+            pool.charge(len(data))
+            self.charged += len(data)
         try:
             reqs = self.conn.receive_data(data)
         except ProtocolError as e:
@@ -202,14 +216,46 @@ class KafkaProtocol(asyncio.Protocol):
         if reqs:
             self.queue.extend(reqs)
             self.wakeup.set()
-            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.paused:
-                self.paused = True
+            if len(self.queue) >= _MAX_QUEUED:
+                self.queue_full = True
+        if pool.bounded:
+            if reqs and pool.overdraft is self:
+                pool.frame_done(self)  # the frame it was let past the mark for is complete
+            size = self.conn.pending_frame_size
+            if not pool.may_read(self, size):
+                self.memory_wait = True
+                pool.wait(self, size, self._memory_available)
+        self._update_reading()
+
+    def _memory_available(self) -> None:
+        self.memory_wait = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        pause = self.queue_full or self.memory_wait
+        if pause != self.paused and self.transport is not None and not self.closed:
+            self.paused = pause
+            if pause:
                 self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _release(self, n: int) -> None:
+        """Give ``n`` bytes of this connection's back to the pool (at most what it holds)."""
+        n = min(n, self.charged)
+        if n > 0:
+            self.charged -= n
+            self.pool.release(n)
+
+    def _release_all(self) -> None:
+        self.pool.forget(self)
+        self._release(self.charged)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._release_all()
         self.broker.connections.discard(self)
 
     def _stop_idle_timer(self) -> None:
@@ -221,6 +267,7 @@ class KafkaProtocol(asyncio.Protocol):
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._release_all()
         if self.transport is not None:
             self.transport.close()
         elif self.raw_transport is not None:  # still in the TLS handshake
@@ -236,15 +283,17 @@ class KafkaProtocol(asyncio.Protocol):
                     await self.wakeup.wait()
                     continue
                 req = self.queue.popleft()
-                if self.paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
-                    self.paused = False
-                    self.transport.resume_reading()
+                if self.queue_full and len(self.queue) < _MAX_QUEUED // 2:
+                    self.queue_full = False
+                    self._update_reading()
                 self.busy = True
                 try:
                     await self._handle(req)
                 finally:
                     self.busy = False
                     self.last_active = loop.time()
+                    if not self.closed:
+                        self._release(req.size + 4)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
