@@ -68,6 +68,7 @@ __all__ = [
     "CHUNK_SIZE",
     "CONTIGUOUS_RECORD_MAX",
     "ZSTD_MAX_WINDOW",
+    "ChunkStream",
     "RecordValidationError",
     "any_compressed",
     "check_record_chain",
@@ -462,6 +463,10 @@ class _Stream:
                 return (z >> 1) ^ -(z & 1)
             shift += 7
         raise _invalid_structure()
+
+
+ChunkStream = _Stream
+"""A decompressed payload read as one stream (the log cleaner reads keys with it)."""
 
 
 def _varint(buf: bytes, p: int, stop: int, max_bytes: int) -> tuple[int, int]:
