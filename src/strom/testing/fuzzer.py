@@ -70,11 +70,14 @@ class Finding:
 
 
 class _Transport:
-    """Enough of an asyncio transport for KafkaProtocol: collects what it writes."""
+    """Enough of an asyncio transport for KafkaProtocol: counts what it writes and, like a real
+    transport, tells the protocol the connection is lost once closed (else the broker would keep
+    every closed connection in ``broker.connections``)."""
 
     def __init__(self) -> None:
         self.closed = False
         self.written = 0
+        self.protocol: Any = None
 
     def get_extra_info(self, name: str) -> Any:
         return ("127.0.0.1", 40000) if name == "peername" else None
@@ -93,7 +96,11 @@ class _Transport:
         pass
 
     def close(self) -> None:
+        if self.closed:
+            return
         self.closed = True
+        if self.protocol is not None:
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
 
     def is_closing(self) -> bool:
         return self.closed
@@ -317,6 +324,7 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
             if proto is None or proto.closed:
                 transport = _Transport()
                 proto = KafkaProtocol(broker)
+                transport.protocol = proto
                 done = asyncio.Event()
                 _signal_when_handled(proto, done)
                 proto.connection_made(transport)  # type: ignore[arg-type]
@@ -347,7 +355,10 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
                 break
             if report_every and time.monotonic() - last_report > report_every:
                 last_report = time.monotonic()
-                print(f"{sent} frames, {dict(outcomes)}, {len(findings)} findings", file=sys.stderr)
+                print(
+                    f"{sent} frames, {dict(outcomes)}, {len(findings)} findings, RSS {_rss_mb():.0f} MB",
+                    file=sys.stderr,
+                )
     finally:
         watchdog.stop.set()
         root.removeHandler(collector)
@@ -356,6 +367,17 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
             proto.close()
         await broker.stop()
     return sent, findings, outcomes
+
+
+def _rss_mb() -> float:
+    """This process's resident memory (Linux), to see a broker that leaks under fuzzing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _describe(record: logging.LogRecord) -> str:
@@ -494,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     sent, findings, outcomes, seconds = fuzz(args.frames, args.seed, args.hang_seconds, report_every=30)
     print(
         f"seed {args.seed}: {sent} frames in {seconds:.1f} s ({sent / seconds:,.0f} frames/s), "
-        f"outcomes {dict(outcomes)}, {len(findings)} findings"
+        f"outcomes {dict(outcomes)}, {len(findings)} findings, RSS at the end {_rss_mb():.0f} MB"
     )
     for f in findings:
         print(f"{f.kind} {f.api} v{f.version}: {f.detail}\n  frame {f.frame.hex()}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
@@ -48,6 +49,45 @@ def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
     }
 
 
+# How long a Metadata request waits for the topics it auto-creates: a small topic is usually
+# ready and returned at once; a creation that takes longer (many partitions, a busy disk) goes on
+# in the background and is answered LEADER_NOT_AVAILABLE, as Kafka answers while its controller
+# creates the topic, so the client retries instead of waiting on this request.
+AUTO_CREATE_WAIT_S = 1.0
+
+
+def _settle(task: asyncio.Future[Any]) -> None:
+    """A creation left running in the background: its outcome is the broker's, not a request's."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _answer_auto_created(
+    ctx: RequestContext,
+    creating: dict[str, tuple[int, asyncio.Future[TopicInfo | None]]],
+    topics_out: list[dict[str, Any]],
+) -> None:
+    tasks = [task for _slot, task in creating.values()]
+    await asyncio.wait(tasks, timeout=AUTO_CREATE_WAIT_S)
+    for name, (slot, task) in creating.items():
+        if not task.done():
+            task.add_done_callback(_settle)
+            topics_out[slot] = {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name, "partitions": []}
+            continue
+        error = task.exception()
+        if isinstance(error, TopicError):
+            topics_out[slot] = {"error_code": error.code, "name": name, "partitions": []}
+        elif error is not None:
+            raise error
+        else:
+            info = task.result()
+            topics_out[slot] = (
+                topic_entry(ctx, info)
+                if info is not None
+                else {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+            )
+
+
 @handler(3)
 async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
@@ -59,6 +99,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         topics_out = [topic_entry(ctx, t) for t in broker.topics.topics.values()]
     else:
         auto = getattr(request, "allow_auto_topic_creation", True)
+        creating: dict[str, tuple[int, asyncio.Future[TopicInfo | None]]] = {}
         for t in requested:
             name = t.name
             tid = getattr(t, "topic_id", None)
@@ -84,12 +125,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 except TopicError as e:
                     topics_out.append({"error_code": e.code, "name": name, "partitions": []})
                     continue
-                if auto:
-                    try:
-                        info = await broker.auto_create_async(name)
-                    except TopicError as e:
-                        topics_out.append({"error_code": e.code, "name": name, "partitions": []})
-                        continue
+                if auto and name not in creating and not broker.is_being_created(name):
+                    creating[name] = (len(topics_out), asyncio.ensure_future(broker.auto_create_async(name)))
+                    topics_out.append({})  # answered below
+                    continue
             if info is None:
                 topics_out.append(
                     {
@@ -103,6 +142,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 )
             else:
                 topics_out.append(topic_entry(ctx, info))
+        if creating:
+            await _answer_auto_created(ctx, creating, topics_out)
     return {
         "throttle_time": 0,
         # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
