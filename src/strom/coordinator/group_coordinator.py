@@ -43,6 +43,7 @@ from .consumer import (
     ConsumerConfig,
     ConsumerGroup,
     HeartbeatResult,
+    TopicCatalog,
     TopicResolver,
     consumer_group_records,
 )
@@ -125,6 +126,7 @@ class CoordinatorConfig:
                 session_timeout_ms=int(get("group.consumer.session.timeout.ms", 45000)),
                 heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", 5000)),
                 assignors=known,
+                regex_refresh_interval_ms=int(get("group.consumer.regex.refresh.interval.ms", 600000)),
             ),
         )
 
@@ -316,7 +318,7 @@ class GroupCoordinator:
                 if k.kind == CONSUMER_GROUP_METADATA:
                     del self.groups[k.group]
                 else:
-                    g.replay(k.kind, k.member_id, None, self._topic_name)
+                    g.replay(k.kind, k.member_id, None, self._topic_name, k.regex)
             return
         v = decode_consumer_group_value(k.kind, value)
         if isinstance(v, ConsumerGroupPartitionMetadataValue):
@@ -324,7 +326,7 @@ class GroupCoordinator:
                 self._remember_topic(name, tid)
         if not isinstance(g, ConsumerGroup):  # created, or replacing an empty classic group
             g = self.groups[k.group] = ConsumerGroup(k.group, self.clock, self.config.consumer)
-        g.replay(k.kind, k.member_id, v, self._topic_name)
+        g.replay(k.kind, k.member_id, v, self._topic_name, k.regex)
 
     def _consumer_step(
         self, eff: Effects, group_id: str, live: ConsumerGroup | None, work: ConsumerGroup
@@ -837,6 +839,7 @@ class GroupCoordinator:
         client_id: str = "",
         client_host: str = "",
         resolve: TopicResolver,
+        catalog: TopicCatalog | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, "group id must not be empty")
@@ -880,6 +883,7 @@ class GroupCoordinator:
                 client_id=client_id,
                 client_host=client_host,
                 resolve=remembering,
+                catalog=catalog,
             )
             if live is None and result.error != ErrorCode.NONE:
                 return result  # a failed first heartbeat creates no group
