@@ -251,3 +251,43 @@ def _compacted(storage: MemoryOffsetsStorage) -> MemoryOffsetsStorage:
     for p in storage.partitions:
         out.partitions[p] = storage.compacted(p)
     return out
+
+
+def test_empty_regex_group_becomes_classic_and_its_resolutions_go() -> None:
+    clock = ManualClock()
+    topics = Topics()
+    topics.create("a1", 1)
+    storage = MemoryOffsetsStorage()
+    gc = make(storage, clock)
+    r = hb(gc, topics, "", 0, subscribed_topic_regex="a.*")
+    commit = run(
+        gc.commit_offsets(
+            "g", member_id=r.member_id, generation_id=r.member_epoch, offsets={("a1", 0): (5, -1, "")}
+        )
+    )
+    assert commit == {("a1", 0): E.NONE}
+    hb(gc, topics, r.member_id, -1)
+    joined = run(
+        gc.join_group(
+            "g",
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10000,
+            rebalance_timeout_ms=10000,
+            client_id="c",
+            client_host="/h",
+        )
+    )
+    assert joined.error == E.MEMBER_ID_REQUIRED
+    for src in (storage, _compacted(storage)):
+        gc2 = make(src, clock)
+        assert not isinstance(gc2.groups["g"], ConsumerGroup)
+        assert gc2.offsets["g"][("a1", 0)].offset == 5
+    regex_records = [
+        v
+        for k, v in storage.partitions[gc.partition_for("g")]
+        if isinstance(dk := decode_key(k), ConsumerGroupKey) and dk.kind == CONSUMER_GROUP_REGULAR_EXPRESSION
+    ]
+    assert regex_records[-1] is None
