@@ -857,8 +857,13 @@ class GroupCoordinator:
             replaces_classic = False
             if isinstance(g, ClassicGroup):
                 if g.state not in (GroupState.EMPTY, GroupState.DEAD) or g.members:
+                    # Kafka (group.consumer.migration.policy upgrade/bidirectional) would convert
+                    # the group online and keep serving its classic members; strom converts only
+                    # an empty classic group (GroupMetadataManager.maybeDeleteEmptyClassicGroup)
                     return HeartbeatResult(
-                        ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
+                        ErrorCode.GROUP_ID_NOT_FOUND,
+                        f"Cannot upgrade classic group {group_id} to consumer group: it has members "
+                        "and online upgrade is not supported; the group converts once it is empty.",
                     )
                 g, replaces_classic = None, True
             live = g
