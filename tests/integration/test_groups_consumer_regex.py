@@ -54,7 +54,13 @@ public class RegexConsume {
             else c.subscribe(Pattern.compile(a[2]));
             String last = null;
             while (!Files.exists(stop)) {
-                ConsumerRecords<String, String> rs = c.poll(Duration.ofMillis(100));
+                ConsumerRecords<String, String> rs;
+                try {
+                    rs = c.poll(Duration.ofMillis(100));
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    System.out.println("ERROR " + e.getClass().getName() + " " + e.getMessage());
+                    break;
+                }
                 for (ConsumerRecord<String, String> r : rs)
                     System.out.println("REC " + r.topic() + " " + r.partition() + " " + r.offset());
                 if (!rs.isEmpty()) c.commitSync();
@@ -271,3 +277,16 @@ def test_empty_group_switches_between_classic_and_consumer_protocols(broker: Bro
     committed = c.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
     c.close()
     assert [tp.offset for tp in committed] == [7, 7]
+
+
+def test_java_invalid_regex_is_refused(broker: BrokerProcess, regex_cp: str, tmp_path: Path) -> None:
+    """RE2/J refuses look-ahead; so does strom, with INVALID_REGULAR_EXPRESSION, which the Java
+    consumer raises from poll as InvalidRegularExpression."""
+    stop = tmp_path / "stop"
+    r = subprocess.run(
+        ["java", "-cp", regex_cp, "RegexConsume", broker.bootstrap, "gbad", "(?=x)y", "re2j", str(stop)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "ERROR org.apache.kafka.common.errors.InvalidRegularExpression" in r.stdout, r.stdout + r.stderr
