@@ -290,3 +290,44 @@ def test_java_invalid_regex_is_refused(broker: BrokerProcess, regex_cp: str, tmp
         timeout=60,
     )
     assert "ERROR org.apache.kafka.common.errors.InvalidRegularExpression" in r.stdout, r.stdout + r.stderr
+
+
+def test_confluent_regex_group_survives_broker_restart(broker: BrokerProcess) -> None:
+    """The resolution (ConsumerGroupRegularExpression records) is replayed at load: the member
+    keeps its partitions across a restart, and a topic created afterwards is still picked up."""
+    bs = broker.bootstrap
+    x = uuid.uuid4().hex[:6]
+    create(bs, (f"rr{x}-a", 2))
+    produce(bs, f"rr{x}-a", 2, 2)
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"g{x}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    got: list[tuple[str, int, int]] = []
+
+    def poll_until(cond: Callable[[], bool], what: str) -> None:
+        def step() -> bool:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append((m.topic(), m.partition(), m.offset()))
+            return cond()
+
+        wait_for(step, what, 60)
+
+    try:
+        c.subscribe([f"^rr{x}-.*"])
+        poll_until(lambda: len(got) >= 4, "the records of the matching topic")
+        broker.stop()
+        broker.start()
+        produce(bs, f"rr{x}-a", 2, 1)
+        poll_until(lambda: len(got) >= 6, "records after the restart")
+        create(bs, (f"rr{x}-b", 1))
+        produce(bs, f"rr{x}-b", 1, 1)
+        poll_until(lambda: any(t == f"rr{x}-b" for t, _, _ in got), "a topic created after the restart")
+        assert len(got) == len(set(got))
+    finally:
+        c.close()
