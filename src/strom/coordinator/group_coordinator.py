@@ -20,6 +20,17 @@ id, epoch and partitions across a broker restart; their session timers restart a
 names of assignments (the records carry topic ids) come from the groups' topic metadata records
 and from the topics resolved by heartbeats.
 
+Protocol switches (KIP-848 "Upgrade/Downgrade"): as in Kafka, an *empty* classic group becomes a
+consumer group on the first ConsumerGroupHeartbeat (its GroupMetadata is tombstoned, its offsets
+stay), and an empty consumer group becomes a classic group on the first JoinGroup (its records,
+regex resolutions included, are tombstoned); Kafka does this whatever
+``group.consumer.migration.policy`` says. Not implemented: the *online* migration that policy
+governs -- converting a non-empty classic group when a first member arrives with the consumer
+protocol (answered GROUP_ID_NOT_FOUND, as Kafka does when the upgrade is disabled), serving
+classic members (JoinGroup/SyncGroup/Heartbeat) inside a consumer group (INCONSISTENT_GROUP_PROTOCOL
+here), and converting back when the last consumer-protocol member leaves. A rolling switch of a
+live group therefore needs the group to be emptied in between.
+
 Error contract: coordinator methods return Kafka error codes in their results and never raise
 for client input; storage failures become COORDINATOR_NOT_AVAILABLE (retriable).
 """
