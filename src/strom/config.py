@@ -108,6 +108,7 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "group.consumer.session.timeout.ms": (int, 45000),
     "group.consumer.heartbeat.interval.ms": (int, 5000),
     "group.consumer.assignors": (str, "uniform,range"),
+    "group.consumer.regex.refresh.interval.ms": (int, 600000),
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.max.timeout.ms": (int, 900000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),

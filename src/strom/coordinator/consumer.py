@@ -26,6 +26,22 @@ Theory of operation (Kafka's ``ConsumerGroup`` / ``CurrentAssignmentBuilder``):
 Topics are identified by name internally; the resolver passed to :meth:`ConsumerGroup.heartbeat`
 maps names to (topic id, partition count).
 
+Regular-expression subscriptions (KIP-848 ``SubscribedTopicRegex``, Kafka's
+``GroupMetadataManager.maybeUpdateRegularExpressions`` / ``refreshRegularExpressions``): a member
+subscribes to its topic names plus the topics its regex matches. The group keeps one resolution
+per regex its members use (the topics it matched, the topic catalog version and the time it was
+resolved) and assigns from those. Kafka compiles with RE2/J and matches whole topic names; we use
+Python's ``re.fullmatch`` and refuse, with INVALID_REGULAR_EXPRESSION, what does not compile or
+what RE2 has no equivalent for (look-around, back-references, atomic groups, possessive
+quantifiers). Internal topics never match. Kafka resolves asynchronously after the heartbeat that
+needs it; we resolve synchronously in that heartbeat (the topic list is local), which gives the
+same records. A regex new to the group is resolved at once; all of them are resolved again when a
+topic was created or deleted since their last resolution, or when the last resolution is older
+than ``group.consumer.regex.refresh.interval.ms``, but never twice within Kafka's
+``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`` (10 s). A changed resolution bumps the group epoch. A
+regex no member uses any more is dropped (a tombstone). Deleted topics leave the assignment at
+once anyway: the subscribed topic metadata only holds topics that exist.
+
 Persistence (Kafka's new group coordinator records, types 3-8 of ``__consumer_offsets``): the
 persisted state of a group is :meth:`ConsumerGroup.view` -- group epoch, subscribed topic metadata,
 each member's subscription, the target assignment (epoch and per member) and each member's current
@@ -41,9 +57,14 @@ derived from the members' current assignments and instance ids.
 
 from __future__ import annotations
 
+import functools
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from re import _constants as _sre_constants  # type: ignore[attr-defined]
+from re import _parser as _sre_parser  # type: ignore[attr-defined]
+from typing import Any
 
 from ..clock import Clock
 from ..protocol.errors import ErrorCode
@@ -52,17 +73,20 @@ from .records import (
     CONSUMER_GROUP_MEMBER_METADATA,
     CONSUMER_GROUP_METADATA,
     CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_REGULAR_EXPRESSION,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataValue,
     ConsumerGroupValue,
     TopicPartitions,
     encode_consumer_group_key,
+    encode_consumer_group_regex_key,
     encode_consumer_group_value,
 )
 
@@ -85,6 +109,64 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 5000
     assignors: tuple[str, ...] = ASSIGNORS
     max_size: int = 2147483647
+    regex_refresh_interval_ms: int = 600000  # group.consumer.regex.refresh.interval.ms
+    regex_min_refresh_interval_ms: int = 10000  # Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
+
+
+@dataclass(frozen=True)
+class TopicCatalog:
+    """What regular expressions are resolved against: the names of the (non-internal) topics and
+    a version that moves whenever a topic is created or deleted."""
+
+    version: int
+    names: Callable[[], Iterable[str]]
+
+
+@dataclass(frozen=True)
+class ResolvedRegex:
+    """Kafka's ``ResolvedRegularExpression``: the topics a regex matched, the catalog version and
+    the wall-clock time (ms) of the resolution."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp: int
+
+
+# RE2 (Kafka's regex engine) has none of these; Python's re would accept them.
+_NOT_RE2 = {
+    _sre_constants.ASSERT: "look-around",
+    _sre_constants.ASSERT_NOT: "look-around",
+    _sre_constants.GROUPREF: "back-reference",
+    _sre_constants.GROUPREF_EXISTS: "conditional group",
+    _sre_constants.ATOMIC_GROUP: "atomic group",
+    _sre_constants.POSSESSIVE_REPEAT: "possessive quantifier",
+}
+
+
+def _re2_violation(tree: Any) -> str | None:
+    """The first construct of a parsed pattern (``re._parser``) that RE2 lacks, if any."""
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tuple) and len(node) == 2 and node[0] in _NOT_RE2:
+            return _NOT_RE2[node[0]]
+        if isinstance(node, (list, tuple)) or type(node).__name__ == "SubPattern":
+            stack.extend(node)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def compile_topic_regex(regex: str) -> re.Pattern[str]:
+    """Compile a ``SubscribedTopicRegex``; raises ValueError (the description for the
+    INVALID_REGULAR_EXPRESSION message) for what RE2/J would refuse or Python cannot compile."""
+    try:
+        pattern = re.compile(regex)
+        what = _re2_violation(_sre_parser.parse(regex))
+    except re.error as e:
+        raise ValueError(str(e)) from None
+    if what is not None:
+        raise ValueError(f"{what} is not supported (RE2 syntax)")
+    return pattern
 
 
 @dataclass
@@ -127,6 +209,7 @@ class GroupView:
     assignment_epoch: int
     target: dict[str, frozenset[tuple[str, int]]]
     current: dict[str, CurrentAssignmentView]
+    regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +317,10 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.owners: dict[tuple[str, int], str] = {}
         self.topic_meta: dict[str, tuple[uuid.UUID, int]] = {}
+        self.regexes: dict[str, ResolvedRegex] = {}
+        # the catalog version the regexes were last resolved at in this process (not persisted:
+        # after a load they are resolved again once the minimum interval allows)
+        self.regex_catalog_version: int | None = None
         self.dead = False
         self.state_timestamp = clock.time_ms()
 
@@ -261,8 +348,54 @@ class ConsumerGroup:
                 return m.server_assignor
         return self.config.assignors[0] if self.config.assignors else "uniform"
 
+    def member_topics(self, m: ConsumerMember) -> list[str]:
+        """The member's topic names plus what its regex resolved to."""
+        if not m.subscribed_topic_regex:
+            return m.subscribed_topic_names
+        r = self.regexes.get(m.subscribed_topic_regex)
+        if r is None:
+            return m.subscribed_topic_names
+        return sorted(set(m.subscribed_topic_names) | r.topics)
+
     def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+        return {t for m in self.members.values() for t in self.member_topics(m)}
+
+    def subscribed_regexes(self) -> set[str]:
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
+
+    def refresh_regexes(self, catalog: TopicCatalog | None) -> bool:
+        """Resolve the group's regexes again if due (see the module doc); drop those no member
+        uses. True if what a subscribed regex matches changed (the group epoch must move)."""
+        subscribed = self.subscribed_regexes()
+        for gone in set(self.regexes) - subscribed:
+            del self.regexes[gone]
+        if catalog is None or not subscribed:
+            return False
+        now = self.clock.time_ms()
+        last = max((r.timestamp for r in self.regexes.values()), default=None)
+        due = bool(subscribed - set(self.regexes))
+        if not due and last is not None and now >= last + self.config.regex_min_refresh_interval_ms:
+            due = (
+                catalog.version != self.regex_catalog_version
+                or now >= last + self.config.regex_refresh_interval_ms
+            )
+        if not due:
+            return False
+        names = [t for t in catalog.names()]
+        changed = False
+        for regex in sorted(subscribed):
+            try:
+                pattern = compile_topic_regex(regex)
+            except ValueError:
+                matched: frozenset[str] = frozenset()  # validated on the way in; replayed junk
+            else:
+                matched = frozenset(t for t in names if pattern.fullmatch(t))
+            old = self.regexes.get(regex)
+            if old is None or old.topics != matched:
+                changed = True
+            self.regexes[regex] = ResolvedRegex(matched, catalog.version, now)
+        self.regex_catalog_version = catalog.version
+        return changed
 
     # ------------------------------------------------------------------ membership
 
@@ -290,7 +423,7 @@ class ConsumerGroup:
         return False
 
     def _compute_target(self) -> None:
-        subs = {mid: m.subscribed_topic_names for mid, m in self.members.items()}
+        subs = {mid: self.member_topics(m) for mid, m in self.members.items()}
         parts = {t: n for t, (_tid, n) in self.topic_meta.items()}
         fn = range_assign if self.assignor_name() == "range" else uniform_assign
         self.target = fn(subs, parts, self.target)
@@ -366,10 +499,57 @@ class ConsumerGroup:
         client_id: str,
         client_host: str,
         resolve: TopicResolver,
+        catalog: TopicCatalog | None = None,
     ) -> HeartbeatResult:
         """ConsumerGroupHeartbeat. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
-        UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID, INVALID_REQUEST, GROUP_MAX_SIZE_REACHED."""
+        UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID, INVALID_REQUEST, GROUP_MAX_SIZE_REACHED,
+        INVALID_REGULAR_EXPRESSION. ``subscribed_topic_regex``: None leaves it as it is, the empty
+        string clears it (Kafka's convention); ``catalog``: the topics regexes resolve against."""
+        result = self._heartbeat(
+            member_id=member_id,
+            member_epoch=member_epoch,
+            instance_id=instance_id,
+            rack_id=rack_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=subscribed_topic_names,
+            subscribed_topic_regex=subscribed_topic_regex,
+            server_assignor=server_assignor,
+            owned=owned,
+            client_id=client_id,
+            client_host=client_host,
+            resolve=resolve,
+            catalog=catalog,
+        )
+        self.refresh_regexes(None)  # forget regexes no member uses any more
+        return result
+
+    def _heartbeat(
+        self,
+        *,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        subscribed_topic_names: list[str] | None,
+        subscribed_topic_regex: str | None,
+        server_assignor: str | None,
+        owned: Assignment | None,
+        client_id: str,
+        client_host: str,
+        resolve: TopicResolver,
+        catalog: TopicCatalog | None,
+    ) -> HeartbeatResult:
         interval = self.config.heartbeat_interval_ms
+        if subscribed_topic_regex and member_epoch >= 0:
+            try:
+                compile_topic_regex(subscribed_topic_regex)
+            except ValueError as e:
+                return HeartbeatResult(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{subscribed_topic_regex}` is not a valid regular "
+                    f"expression: {e}.",
+                )
         if server_assignor is not None and server_assignor not in self.config.assignors:
             return HeartbeatResult(ErrorCode.UNSUPPORTED_ASSIGNOR, f"unknown assignor {server_assignor}")
         if member_epoch in (-1, -2):
@@ -400,8 +580,6 @@ class ConsumerGroup:
         if member_epoch == 0:
             if subscribed_topic_names is None and subscribed_topic_regex is None:
                 return HeartbeatResult(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set on join")
-            if subscribed_topic_regex is not None and subscribed_topic_names is None:
-                return HeartbeatResult(ErrorCode.INVALID_REQUEST, "subscribed_topic_regex is not supported")
             if not member_id:
                 member_id = str(uuid.uuid4())
             inherited: ConsumerMember | None = None
@@ -427,7 +605,7 @@ class ConsumerGroup:
                 client_id=client_id,
                 client_host=client_host,
                 subscribed_topic_names=list(subscribed_topic_names or []),
-                subscribed_topic_regex=subscribed_topic_regex,
+                subscribed_topic_regex=subscribed_topic_regex or None,
                 server_assignor=server_assignor,
                 rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else 300000,
             )
@@ -443,7 +621,10 @@ class ConsumerGroup:
                 m.member_epoch = inherited.previous_member_epoch if inherited.previous_member_epoch > 0 else 0
                 if inherited.member_id in self.target:
                     self.target[member_id] = self.target.pop(inherited.member_id)
-                subs_changed = inherited.subscribed_topic_names != m.subscribed_topic_names
+                subs_changed = (
+                    inherited.subscribed_topic_names != m.subscribed_topic_names
+                    or inherited.subscribed_topic_regex != m.subscribed_topic_regex
+                )
                 bump = subs_changed
             else:
                 bump = True
@@ -473,6 +654,10 @@ class ConsumerGroup:
             ):
                 m.subscribed_topic_names = list(subscribed_topic_names)
                 bump = True
+            new_regex = subscribed_topic_regex or None
+            if subscribed_topic_regex is not None and new_regex != m.subscribed_topic_regex:
+                m.subscribed_topic_regex = new_regex
+                bump = True
             if server_assignor is not None and server_assignor != m.server_assignor:
                 m.server_assignor = server_assignor
                 bump = True
@@ -481,6 +666,8 @@ class ConsumerGroup:
             if rack_id is not None:
                 m.rack_id = rack_id
         m.session_deadline = now + self.config.session_timeout_ms
+        if self.refresh_regexes(catalog):
+            bump = True
         if self._refresh_topics(resolve):
             bump = True
         if bump:
@@ -551,6 +738,7 @@ class ConsumerGroup:
         ]
         for mid in gone:
             self.remove_member(mid)
+        self.refresh_regexes(None)
         return gone
 
     def describe_member(self, m: ConsumerMember) -> dict[str, object]:
@@ -598,6 +786,8 @@ class ConsumerGroup:
         g.target = {mid: _copy(a) for mid, a in self.target.items()}
         g.owners = dict(self.owners)
         g.topic_meta = dict(self.topic_meta)
+        g.regexes = dict(self.regexes)
+        g.regex_catalog_version = self.regex_catalog_version
         g.dead = self.dead
         g.state_timestamp = self.state_timestamp
         return g
@@ -631,6 +821,7 @@ class ConsumerGroup:
                 )
                 for mid, m in self.members.items()
             },
+            regexes=dict(self.regexes),
         )
 
     def _member_for_replay(self, member_id: str) -> ConsumerMember:
@@ -667,6 +858,7 @@ class ConsumerGroup:
         member_id: str | None,
         value: ConsumerGroupValue | None,
         topic_name: Callable[[uuid.UUID], str],
+        regex: str | None = None,
     ) -> None:
         """Apply one consumer-group record (``value`` None: tombstone) to this group; the runtime
         after an append and the load path both come here. A ConsumerGroupMetadata tombstone (the
@@ -680,7 +872,12 @@ class ConsumerGroup:
             return out
 
         mid = member_id or ""
-        if kind == CONSUMER_GROUP_METADATA:
+        if kind == CONSUMER_GROUP_REGULAR_EXPRESSION:
+            if isinstance(value, ConsumerGroupRegularExpressionValue) and regex is not None:
+                self.regexes[regex] = ResolvedRegex(frozenset(value.topics), value.version, value.timestamp)
+            elif regex is not None:
+                self.regexes.pop(regex, None)
+        elif kind == CONSUMER_GROUP_METADATA:
             if isinstance(value, ConsumerGroupMetadataValue):
                 self.group_epoch = value.epoch
         elif kind == CONSUMER_GROUP_PARTITION_METADATA:
@@ -740,8 +937,9 @@ class ConsumerGroup:
                 m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms
 
     def adopt_timers(self, other: ConsumerGroup) -> None:
-        """Take the state records do not carry (deadlines, last assignment sent) from ``other``,
-        the copy a step ran on, once its records were replayed here."""
+        """Take the state records do not carry (deadlines, last assignment sent, the catalog
+        version of the regex resolutions) from ``other``, the copy a step ran on, once its records
+        were replayed here."""
         for mid, m in self.members.items():
             o = other.members.get(mid)
             if o is not None:
@@ -749,6 +947,7 @@ class ConsumerGroup:
                 m.revocation_deadline = o.revocation_deadline
                 m.last_sent = o.last_sent
         self.state_timestamp = other.state_timestamp
+        self.regex_catalog_version = other.regex_catalog_version
 
 
 def _copy(a: Assignment) -> Assignment:
@@ -791,6 +990,10 @@ def consumer_group_records(
         put(CONSUMER_GROUP_MEMBER_METADATA, None, mid)
     for mid in sorted(set(b_target) - set(a_target) - (set(b_members) - set(a_members))):
         put(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, None, mid)
+    b_regexes = before.regexes if before is not None else {}
+    a_regexes = after.regexes if after is not None else {}
+    for regex in sorted(set(b_regexes) - set(a_regexes)):
+        recs.append((encode_consumer_group_regex_key(group_id, regex), None))
     if after is None:
         if before is not None:
             put(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, None)
@@ -800,6 +1003,13 @@ def consumer_group_records(
     for mid, meta in sorted(a_members.items()):
         if b_members.get(mid) != meta:
             put(CONSUMER_GROUP_MEMBER_METADATA, meta, mid)
+    for regex, resolved in sorted(a_regexes.items()):
+        if b_regexes.get(regex) != resolved:
+            value = ConsumerGroupRegularExpressionValue(
+                tuple(sorted(resolved.topics)), resolved.version, resolved.timestamp
+            )
+            key = encode_consumer_group_regex_key(group_id, regex)
+            recs.append((key, encode_consumer_group_value(value)))
     if before is None or before.topics != after.topics:
         put(
             CONSUMER_GROUP_PARTITION_METADATA,

@@ -20,6 +20,17 @@ id, epoch and partitions across a broker restart; their session timers restart a
 names of assignments (the records carry topic ids) come from the groups' topic metadata records
 and from the topics resolved by heartbeats.
 
+Protocol switches (KIP-848 "Upgrade/Downgrade"): as in Kafka, an *empty* classic group becomes a
+consumer group on the first ConsumerGroupHeartbeat (its GroupMetadata is tombstoned, its offsets
+stay), and an empty consumer group becomes a classic group on the first JoinGroup (its records,
+regex resolutions included, are tombstoned); Kafka does this whatever
+``group.consumer.migration.policy`` says. Not implemented: the *online* migration that policy
+governs -- converting a non-empty classic group when a first member arrives with the consumer
+protocol (answered GROUP_ID_NOT_FOUND, as Kafka does when the upgrade is disabled), serving
+classic members (JoinGroup/SyncGroup/Heartbeat) inside a consumer group (INCONSISTENT_GROUP_PROTOCOL
+here), and converting back when the last consumer-protocol member leaves. A rolling switch of a
+live group therefore needs the group to be emptied in between.
+
 Error contract: coordinator methods return Kafka error codes in their results and never raise
 for client input; storage failures become COORDINATOR_NOT_AVAILABLE (retriable).
 """
@@ -43,6 +54,7 @@ from .consumer import (
     ConsumerConfig,
     ConsumerGroup,
     HeartbeatResult,
+    TopicCatalog,
     TopicResolver,
     consumer_group_records,
 )
@@ -125,6 +137,7 @@ class CoordinatorConfig:
                 session_timeout_ms=int(get("group.consumer.session.timeout.ms", 45000)),
                 heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", 5000)),
                 assignors=known,
+                regex_refresh_interval_ms=int(get("group.consumer.regex.refresh.interval.ms", 600000)),
             ),
         )
 
@@ -316,7 +329,7 @@ class GroupCoordinator:
                 if k.kind == CONSUMER_GROUP_METADATA:
                     del self.groups[k.group]
                 else:
-                    g.replay(k.kind, k.member_id, None, self._topic_name)
+                    g.replay(k.kind, k.member_id, None, self._topic_name, k.regex)
             return
         v = decode_consumer_group_value(k.kind, value)
         if isinstance(v, ConsumerGroupPartitionMetadataValue):
@@ -324,7 +337,7 @@ class GroupCoordinator:
                 self._remember_topic(name, tid)
         if not isinstance(g, ConsumerGroup):  # created, or replacing an empty classic group
             g = self.groups[k.group] = ConsumerGroup(k.group, self.clock, self.config.consumer)
-        g.replay(k.kind, k.member_id, v, self._topic_name)
+        g.replay(k.kind, k.member_id, v, self._topic_name, k.regex)
 
     def _consumer_step(
         self, eff: Effects, group_id: str, live: ConsumerGroup | None, work: ConsumerGroup
@@ -837,6 +850,7 @@ class GroupCoordinator:
         client_id: str = "",
         client_host: str = "",
         resolve: TopicResolver,
+        catalog: TopicCatalog | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, "group id must not be empty")
@@ -854,8 +868,13 @@ class GroupCoordinator:
             replaces_classic = False
             if isinstance(g, ClassicGroup):
                 if g.state not in (GroupState.EMPTY, GroupState.DEAD) or g.members:
+                    # Kafka (group.consumer.migration.policy upgrade/bidirectional) would convert
+                    # the group online and keep serving its classic members; strom converts only
+                    # an empty classic group (GroupMetadataManager.maybeDeleteEmptyClassicGroup)
                     return HeartbeatResult(
-                        ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
+                        ErrorCode.GROUP_ID_NOT_FOUND,
+                        f"Cannot upgrade classic group {group_id} to consumer group: it has members "
+                        "and online upgrade is not supported; the group converts once it is empty.",
                     )
                 g, replaces_classic = None, True
             live = g
@@ -880,6 +899,7 @@ class GroupCoordinator:
                 client_id=client_id,
                 client_host=client_host,
                 resolve=remembering,
+                catalog=catalog,
             )
             if live is None and result.error != ErrorCode.NONE:
                 return result  # a failed first heartbeat creates no group

@@ -13,6 +13,7 @@ key   record              value versions (value starts with its own int16 versio
 6     ConsumerGroupTargetAssignmentMetadata   assignment epoch (group)
 7     ConsumerGroupTargetAssignmentMember     a member's target partitions (group, member)
 8     ConsumerGroupCurrentMemberAssignment    a member's epochs, state, partitions (group, member)
+16    ConsumerGroupRegularExpression          topics a subscribed regex resolved to (group, regex)
 ====  ==================  =======================================================
 
 Values of version 4 are "flexible" (compact strings, unsigned-varint lengths, tagged fields); older
@@ -23,8 +24,10 @@ A ``None`` value is a tombstone (the compacted topic then forgets the key).
 
 Types 3-8 are the KIP-848 consumer-group records of Kafka's new group coordinator: non-flexible
 keys, values of version 0 that are flexible (tagged fields written empty, skipped on read), topics
-in assignments identified by topic id. Keys of other types (share/streams groups ...) are reported
-as :class:`UnknownKey` by :func:`decode_key` so replay can skip them.
+in assignments identified by topic id. Type 16 (Kafka 4.0, KIP-848 regex subscriptions) keys a
+group's resolution of one regular expression by the expression itself. Keys of other types
+(share/streams groups ...) are reported as :class:`UnknownKey` by :func:`decode_key` so replay can
+skip them.
 
 Error contract: decoders raise :class:`RecordFormatError` (a ``ValueError``) on malformed bytes.
 """
@@ -45,6 +48,7 @@ CONSUMER_GROUP_MEMBER_METADATA = 5
 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 _CONSUMER_MEMBER_TYPES = (
     CONSUMER_GROUP_MEMBER_METADATA,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
@@ -89,12 +93,13 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupKey:
-    """A KIP-848 consumer-group record key: ``kind`` is the record type (3-8); ``member_id`` is
-    set for the per-member types (5, 7, 8)."""
+    """A KIP-848 consumer-group record key: ``kind`` is the record type (3-8, 16); ``member_id``
+    is set for the per-member types (5, 7, 8), ``regex`` for type 16."""
 
     kind: int
     group: str
     member_id: str | None = None
+    regex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +313,15 @@ def encode_consumer_group_key(kind: int, group: str, member_id: str | None = Non
     return bytes(w.buf)
 
 
+def encode_consumer_group_regex_key(group: str, regex: str) -> bytes:
+    """ConsumerGroupRegularExpressionKey (type 16): group id, regular expression."""
+    w = _Writer()
+    w.i16(CONSUMER_GROUP_REGULAR_EXPRESSION)
+    w.string(group)
+    w.string(regex)
+    return bytes(w.buf)
+
+
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey:
     r = _Reader(data)
     version = r.i16()
@@ -319,6 +333,9 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGrou
         group = r.string()
         member = r.string() if version in _CONSUMER_MEMBER_TYPES else None
         return ConsumerGroupKey(version, group, member)
+    if version == CONSUMER_GROUP_REGULAR_EXPRESSION:
+        group = r.string()
+        return ConsumerGroupKey(version, group, regex=r.string())
     return UnknownKey(version)
 
 
@@ -486,6 +503,16 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     pending_revocation: TopicPartitions
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionValue:
+    """What a regex resolved to: topic names, the metadata version and the wall-clock time of
+    the resolution."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
+
+
 ConsumerGroupValue = (
     ConsumerGroupMetadataValue
     | ConsumerGroupPartitionMetadataValue
@@ -493,6 +520,7 @@ ConsumerGroupValue = (
     | ConsumerGroupTargetAssignmentMetadataValue
     | ConsumerGroupTargetAssignmentMemberValue
     | ConsumerGroupCurrentMemberAssignmentValue
+    | ConsumerGroupRegularExpressionValue
 )
 
 _VALUE_KIND: dict[type, int] = {
@@ -502,6 +530,7 @@ _VALUE_KIND: dict[type, int] = {
     ConsumerGroupTargetAssignmentMetadataValue: CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     ConsumerGroupTargetAssignmentMemberValue: CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     ConsumerGroupCurrentMemberAssignmentValue: CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    ConsumerGroupRegularExpressionValue: CONSUMER_GROUP_REGULAR_EXPRESSION,
 }
 
 
@@ -554,6 +583,12 @@ def encode_consumer_group_value(v: ConsumerGroupValue) -> bytes:
         w.i32(v.assignment_epoch)
     elif isinstance(v, ConsumerGroupTargetAssignmentMemberValue):
         _write_topic_partitions(w, v.topic_partitions)
+    elif isinstance(v, ConsumerGroupRegularExpressionValue):
+        w.array_len(len(v.topics))
+        for t in v.topics:
+            w.string(t)
+        w.i64(v.version)
+        w.i64(v.timestamp)
     else:
         w.i32(v.member_epoch)
         w.i32(v.previous_member_epoch)
@@ -569,7 +604,7 @@ def consumer_group_record_kind(v: ConsumerGroupValue) -> int:
 
 
 def decode_consumer_group_value(kind: int, data: bytes) -> ConsumerGroupValue:
-    """Decode the value of record type ``kind`` (3-8). Raises RecordFormatError."""
+    """Decode the value of record type ``kind`` (3-8, 16). Raises RecordFormatError."""
     r = _Reader(data, flexible=True)
     version = r.i16()
     if version != 0:
@@ -614,6 +649,9 @@ def decode_consumer_group_value(kind: int, data: bytes) -> ConsumerGroupValue:
         assigned = _read_topic_partitions(r)
         pending = _read_topic_partitions(r)
         out = ConsumerGroupCurrentMemberAssignmentValue(epoch, previous, state, assigned, pending)
+    elif kind == CONSUMER_GROUP_REGULAR_EXPRESSION:
+        matched = tuple(r.string() for _ in range(r.array_len()))
+        out = ConsumerGroupRegularExpressionValue(matched, r.i64(), r.i64())
     else:
         raise RecordFormatError(f"not a consumer-group record type: {kind}")
     r.tags()

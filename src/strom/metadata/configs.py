@@ -160,6 +160,7 @@ _TOPIC_MIN: dict[str, int] = {
     "max.compaction.lag.ms": 1,
     "delete.retention.ms": 0,
     "min.insync.replicas": 1,
+    "group.consumer.regex.refresh.interval.ms": 10000,  # Kafka: atLeast(10 * 1000)
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "cleanup.policy": ("compact", "delete"),
@@ -198,6 +199,7 @@ _INT_MS_BROKER_CONFIGS = frozenset(
         "group.max.session.timeout.ms",
         "group.consumer.session.timeout.ms",
         "group.consumer.heartbeat.interval.ms",
+        "group.consumer.regex.refresh.interval.ms",
         "transaction.max.timeout.ms",
         "transactional.id.expiration.ms",
         "producer.id.expiration.ms",
@@ -221,6 +223,7 @@ _BROKER_MIN: dict[str, int] = {
     "log.cleaner.max.compaction.lag.ms": 1,
     "log.cleaner.delete.retention.ms": 0,
     "min.insync.replicas": 1,
+    "group.consumer.regex.refresh.interval.ms": 10000,  # Kafka: atLeast(10 * 1000)
 }
 
 

@@ -81,6 +81,9 @@ class TopicRegistry:
         self._new_id = new_id
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        # bumped whenever a topic is created or deleted (in memory only): consumer groups
+        # subscribed by regular expression resolve them again when it moved
+        self.version = 0
         if self.path.exists():
             doc = json.loads(self.path.read_text())
             for t in doc.get("topics", []):
@@ -110,6 +113,7 @@ class TopicRegistry:
             del self.topics[name]
             del self.by_id[info.topic_id]
             raise
+        self.version += 1
         return info
 
     def delete(self, name: str) -> TopicInfo:
@@ -119,6 +123,7 @@ class TopicRegistry:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
             )
         self.by_id.pop(info.topic_id, None)
+        self.version += 1
         self._save()
         return info
 

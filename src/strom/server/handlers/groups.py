@@ -13,6 +13,7 @@ import datetime
 import uuid
 from typing import Any
 
+from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
@@ -424,6 +425,10 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         client_id=ctx.client_id or "",
         client_host=_client_host(ctx),
         resolve=resolve,
+        catalog=TopicCatalog(
+            getattr(topics, "version", 0),
+            lambda: [n for n, info in getattr(topics, "topics", {}).items() if not info.internal],
+        ),
     )
     assignment = None
     if result.assignment is not None:

@@ -103,7 +103,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         for t in requested:
             name = t.name
             tid = getattr(t, "topic_id", None)
-            if name is None and tid is not None and tid.int != 0:
+            # by id (v12+): the Java consumer of a broker-side regex subscription (KIP-848) asks
+            # for the topic ids of its assignment with an empty name, not a null one; Kafka looks
+            # up every topic that carries a non-zero id
+            if not name and tid is not None and tid.int != 0:
                 info = broker.topics.by_id.get(tid)
                 if info is None:
                     topics_out.append(
