@@ -221,6 +221,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
         )
+        from ..metadata import group_configs
+
+        self.group_coordinator.group_configs = lambda g: group_configs.group_effective(self, g)
         # consumer-group records name topics by id: let the coordinator resolve every known one
         for info in self.topics.topics.values():
             self.group_coordinator.topic_names[info.topic_id] = info.name
