@@ -170,6 +170,10 @@ class SharePartition:
             if rec.state != RecordState.AVAILABLE:
                 off += 1
                 continue
+            if rec.delivery_count >= self.delivery_count_limit:  # the limit was lowered
+                self._set_terminal(rec, RecordState.ARCHIVED)
+                off += 1
+                continue
             rec.state = RecordState.ACQUIRED
             rec.delivery_count += 1
             rec.member_id = member_id
@@ -180,6 +184,7 @@ class SharePartition:
                 out.append(AcquiredRange(off, off, rec.delivery_count))
             taken += 1
             off += 1
+        self._advance()
         return out
 
     def acknowledge(

@@ -38,32 +38,60 @@ GROUP_CONFIG_FILE = "strom-group-configs.json"
 #          broker min config, broker max config)
 _SPEC: dict[str, tuple[ConfigType, str | None, str, int | None, str | None, str | None]] = {
     "consumer.session.timeout.ms": (
-        ConfigType.INT, "group.consumer.session.timeout.ms", "45000", 1,
-        "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms",
+        ConfigType.INT,
+        "group.consumer.session.timeout.ms",
+        "45000",
+        1,
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
     ),
     "consumer.heartbeat.interval.ms": (
-        ConfigType.INT, "group.consumer.heartbeat.interval.ms", "5000", 1,
-        "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
+        ConfigType.INT,
+        "group.consumer.heartbeat.interval.ms",
+        "5000",
+        1,
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
     ),
     "share.session.timeout.ms": (
-        ConfigType.INT, "group.share.session.timeout.ms", "45000", 1,
-        "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+        ConfigType.INT,
+        "group.share.session.timeout.ms",
+        "45000",
+        1,
+        "group.share.min.session.timeout.ms",
+        "group.share.max.session.timeout.ms",
     ),
     "share.heartbeat.interval.ms": (
-        ConfigType.INT, "group.share.heartbeat.interval.ms", "5000", 1,
-        "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms",
+        ConfigType.INT,
+        "group.share.heartbeat.interval.ms",
+        "5000",
+        1,
+        "group.share.min.heartbeat.interval.ms",
+        "group.share.max.heartbeat.interval.ms",
     ),
     "share.record.lock.duration.ms": (
-        ConfigType.INT, "group.share.record.lock.duration.ms", "30000", 1000,
-        "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms",
+        ConfigType.INT,
+        "group.share.record.lock.duration.ms",
+        "30000",
+        1000,
+        "group.share.min.record.lock.duration.ms",
+        "group.share.max.record.lock.duration.ms",
     ),
     "share.delivery.count.limit": (
-        ConfigType.INT, "group.share.delivery.count.limit", "5", 2,
-        "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit",
+        ConfigType.INT,
+        "group.share.delivery.count.limit",
+        "5",
+        2,
+        "group.share.min.delivery.count.limit",
+        "group.share.max.delivery.count.limit",
     ),
     "share.partition.max.record.locks": (
-        ConfigType.INT, "group.share.partition.max.record.locks", "2000", 100,
-        "group.share.min.partition.max.record.locks", "group.share.max.partition.max.record.locks",
+        ConfigType.INT,
+        "group.share.partition.max.record.locks",
+        "2000",
+        100,
+        "group.share.min.partition.max.record.locks",
+        "group.share.max.partition.max.record.locks",
     ),
     "share.auto.offset.reset": (ConfigType.STRING, None, "latest", None, None, None),
     "share.isolation.level": (ConfigType.STRING, None, "read_uncommitted", None, None, None),
@@ -176,9 +204,11 @@ def normalize(name: str, raw: str | None) -> str:
                     f"Invalid value {raw} for configuration {name}: Unable to parse duration string '{dur}'"
                 )
             return text
-        raise _invalid(f"Invalid value {raw} for configuration {name}: Invalid value `{text}` for "
-                       "configuration share.auto.offset.reset. The value must be either 'earliest', "
-                       "'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
+        raise _invalid(
+            f"Invalid value {raw} for configuration {name}: Invalid value `{text}` for "
+            "configuration share.auto.offset.reset. The value must be either 'earliest', "
+            "'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'."
+        )
     if name == "share.isolation.level" and text not in ("read_committed", "read_uncommitted"):
         raise _invalid(
             f"Invalid value {raw} for configuration {name}: String must be one of: read_committed, "

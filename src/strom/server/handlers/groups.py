@@ -374,10 +374,27 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str,
 @handler(16)
 async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    groups = coord.list_groups(
-        [str(s) for s in getattr(request, "states_filter", ()) or ()],
-        [str(t) for t in getattr(request, "types_filter", ()) or ()],
-    )
+    states = [str(s) for s in getattr(request, "states_filter", ()) or ()]
+    types = [str(t) for t in getattr(request, "types_filter", ()) or ()]
+    groups = coord.list_groups(states, types)
+    share = getattr(ctx.broker, "share_coordinator", None)
+    if share is not None:  # share groups (KIP-932): type "share", protocol type "share"
+        want_states = {s.lower() for s in states}
+        want_types = {t.lower() for t in types}
+        for g in share.list_groups():
+            if want_states and g.state.lower() not in want_states:
+                continue
+            if want_types and "share" not in want_types:
+                continue
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": "share",
+                    "group_state": g.state,
+                    "group_type": "share",
+                }
+            )
+        groups.sort(key=lambda g: g["group_id"])
     return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
 
@@ -385,7 +402,12 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     names = [str(g) for g in request.groups_names]
-    result = await coord.delete_groups(names)
+    share = getattr(ctx.broker, "share_coordinator", None)
+    share_names = [g for g in names if share is not None and g in share.groups]
+    result = await coord.delete_groups([g for g in names if g not in share_names])
+    for g in share_names:
+        assert share is not None
+        result[g] = await share.delete_group(g)
     return {"throttle_time": 0, "results": [{"group_id": g, "error_code": result[g]} for g in names]}
 
 
