@@ -49,12 +49,13 @@ def test_every_state_times_every_ack_type() -> None:
         for ack in AckType:
             sp = _in(SharePartition(0), state)
             before = sp.state_of(0)
-            assert before == (state if state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
-                              else RecordState.ACKNOWLEDGED)  # terminal at the SPSO: done
+            assert before == (
+                state
+                if state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+                else RecordState.ACKNOWLEDGED
+            )  # terminal at the SPSO: done
             err = sp.acknowledge("m1", 0, 0, [ack], now=10, lock_ms=LOCK)
-            want_err, want_state = expected.get(
-                (state, ack), (ErrorCode.INVALID_RECORD_STATE, before)
-            )
+            want_err, want_state = expected.get((state, ack), (ErrorCode.INVALID_RECORD_STATE, before))
             assert err == want_err, (state, ack)
             got = sp.state_of(0)
             if want_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
@@ -109,7 +110,10 @@ MEMBERS = ("a", "b")
 events = st.one_of(
     st.tuples(st.just("acquire"), st.sampled_from(MEMBERS), st.integers(0, 30), st.integers(1, 8)),
     st.tuples(
-        st.just("ack"), st.sampled_from(MEMBERS), st.integers(0, 30), st.integers(0, 4),
+        st.just("ack"),
+        st.sampled_from(MEMBERS),
+        st.integers(0, 30),
+        st.integers(0, 4),
         st.sampled_from(list(AckType)),
     ),
     st.tuples(st.just("tick"), st.integers(0, 3 * LOCK)),

@@ -14,9 +14,10 @@ import org.apache.kafka.common.config.ConfigResource;
  *   produce BOOTSTRAP TOPIC N PREFIX
  *   setcfg BOOTSTRAP GROUP name=value...          (IncrementalAlterConfigs on the GROUP resource)
  *   getcfg BOOTSTRAP GROUP name...                (DescribeConfigs on the GROUP resource)
- *   consume BOOTSTRAP TOPIC GROUP POLICY WANT TIMEOUT_MS
+ *   consume BOOTSTRAP TOPIC GROUP POLICY WANT TIMEOUT_MS [IDLE_MS]
  *       prints "REC partition offset value deliveryCount ACK" per delivery; stops when WANT
- *       records got a final acknowledgement (ACCEPT/REJECT) or at the timeout. POLICY:
+ *       records got a final acknowledgement (ACCEPT/REJECT), at the timeout, or after IDLE_MS
+ *       without records once some came. POLICY:
  *       accept | release-first | release-all | reject:VALUE | hold (acknowledge nothing, then
  *       halt without closing: the broker must time the locks out) | implicit
  *   describe BOOTSTRAP GROUP                      (describeShareGroups + listShareGroupOffsets)
@@ -82,6 +83,8 @@ public class ShareClient {
                 String topic = a[2], group = a[3], policy = a[4];
                 int want = Integer.parseInt(a[5]);
                 long deadline = System.currentTimeMillis() + Long.parseLong(a[6]);
+                long idle = a.length > 7 ? Long.parseLong(a[7]) : Long.MAX_VALUE;
+                long lastRecord = Long.MAX_VALUE;
                 Properties p = base(bootstrap);
                 p.put("group.id", group);
                 p.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
@@ -93,6 +96,8 @@ public class ShareClient {
                 boolean held = false;
                 while (done < want && System.currentTimeMillis() < deadline) {
                     ConsumerRecords<String, String> recs = c.poll(Duration.ofMillis(500));
+                    if (!recs.isEmpty()) lastRecord = System.currentTimeMillis();
+                    else if (lastRecord != Long.MAX_VALUE && System.currentTimeMillis() - lastRecord > idle) break;
                     for (ConsumerRecord<String, String> r : recs) {
                         short dc = r.deliveryCount().orElse((short) -1);
                         String ack;
