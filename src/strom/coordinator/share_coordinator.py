@@ -410,7 +410,9 @@ class ShareCoordinator:
                 del g.members[member_id]
                 g.group_epoch += 1
                 g.assignment_epoch = g.group_epoch
-                await self._member_gone(group_id, member_id)
+                # its share session stays: a client may send its final acknowledgements (epoch
+                # -1) after leaving; records it still holds are released when that session
+                # closes or their locks expire
             return HeartbeatResult(ErrorCode.NONE, None, member_id, -1, interval)
         if g is None:
             if member_epoch != 0:
@@ -470,7 +472,7 @@ class ShareCoordinator:
         )
 
     async def _member_gone(self, group_id: str, member_id: str) -> None:
-        """A member left or was fenced: close its share session, release what it holds."""
+        """A member's session timed out (fenced): close its share session, release what it holds."""
         self.sessions.pop((group_id, member_id), None)
         await self.release_member(group_id, member_id)
 

@@ -14,6 +14,7 @@ nothing was acquired the request waits up to ``max_wait`` for new data or releas
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -23,6 +24,8 @@ from ...protocol.records import iter_batches
 from ..context import RequestContext
 from . import handler
 from .metadata import advertised_endpoint
+
+log = logging.getLogger(__name__)
 
 
 def _coordinator(ctx: RequestContext) -> ShareCoordinator:
@@ -207,6 +210,15 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
             }
         return d[p]
 
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "ShareFetch %s %s epoch %d: %s forget %s",
+            group,
+            member,
+            epoch,
+            request.topics,
+            request.forgotten_topics_data,
+        )
     for (tid, p), code in (await _apply_acks(ctx, coord, group, member, request.topics)).items():
         part(tid, p)["acknowledge_error_code"] = code
     if epoch == -1:
@@ -297,6 +309,8 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict[st
     }
     if not group or not member:
         return {**base, "error_code": ErrorCode.INVALID_REQUEST}
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("ShareAcknowledge %s %s epoch %d: %s", group, member, epoch, request.topics)
     err = coord.check_ack_session(group, member, epoch)
     if err != ErrorCode.NONE:
         return {**base, "error_code": err}
