@@ -48,7 +48,7 @@ from ..protocol.records import build_batch
 from .request_samples import all_versions, encode_body, sample_entity
 
 # APIs whose answer may legitimately wait (long-poll, rebalance): a timeout there is no hang
-WAITING_APIS = frozenset({1, 11, 14, 68})
+WAITING_APIS = frozenset({1, 11, 14, 68, 78})  # 78: ShareFetch long-polls too
 SEED_TOPICS = {"s1": (2, {}), "fuzz-compacted": (1, {"cleanup.policy": "compact"})}
 NAMES = ("s1", "", "x" * 300, "__consumer_offsets", "a/b", "..", "fuzz-topic", "s1 ", "\u00e9t\u00e9")
 INTS = {
