@@ -252,3 +252,36 @@ def test_replay_with_updates_equals_live_state(every: int) -> None:
         assert (back.start_offset, back.state_batches()) == (live.start_offset, live.state_batches())
 
     run(go())
+
+
+def test_closed_connection_closes_its_share_sessions() -> None:
+    async def go() -> None:
+        c = make(**{"share.record.lock.duration.ms": "60000"})
+        await join(c)
+        c.open_session("g", "m1", 0, [(TID, 0)], [], "conn-1")
+        c.open_session("g", "m2", 0, [(TID, 0)], [], "conn-2")
+        assert (await c.acquire("g", "m1", TID, 0, reader(4), 100))[2]
+        c.connection_closed("conn-1")
+        await asyncio.gather(*c._background)
+        assert ("g", "m1") not in c.sessions and ("g", "m2") in c.sessions
+        assert c.partitions[("g", TID, 0)].state_of(0) == RecordState.AVAILABLE
+
+    run(go())
+
+
+def test_aborted_records_are_archived_not_delivered() -> None:
+    async def go() -> None:
+        c = make()
+        await join(c)
+
+        def read(offset: int) -> tuple[bytes, int, list[tuple[int, int]]] | None:
+            return (b"x", 9, [(2, 4), (9, 9)]) if offset <= 9 else None
+
+        _e, _d, ranges = await c.acquire("g", "m1", TID, 0, read, 100)
+        assert [(r.first_offset, r.last_offset) for r in ranges] == [(0, 1), (5, 8)]
+        sp = c.partitions[("g", TID, 0)]
+        assert all(sp.in_flight[o].state == RecordState.ARCHIVED for o in (2, 3, 4, 9))
+        await c.acknowledge("g", "m1", TID, 0, [(0, 1, [AckType.ACCEPT]), (5, 8, [AckType.ACCEPT])])
+        assert sp.start_offset == 10 or c.partitions[("g", TID, 0)].start_offset == 10
+
+    run(go())

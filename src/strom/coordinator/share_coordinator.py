@@ -44,7 +44,7 @@ from ..clock import Clock, RealClock
 from ..protocol.errors import ErrorCode
 from ..rate_limited_log import RateLimitedLog
 from .records import RecordFormatError
-from .share_partition import AcquiredRange, RecordState, SharePartition
+from .share_partition import AckType, AcquiredRange, RecordState, SharePartition
 from .share_records import (
     SHARE_SNAPSHOT,
     SHARE_UPDATE,
@@ -107,6 +107,7 @@ class ShareGroup:
 class ShareSession:
     epoch: int  # the epoch the next request must carry
     partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    connection_id: str = ""  # the client connection it was last used on
 
 
 @dataclass
@@ -192,6 +193,7 @@ class ShareCoordinator:
         self._updates_since_snapshot: dict[SPKey, int] = {}
         self._timer: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
+        self._background: set[asyncio.Task[None]] = set()
         # is a group id taken by another kind of group (classic/consumer)?
         self.other_group_exists: Callable[[str], bool] = lambda g: False
 
@@ -497,12 +499,13 @@ class ShareCoordinator:
         epoch: int,
         add: Iterable[tuple[uuid.UUID, int]],
         forget: Iterable[tuple[uuid.UUID, int]],
+        connection_id: str = "",
     ) -> tuple[int, ShareSession | None]:
         """Validate a ShareFetch's session epoch and update the session (Kafka's
         ``ShareSessionCache``): (error, session). Epoch -1 returns the closing session."""
         key = (group_id, member_id)
         if epoch == 0:
-            fresh = self.sessions[key] = ShareSession(1, set(add))
+            fresh = self.sessions[key] = ShareSession(1, set(add), connection_id)
             return ErrorCode.NONE, fresh
         s = self.sessions.get(key)
         if s is None:
@@ -513,16 +516,28 @@ class ShareCoordinator:
         if epoch != s.epoch:
             return ErrorCode.INVALID_SHARE_SESSION_EPOCH, None
         s.epoch = 1 if s.epoch >= 2**31 - 1 else s.epoch + 1
+        if connection_id:
+            s.connection_id = connection_id
         s.partitions.update(add)
         s.partitions.difference_update(forget)
         return ErrorCode.NONE, s
 
-    def check_ack_session(self, group_id: str, member_id: str, epoch: int) -> int:
+    def check_ack_session(self, group_id: str, member_id: str, epoch: int, connection_id: str = "") -> int:
         """ShareAcknowledge: epoch 0 is invalid, -1 closes, else the next epoch."""
         if epoch == 0:
             return ErrorCode.INVALID_SHARE_SESSION_EPOCH
-        err, _s = self.open_session(group_id, member_id, epoch, (), ())
+        err, _s = self.open_session(group_id, member_id, epoch, (), (), connection_id)
         return err
+
+    def connection_closed(self, connection_id: str) -> None:
+        """The client connection of share sessions closed: the sessions end and their members'
+        records are released (Kafka closes a share session with its connection)."""
+        gone = [k for k, s in self.sessions.items() if s.connection_id == connection_id]
+        for group_id, member_id in gone:
+            del self.sessions[(group_id, member_id)]
+            task = asyncio.get_running_loop().create_task(self.release_member(group_id, member_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------ records
 
@@ -532,12 +547,13 @@ class ShareCoordinator:
         member_id: str,
         topic_id: uuid.UUID,
         partition: int,
-        read: Callable[[int], tuple[bytes, int] | None],
+        read: Callable[[int], tuple[bytes, int] | tuple[bytes, int, list[tuple[int, int]]] | None],
         max_records: int,
     ) -> tuple[int, bytes | None, list[AcquiredRange]]:
         """Acquire records of one partition for a member: ``read(offset)`` returns the log's
-        bytes from ``offset`` and the last offset they hold (None: nothing there). Returns
-        (error, bytes, acquired ranges)."""
+        bytes from ``offset``, the last offset they hold and optionally offset ranges never to
+        deliver (aborted transactions under read_committed: archived); None: nothing there.
+        Returns (error, bytes, acquired ranges)."""
         key = (group_id, topic_id, partition)
         async with self._lock(key):
             sp = await self._ensure_partition(key)
@@ -557,15 +573,41 @@ class ShareCoordinator:
             got = read(start)
             if got is None:
                 return ErrorCode.NONE, None, []
-            data, last = got
+            data, last, *rest = got
+            skips: list[tuple[int, int]] = list(rest[0]) if rest else []
             lock_ms = int(cfg["share.record.lock.duration.ms"])
             now = self.clock.monotonic_ms()
-            ranges, ok = await self._mutate(
-                key,
-                lambda s: s.acquire(
+
+            def op(s: SharePartition) -> list[AcquiredRange]:
+                got_ranges = s.acquire(
                     member_id, start, last, max_records=max_records, now=now, lock_ms=lock_ms
-                ),
-            )
+                )
+                if not skips:
+                    return got_ranges
+                # read_committed: records of aborted transactions are archived, never delivered
+                skipped: set[int] = set()
+                for r in got_ranges:
+                    for lo, hi in skips:
+                        a, b = max(lo, r.first_offset), min(hi, r.last_offset)
+                        if a <= b:
+                            s.acknowledge(member_id, a, b, [AckType.GAP], now=now, lock_ms=lock_ms)
+                            skipped.update(range(a, b + 1))
+                out: list[AcquiredRange] = []
+                for r in got_ranges:
+                    for off in range(r.first_offset, r.last_offset + 1):
+                        if off in skipped:
+                            continue
+                        if (
+                            out
+                            and out[-1].last_offset == off - 1
+                            and out[-1].delivery_count == r.delivery_count
+                        ):
+                            out[-1] = AcquiredRange(out[-1].first_offset, off, r.delivery_count)
+                        else:
+                            out.append(AcquiredRange(off, off, r.delivery_count))
+                return out
+
+            ranges, ok = await self._mutate(key, op)
             if not ok:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, []
         if ranges and self._wakeup is not None:

@@ -305,6 +305,11 @@ class Broker:
             len(self.logs),
         )
 
+    def on_connection_closed(self, connection_id: str) -> None:
+        """A client connection closed: its share sessions close and release their records."""
+        if self.share_coordinator is not None:
+            self.share_coordinator.connection_closed(connection_id)
+
     async def _start_share_coordinator(self) -> None:
         """Share groups (KIP-932): the share coordinator over ``__share_group_state``."""
         from ..coordinator.classic import ClassicGroup, GroupState

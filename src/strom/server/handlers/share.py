@@ -33,6 +33,10 @@ def _coordinator(ctx: RequestContext) -> ShareCoordinator:
     if coord is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     assert isinstance(coord, ShareCoordinator)
+    if not coord.config.enabled:  # Kafka without share.version: the share APIs are refused
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_VERSION, "Share groups are not enabled (group.share.enable=false)"
+        )
     return coord
 
 
@@ -119,6 +123,7 @@ async def _apply_acks(
     ctx: RequestContext, coord: ShareCoordinator, group: str, member: str, topics: Any
 ) -> dict[tuple[uuid.UUID, int], int]:
     out: dict[tuple[uuid.UUID, int], int] = {}
+    renew_ok = coord.group_config(group).get("share.renew.acknowledge.enable", "true") == "true"
     for t in topics:
         tid = t.topic_id if t.topic_id is not None else uuid.UUID(int=0)
         for p in t.partitions:
@@ -129,6 +134,8 @@ async def _apply_acks(
             if not batches:
                 continue
             err = _partition_error(ctx, tid, int(p.partition_index))
+            if not renew_ok and any(4 in types for _f, _l, types in batches):
+                err = ErrorCode.INVALID_REQUEST  # RENEW with share.renew.acknowledge.enable=false
             if err == ErrorCode.NONE:
                 err = await coord.acknowledge(group, member, tid, int(p.partition_index), batches)
             out[(tid, int(p.partition_index))] = err
@@ -138,19 +145,32 @@ async def _apply_acks(
 def _reader(ctx: RequestContext, name: str, partition: int, budget: int, isolation: str) -> Any:
     plog = ctx.broker.logs.get((name, partition))
 
-    def read(offset: int) -> tuple[bytes, int] | None:
+    def read(offset: int) -> tuple[bytes, int, list[tuple[int, int]]] | None:
         if plog is None:
             return None
-        upper = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
+        committed = isolation == "read_committed"
+        upper = plog.last_stable_offset if committed else plog.high_watermark
         if offset >= upper or offset < plog.log_start_offset:
             return None
         data = plog.read_bytes(offset, max(budget, 1), max_offset=upper, min_one_message=True)
+        aborted = plog.collect_aborted(offset, upper) if committed else []
         last = -1
+        skips: list[tuple[int, int]] = []
         for _pos, h in iter_batches(data):
             last = h.next_offset - 1
+            if (
+                aborted
+                and h.is_transactional
+                and not h.is_control
+                and any(
+                    a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
+                    for a in aborted
+                )
+            ):
+                skips.append((h.base_offset, h.last_offset))
         if last < offset:
             return None
-        return data, last
+        return data, last, skips
 
     return read
 
@@ -192,7 +212,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
         for t in request.forgotten_topics_data
         for p in t.partitions
     ]
-    err, session = coord.open_session(group, member, epoch, add, forget)
+    err, session = coord.open_session(group, member, epoch, add, forget, ctx.connection_id)
     if err != ErrorCode.NONE or session is None:
         return {**base, "error_code": err}
     results: dict[uuid.UUID, dict[int, dict[str, Any]]] = {}
@@ -223,6 +243,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
         part(tid, p)["acknowledge_error_code"] = code
     if epoch == -1:
         await coord.release_member(group, member)
+        return {**base, "responses": _responses(results), "node_endpoints": _node_endpoints(ctx)}
+    if getattr(request, "is_renew_ack", False):  # KIP-1222: renewing locks fetches nothing
         return {**base, "responses": _responses(results), "node_endpoints": _node_endpoints(ctx)}
     cfg = coord.group_config(group)
     isolation = cfg.get("share.isolation.level", "read_uncommitted")
@@ -311,7 +333,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> dict[st
         return {**base, "error_code": ErrorCode.INVALID_REQUEST}
     if log.isEnabledFor(logging.DEBUG):
         log.debug("ShareAcknowledge %s %s epoch %d: %s", group, member, epoch, request.topics)
-    err = coord.check_ack_session(group, member, epoch)
+    err = coord.check_ack_session(group, member, epoch, ctx.connection_id)
     if err != ErrorCode.NONE:
         return {**base, "error_code": err}
     acks = await _apply_acks(ctx, coord, group, member, request.topics)
