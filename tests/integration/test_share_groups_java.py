@@ -168,3 +168,24 @@ def test_restart_loses_no_acknowledgement(classes: Path, tmp_path: Path, how: st
         assert len(a2) == len(set(a2))
     finally:
         b.stop()
+
+
+def test_read_committed_skips_aborted_transactions(classes: Path, share_broker: BrokerProcess) -> None:
+    b = share_broker
+    topic = f"share-tx-{uuid.uuid4().hex[:8]}"
+    java(classes, b, "create", topic, "1")
+    java(classes, b, "txproduce", topic, "5")
+    committed = sorted([f"c{i}" for i in range(5)] + [f"d{i}" for i in range(5)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    cfg = ["share.auto.offset.reset=earliest", "share.isolation.level=read_committed"]
+    assert "SETCFG ok" in java(classes, b, "setcfg", group, *cfg)
+    rows = recs(java(classes, b, "consume", topic, group, "accept", "10", "40000", "4000"))
+    assert sorted(r[2] for r in rows) == committed
+    # the transaction markers (acknowledged as gaps by the client) and the aborted records
+    # (archived) leave nothing behind: 15 records + 3 markers
+    assert f"OFFSET {topic}-0 18 lag=0" in java(classes, b, "describe", group)
+    # read_uncommitted (the default) delivers the aborted records too
+    group2 = f"g-{uuid.uuid4().hex[:8]}"
+    assert "SETCFG ok" in java(classes, b, "setcfg", group2, "share.auto.offset.reset=earliest")
+    rows = recs(java(classes, b, "consume", topic, group2, "accept", "15", "40000", "4000"))
+    assert sorted(r[2] for r in rows) == sorted(committed + [f"a{i}" for i in range(5)])

@@ -12,6 +12,7 @@ import org.apache.kafka.common.config.ConfigResource;
  *
  *   create BOOTSTRAP TOPIC PARTITIONS
  *   produce BOOTSTRAP TOPIC N PREFIX
+ *   txproduce BOOTSTRAP TOPIC N                   (transactions: N committed "c", N aborted "a", N committed "d")
  *   setcfg BOOTSTRAP GROUP name=value...          (IncrementalAlterConfigs on the GROUP resource)
  *   getcfg BOOTSTRAP GROUP name...                (DescribeConfigs on the GROUP resource)
  *   consume BOOTSTRAP TOPIC GROUP POLICY WANT TIMEOUT_MS [IDLE_MS]
@@ -49,6 +50,25 @@ public class ShareClient {
                     for (int i = 0; i < n; i++) prod.send(new ProducerRecord<>(a[2], "k" + i, a[4] + i)).get();
                 }
                 System.out.println("PRODUCED");
+                break;
+            }
+            case "txproduce": {
+                Properties p = base(bootstrap);
+                p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+                p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+                p.put("transactional.id", "share-tx-" + a[2]);
+                int n = Integer.parseInt(a[3]);
+                try (KafkaProducer<String, String> prod = new KafkaProducer<>(p)) {
+                    prod.initTransactions();
+                    for (String prefix : List.of("c", "a", "d")) {
+                        prod.beginTransaction();
+                        for (int i = 0; i < n; i++) prod.send(new ProducerRecord<>(a[2], "k" + i, prefix + i));
+                        prod.flush();
+                        if (prefix.equals("a")) prod.abortTransaction();
+                        else prod.commitTransaction();
+                    }
+                }
+                System.out.println("TXPRODUCED");
                 break;
             }
             case "setcfg": {
