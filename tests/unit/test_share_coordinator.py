@@ -233,7 +233,7 @@ def test_alter_and_delete_offsets_need_an_empty_group() -> None:
     run(go())
 
 
-@pytest.mark.parametrize("every", [1, 2, 500])
+@pytest.mark.parametrize("every", [1, 2, 3, 500])
 def test_replay_with_updates_equals_live_state(every: int) -> None:
     async def go() -> None:
         storage = MemoryOffsetsStorage()
@@ -249,6 +249,14 @@ def test_replay_with_updates_equals_live_state(every: int) -> None:
         c2 = make(storage)
         await c2.start()
         back = c2.partitions[("g", TID, 1)]
+        assert (back.start_offset, back.state_batches()) == (live.start_offset, live.state_batches())
+        # log compaction keeps the newest snapshot and the newest update: enough (updates are
+        # cumulative since their snapshot)
+        compacted = MemoryOffsetsStorage()
+        compacted.partitions = {p: storage.compacted(p) for p in storage.partitions}
+        c3 = make(compacted)
+        await c3.start()
+        back = c3.partitions[("g", TID, 1)]
         assert (back.start_offset, back.state_batches()) == (live.start_offset, live.state_batches())
 
     run(go())

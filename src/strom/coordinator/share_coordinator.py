@@ -190,6 +190,8 @@ class ShareCoordinator:
         self.storage_log = RateLimitedLog(log, self.clock)
         self._locks: dict[SPKey, asyncio.Lock] = {}
         self._snapshot_epoch: dict[SPKey, int] = {}
+        # the state each share-partition's last snapshot holds (start, batches, state epoch)
+        self._snapshot_base: dict[SPKey, tuple[int, list[tuple[int, int, int, int]], int]] = {}
         self._updates_since_snapshot: dict[SPKey, int] = {}
         self._timer: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
@@ -247,10 +249,12 @@ class ShareCoordinator:
         if value is None:
             if k.kind == SHARE_SNAPSHOT:
                 self.partitions.pop(spk, None)
+                self._snapshot_base.pop(spk, None)
             return
         v = decode_value(k.kind, value)
         self._snapshot_epoch[spk] = v.snapshot_epoch
         if k.kind == SHARE_SNAPSHOT:
+            self._snapshot_base[spk] = (v.start_offset, v.batches, v.state_epoch)
             self.partitions[spk] = SharePartition.restore(
                 v.start_offset,
                 v.batches,
@@ -260,9 +264,13 @@ class ShareCoordinator:
             )
             self._updates_since_snapshot[spk] = 0
         else:
-            sp = self.partitions.get(spk)
-            if sp is None:
+            base = self._snapshot_base.get(spk)
+            if base is None or spk not in self.partitions:
                 return  # an update without its snapshot (Kafka ignores it too)
+            # an update holds every change since the snapshot: apply it to the snapshot
+            sp = self.partitions[spk] = SharePartition.restore(
+                base[0], base[1], state_epoch=base[2], delivery_count_limit=1 << 15, max_in_flight=1 << 30
+            )
             if v.start_offset >= 0:
                 if v.start_offset < sp.start_offset:
                     sp.reset(v.start_offset)
@@ -290,32 +298,43 @@ class ShareCoordinator:
             ]
         epoch = self._snapshot_epoch.get(key, -1)
         updates = self._updates_since_snapshot.get(key, 0)
+        base = self._snapshot_base.get(key)
         if (
             before is None
+            or base is None
             or updates + 1 >= self.config.snapshot_every
             or after.start_offset < before.start_offset
         ):
             epoch += 1
-            value = ShareStateValue(epoch, after.state_epoch, 0, after.start_offset, after.state_batches())
+            batches = after.state_batches()
+            value = ShareStateValue(epoch, after.state_epoch, 0, after.start_offset, batches)
             return [
                 (
                     encode_key(ShareStateKey(SHARE_SNAPSHOT, group, tid, p)),
                     encode_value(SHARE_SNAPSHOT, value),
                 )
             ]
-        old, new = _expand(before), _expand(after)
-        changed = sorted(o for o, st in new.items() if old.get(o) != st)
-        if not changed and after.start_offset == before.start_offset:
+        new = _expand(after)
+        if after.start_offset == before.start_offset and _expand(before) == new:
             return []
-        batches: list[tuple[int, int, int, int]] = []
+        # An update holds every change since the last snapshot (not only this step's), so the
+        # snapshot and the newest update alone rebuild the state: log compaction keeps just
+        # those two per share-partition.
+        base_start, base_batches, _se = base
+        old: dict[int, tuple[int, int]] = {}
+        for first, last, state, count in base_batches:
+            for off in range(first, last + 1):
+                old[off] = (state, count)
+        changed = sorted(o for o, st in new.items() if old.get(o) != st)
+        upd: list[tuple[int, int, int, int]] = []
         for off in changed:
             state, count = new[off]
-            if batches and batches[-1][1] == off - 1 and batches[-1][2:] == (state, count):
-                batches[-1] = (batches[-1][0], off, state, count)
+            if upd and upd[-1][1] == off - 1 and upd[-1][2:] == (state, count):
+                upd[-1] = (upd[-1][0], off, state, count)
             else:
-                batches.append((off, off, state, count))
-        start = after.start_offset if after.start_offset != before.start_offset else -1
-        value = ShareStateValue(max(epoch, 0), -1, 0, start, batches)
+                upd.append((off, off, state, count))
+        start = after.start_offset if after.start_offset != base_start else -1
+        value = ShareStateValue(max(epoch, 0), -1, 0, start, upd)
         return [(encode_key(ShareStateKey(SHARE_UPDATE, group, tid, p)), encode_value(SHARE_UPDATE, value))]
 
     async def _persist(self, key: SPKey, records: list[tuple[bytes, bytes | None]]) -> bool:
@@ -336,11 +355,14 @@ class ShareCoordinator:
         for k, v in records:
             kk = decode_key(k)
             if v is None:
+                self._snapshot_base.pop(key, None)
+                self._updates_since_snapshot.pop(key, None)
                 continue
             vv = decode_value(kk.kind, v)
             self._snapshot_epoch[key] = vv.snapshot_epoch
             if kk.kind == SHARE_SNAPSHOT:
                 self._updates_since_snapshot[key] = 0
+                self._snapshot_base[key] = (vv.start_offset, vv.batches, vv.state_epoch)
             else:
                 self._updates_since_snapshot[key] = self._updates_since_snapshot.get(key, 0) + 1
         return True
