@@ -81,9 +81,25 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str
 # --------------------------------------------------------------------------- classic protocol
 
 
+def _is_share_group(ctx: RequestContext, group_id: str) -> bool:
+    share = getattr(ctx.broker, "share_coordinator", None)
+    return share is not None and group_id in share.groups
+
+
 @handler(11)
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "member_id": str(request.member_id or ""),
+            "members": [],
+        }
     session_ms = _ms(request.session_timeout)
     result = await coord.join_group(
         str(request.group_id),
@@ -417,6 +433,16 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, A
 @handler(68)
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+            "error_message": f"Group {request.group_id} is not a consumer group.",
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
     topics = ctx.broker.topics
 
     def resolve(name: str) -> tuple[uuid.UUID, int] | None:
