@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,3 +190,31 @@ def test_read_committed_skips_aborted_transactions(classes: Path, share_broker: 
     assert "SETCFG ok" in java(classes, b, "setcfg", group2, "share.auto.offset.reset=earliest")
     rows = recs(java(classes, b, "consume", topic, group2, "accept", "15", "40000", "4000"))
     assert sorted(r[2] for r in rows) == sorted(committed + [f"a{i}" for i in range(5)])
+
+
+def test_running_consumer_survives_broker_kill(classes: Path, tmp_path: Path) -> None:
+    """A share consumer keeps consuming across a kill -9 and restart of the broker: it rejoins,
+    reopens its share session, and every record is accepted; nothing is left undelivered."""
+    b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
+    b.start()
+    try:
+        topic, group = setup_topic(classes, b, 20, partitions=2)
+        p = start_java(classes, b, "consume", topic, group, "accept", "40", "90000", "15000")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the member consumed something
+            probe = start_java(classes, b, "describe", group)
+            if "OFFSET" in probe.communicate(timeout=60)[0]:
+                break
+            time.sleep(0.5)
+        time.sleep(3)
+        b.kill()
+        b.start()
+        java(classes, b, "produce", topic, "20", "w")
+        out, err = p.communicate(timeout=150)
+        assert p.returncode == 0, out + err[-4000:]
+        accepted = {r[2] for r in recs(out) if r[4] == "ACCEPT"}
+        assert accepted == {f"v{i}" for i in range(20)} | {f"w{i}" for i in range(20)}
+        described = java(classes, b, "describe", group)
+        assert described.count("lag=0") == 2, described
+    finally:
+        b.stop()
