@@ -218,3 +218,14 @@ def test_running_consumer_survives_broker_kill(classes: Path, tmp_path: Path) ->
         assert described.count("lag=0") == 2, described
     finally:
         b.stop()
+
+
+def test_implicit_acknowledgement(classes: Path, share_broker: BrokerProcess) -> None:
+    """share.acknowledgement.mode=implicit: the records of a poll are accepted by the next poll or
+    commit; nothing comes back to the group afterwards."""
+    b = share_broker
+    topic, group = setup_topic(classes, b, 12, partitions=2)
+    rows = recs(java(classes, b, "consume", topic, group, "implicit", "12", "40000"))
+    assert sorted(r[2] for r in rows) == sorted(f"v{i}" for i in range(12))
+    assert recs(java(classes, b, "consume", topic, group, "accept", "1", "5000")) == []
+    assert java(classes, b, "describe", group).count("lag=0") == 2
