@@ -124,6 +124,11 @@ def test_release_redelivers_and_reject_archives(classes: Path, share_broker: Bro
     out = java(classes, b, "consume", topic2, group2, "accept", "1", "4000")
     assert recs(out) == []
     assert f"OFFSET {topic2}-0 5 lag=0" in java(classes, b, "describe", group2)
+    # the Java Admin's share-group offset calls (what kafka-share-groups.sh uses)
+    out = java(classes, b, "adminops", group2, topic2)
+    assert "ALTER ok" in out and f"OFFSET {topic2}-0 0 lag=5" in out
+    assert "DELETEOFFSETS ok" in out and "DELETEGROUP ok" in out
+    assert f"LISTED {group2}" not in java(classes, b, "describe", group)
 
 
 def test_lock_timeout_redelivers_and_poison_is_archived(classes: Path, share_broker: BrokerProcess) -> None:

@@ -22,6 +22,8 @@ import org.apache.kafka.common.config.ConfigResource;
  *       accept | release-first | release-all | reject:VALUE | hold (acknowledge nothing, then
  *       halt without closing: the broker must time the locks out) | implicit
  *   describe BOOTSTRAP GROUP                      (describeShareGroups + listShareGroupOffsets)
+ *   adminops BOOTSTRAP GROUP TOPIC                (alterShareGroupOffsets to 0, deleteShareGroupOffsets,
+ *                                                  deleteShareGroups; prints each outcome)
  */
 public class ShareClient {
     static Properties base(String bootstrap) {
@@ -171,6 +173,35 @@ public class ShareClient {
                             : e.getValue().startOffset() + " lag=" + e.getValue().lag().orElse(-1L)));
                     for (GroupListing g : admin.listGroups(ListGroupsOptions.forShareGroups()).all().get())
                         System.out.println("LISTED " + g.groupId() + " " + g.type().orElse(null) + " " + g.groupState().orElse(null));
+                }
+                break;
+            }
+            case "adminops": {
+                String group = a[2], topic = a[3];
+                try (Admin admin = Admin.create(base(bootstrap))) {
+                    try {
+                        admin.alterShareGroupOffsets(group, Map.of(new TopicPartition(topic, 0), 0L)).all().get();
+                        System.out.println("ALTER ok");
+                    } catch (Exception e) {
+                        System.out.println("ALTER " + e.getCause().getClass().getSimpleName());
+                    }
+                    Map<TopicPartition, SharePartitionOffsetInfo> offs = admin.listShareGroupOffsets(
+                        Map.of(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get();
+                    for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> e : offs.entrySet())
+                        System.out.println("OFFSET " + e.getKey() + " " + (e.getValue() == null ? "null"
+                            : e.getValue().startOffset() + " lag=" + e.getValue().lag().orElse(-1L)));
+                    try {
+                        admin.deleteShareGroupOffsets(group, Set.of(topic)).all().get();
+                        System.out.println("DELETEOFFSETS ok");
+                    } catch (Exception e) {
+                        System.out.println("DELETEOFFSETS " + e.getCause().getClass().getSimpleName());
+                    }
+                    try {
+                        admin.deleteShareGroups(List.of(group)).all().get();
+                        System.out.println("DELETEGROUP ok");
+                    } catch (Exception e) {
+                        System.out.println("DELETEGROUP " + e.getCause().getClass().getSimpleName());
+                    }
                 }
                 break;
             }
