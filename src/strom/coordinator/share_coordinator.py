@@ -14,19 +14,26 @@ Three parts, each Kafka's:
 * **Share sessions** (``ShareSessionCache``): per (group, member), the partitions a ShareFetch
   works on and the expected session epoch (0 opens, -1 closes and releases the member's records,
   otherwise it must be the next epoch: INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_NOT_FOUND).
+  A session also ends when its client connection closes, or when the member's group session
+  times out; a member leaving the group keeps its session until it closes it (clients send their
+  final acknowledgements after the leave heartbeat).
 * **Share-partition state** (``SharePartition`` + the share coordinator): one
   :class:`~.share_partition.SharePartition` per (group, topic id, partition), initialised with
   ``share.auto.offset.reset`` (latest by default) when first assigned or fetched, and persisted
-  to ``__share_group_state`` as Kafka does: ShareUpdate records with the ranges that changed and a
-  ShareSnapshot every ``share.coordinator.snapshot.update.records.per.snapshot`` updates (and
-  first). An operation changes the state, appends its record durably, and only then answers; if
-  the append fails the state is put back and the client gets an error. Start-up replays the
-  topic (snapshots replace, updates overlay), so a restart (clean or kill -9) loses no
-  acknowledgement and never redelivers what was acknowledged; records that were merely
-  acquired become available again with their delivery counts (locks do not survive restarts).
+  to ``__share_group_state`` in Kafka's record formats: a ShareSnapshot (the whole window) first
+  and every ``share.coordinator.snapshot.update.records.per.snapshot`` writes, ShareUpdate records
+  in between. Unlike Kafka's delta updates (its state topic is pruned with DeleteRecords behind
+  each snapshot), a strom ShareUpdate holds every change since the last snapshot, because the
+  topic is compacted: the newest snapshot and the newest update per share-partition are all that
+  replay needs. Acquisitions are persisted too (as AVAILABLE with the new delivery count), so
+  the delivery count limit survives crashes. An operation changes the state, appends its
+  record durably, and only then answers; if the append fails the state is put back and the
+  client gets an error. Start-up replays the topic, so a restart (clean or kill -9) loses no
+  acknowledgement and never redelivers what was acknowledged; records that were merely acquired
+  become available again with their delivery counts (locks do not survive restarts).
 
-Error contract: methods return Kafka error codes; storage failures become
-COORDINATOR_NOT_AVAILABLE (heartbeat) or UNKNOWN_SERVER_ERROR-free retriable codes for fetches.
+Error contract: methods return Kafka error codes and never raise for client input; storage
+failures become COORDINATOR_NOT_AVAILABLE (retriable) with the state unchanged.
 """
 
 from __future__ import annotations
