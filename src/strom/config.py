@@ -56,6 +56,11 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "auto.create.topics.enable": (bool, True),
     "delete.topic.enable": (bool, True),
     "socket.request.max.bytes": (int, 104857600),
+    # Bytes of requests read but not yet handled, over all connections (Kafka's memory pool).
+    # Kafka's default is -1 (unbounded); strom bounds it by default: 256 MiB holds two requests of
+    # the largest size socket.request.max.bytes allows while 20 clients trickling 50 MB frames
+    # cannot take the broker to a GB. -1 restores Kafka's behaviour.
+    "queued.max.request.bytes": (int, 268435456),
     "message.max.bytes": (int, 1048588),
     "log.segment.bytes": (int, 1073741824),
     "log.roll.ms": (int, -1),
@@ -83,6 +88,12 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "strom.log.cleaner.process": (bool, True),
     "strom.log.cleaner.process.nice": (int, 10),
     "strom.log.cleaner.writeback.pacing": (bool, True),
+    # log file descriptors kept open at most (an LRU, strom.log.file_cache; Kafka keeps every
+    # segment's files open). -1: half of the soft RLIMIT_NOFILE, the rest left for sockets
+    "strom.log.max.open.files": (int, -1),
+    # partitions this broker may hold; CreateTopics/CreatePartitions beyond get POLICY_VIOLATION
+    # (-1: no limit). Each partition costs memory (~tens of KB), not descriptors
+    "strom.broker.max.partitions": (int, 50000),
     "min.insync.replicas": (int, 1),
     "compression.type": (str, "producer"),
     "offsets.topic.num.partitions": (int, 50),
@@ -276,6 +287,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if self.values["socket.request.max.bytes"] <= 0:
             raise ConfigError("socket.request.max.bytes must be positive")
+        if self.values["queued.max.request.bytes"] == 0 or self.values["queued.max.request.bytes"] < -1:
+            raise ConfigError("queued.max.request.bytes must be positive, or -1 for no limit")
         if self.values["message.max.bytes"] <= 0:
             raise ConfigError("message.max.bytes must be positive")
         if self.values["log.segment.bytes"] < 14:
@@ -461,6 +474,22 @@ class LogConfig:
         cfg.validate()
         return cfg
 
+    @property
+    def cleanup_policies(self) -> frozenset[str]:
+        """``cleanup.policy`` as a set (Kafka's LogConfig.delete / .compact): ``delete`` applies
+        retention.ms/retention.bytes, ``compact`` the log cleaner. Empty (Kafka 4 accepts
+        ``cleanup.policy=""``) means neither: segments stay until the log start offset passes
+        them, the "infinite retention" of Kafka 4.2's documentation."""
+        return frozenset(p.strip() for p in self.cleanup_policy.split(",") if p.strip())
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policies
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policies
+
     def validate(self) -> None:
         if self.segment_bytes < 14:
             raise ConfigError("segment.bytes must be at least 14")
@@ -470,8 +499,7 @@ class LogConfig:
             raise ConfigError("max.message.bytes must be non-negative")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
-        for p in self.cleanup_policy.split(","):
-            if p.strip() not in ("delete", "compact"):
-                raise ConfigError(f"invalid cleanup.policy {self.cleanup_policy!r}")
+        if not self.cleanup_policies <= {"delete", "compact"}:
+            raise ConfigError(f"invalid cleanup.policy {self.cleanup_policy!r}")
         if self.compression_type not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
             raise ConfigError(f"invalid compression.type {self.compression_type!r}")

@@ -19,8 +19,11 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, sync_dir: bool = True, mode: int | None = None) -> None:
-    """Atomically give ``path`` the content ``data`` (durable when this returns).
+def replace_file(
+    path: Path, data: bytes, *, sync_dir: bool = True, mode: int | None = None, sync: bool = True
+) -> None:
+    """Atomically give ``path`` the content ``data`` (durable when this returns, unless
+    ``sync=False``: then the caller syncs the file system before relying on it).
 
     ``mode`` (e.g. 0o600 for secrets) is given to the temporary file when it is created, and
     set again with fchmod (the umask, or a leftover tmp file, could otherwise widen it), so the
@@ -34,9 +37,10 @@ def replace_file(path: Path, data: bytes, *, sync_dir: bool = True, mode: int | 
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if sync_dir:
+    if sync_dir and sync:
         fsync_dir(path.parent)

@@ -21,11 +21,12 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from strom.clock import Clock
 
-__all__ = ["RateLimitedLog", "describe_error"]
+__all__ = ["RateLimitedLine", "RateLimitedLog", "describe_error"]
 
 DEFAULT_INTERVAL_MS = 60_000
 
@@ -125,3 +126,29 @@ class RateLimitedLog:
 
 def _seconds(ms: int) -> str:
     return f"{ms / 1000:.1f} s"
+
+
+class RateLimitedLine:
+    """One log line per ``interval_s`` at most for one recurring condition with no subject and
+    no recovery to report (out of file descriptors on accept or open); counts the rest into the
+    next line. Wall-clock based: it serves module-level code that has no injected clock."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = DEFAULT_INTERVAL_MS / 1000) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._last = -1e18
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def log(self, level: int, msg: str, *args: object) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self.interval_s:
+                self._suppressed += 1
+                return False
+            self._last = now
+            suppressed, self._suppressed = self._suppressed, 0
+        if suppressed:
+            msg += f" ({suppressed} more like this since the last message)"
+        self.logger.log(level, msg, *args)
+        return True

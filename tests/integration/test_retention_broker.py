@@ -179,3 +179,48 @@ def test_null_key_rejected_on_compacted_topic(lbroker: BrokerProcess) -> None:
     p.produce(topic, value=b"no key", partition=0, on_delivery=lambda err, _m: errs.append(err))
     p.flush(10)
     assert errs and errs[0] is not None and errs[0].code() == 87  # type: ignore[attr-defined]
+
+
+def test_empty_cleanup_policy_keeps_everything(lbroker: BrokerProcess) -> None:
+    """Kafka 4 takes an empty cleanup.policy (IncrementalAlterConfigs SUBTRACT of the last policy,
+    or SET ""): neither retention nor compaction applies -- segments stay however old or big
+    (Kafka 4.2 documents it as infinite retention); DeleteRecords is refused as with any policy
+    lacking "delete" (POLICY_VIOLATION), null keys are accepted."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic = create(lbroker, {"segment.bytes": "2000", "retention.ms": "60000", "retention.bytes": "3000"})
+    admin = AdminClient({"bootstrap.servers": lbroker.bootstrap})
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT)
+        ],
+    )
+    admin.incremental_alter_configs([res])[res].result(10)
+    described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+    entry = next(iter(described.values())).result(10)["cleanup.policy"]
+    assert entry.value == ""
+    old = int(time.time() * 1000) - 3_600_000
+    produce(lbroker, topic, [(b"k%d" % (i % 3), b"x" * 100, old) for i in range(60)])
+    produce(lbroker, topic, [(None, b"no key", None)])
+    segments = len(seg_files(lbroker, topic))
+    assert segments > 3
+    time.sleep(1.5)  # several retention checks (every 200 ms) and cleaner passes
+    assert watermarks(lbroker, topic) == (0, 61)
+    assert len(seg_files(lbroker, topic)) == segments
+    assert [o for o, _, _ in consume_all(lbroker, topic)] == list(range(61))
+    bad = admin.delete_records([TopicPartition(topic, 0, 10)])
+    with pytest.raises(KafkaException) as e:
+        next(iter(bad.values())).result(10)
+    assert e.value.args[0].code() == 44  # POLICY_VIOLATION
+    # "delete" back: retention applies again
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([res])[res].result(10)
+    assert wait_for(lambda: watermarks(lbroker, topic)[0] > 0)

@@ -10,6 +10,7 @@ SASL_PLAINTEXT with PLAIN users from ``listener.name.sasl_plaintext.plain.sasl.j
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shutil
 import socket
@@ -224,8 +225,41 @@ def _scram_admin_setup(plaintext_bootstrap: str, user: str, password: str) -> No
             password.encode(),
         ),
     ]
-    for fut in a.alter_user_scram_credentials(ups).values():
-        fut.result(timeout=10)
+    # one request per mechanism: a Kafka 4 controller refuses two changes of a user in one
+    for up in ups:
+        for fut in a.alter_user_scram_credentials([up]).values():
+            fut.result(timeout=10)
+
+
+def test_scram_salts_and_duplicates_as_kafka(sasl_broker: BrokerProcess) -> None:
+    """Kafka 4 stores any salt (here 4 bytes and empty) and logins with it work; two changes of
+    one user in one request are DUPLICATE_RESOURCE, whatever the mechanisms."""
+    a = admin_mod.AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    sha256 = admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_256, 4096)
+    sha512 = admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_512, 4096)
+    up = admin_mod.UserScramCredentialUpsertion("salty4", sha256, b"salty4-secret", b"salt")
+    a.alter_user_scram_credentials([up])["salty4"].result(timeout=10)
+    # librdkafka refuses to send an empty salt; the request itself, as Kafka's own Admin can send it
+    salted = hashlib.pbkdf2_hmac("sha256", b"salty0-secret", b"", 4096)
+    upsertion = {"name": "salty0", "mechanism": 1, "iterations": 4096, "salt": b"", "salted_password": salted}
+    r = Raw(sasl_broker.bootstrap).call(51, 0, {"deletions": [], "upsertions": [upsertion]})
+    assert [(x.user, int(x.error_code)) for x in r.results] == [("salty0", 0)]
+    for user in ("salty4", "salty0"):
+        topic = f"salt-{user}-{uuid.uuid4().hex[:6]}"
+        assert _roundtrip(_conf(sasl_broker, "SCRAM-SHA-256", user, f"{user}-secret"), topic, 2) == [
+            b"v0",
+            b"v1",
+        ]
+    both = [
+        admin_mod.UserScramCredentialUpsertion("twice", sha256, b"twice-secret"),
+        admin_mod.UserScramCredentialUpsertion("twice", sha512, b"twice-secret"),
+    ]
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        a.alter_user_scram_credentials(both)["twice"].result(timeout=10)
+    assert ei.value.args[0].code() == confluent_kafka.KafkaError.DUPLICATE_RESOURCE
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        a.describe_user_scram_credentials(["twice"])["twice"].result(timeout=10)
+    assert ei.value.args[0].code() == confluent_kafka.KafkaError.RESOURCE_NOT_FOUND
 
 
 def test_scram_credentials_admin_and_login(sasl_broker: BrokerProcess) -> None:
@@ -372,16 +406,25 @@ public class SaslClient {
         Properties ap = new Properties();
         ap.put("bootstrap.servers", a[0]);
         try (Admin admin = Admin.create(ap)) {
-            admin.alterUserScramCredentials(List.of(
-                new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), "henry-secret"),
-                new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), "henry-secret")
-            )).all().get();
+            UserScramCredentialAlteration h256 = new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), "henry-secret");
+            UserScramCredentialAlteration h512 = new UserScramCredentialUpsertion("henry", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), "henry-secret");
+            try {  // Kafka 4: one change per user and request
+                admin.alterUserScramCredentials(List.of(h256, h512)).all().get();
+            } catch (Exception e) {
+                System.out.println("BOTH " + e.getCause().getClass().getSimpleName());
+            }
+            admin.alterUserScramCredentials(List.of(h256)).all().get();
+            admin.alterUserScramCredentials(List.of(h512)).all().get();
+            // a 4-byte salt, which Kafka accepts
+            admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion("ivy",
+                new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), "ivy-secret".getBytes(), "salt".getBytes()))).all().get();
             for (ScramCredentialInfo i : admin.describeUserScramCredentials(List.of("henry")).all().get().get("henry").credentialInfos())
                 System.out.println("DESC " + i.mechanism() + " " + i.iterations());
         }
         send(sasl(a[1], "PLAIN", "plain.PlainLoginModule", "alice", "alice-secret"), a[2], "plain");
         send(sasl(a[1], "SCRAM-SHA-256", "scram.ScramLoginModule", "henry", "henry-secret"), a[2], "scram256");
         send(sasl(a[1], "SCRAM-SHA-512", "scram.ScramLoginModule", "henry", "henry-secret"), a[2], "scram512");
+        send(sasl(a[1], "SCRAM-SHA-512", "scram.ScramLoginModule", "ivy", "ivy-secret"), a[2], "salt4");
         try {
             send(sasl(a[1], "PLAIN", "plain.PlainLoginModule", "alice", "wrong"), a[2], "never");
         } catch (Exception e) {
@@ -405,16 +448,18 @@ def test_java_client_plain_and_scram(sasl_broker: BrokerProcess, tmp_path: Path)
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[:5] == [
+    assert lines[:7] == [
+        "BOTH DuplicateResourceException",
         "DESC SCRAM_SHA_256 8192",
         "DESC SCRAM_SHA_512 4096",
         "SENT plain",
         "SENT scram256",
         "SENT scram512",
+        "SENT salt4",
     ]
     assert (
-        lines[5].startswith("FAILED SaslAuthenticationException")
-        and "Invalid username or password" in lines[5]
+        lines[7].startswith("FAILED SaslAuthenticationException")
+        and "Invalid username or password" in lines[7]
     )
 
 

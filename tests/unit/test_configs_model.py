@@ -40,6 +40,7 @@ def entries(es: list[cfg.ConfigEntry]) -> dict[str, cfg.ConfigEntry]:
         ("retention.ms", "-1", "-1"),
         ("cleanup.policy", "compact, delete", "compact,delete"),
         ("cleanup.policy", "delete,delete", "delete"),
+        ("cleanup.policy", "", ""),  # Kafka 4: no policy at all (neither retention nor compaction)
         ("min.cleanable.dirty.ratio", "0.25", "0.25"),
         ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
         ("max.message.bytes", "2147483647", "2147483647"),
@@ -56,7 +57,6 @@ def test_normalize_topic_value(name: str, raw: str, expected: str) -> None:
         ("retention.ms", "-5", "Value must be at least -1"),
         ("max.message.bytes", "2147483648", "Not a number of type INT"),
         ("cleanup.policy", "compact,bogus", "String must be one of: compact, delete"),
-        ("cleanup.policy", "", "Empty list is not allowed"),
         ("message.timestamp.type", "WallClock", "String must be one of"),
         ("min.cleanable.dirty.ratio", "1.5", "between 0 and 1"),
         ("min.insync.replicas", "0", "at least 1"),

@@ -99,10 +99,12 @@ def test_unexpected_failure_answers_unknown_server_error_per_item(monkeypatch: p
 
     class Broker:
         from strom.config import BrokerConfig
+        from strom.protocol.framing import RequestMemoryPool
 
         config = BrokerConfig.from_sources(overrides=[])
         connections: set[Any] = set()
         native_sendfile = False
+        request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
 
     async def go() -> bytes:
         proto = KafkaProtocol(Broker())  # type: ignore[arg-type]

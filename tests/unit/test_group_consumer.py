@@ -5,7 +5,13 @@ from __future__ import annotations
 import uuid
 
 from strom.clock import ManualClock
-from strom.coordinator.consumer import ConsumerGroup, HeartbeatResult, range_assign, uniform_assign
+from strom.coordinator.consumer import (
+    ConsumerConfig,
+    ConsumerGroup,
+    HeartbeatResult,
+    range_assign,
+    uniform_assign,
+)
 from strom.protocol.errors import ErrorCode as E
 
 TID = uuid.UUID(int=7)
@@ -103,3 +109,99 @@ def test_static_member_temporary_leave_and_rejoin_keeps_partitions() -> None:
     r2 = hb(g, "a2", 0, instance="i-a")
     assert r2.error == E.NONE and parts(r2) == before and r2.member_epoch == r.member_epoch
     assert hb(g, "a3", 0, instance="i-a").error == E.UNRELEASED_INSTANCE_ID
+
+
+def test_member_that_finishes_revoking_after_the_target_moved_gets_its_new_partitions() -> None:
+    # Kafka's CurrentAssignmentBuilder: once the member revoked, it is reconciled towards the
+    # latest target, not parked at the assignment epoch with only what it kept.
+    g = ConsumerGroup("g", ManualClock())
+    hb(g, "a", 0)
+    hb(g, "b", 0)
+    ra = hb(g, "a", 1, owned={"t": set(range(6))})
+    assert g.members["a"].state == "unrevoked_partitions" and len(parts(ra)) == 3
+    hb(g, "b", -1)  # the target moves on while a is revoking: a is to get everything
+    ra2 = hb(g, "a", 1, owned={"t": parts(ra)})
+    assert ra2.member_epoch == g.assignment_epoch and parts(ra2) == set(range(6))
+    assert g.state == "Stable" and g.owners == {("t", p): "a" for p in range(6)}
+
+
+def converge(g: ConsumerGroup, epochs: dict[str, int], owned: dict[str, set[int]]) -> None:
+    """Heartbeat every member, reporting what it owns, until nothing changes."""
+    for _ in range(6):
+        for m in sorted(epochs):
+            x = hb(g, m, epochs[m], owned={"t": owned[m]})
+            assert x.error == E.NONE
+            epochs[m] = x.member_epoch
+            if x.assignment is not None:
+                owned[m] = parts(x)
+
+
+def test_range_member_that_loses_and_gains_in_one_rebalance_converges() -> None:
+    g = ConsumerGroup("g", ManualClock(), ConsumerConfig(assignors=("range", "uniform")))
+    epochs: dict[str, int] = {}
+    owned: dict[str, set[int]] = {}
+    for m in ("m1", "m2"):
+        epochs[m], owned[m] = hb(g, m, 0).member_epoch, set()
+    converge(g, epochs, owned)
+    assert owned == {"m1": {0, 1, 2}, "m2": {3, 4, 5}}
+    epochs["m0"], owned["m0"] = hb(g, "m0", 0).member_epoch, set()  # sorts first
+    converge(g, epochs, owned)  # m1 gives up 0-1 and takes 3 from m2
+    assert owned == {"m0": {0, 1}, "m1": {2, 3}, "m2": {4, 5}}
+    assert g.state == "Stable"
+
+
+def test_static_member_leaving_temporarily_releases_what_it_was_revoking() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0, instance="i-a")
+    hb(g, "b", 0)
+    ra = hb(g, "a", ra.member_epoch, owned={"t": set(range(6))})
+    pending = set(g.members["a"].pending_revocation["t"])
+    assert pending
+    assert hb(g, "a", -2).member_epoch == -2
+    rb = hb(g, "b", g.members["b"].member_epoch, owned={"t": set()})
+    assert parts(rb) == pending  # b need not wait for a's rejoin or session timeout
+    r2 = hb(g, "a2", 0, instance="i-a", owned={"t": set()})
+    assert r2.error == E.NONE and parts(r2) == set(range(6)) - pending
+
+
+def test_partitions_already_given_up_are_not_waited_for() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    hb(g, "a", 0)
+    hb(g, "b", 0)
+    keep = set(g.target["a"]["t"])
+    ra = hb(g, "a", 1, owned={"t": keep})  # its report already lacks what it is to give up
+    assert ra.member_epoch == 2 and g.members["a"].state == "stable"
+    rb = hb(g, "b", 2, owned={"t": set()})
+    assert parts(rb) == set(range(6)) - keep
+
+
+def test_commit_with_previous_epoch_only_for_partitions_still_held() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0)
+    hb(g, "b", 0)
+    ra = hb(g, "a", 1, owned={"t": set(range(6))})  # revoking: still epoch 1
+    kept, pending = parts(ra), set(g.members["a"].pending_revocation["t"])
+    assert g.validate_offset_commit("a", 1, [("t", p) for p in range(6)]) == E.NONE
+    hb(g, "a", 1, owned={"t": kept})  # revoked: epoch 2, previous 1
+    assert g.members["a"].member_epoch == 2 and g.members["a"].previous_member_epoch == 1
+    # a commit racing the epoch bump is accepted for what it still holds ...
+    assert g.validate_offset_commit("a", 1, [("t", p) for p in kept]) == E.NONE
+    # ... not for what has moved on (a zombie's commit), nor with an older epoch
+    assert g.validate_offset_commit("a", 1, [("t", min(pending))]) == E.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit("a", 0, []) == E.STALE_MEMBER_EPOCH
+    # a static member that left temporarily commits nothing
+    rs = hb(g, "s", 0, instance="i-s")
+    assert hb(g, "s", -2).member_epoch == -2
+    assert g.validate_offset_commit("s", rs.member_epoch, []) == E.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit("s", -2, []) == E.STALE_MEMBER_EPOCH
+
+
+def test_static_member_rejoining_after_leaving_mid_revocation_reconciles_without_a_report() -> None:
+    g = ConsumerGroup("g", ManualClock())
+    ra = hb(g, "a", 0, instance="i-a")
+    hb(g, "b", 0)
+    hb(g, "a", ra.member_epoch, owned={"t": set(range(6))})  # a revoking
+    hb(g, "a", -2)
+    r2 = hb(g, "a2", 0, instance="i-a")  # a join that reports no owned partitions at all
+    assert r2.error == E.NONE and g.members["a2"].state == "stable"
+    assert r2.member_epoch == g.assignment_epoch and parts(r2) == set(g.target["a2"]["t"])

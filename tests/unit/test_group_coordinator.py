@@ -356,3 +356,35 @@ def test_admin_list_describe_delete_offset_delete() -> None:
         assert "idle" not in gc2.groups and list(gc2.fetch_offsets("idle2", None)[1]) == ["u"]
 
     run(go())
+
+
+def test_describe_groups_v6_reports_missing_and_non_classic_groups() -> None:
+    """Kafka 4 (KIP-1043): from v6 a group that is not there, or not a classic group, is
+    GROUP_ID_NOT_FOUND with a message; older versions still see ``Dead`` and no error."""
+
+    async def go() -> None:
+        gc = GroupCoordinator(CoordinatorConfig(), ManualClock(), run_timer=False)
+        await gc.start()
+        old = gc.describe_group("missing", 5)
+        assert (old["error_code"], old["group_state"], old["members"]) == (E.NONE, "Dead", [])
+        new = gc.describe_group("missing", 6)
+        assert (new["error_code"], new["error_message"]) == (E.GROUP_ID_NOT_FOUND, "Group missing not found.")
+        # the empty id is described like any other (Kafka keeps DescribeGroups("") working)
+        assert gc.describe_group("", 5)["group_state"] == "Dead"
+        assert gc.describe_group("", 6)["error_code"] == E.GROUP_ID_NOT_FOUND
+        # a KIP-848 group: DescribeGroups is for classic groups only
+        hb = await gc.consumer_group_heartbeat(
+            "modern",
+            member_id="",
+            member_epoch=0,
+            rebalance_timeout_ms=30000,
+            subscribed_topic_names=["t"],
+            resolve=lambda name: None,
+        )
+        assert hb.error == E.NONE
+        assert gc.describe_group("modern", 5)["group_state"] == "Dead"
+        d = gc.describe_group("modern", 6)
+        assert d["error_code"] == E.GROUP_ID_NOT_FOUND
+        assert d["error_message"] == "Group modern is not a classic group."
+
+    asyncio.run(go())

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from strom.config import BrokerConfig
+from strom.protocol.framing import RequestMemoryPool
 from strom.security.session import ConnectionSession
 from strom.server.network import KafkaProtocol
 
@@ -20,6 +21,7 @@ class _FakeBroker:
         self.config = BrokerConfig.from_sources(overrides=list(overrides))
         self.connections: set[Any] = set()
         self.native_sendfile = False
+        self.request_pool = RequestMemoryPool(self.config["queued.max.request.bytes"])
 
 
 class _FakeTransport:

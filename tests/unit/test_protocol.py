@@ -99,9 +99,10 @@ def test_build_fills_defaults_and_drops_unknown_fields() -> None:
 
 
 def test_version_table_is_kafka4_shaped() -> None:
-    assert KAFKA_API_RANGES[0][1:] == (3, 12)  # Produce: KIP-896 minimum 3
+    assert KAFKA_API_RANGES[0][1:] == (3, 12)  # Produce: KIP-896 minimum 3 accepted ...
+    assert advertised({0})[0] == (0, 0, 12)  # ... yet v0 advertised, as Kafka 4.0 (KAFKA-18659)
     assert KAFKA_API_RANGES[1][1:] == (4, 17)
-    assert advertised({18, 3}) == [(3, 0, 12), (18, 0, 4)]
+    assert advertised({18, 3}) == [(3, 0, 13), (18, 0, 4)]
 
 
 def test_properties_and_overrides() -> None:

@@ -244,3 +244,17 @@ def test_failed_write_is_truncated_back_to_the_last_batch(
     log = open_log(tmp_path / "t-0")
     assert offsets_of(read_all(log)) == [0, 1, 2]
     log.close()
+
+
+def test_empty_cleanup_policy_neither_deletes_nor_allows_delete_records(tmp_path: Path) -> None:
+    """cleanup.policy="" (Kafka 4): retention.ms/retention.bytes do not apply, DeleteRecords is a
+    policy violation as on a compact-only topic."""
+    log = open_log(tmp_path / "t-0", cleanup_policy="", retention_ms=0, retention_bytes=0)
+    assert log.config.cleanup_policies == frozenset()
+    fill_segments(log, 4)
+    segments = len(log.segments)
+    assert log.delete_old_segments() == 0 and len(log.segments) == segments
+    with pytest.raises(PolicyViolationError) as e:
+        log.delete_records(1)
+    assert e.value.error_code == 44
+    log.close()

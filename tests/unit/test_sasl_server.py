@@ -398,24 +398,54 @@ def test_alter_describe_scram_credentials_and_authenticate(tmp_path: Path) -> No
         deletions=[SimpleNamespace(name="ghost", mechanism=1), SimpleNamespace(name="bad", mechanism=9)],
         upsertions=[
             _upsert("alice", 1, "alice-secret", 8192),
-            _upsert("alice", 2, "alice-secret", 4096),
             _upsert("weak", 1, "x", 1000),
-            _upsert("short", 1, "x", 4096, salt=b"tiny"),
+            _upsert("lavish", 2, "x", 16385),
+            _upsert("short", 1, "x", 4096, salt=b"tiny"),  # Kafka takes any salt, even none
+            _upsert("nosalt", 2, "x", 4096, salt=b""),
             _upsert("dup", 1, "x", 4096),
-            _upsert("dup", 1, "y", 4096),
+            _upsert("dup", 2, "y", 4096),  # Kafka 4: one change per user and request
+            _upsert("", 1, "x", 4096),
         ],
     )
     r = _run(alter(_ctx(broker, 51, 0, s), req))
-    codes = {x["user"]: x["error_code"] for x in r["results"]}
-    assert codes == {"ghost": 91, "bad": 33, "alice": 0, "weak": 93, "short": 93, "dup": 92}
+    codes = {x["user"]: (x["error_code"], x["error_message"]) for x in r["results"]}
+    assert codes == {
+        "ghost": (91, "Attempt to delete a user credential that does not exist"),
+        "bad": (33, "Unknown SCRAM mechanism"),
+        "alice": (0, None),
+        "weak": (93, "Too few iterations"),
+        "lavish": (93, "Too many iterations"),
+        "short": (0, None),
+        "nosalt": (0, None),
+        "dup": (92, "A user credential cannot be altered twice in the same request"),
+        "": (93, "Username must not be empty"),
+    }
+    assert CredentialStore(tmp_path).credentials("dup") == {}  # neither change applied
+    # an empty salted password: Kafka fails deriving the keys (UNKNOWN_SERVER_ERROR, no message)
+    empty = SimpleNamespace(name="empty", mechanism=1, iterations=4096, salt=b"s", salted_password=b"")
+    r = _run(alter(_ctx(broker, 51, 0, s), SimpleNamespace(deletions=[], upsertions=[empty])))
+    assert r["results"] == [{"user": "empty", "error_code": -1, "error_message": None}]
+    r = _run(
+        alter(
+            _ctx(broker, 51, 0, s),
+            SimpleNamespace(deletions=[], upsertions=[_upsert("alice", 2, "alice-secret", 4096)]),
+        )
+    )
+    assert r["results"] == [{"user": "alice", "error_code": 0, "error_message": None}]
     d = _run(describe(_ctx(broker, 50, 0, s), SimpleNamespace(users=None)))
-    assert [x["user"] for x in d["results"]] == ["alice"]
+    assert [x["user"] for x in d["results"]] == ["alice", "nosalt", "short"]
     assert d["results"][0]["credential_infos"] == [
         {"mechanism": 1, "iterations": 8192},
         {"mechanism": 2, "iterations": 4096},
     ]
     d = _run(describe(_ctx(broker, 50, 0, s), SimpleNamespace(users=[SimpleNamespace(name="nobody")])))
     assert d["results"][0]["error_code"] == 91
+    assert d["results"][0]["error_message"].endswith("credential that does not exist: nobody")
+    twice = SimpleNamespace(users=[SimpleNamespace(name="alice"), SimpleNamespace(name="alice")])
+    d = _run(describe(_ctx(broker, 50, 0, s), twice))
+    assert [(x["error_code"], x["error_message"]) for x in d["results"]] == [
+        (92, "Cannot describe SCRAM credentials for the same user twice in a single request: alice")
+    ]
     # a fresh broker state (restart) reads the persisted credentials; SCRAM login works
     sasl_handlers._STATES.clear()
     session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")

@@ -72,8 +72,9 @@ def test_create_topic_on_a_full_disk_answers_storage_error(tmp_path: Path, monke
 
     monkeypatch.setattr(broker.topics, "_save", full)
     with pytest.raises(TopicError) as err:
-        broker.create_topic("t", 1)
+        asyncio.run(broker.create_topic_async("t", 1))  # CreateTopics' path
     assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "t" not in broker.topics.topics and not (tmp_path / "data" / "t-0").exists()  # no half topic
     assert [r.getMessage() for r in caplog.records if r.name == "strom.storage"] == [
         "creating topic t failed: ENOSPC (No space left on device); answering KAFKA_STORAGE_ERROR"
     ]

@@ -269,28 +269,41 @@ async def alter_user_scram_credentials(
     """Set SCRAM credentials ``(user, mechanism, password, iterations)`` and delete
     ``(user, mechanism)`` ones (mechanism ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``). As Kafka's
     AdminClient, the password never leaves the client: a random salt and the salted password
-    (RFC 5802 ``Hi``, PBKDF2-HMAC) are sent. Per user ``None`` or the error."""
-    ups = []
+    (RFC 5802 ``Hi``, PBKDF2-HMAC) are sent. Per user ``None`` or the (first) error.
+
+    A Kafka 4 controller refuses two changes of one user in one request (DUPLICATE_RESOURCE,
+    even for two mechanisms), so the changes go in as many requests as the most-changed user
+    needs, each naming a user once."""
+    changes: list[tuple[str, str, dict[str, Any]]] = []  # (user, "deletions"/"upsertions", entry)
+    for user, mech in deletions:
+        changes.append((user, "deletions", {"name": user, "mechanism": _scram_mechanism_id(mech)}))
     for user, mech, password, iterations in upsertions:
         mech_id = _scram_mechanism_id(mech)
         salt = os.urandom(32)
         salted = salted_password(SCRAM_MECHANISMS[mech.upper()][1], password, salt, iterations)
-        ups.append(
-            {
-                "name": user,
-                "mechanism": mech_id,
-                "iterations": iterations,
-                "salt": salt,
-                "salted_password": salted,
-            }
-        )
-    dels = [{"name": user, "mechanism": _scram_mechanism_id(mech)} for user, mech in deletions]
+        entry = {
+            "name": user,
+            "mechanism": mech_id,
+            "iterations": iterations,
+            "salt": salt,
+            "salted_password": salted,
+        }
+        changes.append((user, "upsertions", entry))
+    rounds: list[dict[str, list[dict[str, Any]]]] = []
+    times: dict[str, int] = {}
+    for user, kind, entry in changes:
+        n = times[user] = times.get(user, -1) + 1
+        while len(rounds) <= n:
+            rounds.append({"deletions": [], "upsertions": []})
+        rounds[n][kind].append(entry)
     conn = await client.any_connection()
-    resp = await conn.request(ALTER_USER_SCRAM_CREDENTIALS, {"deletions": dels, "upsertions": ups})
     out: dict[str, KafkaError | None] = {}
-    for r in resp.results:
-        code = int(r.error_code)
-        out[str(r.user)] = KafkaError(code, r.error_message) if code else None
+    for body in rounds or [{"deletions": [], "upsertions": []}]:
+        resp = await conn.request(ALTER_USER_SCRAM_CREDENTIALS, body)
+        for r in resp.results:
+            code = int(r.error_code)
+            if out.get(str(r.user)) is None:
+                out[str(r.user)] = KafkaError(code, r.error_message) if code else None
     return out
 
 

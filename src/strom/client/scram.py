@@ -107,8 +107,6 @@ class ScramClient:
             salt = base64.b64decode(salt_b64, validate=True)
         except (binascii.Error, ValueError):
             raise self._fail("malformed salt in the server-first message") from None
-        if not salt:
-            raise self._fail("empty salt in the server-first message")
         if not iterations_text.isascii() or not iterations_text.isdigit():
             raise self._fail("malformed iteration count in the server-first message")
         iterations = int(iterations_text)

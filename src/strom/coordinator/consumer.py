@@ -11,7 +11,8 @@ Theory of operation (Kafka's ``ConsumerGroup`` / ``CurrentAssignmentBuilder``):
 
   - partitions it holds that are no longer in its target are **revoked first**: the member stays
     at its old epoch (state ``unrevoked_partitions``) and is told its reduced assignment; once a
-    heartbeat reports it no longer owns them, they are released;
+    heartbeat reports it no longer owns them, they are released and the member is reconciled
+    again, towards the target as it is *then* (it may have moved on while the member revoked);
   - then it moves to the target epoch and receives the new partitions that are free; partitions
     still held by others are added on later heartbeats (state ``unreleased_partitions``).
 
@@ -41,7 +42,7 @@ derived from the members' current assignments and instance ids.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ..clock import Clock
@@ -296,35 +297,56 @@ class ConsumerGroup:
         self.assignment_epoch = self.group_epoch
 
     def _reconcile(self, m: ConsumerMember, owned: Assignment | None) -> None:
-        now = self.clock.monotonic_ms()
+        """Kafka's ``CurrentAssignmentBuilder.build``: move ``m`` one step towards its target.
+
+        * stable at the assignment epoch: nothing to do;
+        * unrevoked_partitions: wait until ``owned`` (the member's report) no longer holds any
+          partition pending revocation; then they are free and the member is reconciled towards
+          the *latest* target -- which may have moved on while it was revoking (it may now get
+          partitions, or have more to revoke);
+        * otherwise (stable at an older epoch, unreleased_partitions): reconcile."""
         if m.state == UNREVOKED:
-            if owned is None or _flatten(owned) & _flatten(m.pending_revocation):
+            pending = _flatten(m.pending_revocation)
+            # (nothing pending: a static member that left at -2 while revoking, now rejoined)
+            if pending and (owned is None or _flatten(owned) & pending):
                 return
             for tp in _flatten(m.pending_revocation):
                 if self.owners.get(tp) == m.member_id:
                     del self.owners[tp]
             m.pending_revocation = {}
             m.revocation_deadline = None
-            m.state = STABLE
-            m.previous_member_epoch = m.member_epoch
-            m.member_epoch = self.assignment_epoch
-        if m.member_epoch == self.assignment_epoch and m.state == STABLE:
+        elif m.state == STABLE and m.member_epoch == self.assignment_epoch:
             return
+        self._next_assignment(m, owned)
+
+    def _next_assignment(self, m: ConsumerMember, owned: Assignment | None) -> None:
+        """Kafka's ``computeNextAssignment``. Partitions the member holds outside its target are
+        revoked first: it keeps its epoch and waits in unrevoked_partitions (unless its report
+        shows it already gave them up). Otherwise it moves to the assignment epoch with its kept
+        partitions plus those of its target that nobody else holds; the rest (still held by a
+        member that has to revoke them) leave it in unreleased_partitions, re-examined at each
+        heartbeat until their owner revokes them, leaves or is fenced."""
         target = _flatten(self.target.get(m.member_id, {}))
         current = _flatten(m.assigned)
-        revoking = current - target
         kept = current & target
-        if revoking:
+        revoking = current - target
+        wanted = target - kept
+        free = {tp for tp in wanted if self.owners.get(tp) in (None, m.member_id)}
+        if revoking and (owned is None or _flatten(owned) & revoking):
             m.assigned = _unflatten(kept)
             m.pending_revocation = _unflatten(revoking)
             m.state = UNREVOKED
-            m.revocation_deadline = now + m.rebalance_timeout_ms
+            m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms
             return
-        free = {tp for tp in target - current if self.owners.get(tp) in (None, m.member_id)}
+        for tp in revoking:  # already given up by the member (its report does not hold them)
+            if self.owners.get(tp) == m.member_id:
+                del self.owners[tp]
         for tp in free:
             self.owners[tp] = m.member_id
         m.assigned = _unflatten(kept | free)
-        m.state = UNRELEASED if (target - current) - free else STABLE
+        m.pending_revocation = {}
+        m.revocation_deadline = None
+        m.state = UNRELEASED if wanted - free else STABLE
         if m.member_epoch != self.assignment_epoch:
             m.previous_member_epoch = m.member_epoch
             m.member_epoch = self.assignment_epoch
@@ -358,6 +380,13 @@ class ConsumerGroup:
                 )
             if member_epoch == -2 and m.instance_id is not None:
                 # Temporary leave: keep the assignment for a rejoin with the same instance id.
+                # As in Kafka, what it was revoking is given up now: those partitions go to
+                # their new owners without waiting for the rejoin or the session timeout.
+                for tp in _flatten(m.pending_revocation):
+                    if self.owners.get(tp) == m.member_id:
+                        del self.owners[tp]
+                m.pending_revocation = {}
+                m.revocation_deadline = None
                 m.previous_member_epoch = m.member_epoch
                 m.member_epoch = -2
                 m.session_deadline = self.clock.monotonic_ms() + self.config.session_timeout_ms
@@ -472,15 +501,29 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------ offsets / timers / views
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int) -> int:
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, partitions: Iterable[tuple[str, int]] = ()
+    ) -> int:
+        """OffsetCommit / TxnOffsetCommit fencing (errors: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH;
+        TxnOffsetCommit reports the latter as ILLEGAL_GENERATION, as Kafka does).
+
+        The member's current epoch is accepted. So is its previous epoch for ``partitions`` it
+        still owns (assigned or pending revocation) -- the case of a commit racing the heartbeat
+        response that bumped its epoch (the intent of Kafka 4.3's per-partition assignment
+        epochs, KIP-1251, without persisting them): a zombie's commit for a partition that has
+        moved on is refused. A static member that left temporarily (epoch -2) commits nothing."""
         if member_epoch < 0 and not member_id and not self.members:
             return ErrorCode.NONE
         m = self.members.get(member_id)
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_epoch not in (m.member_epoch, m.previous_member_epoch):
-            return ErrorCode.STALE_MEMBER_EPOCH
-        return ErrorCode.NONE
+        if member_epoch == m.member_epoch and member_epoch >= 0:
+            return ErrorCode.NONE
+        if m.member_epoch >= 0 and member_epoch == m.previous_member_epoch >= 0:
+            held = _flatten(m.assigned) | _flatten(m.pending_revocation)
+            if all(tp in held for tp in partitions):
+                return ErrorCode.NONE
+        return ErrorCode.STALE_MEMBER_EPOCH
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
         if member_id is None or member_epoch < 0:
@@ -691,7 +734,7 @@ class ConsumerGroup:
             m.pending_revocation = names(value.pending_revocation)
             for tp in _flatten(m.assigned) | _flatten(m.pending_revocation):
                 self.owners[tp] = mid
-            if m.state != UNREVOKED:
+            if m.state != UNREVOKED or not m.pending_revocation:
                 m.revocation_deadline = None
             elif m.revocation_deadline is None:
                 m.revocation_deadline = self.clock.monotonic_ms() + m.rebalance_timeout_ms

@@ -605,7 +605,7 @@ class GroupCoordinator:
             elif isinstance(g, ClassicGroup):
                 err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
             else:
-                err = g.validate_offset_commit(member_id, generation_id)
+                err = g.validate_offset_commit(member_id, generation_id, offsets)
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
             records, out = self._offset_records(group_id, offsets, retention_ms)
@@ -633,16 +633,24 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, int]:
         """TxnOffsetCommit: written durably as part of the producer's transaction; the offsets
         become committed when the COMMIT marker reaches this partition (:meth:`complete_txn`).
-        KIP-447: a request naming a generation or member is fenced like a plain commit."""
+        KIP-447: a request naming a generation or member is fenced like a plain commit (a stale
+        member epoch of a consumer group is reported as ILLEGAL_GENERATION, as Kafka does)."""
         if self._is_loading(group_id):
             return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         partition = self.partition_for(group_id)
         g = self.groups.get(group_id)
+        if g is None and generation_id >= 0:
+            return dict.fromkeys(offsets, ErrorCode.ILLEGAL_GENERATION)  # Kafka: no such group
         if g is not None and (generation_id >= 0 or member_id):
             if isinstance(g, ClassicGroup):
                 err = g.validate_offset_commit(member_id, group_instance_id, generation_id)
             else:
-                err = g.validate_offset_commit(member_id, generation_id)
+                err = g.validate_offset_commit(member_id, generation_id, offsets)
+                if err == ErrorCode.STALE_MEMBER_EPOCH:
+                    # Kafka's OffsetMetadataManager.validateTransactionalOffsetCommit: producers
+                    # know ILLEGAL_GENERATION (an abortable CommitFailedException: abort, rewind,
+                    # retry); STALE_MEMBER_EPOCH is an unexpected error that kills the producer.
+                    err = ErrorCode.ILLEGAL_GENERATION
             if err != ErrorCode.NONE:
                 return dict.fromkeys(offsets, err)
         records, out = self._offset_records(group_id, offsets, -1)
@@ -747,34 +755,28 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE}
-        if not group_id:
-            return {**base, "error_code": ErrorCode.INVALID_GROUP_ID, "group_state": "Dead"}
-        if self._is_loading(group_id):
-            return {**base, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": "Dead"}
+    def describe_group(self, group_id: str, api_version: int = 5) -> dict[str, Any]:
+        """DescribeGroups for one id, as Kafka 4's group coordinator answers it: a classic group
+        is described; an id with no group, or with a consumer-protocol (KIP-848) group, is
+        ``Dead`` with no error before v6 and GROUP_ID_NOT_FOUND with a message from v6 on
+        (KIP-1043). The empty id is an id like any other (Kafka keeps it describable)."""
+        base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE, "error_message": None}
+        empty = {"protocol_type": "", "protocol_data": "", "members": []}
+        if self._is_loading(group_id):  # DescribeGroupsRequest.getErrorDescribedGroupList: no state
+            return {**base, **empty, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": ""}
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             return {**base, **g.describe()}
-        if isinstance(g, ConsumerGroup):
-            # Kafka describes consumer-protocol groups through ConsumerGroupDescribe; the classic
-            # view shows the state and members without classic metadata.
-            return {
-                **base,
-                "group_state": g.state,
-                "protocol_type": "consumer",
-                "protocol_data": "",
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.instance_id,
-                        "client_id": m.client_id,
-                        "client_host": m.client_host,
-                    }
-                    for m in g.members.values()
-                ],
-            }
-        return {**base, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
+        if api_version < 6:
+            return {**base, **empty, "group_state": "Dead"}
+        message = f"Group {group_id} not found." if g is None else f"Group {group_id} is not a classic group."
+        return {
+            **base,
+            **empty,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+            "error_message": message,
+            "group_state": "",
+        }
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict[str, str]]:
         want_states = {s.lower() for s in states}

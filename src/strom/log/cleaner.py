@@ -98,10 +98,12 @@ from strom.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from strom.protocol.batch_validation import ChunkStream, decompress_chunks
 from strom.protocol.records import (
     BATCH_OVERHEAD,
     HEADER_STRUCT,
     BatchHeader,
+    _write_varint,
     compress,
     decompress,
     parse_header,
@@ -190,7 +192,7 @@ class LogToClean:
 
 
 def is_compacted(plog: PartitionLog) -> bool:
-    return "compact" in plog.config.cleanup_policy
+    return plog.config.compact_enabled
 
 
 def cleanable_range(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> LogToClean | None:
@@ -297,6 +299,49 @@ def iter_raw_records(payload: bytes, count: int) -> Iterator[RawRecord]:
         vlen, _ = _varint(payload, pos)
         yield RawRecord(start, end, off_delta, ts_delta, key, vlen < 0)
         pos = end
+
+
+_RECORD_HEAD = 1 + 10 + 5 + 5  # attributes, timestamp delta, offset delta, key length (at most)
+
+
+def iter_streamed_records(
+    batch: bytes | memoryview, h: BatchHeader, raw: Callable[[int], bool] | None = None
+) -> Iterator[tuple[RawRecord, bytes | None]]:
+    """The records of a compressed batch read from a streaming decompression, in bounded memory
+    (a 1 GiB value is skipped, never held): each record with its key, and its complete encoding
+    (length prefix included) only where ``raw(start)`` asks for it. ``start``/``end`` of the
+    RawRecords are positions in the decompressed stream."""
+    stream = ChunkStream(decompress_chunks(h.compression, memoryview(batch)[BATCH_OVERHEAD : h.size]))
+    for _ in range(h.records_count):
+        start = stream.tell()
+        length = stream.varint(5)
+        if length < 0:
+            raise CorruptRecordError("negative record length")
+        body_start = stream.tell()
+        encoding: bytes | None = None
+        if raw is not None and raw(start):
+            if not stream.ensure(length):
+                raise CorruptRecordError("record length out of bounds")
+            prefix = bytearray()
+            _write_varint(prefix, length)
+            encoding = bytes(prefix) + stream.buf[stream.pos : stream.pos + length]
+        stream.ensure(min(length, _RECORD_HEAD))
+        stream.skip(1)  # attributes
+        ts_delta = stream.varint(10)
+        off_delta = stream.varint(5)
+        klen = stream.varint(5)
+        key: bytes | None = None
+        if klen >= 0:
+            if klen > length or not stream.ensure(klen):
+                raise CorruptRecordError("record key out of bounds")
+            key = stream.buf[stream.pos : stream.pos + klen]
+            stream.skip(klen)
+        vlen = stream.varint(5)
+        consumed = stream.tell() - body_start
+        if consumed > length:
+            raise CorruptRecordError("record fields run past its length")
+        stream.skip(length - consumed)
+        yield RawRecord(start, stream.tell(), off_delta, ts_delta, key, vlen < 0), encoding
 
 
 def batch_payload(batch: bytes | memoryview, h: BatchHeader) -> bytes:
@@ -520,7 +565,12 @@ def map_segments(
             if h.last_offset < first_dirty or h.is_control or h.is_transactional:
                 continue
             base = h.base_offset
-            for rec in iter_raw_records(batch_payload(batch, h), h.records_count):
+            records = (
+                (r for r, _ in iter_streamed_records(batch, h))
+                if h.compression
+                else iter_raw_records(batch_payload(batch, h), h.records_count)
+            )
+            for rec in records:
                 if rec.key is not None:
                     offset_map[rec.key] = base + rec.offset_delta
         end_offset = next_base
@@ -540,12 +590,19 @@ def filter_batch(
     if h.is_control or h.is_transactional:
         stats.records_written += h.records_count
         return bytes(batch), h
-    payload = batch_payload(batch, h)
+    # compressed batches are read as a stream, keys only: a batch kept whole or dropped whole
+    # (a decompression bomb's one record) is never decompressed into memory
+    payload = None if h.compression else batch_payload(batch, h)
     base = h.base_offset
     tombstones_expire = h.max_timestamp <= delete_horizon
     keep: list[RawRecord] = []
     total = 0
-    for rec in iter_raw_records(payload, h.records_count):
+    records = (
+        (r for r, _ in iter_streamed_records(batch, h))
+        if payload is None
+        else iter_raw_records(payload, h.records_count)
+    )
+    for rec in records:
         total += 1
         key = rec.key
         if key is None:
@@ -565,7 +622,15 @@ def filter_batch(
             max_ts = h.max_timestamp
         else:
             max_ts = h.base_timestamp + max(r.timestamp_delta for r in keep)
-        raw = b"".join(payload[r.start : r.end] for r in keep)
+        if payload is None:  # a second streaming pass copies out only the kept records
+            wanted = {r.start for r in keep}
+            raw = b"".join(
+                enc
+                for _r, enc in iter_streamed_records(batch, h, lambda start: start in wanted)
+                if enc is not None
+            )
+        else:
+            raw = b"".join(payload[r.start : r.end] for r in keep)
         data = encode_batch(
             h,
             records_count=len(keep),
@@ -631,7 +696,11 @@ def write_cleaned_segment(
                 cleaned.append(out, max_ts, max_ts_offset, placed)
                 stats.bytes_written += len(out)
                 if pace_writeback:
-                    start_writeback(cleaned.fd, start, len(out))
+                    fd = cleaned.log_file.acquire()
+                    try:
+                        start_writeback(fd, start, len(out))
+                    finally:
+                        cleaned.log_file.release()
                 tick(len(out))
             out, placed = bytearray(), []
             max_ts, max_ts_offset = -1, -1

@@ -7,7 +7,7 @@ so that callers catch one type whether the bytes failed framing in ``protocol.re
 
 from __future__ import annotations
 
-from strom.protocol.records import CorruptRecordError
+from strom.protocol.records import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "CorruptIndexError",
@@ -30,14 +30,6 @@ class LogError(Exception):
     """Base of the log's own errors. ``error_code`` is the Kafka protocol error code."""
 
     error_code: int = -1  # UNKNOWN_SERVER_ERROR
-
-
-class InvalidRecordError(CorruptRecordError):
-    """A well-framed batch whose header contradicts itself (e.g. zero records, or a
-    lastOffsetDelta that disagrees with the record count). Kafka INVALID_RECORD (87); it is a
-    CorruptRecordError so old Produce versions can answer CORRUPT_MESSAGE (2) instead."""
-
-    error_code = 87
 
 
 class OffsetOutOfRangeError(LogError):

@@ -15,7 +15,8 @@ Theory of operation
 
 Files are appended to (never preallocated), so the file always holds exactly the valid entries and
 needs no trimming after a crash or close. The entries also live in memory (``array``) so lookups
-are a ``bisect`` with no syscalls.
+are a ``bisect`` with no syscalls, and the file is only needed to append, truncate and fsync: its
+descriptor comes from the log's file cache (:mod:`strom.log.file_cache`) and is usually closed.
 
 Indexes are never trusted after a crash: :meth:`sanity_check` raises :class:`CorruptIndexError`
 and the segment rebuilds the index from the ``.log``.
@@ -31,38 +32,44 @@ from bisect import bisect_right
 from pathlib import Path
 
 from strom.log.errors import CorruptIndexError
+from strom.log.file_cache import CachedFile
 
 _MAX_RELATIVE = 0xFFFFFFFF
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
 
-def _read_all(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    chunks = []
-    pos = 0
-    while pos < size:
-        chunk = os.pread(fd, size - pos, pos)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        pos += len(chunk)
-    return b"".join(chunks)
-
-
 class _IndexFile:
     entry_size: int
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
-        self.path = path
+        self._file = CachedFile(path)
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._file_len = os.fstat(self._fd).st_size
+        self._file_len = 0
+
+    def _load(self) -> bytes:
+        """The file's whole entries; a missing file reads as an empty index (and fails the
+        segment's sanity check, which rebuilds it)."""
+        if not os.path.exists(self._file.path):
+            return b""
+        raw = self._file.read_all()
+        self._file_len = len(raw)
+        return raw[: len(raw) - len(raw) % self.entry_size]
 
     @property
-    def fd(self) -> int:
-        return self._fd
+    def path(self) -> Path:
+        return self._file.path
+
+    @path.setter
+    def path(self, value: Path) -> None:  # renamed (see LogSegment.change_file_suffixes)
+        self._file.path = value
+
+    def create_file(self) -> None:
+        """Create the (empty) file if no entry was written yet."""
+        if not os.path.exists(self._file.path):
+            self._file.acquire()
+            self._file.release()
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -72,20 +79,19 @@ class _IndexFile:
         return len(self) >= self.max_entries
 
     def _write_at(self, index: int, data: bytes) -> None:
-        os.pwrite(self._fd, data, index * self.entry_size)
+        self._file.pwrite(data, index * self.entry_size)
         self._file_len = (index + 1) * self.entry_size
 
     def _truncate_entries(self, n: int) -> None:
-        os.ftruncate(self._fd, n * self.entry_size)
+        if self._file_len != n * self.entry_size:
+            self._file.truncate(n * self.entry_size)
         self._file_len = n * self.entry_size
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -103,10 +109,8 @@ class OffsetIndex(_IndexFile):
         super().__init__(path, base_offset, max_index_size)
         self._offsets: array[int] = array("q")  # absolute last offsets
         self._positions: array[int] = array("q")
-        raw = _read_all(self._fd)
-        usable = len(raw) - len(raw) % self.entry_size
         words: array[int] = array("I")
-        words.frombytes(raw[:usable])
+        words.frombytes(self._load())
         if sys.byteorder == "little":
             words.byteswap()
         self._offsets = array("q", (base_offset + o for o in words[0::2]))
@@ -183,11 +187,9 @@ class TimeIndex(_IndexFile):
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_index_size)
-        raw = _read_all(self._fd)
-        usable = len(raw) - len(raw) % self.entry_size
         self._timestamps: array[int] = array("q")
         self._offsets: array[int] = array("q")
-        for ts, rel in _TIME_ENTRY.iter_unpack(raw[:usable]):
+        for ts, rel in _TIME_ENTRY.iter_unpack(self._load()):
             self._timestamps.append(ts)
             self._offsets.append(base_offset + rel)
 

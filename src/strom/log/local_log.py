@@ -51,7 +51,9 @@ from strom.protocol.records import BatchHeader
 class FileRegion(NamedTuple):
     """``length`` bytes at ``position`` of the open file ``fd`` (for os.sendfile / os.pread).
 
-    The fd belongs to the log: use it before the next call that may delete segments."""
+    The fd is a duplicate owned by whoever holds the :class:`FetchData` (segment descriptors
+    themselves may be closed by the file cache at any time): it stays readable after the
+    segment is renamed, deleted or evicted, and must be closed (:meth:`FetchData.close`)."""
 
     fd: int
     position: int
@@ -69,6 +71,13 @@ class FetchData:
             got = os.pread(r.fd, r.length, r.position)
             parts.append(got)
         return b"".join(parts)
+
+    def close(self) -> None:
+        """Close the regions' descriptors (unless handed on, e.g. to a fetch response)."""
+        for r in self.regions:
+            with contextlib.suppress(OSError):
+                os.close(r.fd)
+        self.regions.clear()
 
 
 EMPTY_FETCH = FetchData([], 0)
@@ -213,7 +222,7 @@ class LocalLog:
     def should_roll(self, append_size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         cfg = self.config
         segment_ms = cfg.segment_ms
-        if "compact" in cfg.cleanup_policy and cfg.max_compaction_lag_ms > 0:
+        if cfg.compact_enabled and cfg.max_compaction_lag_ms > 0:
             # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it must roll
             # in time for max.compaction.lag.ms to be honoured
             segment_ms = min(segment_ms, cfg.max_compaction_lag_ms)
@@ -245,8 +254,9 @@ class LocalLog:
         self.active_segment.append(records, largest_timestamp, offset_of_largest_timestamp, batches)
         self.log_end_offset = last_offset + 1
 
-    def flush(self, offset: int | None = None) -> None:
-        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO)."""
+    def flush(self, offset: int | None = None, *, sync: bool = True) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` (default: LEO).
+        ``sync=False``: only move the recovery point (the caller syncs the file system)."""
         upto = self.log_end_offset if offset is None else offset
         if upto <= self.recovery_point:
             self.last_flush_ms = self.clock.monotonic_ms()
@@ -255,9 +265,10 @@ class LocalLog:
         for seg in self.segments[self.segment_index_for(self.recovery_point):]:
             if seg.base_offset >= upto:
                 break
-            seg.flush_log()
+            if sync:
+                seg.flush_log()
             new_segment = new_segment or seg.base_offset >= self.recovery_point
-        if new_segment:
+        if new_segment and sync:
             # Kafka's LocalLog.flush: a segment created since the last flush (the first one of a
             # new log) has a name only the directory's fsync makes durable
             fsync_dir(self.directory)
@@ -269,6 +280,14 @@ class LocalLog:
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool
              ) -> FetchData:
         regions: list[FileRegion] = []
+        try:
+            return self._read(regions, start_offset, max_bytes, max_offset, min_one_message)
+        except BaseException:
+            FetchData(regions, 0).close()
+            raise
+
+    def _read(self, regions: list[FileRegion], start_offset: int, max_bytes: int, max_offset: int | None,
+              min_one_message: bool) -> FetchData:
         total = 0
         remaining = max_bytes
         i = self.segment_index_for(start_offset)
@@ -278,15 +297,21 @@ class LocalLog:
             next_base = self._bases[i + 1] if i + 1 < len(self.segments) else None
             max_pos: int | None = None
             last_segment = next_base is None
-            if max_offset is not None and (next_base is None or max_offset < next_base):
-                found = seg.translate_offset(max_offset)
-                max_pos = found[0] if found is not None else seg.size
-                last_segment = True
-            sl = seg.read(offset, remaining, max_pos, min_one_message and not regions)
+            file = seg.log_file
+            fd = file.acquire()  # pinned for the whole segment: one cache lookup, not one per pread
+            try:
+                if max_offset is not None and (next_base is None or max_offset < next_base):
+                    found = seg.translate_offset(max_offset, 0, fd)
+                    max_pos = found[0] if found is not None else seg.size
+                    last_segment = True
+                sl = seg.read(offset, remaining, max_pos, min_one_message and not regions, fd)
+                if sl is not None and sl.length:
+                    regions.append(FileRegion(os.dup(fd), sl.position, sl.length))
+            finally:
+                file.release()
             if sl is not None:
                 if sl.length == 0:
                     break
-                regions.append(FileRegion(seg.fd, sl.position, sl.length))
                 total += sl.length
                 remaining -= sl.length
                 end = seg.size if max_pos is None else max_pos

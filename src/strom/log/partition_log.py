@@ -42,15 +42,19 @@ meanwhile stays readable through the dup'd descriptor.
 
 Segments taken out of the log (retention, DeleteRecords, a swap) are renamed to ``*.deleted`` at
 once, but closed and unlinked only by :meth:`delete_expired_segments` after
-``file.delete.delay.ms``, never inside the call that removed them. The rule for readers of
-:class:`FileRegion`: the fd is valid until the event loop next yields; a response writer that
-awaits between regions must ``os.dup`` every fd before its first await (a dup keeps the unlinked
-file readable), otherwise it relies on finishing within ``file.delete.delay.ms``.
+``file.delete.delay.ms``, never inside the call that removed them. The descriptors of a
+:class:`FileRegion` are duplicates owned by the reader (segment descriptors come and go with the
+file cache, :mod:`strom.log.file_cache`): they keep a renamed or unlinked file readable and must be
+closed by whoever consumes them (a fetch response once written, :meth:`FetchData.close`).
 
-Compacted topics (``cleanup.policy`` containing ``compact``): an append is decoded record by record
-— the only case on the produce path — to reject records with a null key (INVALID_RECORD, 87).
+Records (Kafka's LogValidator, :meth:`check_batches`): uncompressed batches of a topic that is not
+compacted only have their record length chain followed (cheap slice comparisons); compressed
+batches and compacted topics are walked record by record in bounded memory — decompressed as a
+stream — to reject bad structure, wrong offset deltas and, when compacted, null keys
+(INVALID_RECORD, 87). The broker runs that walk in a worker thread before the append.
 
-Error contract: ``append_as_leader`` raises CorruptRecordError (2) / InvalidRecordError (87),
+Error contract: ``append_as_leader`` and ``check_batches`` raise CorruptRecordError (2) /
+InvalidRecordError (87; its RecordValidationError carries Kafka's per-record ``record_errors``),
 MessageTooLargeError (10), RecordListTooLargeError (18), InvalidProducerEpochError (47),
 OutOfOrderSequenceError (45) with nothing appended; ``read`` raises OffsetOutOfRangeError (1);
 ``OSError`` is wrapped in KafkaStorageError (56).
@@ -76,15 +80,16 @@ from strom.log.errors import (
     RecordListTooLargeError,
 )
 from strom.log.faults import crash_point
+from strom.log.file_cache import note_fd_exhaustion
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
 from strom.log.transaction_index import AbortedTxn, TransactionIndex
+from strom.protocol.batch_validation import any_compressed, check_record_chain, validate_batch_records
 from strom.protocol.records import (
     CONTROL_ABORT,
     BatchHeader,
     control_type,
-    decode_batch_records,
     iter_batches,
     patch_base_offset,
     patch_leader_epoch,
@@ -122,8 +127,11 @@ class SegmentInfo:
     path: Path
 
 
-def _write_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
-    replace_file(path, f"0\n1\n{topic} {partition} {offset}\n".encode(), sync_dir=False)
+_CHECKPOINT_FILES = (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE)
+
+
+def _write_checkpoint(path: Path, topic: str, partition: int, offset: int, sync: bool = True) -> None:
+    replace_file(path, f"0\n1\n{topic} {partition} {offset}\n".encode(), sync_dir=False, sync=sync)
 
 
 def _read_checkpoint(path: Path) -> int | None:
@@ -157,6 +165,9 @@ class PartitionLog:
         # segments removed from the log, renamed *.deleted, closed and unlinked when due
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._clean_marker = False  # the .clean-shutdown file still stands (nothing changed yet)
+        self._marker_due = False  # closed with sync=False: mark_clean_shutdown writes the marker
+        # the values the checkpoint files hold (None: unknown, write them)
+        self._checkpointed: list[int | None] = [None, None, None]
         # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
         self._txn_indexes: dict[int, TransactionIndex] = {}
 
@@ -175,10 +186,11 @@ class PartitionLog:
     @classmethod
     def _open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock
               ) -> PartitionLog:
-        if not directory.is_dir():
+        new = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        if new:
             # Kafka's LogManager.createLogDirectory: the new directory's name is durable only
             # once its parent is fsynced; without it a power cut can lose the whole partition
-            directory.mkdir(parents=True, exist_ok=True)
             fsync_dir(directory.parent)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
@@ -193,6 +205,8 @@ class PartitionLog:
         hw = _read_checkpoint(directory / HIGH_WATERMARK_FILE)
         hw = log_start if hw is None else min(max(hw, log_start), leo)
         log = cls(directory, topic, partition, config, clock, local, psm, log_start, hw)
+        if new:  # no checkpoint files: they read as 0, which a new log's offsets are
+            log._checkpointed = [0, 0, 0]
         log._load_txn_indexes(replay_from)
         if replay_from < leo:
             log._replay_producers(replay_from)
@@ -330,10 +344,64 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
+    def needs_record_walk(self, records: bytes | bytearray | memoryview) -> bool:
+        """Whether validating ``records`` walks them record by record (a compacted topic, or a
+        compressed batch): the broker then runs :meth:`check_batches` in a worker thread first.
+        Header fields only, cheaper than a header parse: this is on the hot path."""
+        return "compact" in self.config.cleanup_policy or any_compressed(records)
+
+    def check_batches(
+        self, records: bytes | bytearray | memoryview, *, from_coordinator: bool = False
+    ) -> list[tuple[int, BatchHeader]]:
+        """Every check of an append that needs no log state, in Kafka's order: framing and
+        magic, size against ``max.message.bytes``, CRC32C, record count against the offset range,
+        no control batch from a client, then the records (Kafka's LogValidator): uncompressed
+        batches of a topic that is not compacted have their record length chain checked, the
+        others every record walked in bounded memory (:mod:`strom.protocol.batch_validation`).
+
+        Reads only the config, so any thread may call it (the broker calls it in a worker thread
+        when :meth:`needs_record_walk`). Returns ``(position, header)`` per batch."""
+        config = self.config
+        total = len(records)
+        if total == 0:
+            raise InvalidRecordError("produce request carries no record batch")
+        if total > config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"append of {total} bytes is larger than segment.bytes {config.segment_bytes}"
+            )
+        batches = list(iter_batches(records))  # CorruptRecordError on bad framing / magic
+        max_size = config.max_message_bytes
+        compacted = config.compact_enabled
+        for pos, h in batches:
+            if h.size > max_size:
+                raise MessageTooLargeError(
+                    f"record batch of {h.size} bytes is larger than max.message.bytes {max_size}"
+                )
+            verify_crc(records, pos, h)
+            if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+                raise InvalidRecordError(
+                    f"record batch at position {pos} has {h.records_count} records but last offset "
+                    f"delta {h.last_offset_delta}"
+                )
+            if h.is_control and not from_coordinator:
+                # Kafka's LogValidator: clients may not write transaction markers
+                raise InvalidRecordError("control batches are written by the transaction coordinator only")
+            if h.compression or (compacted and not h.is_control):
+                validate_batch_records(records, pos, h, compacted=compacted and not h.is_control)
+            else:
+                check_record_chain(records, pos, h)
+        return batches
+
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, from_coordinator: bool = False
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        from_coordinator: bool = False,
+        prevalidated: bool = False,
     ) -> AppendInfo:
-        """Validate, assign offsets to and append the batches of one Produce request.
+        """Validate (:meth:`check_batches`, unless the caller did with these very bytes:
+        ``prevalidated``), assign offsets to and append the batches of one Produce request.
 
         Returns the offsets assigned, or — for a retried idempotent batch already in the log —
         the offsets it got the first time (``duplicate=True``, nothing appended).
@@ -342,35 +410,10 @@ class PartitionLog:
         config = self.config
         data = bytearray(records)
         total = len(data)
-        if total == 0:
-            raise InvalidRecordError("produce request carries no record batch")
-        if total > config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"append of {total} bytes is larger than segment.bytes {config.segment_bytes}"
-            )
-        batches = list(iter_batches(data))  # CorruptRecordError on bad framing / magic
-        max_size = config.max_message_bytes
-        compacted = "compact" in config.cleanup_policy
-        for pos, h in batches:
-            if h.size > max_size:
-                raise MessageTooLargeError(
-                    f"record batch of {h.size} bytes is larger than max.message.bytes {max_size}"
-                )
-            if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
-                raise InvalidRecordError(
-                    f"record batch at position {pos} has {h.records_count} records but last offset "
-                    f"delta {h.last_offset_delta}"
-                )
-            verify_crc(data, pos, h)
-            if compacted and not h.is_control:
-                for rec in decode_batch_records(data, pos, h):
-                    if rec.key is None:
-                        raise InvalidRecordError(
-                            f"compacted topic {self.topic} cannot accept a record without a key"
-                        )
-            if h.is_control and not from_coordinator:
-                # Kafka's LogValidator: clients may not write transaction markers
-                raise InvalidRecordError("control batches are written by the transaction coordinator only")
+        if prevalidated:
+            batches = list(iter_batches(data))
+        else:
+            batches = self.check_batches(data, from_coordinator=from_coordinator)
 
         log_append_time = config.message_timestamp_type == "LogAppendTime"
         now = self.clock.time_ms()
@@ -433,6 +476,7 @@ class PartitionLog:
                 local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
             except OSError as e:
                 self._undo_partial_append()
+                note_fd_exhaustion(e, f"append to {self.topic}-{self.partition}")
                 raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
             try:
                 for txn in aborted:
@@ -455,8 +499,8 @@ class PartitionLog:
         read or recovered. Best effort: if even that fails, recovery truncates at restart."""
         seg = self._local.active_segment
         try:
-            if os.fstat(seg.fd).st_size != seg.size:
-                os.ftruncate(seg.fd, seg.size)
+            if seg.file_size() != seg.size:
+                seg.truncate_file(seg.size)
         except OSError:
             pass
 
@@ -501,13 +545,17 @@ class PartitionLog:
             with self.lock:
                 return self._local.read(fetch_offset, max_bytes, max_offset, min_one_message)
         except OSError as e:
+            note_fd_exhaustion(e, f"read from {self.topic}-{self.partition}")
             raise KafkaStorageError(f"read from {self.topic}-{self.partition} failed: {e}") from e
 
     def read_bytes(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
                    min_one_message: bool = True) -> bytes:
         """:meth:`read`, with the regions copied out (for tests, tools and compaction)."""
-        return self.read(fetch_offset, max_bytes, max_offset=max_offset,
-                         min_one_message=min_one_message).read_bytes()
+        data = self.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message)
+        try:
+            return data.read_bytes()
+        finally:
+            data.close()
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``
@@ -569,17 +617,27 @@ class PartitionLog:
         if self.clock.monotonic_ms() - local.last_flush_ms >= self.config.flush_ms:
             self.flush()
 
-    def _write_checkpoints(self) -> None:
+    def _write_checkpoints(self, sync: bool = True) -> None:
+        """Write the checkpoint files whose value changed since this log last wrote (or read) them."""
         d, t, p = self.directory, self.topic, self.partition
-        _write_checkpoint(d / RECOVERY_POINT_FILE, t, p, self._local.recovery_point)
-        _write_checkpoint(d / LOG_START_FILE, t, p, self.log_start_offset)
-        _write_checkpoint(d / HIGH_WATERMARK_FILE, t, p, self.high_watermark)
-        # one directory fsync makes the three renames durable: without it a power cut brings
-        # back the old log start offset, and records DeleteRecords had removed reappear
-        fsync_dir(d)
+        values = (self._local.recovery_point, self.log_start_offset, self.high_watermark)
+        changed = False
+        for i, (name, value) in enumerate(zip(_CHECKPOINT_FILES, values, strict=True)):
+            if self._checkpointed[i] != value:
+                _write_checkpoint(d / name, t, p, value, sync)
+                self._checkpointed[i] = value
+                changed = True
+        if changed and sync:
+            # one directory fsync makes the renames durable: without it a power cut brings back
+            # the old log start offset, and records DeleteRecords had removed reappear
+            fsync_dir(d)
 
-    def close(self) -> None:
-        """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker."""
+    def close(self, *, sync: bool = True) -> None:
+        """Flush, snapshot producer state, write checkpoints and the clean-shutdown marker.
+
+        ``sync=False`` (a broker closing thousands of logs): nothing is fsynced and the marker is
+        not written yet; the caller makes everything durable at once (``os.sync``) and only then
+        calls :meth:`mark_clean_shutdown` — two syncs in all instead of several fsyncs per log."""
         if self.closed:
             return
         self.lock.acquire()
@@ -588,28 +646,47 @@ class PartitionLog:
             if self._clean_marker:  # nothing changed since a clean open: files are as they were
                 self._local.close_handles()
                 return
-            self._local.flush()
+            self._local.flush(sync=sync)
             for seg in self._local.segments:
                 seg.on_become_inactive()
-                seg.flush()
+                if sync:
+                    seg.flush()
             self.producer_state.update_map_end_offset(self.log_end_offset)
-            self.producer_state.take_snapshot()
-            for idx in self._txn_indexes.values():
-                idx.flush()
-            self._write_checkpoints()
+            self.producer_state.take_snapshot(sync=sync)
+            if sync:
+                for idx in self._txn_indexes.values():
+                    idx.flush()
+            self._write_checkpoints(sync)
             self._local.close()
-            marker = self.directory / CLEAN_SHUTDOWN_FILE
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(self.directory)
+            if sync:
+                self._write_marker(sync=True)
+            else:
+                self._marker_due = True
         except OSError as e:
             raise KafkaStorageError(f"close of {self.topic}-{self.partition} failed: {e}") from e
         finally:
             self.closed = True
             self.lock.release()
+
+    def _write_marker(self, sync: bool) -> None:
+        fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if sync:
+            fsync_dir(self.directory)
+
+    def mark_clean_shutdown(self) -> None:
+        """After ``close(sync=False)`` and a sync of everything it wrote: write the clean-shutdown
+        marker (unsynced too: the caller syncs again)."""
+        if self._marker_due:
+            try:
+                self._write_marker(sync=False)
+            except OSError as e:
+                raise KafkaStorageError(f"close of {self.topic}-{self.partition} failed: {e}") from e
+            self._marker_due = False
 
     def close_without_flush(self) -> None:
         """Release file handles as a crash would leave things: no flush, snapshot or marker
@@ -647,7 +724,7 @@ class PartitionLog:
         if self.closed:
             return 0
         config = self.config
-        delete_policy = "delete" in config.cleanup_policy
+        delete_policy = config.delete_enabled
         now = self.clock.time_ms()
         with self.lock:
             segs = self._local.segments
@@ -675,7 +752,7 @@ class PartitionLog:
     def _largest_timestamp(seg: LogSegment) -> int:
         if seg.max_timestamp_so_far >= 0:
             return seg.max_timestamp_so_far
-        return os.fstat(seg.fd).st_mtime_ns // 1_000_000  # no timestamps: Kafka's lastModified
+        return seg.last_modified_ms()  # no timestamps: Kafka's lastModified
 
     def _remove_segments(self, doomed: list[LogSegment]) -> None:
         """Take ``doomed`` out (lock held), move the log start offset, checkpoint, schedule the
@@ -706,10 +783,10 @@ class PartitionLog:
         Raises OffsetOutOfRangeError if ``offset`` is beyond the high watermark (or < -1) and
         PolicyViolationError if the cleanup policy does not include ``delete`` (Kafka's rule)."""
         self._check_open()
-        if "delete" not in self.config.cleanup_policy:
+        if not self.config.delete_enabled:  # compact or empty: Kafka's Partition.deleteRecordsOnLeader
             raise PolicyViolationError(
-                f"records of {self.topic}-{self.partition} cannot be deleted: cleanup.policy is "
-                f"{self.config.cleanup_policy}"
+                f"Records of partition {self.topic}-{self.partition} can not be deleted due to the "
+                "configured policy"
             )
         with self.lock:
             target = self.high_watermark if offset == -1 else offset
@@ -761,11 +838,16 @@ class PartitionLog:
         ``.log`` descriptor that the caller must close. Called by the cleaner thread."""
         with self.lock:
             self._check_open()
-            out = []
-            for seg in self._local.segments[:-1]:
-                if seg.base_offset >= upto_offset:
-                    break
-                out.append((seg, os.dup(seg.fd)))
+            out: list[tuple[LogSegment, int]] = []
+            try:
+                for seg in self._local.segments[:-1]:
+                    if seg.base_offset >= upto_offset:
+                        break
+                    out.append((seg, seg.dup_fd()))
+            except BaseException:
+                for _, fd in out:
+                    os.close(fd)
+                raise
             return out
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> bool:

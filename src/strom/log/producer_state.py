@@ -261,8 +261,9 @@ class ProducerStateManager:
                 out.append(int(stem))
         return sorted(out)
 
-    def take_snapshot(self) -> Path:
-        """Write the state as of ``map_end_offset`` (atomically: temp file, fsync, rename)."""
+    def take_snapshot(self, sync: bool = True) -> Path:
+        """Write the state as of ``map_end_offset`` (atomically: temp file, fsync unless not
+        ``sync``, rename)."""
         body = json.dumps(
             {
                 "map_end_offset": self.map_end_offset,
@@ -272,7 +273,7 @@ class ProducerStateManager:
         ).encode()
         data = _SNAPSHOT_HEADER.pack(_SNAPSHOT_VERSION, crc32c(body)) + body
         path = self.snapshot_path(self.map_end_offset)
-        replace_file(path, data, sync_dir=False)
+        replace_file(path, data, sync_dir=False, sync=sync)
         return path
 
     def _read_snapshot(self, offset: int) -> dict[int, ProducerStateEntry] | None:

@@ -23,6 +23,12 @@ assigned by the log. The segment never decodes records on the hot path: it only 
 * file suffix: the cleaner writes a segment under ``<name>.cleaned`` then renames it to
   ``<name>.swap`` and finally to the plain name (:meth:`change_file_suffixes`); open file
   descriptors survive renames.
+* descriptors: the three files are :class:`~strom.log.file_cache.CachedFile` objects, opened on first
+  use and closed by the process-wide LRU when it is full, so an idle segment holds none. Every
+  system call pins its descriptor for its duration; :meth:`dup_fd` hands out a duplicate the
+  caller owns (fetch responses, the cleaner), which stays readable after renames, unlinks and
+  evictions. ``*.deleted`` files are never reopened: once created, a file is opened without
+  ``O_CREAT``.
 
 Error contract: ``recover`` never raises for bad data (it truncates); ``read``/``translate_offset``
 raise :class:`CorruptRecordError` only if the file changed under us; ``OSError`` propagates.
@@ -38,6 +44,7 @@ from pathlib import Path
 
 from strom.clock import Clock
 from strom.log.errors import CorruptIndexError, CorruptRecordError
+from strom.log.file_cache import CachedFile
 from strom.log.index import OffsetIndex, TimeIndex
 from strom.protocol.records import (
     BATCH_OVERHEAD,
@@ -74,7 +81,8 @@ class LogSlice:
 
 
 class LogSegment:
-    """A segment of the log. Create with :meth:`open`; the files stay open until :meth:`close`."""
+    """A segment of the log. Create with :meth:`open`; its files are opened as needed (see the
+    module docstring) until :meth:`close`."""
 
     def __init__(
         self,
@@ -94,9 +102,8 @@ class LogSegment:
         self.log_path = directory / (prefix + LOG_SUFFIX + file_suffix)
         self.index_path = directory / (prefix + INDEX_SUFFIX + file_suffix)
         self.time_index_path = directory / (prefix + TIME_INDEX_SUFFIX + file_suffix)
-        self.indexes_existed = self.index_path.exists() and self.time_index_path.exists()
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._file = CachedFile(self.log_path)
+        self.size = self._file.size()
         self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_size)
         self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_size)
         self._bytes_since_last_index_entry = 0
@@ -135,13 +142,35 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
-        return self._fd
+        """The ``.log`` descriptor as open right now, unpinned: it may be closed by the next open
+        of any log file. For single-threaded tests and tools only; use :meth:`dup_fd`."""
+        fd = self._file.acquire()
+        self._file.release()
+        return fd
+
+    @property
+    def log_file(self) -> CachedFile:
+        return self._file
+
+    def dup_fd(self) -> int:
+        """A duplicate of the ``.log`` descriptor, owned (and closed) by the caller."""
+        return self._file.dup()
+
+    def file_size(self) -> int:
+        """Size of the ``.log`` on disk (may exceed :attr:`size` after a failed write)."""
+        return self._file.size()
+
+    def truncate_file(self, size: int) -> None:
+        self._file.truncate(size)
+
+    def last_modified_ms(self) -> int:
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     def sanity_check(self) -> None:
         """Check the indexes of a segment that is trusted (clean shutdown, or flushed before the
         recovery point) and load its timestamps. Raises CorruptIndexError if they are missing
         or inconsistent; the caller then runs :meth:`recover`."""
-        if not self.indexes_existed:
+        if not (self.index_path.exists() and self.time_index_path.exists()):
             raise CorruptIndexError(f"index files of segment {self.base_offset} are missing")
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
@@ -181,12 +210,13 @@ class LogSegment:
         return nxt
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync the files written since their last fsync."""
+        self._file.flush()
         self.offset_index.flush()
         self.time_index.flush()
 
     def flush_log(self) -> None:
-        os.fsync(self._fd)
+        self._file.flush()
 
     def on_become_inactive(self) -> None:
         """Called when a newer segment takes over: make the time index end with the segment's
@@ -194,14 +224,19 @@ class LogSegment:
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
 
+    def create_index_files(self) -> None:
+        """Create the index files if missing (Kafka's layout has all three from the start; their
+        descriptors are only opened to write)."""
+        self.offset_index.create_file()
+        self.time_index.create_file()
+
     def close(self) -> None:
         if self.closed:
             return
         self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
-        os.close(self._fd)
-        self._fd = -1
+        self._file.close()
         self.closed = True
 
     def close_handles(self) -> None:
@@ -210,8 +245,7 @@ class LogSegment:
             return
         self.offset_index.close()
         self.time_index.close()
-        os.close(self._fd)
-        self._fd = -1
+        self._file.close()
         self.closed = True
 
     def delete(self) -> None:
@@ -247,6 +281,7 @@ class LogSegment:
         self.index_path, self.time_index_path, self.log_path = renamed
         self.offset_index.path = self.index_path
         self.time_index.path = self.time_index_path
+        self._file.path = self.log_path
         self.file_suffix = new
 
     def rename_to_deleted(self) -> None:
@@ -318,13 +353,18 @@ class LogSegment:
         view = memoryview(records)
         written = 0
         total = len(view)
+        f = self._file
+        fd = f.acquire()
         try:
+            f.dirty = True
             while written < total:
-                written += os.pwrite(self._fd, view[written:], start + written)
+                written += os.pwrite(fd, view[written:], start + written)
         except OSError:
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
+                os.ftruncate(fd, start)
             raise
+        finally:
+            f.release()
         saved = (self.max_timestamp_so_far, self.offset_of_max_timestamp, self.rolling_based_timestamp,
                  self._bytes_since_last_index_entry)
         try:
@@ -345,7 +385,7 @@ class LogSegment:
                 self.offset_index.truncate_to_position(start)
                 self.time_index.truncate_to(batches[0][1].base_offset)
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
+                self._file.truncate(start)
             raise
         self.size = start + total
 
@@ -359,16 +399,17 @@ class LogSegment:
     def _header_at(self, position: int) -> BatchHeader | None:
         if position + BATCH_OVERHEAD > self.size:
             return None
-        data = os.pread(self._fd, BATCH_OVERHEAD, position)
+        data = self._file.pread(BATCH_OVERHEAD, position)
         if len(data) < BATCH_OVERHEAD:
             return None
         return parse_header(data)
 
     def iter_headers(
-        self, start_position: int = 0, end_position: int | None = None
+        self, start_position: int = 0, end_position: int | None = None, fd: int = -1
     ) -> Iterator[tuple[int, BatchHeader]]:
         """Yield ``(position, header)`` of each batch from ``start_position`` (a batch boundary)
-        to ``end_position`` (default: end of file). Reads headers only, in small chunks."""
+        to ``end_position`` (default: end of file). Reads headers only, in small chunks.
+        ``fd``: the ``.log`` descriptor, already pinned by the caller (else pinned per read)."""
         end = self.size if end_position is None else min(end_position, self.size)
         pos = start_position
         buf = b""
@@ -376,7 +417,8 @@ class LogSegment:
         while pos < end:
             off = pos - buf_start
             if off + BATCH_OVERHEAD > len(buf):
-                buf = os.pread(self._fd, max(BATCH_OVERHEAD, min(_SCAN_CHUNK, end - pos)), pos)
+                n = max(BATCH_OVERHEAD, min(_SCAN_CHUNK, end - pos))
+                buf = os.pread(fd, n, pos) if fd >= 0 else self._file.pread(n, pos)
                 buf_start = pos
                 off = 0
                 if len(buf) < BATCH_OVERHEAD:
@@ -389,21 +431,22 @@ class LogSegment:
             yield pos, h
             pos += h.size
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, BatchHeader] | None:
+    def translate_offset(self, offset: int, starting_position: int = 0, fd: int = -1
+                         ) -> tuple[int, BatchHeader] | None:
         """``(position, header)`` of the first batch whose last offset >= ``offset``, or None."""
         _, pos = self.offset_index.lookup(offset)
-        for p, h in self.iter_headers(max(pos, starting_position)):
+        for p, h in self.iter_headers(max(pos, starting_position), None, fd):
             if h.last_offset >= offset:
                 return p, h
         return None
 
-    def _boundary_at_or_before(self, limit: int, from_position: int) -> int:
+    def _boundary_at_or_before(self, limit: int, from_position: int, fd: int) -> int:
         """Largest batch boundary <= ``limit`` and >= ``from_position`` (a boundary)."""
         if limit >= self.size:
             return self.size
         pos = max(from_position, self.offset_index.floor_position(limit))
         if limit - pos <= 65536:
-            window = os.pread(self._fd, limit - pos, pos)
+            window = os.pread(fd, limit - pos, pos)
             off = 0
             while off + BATCH_OVERHEAD <= len(window):
                 h = parse_header(window, off)
@@ -411,7 +454,7 @@ class LogSegment:
                     break
                 off += h.size
             return pos + off
-        for p, h in self.iter_headers(pos, self.size):
+        for p, h in self.iter_headers(pos, self.size, fd):
             if p + h.size > limit:
                 return p
         return self.size
@@ -422,15 +465,28 @@ class LogSegment:
         max_size: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        fd: int = -1,
     ) -> LogSlice | None:
         """Whole batches starting with the one that contains ``start_offset``.
 
         Returns None if no batch in this segment holds an offset >= ``start_offset``. Otherwise a
         slice (possibly of length 0) of at most ``max_size`` bytes ending at or before
         ``max_position``; with ``min_one_message`` the first batch is returned even if it is
-        larger than ``max_size`` (but never past ``max_position``).
+        larger than ``max_size`` (but never past ``max_position``). ``fd``: the ``.log``
+        descriptor if the caller pinned it (:attr:`log_file`), else it is pinned here.
         """
-        found = self.translate_offset(start_offset)
+        if fd < 0:
+            f = self._file
+            fd = f.acquire()
+            try:
+                return self._read(start_offset, max_size, max_position, min_one_message, fd)
+            finally:
+                f.release()
+        return self._read(start_offset, max_size, max_position, min_one_message, fd)
+
+    def _read(self, start_offset: int, max_size: int, max_position: int | None, min_one_message: bool,
+              fd: int) -> LogSlice | None:
+        found = self.translate_offset(start_offset, 0, fd)
         if found is None:
             return None
         start, first = found
@@ -442,11 +498,11 @@ class LogSegment:
             if min_one_message and start + first.size <= max_pos:
                 return LogSlice(start, first.size, first.base_offset)
             return LogSlice(start, 0, first.base_offset)
-        end = self._boundary_at_or_before(limit, start + first.size)
+        end = self._boundary_at_or_before(limit, start + first.size, fd)
         return LogSlice(start, end - start, first.base_offset)
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
-        return os.pread(self._fd, header.size, position)
+        return self._file.pread(header.size, position)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """First ``(offset, timestamp)`` with timestamp >= ``timestamp`` and offset >=
@@ -491,7 +547,8 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.rolling_based_timestamp = None
-        file_size = os.fstat(self._fd).st_size
+        f = self._file
+        file_size = f.size()
         pos = 0
         last_index_pos = 0
         expected = self.base_offset
@@ -503,7 +560,7 @@ class LogSegment:
                 break
             off = pos - buf_start
             if off + BATCH_OVERHEAD > len(buf):
-                buf = os.pread(self._fd, min(_RECOVER_CHUNK, file_size - pos), pos)
+                buf = f.pread(min(_RECOVER_CHUNK, file_size - pos), pos)
                 buf_start, off = pos, 0
             h = parse_header(buf, off)
             if (
@@ -516,7 +573,7 @@ class LogSegment:
             ):
                 break
             if off + h.size > len(buf):
-                buf = os.pread(self._fd, max(h.size, min(_RECOVER_CHUNK, file_size - pos)), pos)
+                buf = f.pread(max(h.size, min(_RECOVER_CHUNK, file_size - pos)), pos)
                 buf_start, off = pos, 0
                 if len(buf) < h.size:
                     break
@@ -535,14 +592,14 @@ class LogSegment:
             pos += h.size
         truncated = file_size - pos
         if truncated:
-            os.ftruncate(self._fd, pos)
+            f.truncate(pos)
         # Kafka's LogSegment.recover: end the time index with the largest timestamp, as a closed
         # segment's does; else a recovered inactive segment is later trusted with no timestamps
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
         self.size = pos
         self._bytes_since_last_index_entry = pos - last_index_pos
-        self.indexes_existed = True
+        self.create_index_files()
         return truncated
 
     def truncate_to(self, offset: int) -> int:
@@ -555,7 +612,7 @@ class LogSegment:
         removed = self.size - pos
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to(offset)
-        os.ftruncate(self._fd, pos)
+        self._file.truncate(pos)
         self.size = pos
         self._bytes_since_last_index_entry = 0
         if pos == 0:

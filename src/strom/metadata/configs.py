@@ -312,8 +312,8 @@ def normalize_value(name: str, ctype: ConfigType, raw: str | None, minimum: int 
     if ctype is ConfigType.LIST:
         items = [s.strip() for s in text.split(",") if s.strip()]
         if choices is not None:
-            if not items:
-                raise _invalid(f"Invalid value {raw} for configuration {name}: Empty list is not allowed")
+            # an empty list is valid (Kafka's ValidList checks only the items): for cleanup.policy
+            # it means neither retention nor compaction (see LogConfig.cleanup_policies)
             for item in items:
                 if item not in choices:
                     raise _invalid(

@@ -104,7 +104,12 @@ class TopicRegistry:
         info = TopicInfo(name, self._new_id(), partitions, dict(configs or {}))
         self.topics[name] = info
         self.by_id[info.topic_id] = info
-        self._save()
+        try:
+            self._save()
+        except BaseException:  # not saved (a full disk): not created, in memory either
+            del self.topics[name]
+            del self.by_id[info.topic_id]
+            raise
         return info
 
     def delete(self, name: str) -> TopicInfo:
@@ -118,9 +123,19 @@ class TopicRegistry:
         return info
 
     def set_partitions(self, name: str, partitions: int) -> None:
-        self.topics[name].partitions = partitions
-        self._save()
+        info = self.topics[name]
+        old, info.partitions = info.partitions, partitions
+        try:
+            self._save()
+        except BaseException:  # not saved: unchanged
+            info.partitions = old
+            raise
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
-        self.topics[name].configs = dict(configs)
-        self._save()
+        info = self.topics[name]
+        old, info.configs = info.configs, dict(configs)
+        try:
+            self._save()
+        except BaseException:  # not saved: unchanged
+            info.configs = old
+            raise

@@ -1,11 +1,24 @@
-"""Advertised API version ranges, shaped like an Apache Kafka 4.0 broker.
+"""Advertised API version ranges, shaped like an Apache Kafka 4.0.1 broker.
+
+The table is what a Kafka 4.0.1 broker (KRaft, no ClientTelemetry plugin) puts in its
+ApiVersions response, restricted to the APIs strom implements. 4.0.1 differs from 4.0.0 only in
+JoinGroup, whose v0/v1 came back (KAFKA-19444: older librdkafka with Kerberos joins with v0).
 
 Clients decide features from this table: librdkafka enables MsgVer2 (needed for compression and
 idempotence) only with Produce>=3 and Fetch>=4, ZSTD only with Produce>=7/Fetch>=10, and its
 group consumer only with FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit/
 OffsetFetch present; kafka-python guesses the broker version from which APIs and versions are
-listed; Java clients 4.x refuse brokers below the KIP-896 minimums (Produce>=3, Fetch>=4,
-ListOffsets>=1, Metadata>=0, OffsetCommit>=2, OffsetFetch>=1 ...).
+listed (ListOffsets v10 makes it 4.0); Java clients 4.x refuse brokers below the KIP-896
+minimums (Produce>=3, Fetch>=4, ListOffsets>=1, Metadata>=0, OffsetCommit>=2, OffsetFetch>=1 ...).
+
+Two Kafka quirks are kept:
+
+- Produce is *advertised* from v0 although only v3+ is accepted (``ADVERTISED_MIN``):
+  librdkafka releases of Kafka 4.0's time produce compressed batches only if Produce v0 is
+  listed (KAFKA-18659), so Kafka 4.0 lists it yet refuses v0-v2 requests (strom answers those
+  as any unsupported version, see ``server/network.py``).
+- GetTelemetrySubscriptions/PushTelemetry (KIP-714, keys 71/72) are not advertised: Kafka lists
+  them only when a ClientTelemetry plugin is configured, and clients then never ask.
 
 The broker advertises an API only when a handler for it is registered, so clients never rely on
 something strom cannot answer.
@@ -15,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-# api_key -> (name, min_version, max_version) as Kafka 4.0 advertises them.
+# api_key -> (name, min_version, max_version): the versions accepted, as Kafka 4.0.1 has them.
 KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 12),
     1: ("Fetch", 4, 17),
-    2: ("ListOffsets", 1, 9),
-    3: ("Metadata", 0, 12),
+    2: ("ListOffsets", 1, 10),  # v10: TimeoutMs (KIP-1075)
+    3: ("Metadata", 0, 13),  # v13: top-level ErrorCode (KIP-1102)
     8: ("OffsetCommit", 2, 9),
     9: ("OffsetFetch", 1, 9),
     10: ("FindCoordinator", 0, 6),
@@ -28,7 +41,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     12: ("Heartbeat", 0, 4),
     13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5),
-    15: ("DescribeGroups", 0, 5),
+    15: ("DescribeGroups", 0, 6),  # v6: GROUP_ID_NOT_FOUND + ErrorMessage (KIP-1043)
     16: ("ListGroups", 0, 5),
     17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
@@ -51,7 +64,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
-    60: ("DescribeCluster", 0, 1),
+    60: ("DescribeCluster", 0, 2),  # v2: IncludeFencedBrokers/IsFenced (KIP-1073)
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
@@ -68,6 +81,9 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     92: ("DeleteShareGroupOffsets", 0, 0),
 }
 
+# where the advertised minimum differs from the accepted one (see the module doc)
+ADVERTISED_MIN: dict[int, int] = {0: 0}  # Produce: KAFKA-18659
+
 API_VERSIONS_KEY = 18
 
 
@@ -77,8 +93,12 @@ def api_name(api_key: int) -> str:
 
 
 def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
-    """(api_key, min, max) for every registered API, in key order."""
-    return [(k, lo, hi) for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items()) if k in registered]
+    """(api_key, min, max) for every registered API, in key order, as ApiVersions lists them."""
+    return [
+        (k, ADVERTISED_MIN.get(k, lo), hi)
+        for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items())
+        if k in registered
+    ]
 
 
 def supports(api_key: int, version: int, registered: Collection[int]) -> bool:

@@ -53,6 +53,11 @@ class ServerConnection:
     def limit_name(self, name: str) -> None:
         self._decoder.limit_name = name
 
+    @property
+    def pending_frame_size(self) -> int:
+        """Declared size of the request frame being received (0 between frames)."""
+        return self._decoder.pending_frame_size
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[IncomingRequest]:
         out = []
         for fr in self._decoder.feed(data):

@@ -12,6 +12,7 @@ negative size, or a header that does not fit in its frame.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ProtocolError
@@ -31,7 +32,14 @@ class RequestHeader:
 
 class FrameDecoder:
     """Accumulates bytes and yields complete frames; the buffer is bounded by ``max_frame_size``.
-    ``limit_name`` is the config key that limit comes from, named in the error."""
+    ``limit_name`` is the config key that limit comes from, named in the error.
+
+    Memory: bytes are appended to one buffer as they arrive (a partial frame costs what has
+    arrived, never its declared size). Small frames are copied out; a frame of at least
+    ``_HANDOVER`` bytes that starts the buffer is handed over as the buffer itself (no copy), so
+    a 50 MB request costs 50 MB, not twice that."""
+
+    _HANDOVER = 64 * 1024
 
     def __init__(self, max_frame_size: int, limit_name: str = "socket.request.max.bytes") -> None:
         self.max_frame_size = max_frame_size
@@ -54,6 +62,18 @@ class FrameDecoder:
                 )
             if end - pos - 4 < size:
                 break
+            if size >= self._HANDOVER:
+                if pos:
+                    del buf[:pos]
+                    end -= pos
+                    pos = 0
+                frame = buf
+                buf = self._buf = bytearray(frame[4 + size :])
+                del frame[4 + size :]
+                del frame[:4]  # CPython moves the start of a bytearray forward: no copy
+                frames.append(memoryview(frame))
+                end = len(buf)
+                continue
             frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
             pos += 4 + size
         if pos:
@@ -63,6 +83,92 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    @property
+    def pending_frame_size(self) -> int:
+        """Declared size of the frame being received (0 if none has started)."""
+        buf = self._buf
+        if len(buf) < 4:
+            return 0
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        return size
+
+
+class RequestMemoryPool:
+    """``queued.max.request.bytes``: one budget for the bytes of requests read but not yet
+    handled, over all connections — partially received frames, queued requests, the request in
+    progress. Kafka's ``MemoryPool``, with two changes for a pure-Python broker that reads bytes
+    before it can refuse them:
+
+    * bytes are charged as they arrive (:meth:`charge`) and released once the request is handled
+      or the connection is gone (:meth:`release`), instead of a frame's declared size up front
+      (a client that declares 100 MB and sends nothing holds nothing);
+    * a connection may read on (:meth:`may_read`) while the pool is below its limit — frames
+      larger than ``small_frame`` only below half of it, so large requests trickling in cannot
+      starve small ones (metadata, heartbeats, commits). When large frames are all stuck at that
+      mark, one connection at a time holds the *overdraft* and may complete its frame past it
+      (Kafka's non-strict pool also lets one allocation dip below zero): partial frames can
+      never deadlock each other. The pool thus holds at most about
+      ``max(limit, limit / 2 + socket.request.max.bytes)`` plus one read per connection.
+
+    Sans-IO: the driver pauses reading on a connection :meth:`may_read` refuses, registers a
+    wake-up with :meth:`wait`, and the pool calls it when memory is released. ``limit`` < 0:
+    unbounded (Kafka's -1)."""
+
+    def __init__(self, limit: int, small_frame: int = 1 << 20) -> None:
+        self.limit = limit
+        self.small_frame = min(small_frame, max(1, limit // 16)) if limit > 0 else small_frame
+        self.used = 0
+        self.overdraft: object | None = None  # the connection allowed past the large-frame mark
+        self._waiters: dict[object, tuple[int, Callable[[], None]]] = {}
+
+    @property
+    def bounded(self) -> bool:
+        return self.limit >= 0
+
+    def charge(self, n: int) -> None:
+        self.used += n
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        if self._waiters and self.used < self.limit:
+            self._wake()
+
+    def _wake(self) -> None:
+        for owner, (frame_size, wake) in list(self._waiters.items()):
+            if self.may_read(owner, frame_size):
+                self._waiters.pop(owner, None)
+                wake()
+
+    def may_read(self, owner: object, frame_size: int) -> bool:
+        """Whether ``owner`` (a connection), receiving a frame of ``frame_size`` bytes (0: between
+        frames), may read more now."""
+        if self.limit < 0 or owner is self.overdraft:
+            return True
+        if frame_size <= self.small_frame:
+            return self.used < self.limit
+        if self.used < self.limit // 2:
+            return True
+        if self.overdraft is None and self.used < self.limit:
+            self.overdraft = owner
+            return True
+        return False
+
+    def frame_done(self, owner: object) -> None:
+        """``owner`` has no large frame in progress any more (completed, or gone): the
+        overdraft passes on."""
+        if self.overdraft is owner:
+            self.overdraft = None
+            if self._waiters:
+                self._wake()
+
+    def wait(self, owner: object, frame_size: int, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once ``owner`` may read its frame of ``frame_size`` bytes."""
+        self._waiters[owner] = (frame_size, wake)
+
+    def forget(self, owner: object) -> None:
+        self._waiters.pop(owner, None)
+        self.frame_done(owner)
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -54,6 +54,15 @@ class CorruptRecordError(ValueError):
     error_code = 2
 
 
+class InvalidRecordError(CorruptRecordError):
+    """A well-framed batch whose header or records contradict themselves (e.g. zero records, a
+    lastOffsetDelta that disagrees with the record count, a record length that does not add up).
+    Kafka INVALID_RECORD (87); it is a CorruptRecordError so old Produce versions can answer
+    CORRUPT_MESSAGE (2) instead."""
+
+    error_code = 87
+
+
 class BatchHeader(NamedTuple):
     base_offset: int
     batch_length: int

@@ -32,11 +32,11 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import scramp  # type: ignore[import-untyped]
 
 from .credentials import SCRAM_MECHANISMS, ScramCredential
 from .jaas import JaasEntry, JaasError, parse_jaas
@@ -122,18 +122,29 @@ def _unescape_saslname(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
-class ScramExchange:
-    """RFC 5802 server, no channel binding (Kafka's SCRAM has none). ``lookup`` returns the
-    user's credential for this mechanism, or None for an unknown user (refused at the first
-    message, as Kafka does).
+# RFC 5802's client-first message as Kafka's ScramMessages.ClientFirstMessage accepts it: gs2
+# flag "n" only (no channel binding), an optional authzid, the reserved "m=" attribute, the user
+# (ASCII, "," and "=" escaped as =2C/=3D), the nonce, then optional "key=value" extensions.
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_VALUE = r"[\x01-\x2b\x2d-\x7f]+"
+_CLIENT_FIRST = re.compile(
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,(?P<bare>(?:m={_VALUE},)?n=(?P<saslname>{_SASLNAME}),"
+    rf"r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)(?P<extensions>(?:,[A-Za-z]+={_VALUE})*))"
+)
 
-    ``scramp`` parses the client-first message and builds the server-first one (nonce, salt,
-    iterations). The client-final message is checked here, because Kafka accepts a final nonce
-    that merely *ends with* the server-first nonce, and some librdkafka releases rely on it
-    (2.0.2, which Debian's kcat links, was seen doing it): they send their client nonce followed
-    by the whole combined nonce. scramp insists on equality;
-    the proof is computed over the message the client actually sent, so it still proves the
-    password either way.
+
+class ScramExchange:
+    """RFC 5802 server, no channel binding (Kafka's SCRAM has none), as Kafka's ScramSaslServer.
+    ``lookup`` returns the user's credential for this mechanism, or None for an unknown user
+    (refused at the first message, as Kafka does).
+
+    The client-first message must match Kafka's grammar (``_CLIENT_FIRST``); unknown extensions
+    are ignored and ``tokenauth=true`` (delegation tokens, which strom does not have) fails. The
+    server-first message carries the stored salt, whatever its length (Kafka stores any salt,
+    even an empty one). Kafka accepts a final nonce that merely *ends with* the server-first
+    nonce, and some librdkafka releases rely on it (2.0.2, which Debian's kcat links, was seen
+    doing it): they send their client nonce followed by the whole combined nonce. The proof is
+    computed over the message the client actually sent, so it still proves the password.
     """
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
@@ -146,19 +157,10 @@ class ScramExchange:
         self._lookup = lookup
         self._cred: ScramCredential | None = None
         self._step = 0
-        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
         self._gs2_header = ""
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
-
-    def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int] | None:
-        user = _unescape_saslname(name)
-        cred = self._lookup(user)
-        if cred is None:
-            return None
-        self.username, self._cred = user, cred
-        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
 
     def _fail(self, reason: str) -> SaslAuthenticationError:
         """Kafka's fixed text for the client, whatever went wrong (an unknown user and a wrong
@@ -178,28 +180,35 @@ class ScramExchange:
             raise self._fail("message is not UTF-8") from None
         if self._step == 0:
             self._step = 1
-            parts = text.split(",", 2)
-            if len(parts) != 3:
-                raise self._fail("malformed client-first message")
-            flag, authzid, bare = parts
-            try:
-                # scramp refuses any authzid; Kafka allows the user's own: checked below
-                self._server.set_client_first(f"{flag},,{bare}")
-                server_first = str(self._server.get_server_first())
-            except scramp.ScramException as e:
-                raise self._fail(_reason(e)) from None
-            if authzid and (not authzid.startswith("a=") or _unescape_saslname(authzid[2:]) != self.username):
-                raise self._fail("Client requested an authorization id that is different from username")
-            self._gs2_header, self._client_first_bare = f"{flag},{authzid},", bare
-            self._server_first = server_first
-            self._nonce = server_first.split(",", 1)[0][2:]  # "r=<client nonce><server nonce>"
-            return server_first.encode()
+            return self._client_first(text)
         if self._step == 1:
             self._step = 2
             final = self._client_final(text)
             self.complete = True
             return final
         raise SaslAuthenticationError(f"Authentication failed: {self.mechanism} exchange already complete")
+
+    def _client_first(self, text: str) -> bytes:
+        m = _CLIENT_FIRST.fullmatch(text)
+        if m is None:
+            raise self._fail("invalid SCRAM client-first message format")
+        extensions = dict(e.split("=", 1) for e in m["extensions"].split(",")[1:])
+        if extensions.get("tokenauth", "").lower() == "true":
+            raise self._fail("delegation token authentication is not supported")
+        user = _unescape_saslname(m["saslname"])
+        cred = self._lookup(user)
+        if cred is None:
+            raise self._fail("unknown user")
+        authzid = m["authzid"]
+        if authzid is not None and _unescape_saslname(authzid) != user:
+            raise self._fail("Client requested an authorization id that is different from username")
+        self.username, self._cred = user, cred
+        self._gs2_header = text[: m.start("bare")]
+        self._client_first_bare = m["bare"]
+        self._nonce = m["nonce"] + secrets.token_urlsafe(18)
+        salt = base64.b64encode(cred.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={cred.iterations}"
+        return self._server_first.encode()
 
     def _client_final(self, text: str) -> bytes:
         cred = self._cred
@@ -226,13 +235,6 @@ class ScramExchange:
             raise self._fail("invalid client proof")
         server_signature = hmac.new(cred.server_key, auth_message, self._digest).digest()
         return b"v=" + base64.b64encode(server_signature)
-
-
-def _reason(e: Exception) -> str:
-    """scramp's message for the log: its first argument only (later ones may hold the
-    client's message)."""
-    text = str(e.args[0]) if e.args else type(e).__name__
-    return "unknown user" if text == "Unknown user" else text
 
 
 # ---------------------------------------------------------------------------------------- JAAS

@@ -4,6 +4,16 @@ Startup: read ``meta.properties`` (or write it), load the topic registry, open (
 every partition log, start the group coordinator (which replays ``__consumer_offsets``), then
 listen. Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
 and close every log cleanly so the next start skips recovery.
+
+Creating partitions (CreateTopics, CreatePartitions: :meth:`Broker.create_topic_async`,
+:meth:`Broker.add_partitions_async`) is file-system work, about a millisecond per partition:
+it runs in a worker thread so other clients are served meanwhile, and is atomic. A topic being
+created is invisible (metadata, produce and fetch do not know it) but its name is taken (a
+second creation gets TOPIC_ALREADY_EXISTS); it is published in the registry and ``logs`` only
+once every partition exists. A creation that fails midway (ENOSPC, EMFILE ...) deletes what it
+made and answers KAFKA_STORAGE_ERROR; a partition directory the registry does not know is the
+leftover of a creation interrupted by a crash, and is removed before the partition is made
+again. ``strom.broker.max.partitions`` caps the partitions of the broker (POLICY_VIOLATION).
 """
 
 from __future__ import annotations
@@ -13,21 +23,26 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
 from ..coordinator.storage import StoredEntry
-from ..durable_file import replace_file
-from ..log.errors import KafkaStorageError
+from ..durable_file import fsync_dir, replace_file
+from ..log.errors import KafkaStorageError, LogError
+from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.framing import RequestMemoryPool
 from ..protocol.records import (
     CONTROL_COMMIT,
     build_batch,
@@ -40,6 +55,7 @@ from ..rate_limited_log import RateLimitedLog
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
+    from .listener import Listener
     from .network import KafkaProtocol
 
 log = logging.getLogger("strom.broker")
@@ -197,13 +213,28 @@ class Broker:
         self.purgatory = FetchPurgatory()
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
         self.connections: set[KafkaProtocol] = set()
-        self.servers: list[asyncio.base_events.Server] = []
+        self.servers: list[Listener] = []
+        self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
         self.native_sendfile = False
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
         self.share_coordinator: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
+        self._creation_abort = threading.Event()  # set by stop(): creation workers give up
+        self._grow_lock = asyncio.Lock()  # one CreatePartitions at a time
+        # Record-by-record validation of produced batches (compressed, or for a compacted topic)
+        # runs here, off the event loop (Kafka does it on its num.io.threads request handlers).
+        # Each walk holds a few MB at most (strom.protocol.batch_validation), so the pool's size
+        # bounds that memory; more threads than cores would only contend for the GIL.
+        self.validation_executor = ThreadPoolExecutor(
+            max_workers=max(1, min(config["num.io.threads"], os.cpu_count() or 1, 4)),
+            thread_name_prefix="strom-validate",
+        )
+        # per partition, the completion of the last produce append waiting for its validation:
+        # appends to a partition happen in the order the requests got here (see handlers.produce)
+        self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def _load_meta(self) -> str:
@@ -241,7 +272,7 @@ class Broker:
         """Create a compacted internal topic on first start (partition count from config)."""
         if name not in self.topics.topics:
             compact = {"cleanup.policy": "compact"}
-            self.create_topic(name, self.config[partitions_key], compact, internal_ok=True)
+            self.create_topic(name, self.config[partitions_key], compact)
 
     async def start(self) -> None:
         from .handlers import load_all
@@ -257,6 +288,8 @@ class Broker:
                 sasl_state(self)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        max_open = self.config["strom.log.max.open.files"]
+        FILE_CACHE.resize(max_open if max_open > 0 else default_capacity())
         loop = asyncio.get_running_loop()
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
@@ -362,6 +395,7 @@ class Broker:
                     storage_log.ok("flush of", f"{plog.topic}-{plog.partition}")
 
     async def stop(self) -> None:
+        self._creation_abort.set()
         for srv in self.servers:
             srv.close()
         for conn in list(self.connections):
@@ -372,26 +406,34 @@ class Broker:
             if coord is not None:
                 with contextlib.suppress(Exception):
                     await coord.stop()
+        # every log unsynced, one sync, the clean-shutdown markers, one more sync: with ten
+        # thousand partitions, ~8 fsyncs per log would take minutes
+        closed: list[PartitionLog] = []
+        self.validation_executor.shutdown(wait=False, cancel_futures=True)
         for plog in self.logs.values():
             try:
-                plog.close()
+                plog.close(sync=False)
+                closed.append(plog)
             except Exception:
                 log.exception("closing %s-%d failed", plog.topic, plog.partition)
+        if closed:
+            os.sync()
+            for plog in closed:
+                try:
+                    plog.mark_clean_shutdown()
+                except Exception:
+                    log.exception("closing %s-%d failed", plog.topic, plog.partition)
+            os.sync()
         log.info("strom broker %d stopped cleanly", self.node_id)
 
     # ------------------------------------------------------------------ topics
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        configs: dict[str, str] | None = None,
-        *,
-        internal_ok: bool = False,
-        validate_only: bool = False,
-    ) -> TopicInfo:
+    def _check_new_topic(self, name: str, partitions: int, configs: dict[str, str] | None) -> dict[str, str]:
+        """Validate a creation; returns the normalized configs. Raises TopicError."""
         validate_topic_name(name)
-        if name in INTERNAL_TOPICS and not internal_ok and name in self.topics.topics:
+        if name in self.topics.topics or name in self._creating:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions < 1:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         try:
             # the same names, types and ranges AlterConfigs enforces (Kafka's messages)
             configs = {k: normalize_topic_value(k, v) for k, v in (configs or {}).items()}
@@ -400,21 +442,144 @@ class Broker:
             raise TopicError(e.code, str(e)) from e
         except ConfigError as e:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from e
+        self._check_partition_cap(partitions)
+        return configs
+
+    def is_being_created(self, name: str) -> bool:
+        """A CreateTopics of ``name`` is in progress (the topic is not visible yet)."""
+        return name in self._creating and name not in self.topics.topics
+
+    def _check_partition_cap(self, more: int) -> None:
+        cap = self.config["strom.broker.max.partitions"]
+        have = len(self.logs) + sum(self._creating.values())
+        if cap >= 0 and have + more > cap:
+            raise TopicError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Creating {more} partitions would exceed the broker's limit of {cap} partitions "
+                f"(strom.broker.max.partitions); {have} exist.",
+            )
+
+    def _make_partition_logs(self, info: TopicInfo, partitions: range, abort: threading.Event | None = None
+                             ) -> list[PartitionLog]:
+        """Create the logs of ``partitions`` (in a worker thread); all or nothing."""
+        made: list[PartitionLog] = []
+        config = self.log_config(info)
+        try:
+            for p in partitions:
+                if self._creation_abort.is_set() or (abort is not None and abort.is_set()):
+                    raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"creating '{info.name}' was abandoned")
+                d = self.log_dir / f"{info.name}-{p}"
+                if d.exists():  # not in the registry: left by a creation a crash interrupted
+                    shutil.rmtree(d)
+                plog = PartitionLog.open(d, info.name, p, config, self.clock)
+                made.append(plog)
+            fsync_dir(self.log_dir)
+        except BaseException as e:
+            _delete_logs(made)
+            if isinstance(e, OSError | LogError):
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"creating partitions of topic '{info.name}' failed: {e}",
+                ) from e
+            raise
+        return made
+
+    def _publish_logs(self, info: TopicInfo, first: int, logs: list[PartitionLog]) -> None:
+        for p, plog in enumerate(logs, first):
+            plog.update_high_watermark(plog.log_end_offset)
+            self.logs[(info.name, p)] = plog
+
+    async def _in_worker(self, fn: Any, *args: Any) -> list[PartitionLog]:
+        """Run ``fn(*args, abort)`` in a thread. If the caller is cancelled (its client left),
+        the worker stops at its next partition, what it made is deleted, and only then does the
+        cancellation go on, so the name stays reserved until no thread touches its directories."""
+        abort = threading.Event()
+        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args, abort)
+        try:
+            result: list[PartitionLog] = await asyncio.shield(fut)
+            return result
+        except asyncio.CancelledError:
+            abort.set()
+            try:
+                made: list[PartitionLog] = await fut  # finished before it saw the abort
+            except Exception:
+                raise asyncio.CancelledError from None  # it stopped and removed its partitions
+            await asyncio.to_thread(_delete_logs, made)
+            raise
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        """Create a topic on the event loop (the internal topics at start); CreateTopics and
+        auto-creation use :meth:`create_topic_async`."""
+        configs = self._check_new_topic(name, partitions, configs)
+        pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+        logs = self._make_partition_logs(pending, range(partitions))
+        return self._register_topic(name, partitions, configs, logs)
+
+    async def create_topic_async(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """CreateTopics: the partitions are made in a worker thread, then the topic is published
+        (see the module docstring). Raises TopicError with Kafka's code."""
+        configs = self._check_new_topic(name, partitions, configs)
         if validate_only:
-            validate_topic_name(name)
-            if name in self.topics.topics:
-                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+        self._creating[name] = partitions
+        try:
+            pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+            logs = await self._in_worker(self._make_partition_logs, pending, range(partitions))
+            info = self._register_topic(name, partitions, configs, logs)
+        except TopicError as e:
+            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                self.storage_log.failed("creating topic", name, e, "answering KAFKA_STORAGE_ERROR")
+            raise
+        finally:
+            self._creating.pop(name, None)
+        self.storage_log.ok("creating topic", name)
+        return info
+
+    def _register_topic(self, name: str, partitions: int, configs: dict[str, str], logs: list[PartitionLog]
+                        ) -> TopicInfo:
         try:
             info = self.topics.create(name, partitions, configs)
-            for p in range(partitions):
-                self._open_partition(info, p)
-        except (KafkaStorageError, OSError) as e:
-            self.storage_log.failed("creating topic", name, e, "answering KAFKA_STORAGE_ERROR")
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error creating topic {name}") from e
-        self.storage_log.ok("creating topic", name)
+        except BaseException as e:
+            _delete_logs(logs)
+            if isinstance(e, OSError):
+                raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
+            raise
+        self._publish_logs(info, 0, logs)
         log.info("created topic %s with %d partitions", name, partitions)
         return info
+
+    async def add_partitions_async(self, name: str, count: int) -> None:
+        """CreatePartitions (validated by the caller): make partitions ``current..count-1`` in a
+        worker thread, then publish them with the new count. Raises TopicError."""
+        async with self._grow_lock:
+            info = self.topics.get(name)
+            if info is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            current = info.partitions
+            if count <= current:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            self._check_partition_cap(count - current)
+            self._creating[name] = count - current
+            try:
+                logs = await self._in_worker(self._make_partition_logs, info, range(current, count))
+            finally:
+                self._creating.pop(name, None)
+            if self.topics.get(name) is not info:  # deleted meanwhile
+                _delete_logs(logs)
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted.")
+            try:
+                self.topics.set_partitions(name, count)
+            except OSError as e:
+                _delete_logs(logs)
+                raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
+            self._publish_logs(info, current, logs)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -432,12 +597,13 @@ class Broker:
         log.info("deleted topic %s", name)
         return info
 
-    def auto_create(self, name: str) -> TopicInfo | None:
-        """Create a topic on first use when ``auto.create.topics.enable`` (Kafka's behaviour)."""
+    async def auto_create_async(self, name: str) -> TopicInfo | None:
+        """Create a topic on first use when ``auto.create.topics.enable`` (Kafka's behaviour), off
+        the event loop like CreateTopics (a Metadata request may name many new topics)."""
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
         try:
-            return self.create_topic(name, self.config["num.partitions"])
+            return await self.create_topic_async(name, self.config["num.partitions"])
         except TopicError as e:
             if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return self.topics.get(name)
@@ -473,14 +639,26 @@ class Broker:
         leader_epoch: int = 0,
         flush: bool = False,
         from_coordinator: bool = False,
+        prevalidated: bool = False,
     ) -> Any:
         plog = self.logs[(topic, partition)]
-        info = plog.append_as_leader(records, leader_epoch, from_coordinator=from_coordinator)
+        info = plog.append_as_leader(
+            records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
+        )
         if flush:
             plog.flush()
         plog.update_high_watermark(plog.log_end_offset)
         self.purgatory.notify((topic, partition))
         return info
+
+
+def _delete_logs(logs: list[PartitionLog]) -> None:
+    """Remove partitions that were never published (best effort)."""
+    for plog in logs:
+        try:
+            plog.delete()
+        except Exception as e:
+            log.warning("removing unpublished partition %s-%d failed: %s", plog.topic, plog.partition, e)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -506,8 +684,8 @@ async def serve(config: BrokerConfig) -> None:
 
 
 def _raise_open_file_limit() -> None:
-    """Every segment keeps its .log/.index/.timeindex open (as Kafka does); lift the soft limit on
-    open files to the hard limit so thousands of partitions fit (Kafka's docs ask for 100000)."""
+    """Lift the soft limit on open files to the hard limit: more sockets fit, and the log file
+    cache (``strom.log.max.open.files``, by default half the soft limit) keeps more files open."""
     try:
         import resource
 

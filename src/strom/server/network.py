@@ -7,6 +7,10 @@ Rules:
   ``ServerConnection.send`` checks it.
 - Reading pauses while more than a few requests are queued (back-pressure); the frame buffer
   is bounded by ``socket.request.max.bytes``.
+- Every byte read counts against the broker's ``queued.max.request.bytes`` pool
+  (:class:`RequestMemoryPool`) until its request has been handled or the connection is gone;
+  a connection the pool refuses stops reading until memory is released (Kafka mutes channels
+  the same way when its memory pool is exhausted).
 - Malformed input (``ProtocolError``) closes that connection only, after logging it.
 - Response parts may be file regions ``(fd, position, length)``: written with ``sendfile``
   where the event loop supports it natively and the connection is not TLS (the bytes must go
@@ -46,6 +50,7 @@ from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
+from .listener import Listener, start_listener
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -94,7 +99,11 @@ class KafkaProtocol(asyncio.Protocol):
         self.worker: asyncio.Task[None] | None = None
         self.wakeup = asyncio.Event()
         self.closed = False
-        self.paused = False
+        self.paused = False  # reading paused: too many queued requests, or no memory in the pool
+        self.queue_full = False
+        self.memory_wait = False
+        self.pool = broker.request_pool
+        self.charged = 0  # bytes read and not yet released to the pool
         self.peer = "?"
         self.connection_id = f"conn-{next(_conn_ids)}"
         idle_ms = broker.config["connections.max.idle.ms"]
@@ -191,7 +200,13 @@ class KafkaProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.loop is not None  # set by connection_made
+        if self.closed:  # closed by us; the pool has had its bytes back
+            return
         self.last_active = self.loop.time()
+        pool = self.pool
+        if pool.bounded:
+            pool.charge(len(data))
+            self.charged += len(data)
         try:
             reqs = self.conn.receive_data(data)
         except ProtocolError as e:
@@ -201,14 +216,46 @@ class KafkaProtocol(asyncio.Protocol):
         if reqs:
             self.queue.extend(reqs)
             self.wakeup.set()
-            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.paused:
-                self.paused = True
+            if len(self.queue) >= _MAX_QUEUED:
+                self.queue_full = True
+        if pool.bounded:
+            if reqs and pool.overdraft is self:
+                pool.frame_done(self)  # the frame it was let past the mark for is complete
+            size = self.conn.pending_frame_size
+            if not pool.may_read(self, size):
+                self.memory_wait = True
+                pool.wait(self, size, self._memory_available)
+        self._update_reading()
+
+    def _memory_available(self) -> None:
+        self.memory_wait = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        pause = self.queue_full or self.memory_wait
+        if pause != self.paused and self.transport is not None and not self.closed:
+            self.paused = pause
+            if pause:
                 self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _release(self, n: int) -> None:
+        """Give ``n`` bytes of this connection's back to the pool (at most what it holds)."""
+        n = min(n, self.charged)
+        if n > 0:
+            self.charged -= n
+            self.pool.release(n)
+
+    def _release_all(self) -> None:
+        self.pool.forget(self)
+        self._release(self.charged)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._release_all()
         self.broker.connections.discard(self)
         on_closed = getattr(self.broker, "on_connection_closed", None)
         if on_closed is not None:  # share sessions end with their connection (KIP-932)
@@ -223,6 +270,7 @@ class KafkaProtocol(asyncio.Protocol):
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._release_all()
         if self.transport is not None:
             self.transport.close()
         elif self.raw_transport is not None:  # still in the TLS handshake
@@ -238,15 +286,17 @@ class KafkaProtocol(asyncio.Protocol):
                     await self.wakeup.wait()
                     continue
                 req = self.queue.popleft()
-                if self.paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
-                    self.paused = False
-                    self.transport.resume_reading()
+                if self.queue_full and len(self.queue) < _MAX_QUEUED // 2:
+                    self.queue_full = False
+                    self._update_reading()
                 self.busy = True
                 try:
                     await self._handle(req)
                 finally:
                     self.busy = False
                     self.last_active = loop.time()
+                    if not self.closed:
+                        self._release(req.size + 4)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
@@ -350,7 +400,14 @@ class KafkaProtocol(asyncio.Protocol):
     async def _send(self, correlation_id: int, head: bytes, parts: list[Any], size: int) -> None:
         """Write one response. File regions ``(fd, position, length)`` carry file descriptors
         the handler duplicated for this response (so a segment deleted meanwhile stays readable);
-        they are closed here once written, or if the connection is gone."""
+        they are closed here once written, or if the connection is gone.
+
+        A client may leave at any point of a long response (a consumer closed mid-fetch): a
+        write then fails inside the transport, which only marks itself closing, and the next
+        ``loop.sendfile`` would raise ``RuntimeError("Transport is closing")``; a sendfile in
+        progress raises ConnectionError. Both are a client leaving, not a broker fault: the
+        rest of the response is dropped, the connection closed, a DEBUG line logged (Kafka's
+        selector treats a peer's disconnect the same way)."""
         transport = self.transport
         regions = [p for p in parts if isinstance(p, tuple)]
         try:
@@ -373,17 +430,36 @@ class KafkaProtocol(asyncio.Protocol):
                     if pending:
                         transport.writelines(pending)
                         pending = []
+                    if transport.is_closing():  # that write failed: the client is gone
+                        self._left_mid_response(correlation_id, None)
+                        return
                     with os.fdopen(fd, "rb", buffering=0) as f:
                         regions.remove(p)  # the file object owns the descriptor now
-                        await loop.sendfile(transport, f, pos, length)
+                        try:
+                            await loop.sendfile(transport, f, pos, length)
+                        except ConnectionError as e:
+                            self._left_mid_response(correlation_id, e)
+                            return
                 else:
+                    if transport.is_closing():
+                        self._left_mid_response(correlation_id, None)
+                        return
                     pending.append(os.pread(fd, length, pos))
-            if pending:
+            if pending and not transport.is_closing():
                 transport.writelines(pending)
         finally:
             for fd, _pos, _len in regions:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+    def _left_mid_response(self, correlation_id: int, exc: BaseException | None) -> None:
+        log.debug(
+            "connection from %s closed while response %d was being written (%s); dropping the rest",
+            self.peer,
+            correlation_id,
+            exc or "write failed",
+        )
+        self.close()
 
 
 # one traceback per (API, exception type) a minute: a client repeating a request that trips a bug
@@ -411,15 +487,16 @@ def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:
     return RawResponse([body], len(body))
 
 
-async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
-    """One server per listener. TLS contexts are built before any port is opened, so bad key
-    material fails the start (ConfigError) with nothing listening."""
+async def start_listeners(broker: Broker) -> list[Listener]:
+    """One server per listener, with strom's accept loop (:mod:`strom.server.listener`: it pauses
+    instead of failing when descriptors run out). TLS contexts are built before any port is
+    opened, so bad key material fails the start (ConfigError) with nothing listening."""
     from ..security.tls import build_server_contexts
 
     loop = asyncio.get_running_loop()
     contexts = build_server_contexts(broker.config)
     upgrade_here = "uvloop" not in type(loop).__module__  # see KafkaProtocol
-    servers: list[asyncio.base_events.Server] = []
+    servers: list[Listener] = []
     try:
         for name, protocol, host, port in broker.config.listener_protocols():
             context = contexts.get(name)
@@ -430,9 +507,8 @@ async def start_listeners(broker: Broker) -> list[asyncio.base_events.Server]:
             ) -> KafkaProtocol:
                 return KafkaProtocol(broker, ConnectionSession.for_listener(name, protocol), tls)
 
-            srv = await loop.create_server(
-                factory, host, port, reuse_address=True, backlog=1024, ssl=None if upgrade_here else context
-            )
+            tls_server = None if upgrade_here else context
+            srv = await start_listener(name, host, port, factory, ssl_context=tls_server)
             servers.append(srv)
             for s in srv.sockets:
                 log.info("listening on %s (listener %s, %s)", s.getsockname(), name, protocol)

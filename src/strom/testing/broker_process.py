@@ -27,7 +27,8 @@ class BrokerProcess:
     loopback port (the first one ``port``, the others free ones): ``ports[name]`` and
     ``bootstrap_for(name)``. ``port``/``bootstrap`` are the first listener's. A name that differs
     from its protocol is added to ``listener.security.protocol.map``. The ``ssl.*`` settings
-    (keystore ...) go in ``overrides``.
+    (keystore ...) go in ``overrides``. ``nofile`` runs the broker under that RLIMIT_NOFILE
+    (soft and hard, like ``ulimit -n``).
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class BrokerProcess:
         overrides: list[str] | None = None,
         env: dict[str, str] | None = None,
         listeners: Mapping[str, str] | None = None,
+        nofile: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -47,6 +49,7 @@ class BrokerProcess:
         self.ports = {names[0]: self.port} | {n: free_port() for n in names[1:]}
         self.overrides = list(overrides or [])
         self.env = env
+        self.nofile = nofile
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
 
@@ -82,7 +85,16 @@ class BrokerProcess:
         env = dict(os.environ)
         env.update(self.env or {})
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        preexec = None
+        if self.nofile is not None:
+            limit = self.nofile
+
+            def preexec() -> None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
         logf.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -43,6 +43,8 @@ def main() -> int:
         msgs = consumer.consume(50, 0.5)
         msgs = [m for m in msgs if not m.error()]
         if not msgs:
+            if not consumer.assignment():  # idle counts only once the group gave it partitions
+                last_data = time.time()  # (after a kill -9 the old member holds them a session)
             continue
         last_data = time.time()
         producer.begin_transaction()

@@ -60,7 +60,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
-            info = broker.create_topic(name, partitions, configs, validate_only=validate_only)
+            # off the event loop, published only once every partition exists (Broker docstring)
+            info = await broker.create_topic_async(name, partitions, configs, validate_only=validate_only)
         except TopicError as e:
             entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
@@ -105,17 +106,43 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
     return {"throttle_time": 0, "responses": out}
 
 
+# DescribeCluster endpoint types (KIP-919): brokers answer for brokers only
+_ENDPOINT_BROKER, _ENDPOINT_CONTROLLER = 1, 2
+
+
 @handler(60)
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """Kafka's broker answer: the brokers of this listener (v2 ``include_fenced_brokers`` adds
+    fenced ones; a single running node is never fenced) and a live broker as controller id
+    (KRaft hides the controllers). An endpoint type other than brokers is refused as Kafka does:
+    UNSUPPORTED_ENDPOINT_TYPE for an unknown one, MISMATCHED_ENDPOINT_TYPE for controllers
+    (INVALID_REQUEST on v0, which has no such codes)."""
     broker = ctx.broker
+    endpoint_type = int(getattr(request, "endpoint_type", _ENDPOINT_BROKER))
+    v0 = ctx.api_version == 0
+    if endpoint_type not in (_ENDPOINT_BROKER, _ENDPOINT_CONTROLLER):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.INVALID_REQUEST if v0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            "error_message": f"Unsupported endpoint type {endpoint_type}",
+        }
+    if endpoint_type != _ENDPOINT_BROKER:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.INVALID_REQUEST if v0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+            "error_message": "The request was sent to an endpoint of type BROKER, "
+            "but we wanted an endpoint of type CONTROLLER",
+        }
     host, port = advertised_endpoint(ctx)
     return {
         "throttle_time": 0,
         "error_code": 0,
         "error_message": None,
-        "endpoint_type": 1,
+        "endpoint_type": _ENDPOINT_BROKER,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [
+            {"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+        ],
         "cluster_authorized_operations": -2147483648,
     }

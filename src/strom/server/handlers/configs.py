@@ -13,10 +13,9 @@ import logging
 import os
 from typing import Any
 
-from ...log.errors import KafkaStorageError
 from ...metadata import configs as cfg
 from ...metadata import group_configs
-from ...metadata.topics import TopicInfo
+from ...metadata.topics import TopicError, TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
 from ..context import RequestContext
 from . import handler
@@ -326,14 +325,14 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                 )
                 continue
         if not validate_only:
-            try:
-                for p in range(current, count):
-                    if (name, p) not in broker.logs:
-                        broker._open_partition(info, p)
-                broker.topics.set_partitions(name, count)
-            except (KafkaStorageError, OSError) as e:
-                broker.storage_log.failed("growing topic", name, e, "answering KAFKA_STORAGE_ERROR")
-                fail(ErrorCode.KAFKA_STORAGE_ERROR, "storage error while adding partitions")
+            try:  # in a worker thread, published when all exist (see Broker.add_partitions_async)
+                await broker.add_partitions_async(name, count)
+            except TopicError as e:
+                if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    broker.storage_log.failed("growing topic", name, e, "answering KAFKA_STORAGE_ERROR")
+                else:
+                    log.warning("growing %s to %d partitions failed: %s", name, count, e)
+                fail(e.code, str(e))
                 continue
             broker.storage_log.ok("growing topic", name)
             log.info("topic %s now has %d partitions (was %d)", name, count, current)

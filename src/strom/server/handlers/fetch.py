@@ -23,6 +23,12 @@ from . import handler
 
 Region = tuple[int, int, int]
 
+# A response keeps file descriptors (duplicates, for sendfile) only for large reads and only so
+# many: a fetch of ten thousand partitions must not need ten thousand descriptors. Smaller reads
+# (and any beyond the cap) are copied into the response.
+COPY_BELOW_BYTES = 32 * 1024
+MAX_FDS_PER_RESPONSE = 64
+
 
 @dataclass
 class PartitionResult:
@@ -132,6 +138,7 @@ def _read_partitions(
     any_error = False
     first_data = True
     isolation = getattr(request, "isolation_level", 0)
+    fds_held = 0
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -176,6 +183,13 @@ def _read_partitions(
                 continue
             try:
                 data = plog.read(offset, max(limit, 0), max_offset=upper, min_one_message=first_data)
+                if data.size and (
+                    data.size < COPY_BELOW_BYTES or fds_held + len(data.regions) > MAX_FDS_PER_RESPONSE
+                ):
+                    try:
+                        pr.raw = data.read_bytes()
+                    finally:
+                        data.close()
             except Exception as e:
                 code = getattr(e, "error_code", None)
                 pr.error_code = code if code is not None else ErrorCode.KAFKA_STORAGE_ERROR
@@ -187,8 +201,10 @@ def _read_partitions(
             if broker.storage_log.failing:
                 broker.storage_log.ok("read from", f"{name}-{fp.partition}")
             if data.size:
-                # duplicated: the response owns these descriptors until written (network._send)
-                pr.regions = [(os.dup(r.fd), r.position, r.length) for r in data.regions]
+                if pr.raw is None:
+                    # duplicates owned by the read: the response owns them until written (network._send)
+                    pr.regions = list(data.regions)
+                    fds_held += len(pr.regions)
                 pr.size = data.size
                 total += data.size
                 first_data = False

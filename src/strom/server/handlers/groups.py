@@ -384,7 +384,8 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, A
 @handler(15)
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    return {"throttle_time": 0, "groups": [coord.describe_group(str(g)) for g in request.groups]}
+    version = ctx.api_version
+    return {"throttle_time": 0, "groups": [coord.describe_group(str(g), version) for g in request.groups]}
 
 
 @handler(16)

@@ -86,18 +86,28 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     continue
                 if auto:
                     try:
-                        info = broker.auto_create(name)
+                        info = await broker.auto_create_async(name)
                     except TopicError as e:
                         topics_out.append({"error_code": e.code, "name": name, "partitions": []})
                         continue
             if info is None:
                 topics_out.append(
-                    {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+                    {
+                        # being created: Kafka answers LEADER_NOT_AVAILABLE and the client retries
+                        "error_code": ErrorCode.LEADER_NOT_AVAILABLE
+                        if broker.is_being_created(name)
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name,
+                        "partitions": [],
+                    }
                 )
             else:
                 topics_out.append(topic_entry(ctx, info))
     return {
         "throttle_time": 0,
+        # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
+        # which a single node never needs
+        "error_code": ErrorCode.NONE,
         "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,

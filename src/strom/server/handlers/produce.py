@@ -1,11 +1,15 @@
 """Produce (0): validate and append opaque record batches; answer per partition.
 
-Hot path: batches are never decoded record by record; the log validates headers and CRCs,
-patches offsets and appends. ``acks=0`` gets no response (Kafka's behaviour).
+Hot path: uncompressed batches for topics that are not compacted are never decoded record by
+record; the log validates headers, CRCs and the record length chain, patches offsets and appends.
+Compressed batches and compacted topics are walked record by record (bounded memory) in the
+broker's validation threads first (:func:`handle_produce`). ``acks=0`` gets no response (Kafka's
+behaviour).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -16,27 +20,81 @@ from . import handler
 
 log = logging.getLogger("strom.produce")
 
+# a partition to append: (its topic's response list, slot in it, partition, topic, records,
+# whether validation walks the records)
+_Pending = tuple[list[dict[str, Any]], int, int, str, Any, bool]
 
-def _partition_error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
+
+def _partition_error(
+    index: int, code: int, message: str | None = None, record_errors: list[tuple[int, str]] | None = None
+) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
         "base_offset": -1,
         "log_append_time": -1,
         "log_start_offset": -1,
+        "record_errors": [
+            {"batch_index": i, "batch_index_error_message": m} for i, m in (record_errors or ())
+        ],
         "error_message": message,
+    }
+
+
+def _append_error(broker: Any, name: str, idx: int, e: BaseException) -> dict[str, Any]:
+    """The partition's answer to a failed validation or append."""
+    if isinstance(e, KafkaStorageError | OSError):  # one rate-limited line, no traceback
+        broker.storage_log.failed(
+            "append to", f"{name}-{idx}", e,
+            "answering KAFKA_STORAGE_ERROR, nothing appended; every produce retries",
+        )
+        return _partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, "storage error")
+    if isinstance(e, KeyError):  # deleted while its records were being validated
+        return _partition_error(idx, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    code: int | None = getattr(e, "error_code", None)  # log errors carry Kafka codes
+    if code is None:
+        log.error("unexpected append failure on %s-%d", name, idx, exc_info=e)
+        code = ErrorCode.UNKNOWN_SERVER_ERROR
+    return _partition_error(idx, code, str(e), getattr(e, "record_errors", None))
+
+
+def _append(broker: Any, name: str, idx: int, records: Any, prevalidated: bool = False) -> dict[str, Any]:
+    try:
+        res = broker.append(name, idx, records, prevalidated=prevalidated)
+    except Exception as e:
+        return _append_error(broker, name, idx, e)
+    if broker.storage_log.failing:
+        broker.storage_log.ok("append to", f"{name}-{idx}")
+    return {
+        "index": idx,
+        "error_code": 0,
+        "base_offset": res.first_offset,
+        "log_append_time": res.log_append_time,
+        "log_start_offset": res.log_start_offset,
+        "record_errors": [],
+        "error_message": None,
     }
 
 
 @handler(0)
 async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse:
+    """Two paths. Fast: no partition needs a record-by-record walk (uncompressed batches, topics
+    not compacted) and none has an append waiting: append each partition at once, in order,
+    without yielding. Otherwise every partition of the request takes its place in the
+    partition's append chain before anything yields, the walks run in the broker's validation
+    threads concurrently, and each partition appends once its walk is done and the append
+    before it in the chain has happened: per-partition order is arrival order, so producer
+    sequence and idempotence state see the batches as sent."""
     broker = ctx.broker
     acks = request.acks
-    responses = []
+    responses: list[dict[str, Any]] = []
+    pending: list[_Pending] = []
+    chains = broker.append_chains
+    slow = False
     for topic in request.topic_data:
         name = str(topic.name)
         info = broker.topics.get(name)
-        parts = []
+        parts: list[dict[str, Any]] = []
         for pd in topic.partition_data:
             idx = pd.index
             if acks not in (0, 1, -1):
@@ -57,34 +115,66 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
                 parts.append(_partition_error(idx, ErrorCode.CORRUPT_MESSAGE, "empty record set"))
                 continue
             try:
-                res = broker.append(name, idx, records)
-            except (KafkaStorageError, OSError) as e:
-                broker.storage_log.failed(
-                    "append to", f"{name}-{idx}", e,
-                    "answering KAFKA_STORAGE_ERROR, nothing appended; every produce retries",
-                )
-                parts.append(_partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
+                walk = broker.logs[(name, idx)].needs_record_walk(records)
+            except Exception as e:
+                parts.append(_append_error(broker, name, idx, e))
                 continue
-            except Exception as e:  # log errors carry Kafka codes
-                code: int | None = getattr(e, "error_code", None)
-                if code is None:
-                    log.exception("unexpected append failure on %s-%d", name, idx)
-                    code = ErrorCode.UNKNOWN_SERVER_ERROR
-                parts.append(_partition_error(idx, code, str(e)))
-                continue
-            if broker.storage_log.failing:
-                broker.storage_log.ok("append to", f"{name}-{idx}")
-            parts.append(
-                {
-                    "index": idx,
-                    "error_code": 0,
-                    "base_offset": res.first_offset,
-                    "log_append_time": res.log_append_time,
-                    "log_start_offset": res.log_start_offset,
-                    "error_message": None,
-                }
-            )
+            slow = slow or walk or (name, idx) in chains
+            pending.append((parts, len(parts), idx, name, records, walk))
+            parts.append({})  # filled in below
         responses.append({"name": name, "partition_responses": parts})
+    if not slow:
+        for parts, slot, idx, name, records, _walk in pending:
+            parts[slot] = _append(broker, name, idx, records)
+    elif pending:
+        await _append_in_chains(broker, pending)
     if acks == 0:
         return NoResponse()
     return {"responses": responses, "throttle_time": 0}
+
+
+async def _append_in_chains(broker: Any, pending: list[_Pending]) -> None:
+    loop = asyncio.get_running_loop()
+    chains = broker.append_chains
+    tickets: list[tuple[asyncio.Future[None] | None, asyncio.Future[None]]] = []
+    for _parts, _slot, idx, name, _records, _walk in pending:  # no await in this loop: one atomic step
+        mine: asyncio.Future[None] = loop.create_future()
+        tickets.append((chains.get((name, idx)), mine))
+        chains[(name, idx)] = mine
+    checks: list[asyncio.Future[Any] | None] = [
+        loop.run_in_executor(broker.validation_executor, broker.logs[(name, idx)].check_batches, records)
+        if walk
+        else None
+        for _parts, _slot, idx, name, records, walk in pending
+    ]
+    try:
+        for item, (before, mine), check in zip(pending, tickets, checks, strict=True):
+            parts, slot, idx, name, records, walk = item
+            error: BaseException | None = None
+            if check is not None:
+                try:
+                    await check
+                except Exception as e:
+                    error = e
+            if before is not None and not before.done():
+                await asyncio.wait([before])
+            if error is not None:
+                parts[slot] = _append_error(broker, name, idx, error)
+            else:
+                parts[slot] = _append(broker, name, idx, records, prevalidated=walk)
+            _release(chains, (name, idx), mine)
+    finally:
+        for item, (_before, mine) in zip(pending, tickets, strict=True):
+            _release(chains, (item[3], item[2]), mine)
+        for check in checks:
+            if check is not None and not check.done():
+                check.cancel()
+
+
+def _release(
+    chains: dict[tuple[str, int], asyncio.Future[None]], tp: tuple[str, int], mine: asyncio.Future[None]
+) -> None:
+    if not mine.done():
+        mine.set_result(None)
+    if chains.get(tp) is mine:
+        del chains[tp]

@@ -4,13 +4,18 @@ Clients send the salted password (``Hi(password, salt, iterations)``), never the
 broker keeps salt, StoredKey, ServerKey and iterations (:mod:`strom.security.credentials`).
 Errors are per user, with Kafka's codes and rules:
 
-- describe: no users (null or empty) lists every user with credentials; an unknown user ->
-  RESOURCE_NOT_FOUND; a user named twice -> DUPLICATE_RESOURCE.
-- alter: an unknown mechanism -> UNSUPPORTED_SASL_MECHANISM; iterations outside 4096..16384 or an
-  empty name/salt/salted password -> UNACCEPTABLE_CREDENTIAL; deleting a credential that does not
-  exist -> RESOURCE_NOT_FOUND; the same user and mechanism twice in one request ->
-  DUPLICATE_RESOURCE. A user with any error has none of its changes applied; the others are
-  applied and persisted together before the answer.
+- describe (Kafka's ScramImage.describe): no users (null or empty) lists every user with
+  credentials; an unknown user -> RESOURCE_NOT_FOUND; a user named twice -> DUPLICATE_RESOURCE
+  (Kafka's messages, ending with the user's name).
+- alter, as a Kafka 4 controller (``ScramControlManager.alterCredentials``): deletions are
+  checked first, then upsertions, per user *name*: a user altered twice in one request, even for
+  two mechanisms, -> DUPLICATE_RESOURCE (so ``kafka-configs --add-config
+  'SCRAM-SHA-256=[..],SCRAM-SHA-512=[..]'`` is refused by Kafka 4 too); an empty name or
+  iterations outside the mechanism's minimum..16384 -> UNACCEPTABLE_CREDENTIAL; an unknown
+  mechanism -> UNSUPPORTED_SASL_MECHANISM; deleting a credential that does not exist ->
+  RESOURCE_NOT_FOUND; an empty salted password -> UNKNOWN_SERVER_ERROR (Kafka fails deriving the
+  keys from it). Any salt is accepted, even an empty one. A user with an error has none of its
+  changes applied; the others are applied and persisted together before the answer.
 """
 
 from __future__ import annotations
@@ -51,13 +56,17 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
         if name in dups:
             results.append(
                 _described(
-                    name, DUPLICATE_RESOURCE, "Cannot describe SCRAM credentials for the same user twice"
+                    name,
+                    DUPLICATE_RESOURCE,
+                    f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}",
                 )
             )
         elif not creds:
             results.append(
                 _described(
-                    name, RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist"
+                    name,
+                    RESOURCE_NOT_FOUND,
+                    f"Attempt to describe a user credential that does not exist: {name}",
                 )
             )
         else:
@@ -79,60 +88,57 @@ def _described(
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = sasl_state(ctx.broker).credentials
     order: list[str] = []
-    errors: dict[str, tuple[int, str]] = {}
-    seen: set[tuple[str, str | int]] = set()
-    deletions: list[tuple[str, str]] = []
-    upsertions: list[tuple[str, str, ScramCredential]] = []
+    errors: dict[str, tuple[int, str | None]] = {}
+    deletions: dict[str, str] = {}  # user -> mechanism
+    upsertions: dict[str, tuple[str, ScramCredential]] = {}
+    duplicate = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
 
-    def note(user: str, mech: str | None, wire_id: int) -> bool:
-        """False (and an error) if this user and mechanism were already named."""
+    def first_time(user: str) -> bool:
+        """Whether this user's alteration is to be checked: not after an error; a second one
+        undoes the first and is DUPLICATE_RESOURCE."""
         if user not in order:
             order.append(user)
-        key: tuple[str, str | int] = (user, mech if mech is not None else wire_id)
-        if key in seen:
-            errors.setdefault(
-                user, (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-            )
+        if user in errors:
             return False
-        seen.add(key)
+        if deletions.pop(user, None) is not None or upsertions.pop(user, None) is not None:
+            errors[user] = duplicate
+            return False
         return True
 
     for d in request.deletions:
         user, mech = str(d.name), mechanism_name(int(d.mechanism))
-        if not note(user, mech, int(d.mechanism)):
+        if not first_time(user):
             continue
         if not user:
-            errors.setdefault(user, (UNACCEPTABLE_CREDENTIAL, "Username must not be empty"))
+            errors[user] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
         elif mech is None:
-            errors.setdefault(user, (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"))
+            errors[user] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
         elif store.get(user, mech) is None:
-            errors.setdefault(
-                user, (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-            )
+            errors[user] = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
         else:
-            deletions.append((user, mech))
+            deletions[user] = mech
     for u in request.upsertions:
         user, mech = str(u.name), mechanism_name(int(u.mechanism))
-        if not note(user, mech, int(u.mechanism)):
+        if not first_time(user):
             continue
         try:
             m = check_upsertion(user, mech, int(u.iterations), bytes(u.salt), bytes(u.salted_password))
         except CredentialError as e:
-            errors.setdefault(user, (e.code, str(e)))
+            errors[user] = (e.code, str(e) or None)
             continue
         cred = ScramCredential.from_salted_password(
             m, bytes(u.salt), bytes(u.salted_password), int(u.iterations)
         )
-        upsertions.append((user, m, cred))
-    ok_del = [(user, m) for user, m in deletions if user not in errors]
-    ok_up = [(user, m, c) for user, m, c in upsertions if user not in errors]
+        upsertions[user] = (m, cred)
+    ok_del = list(deletions.items())
+    ok_up = [(user, m, c) for user, (m, c) in upsertions.items()]
     if ok_del or ok_up:
         try:
             store.apply(ok_up, ok_del)
         except OSError as e:
             ctx.broker.storage_log.failed("saving SCRAM credentials to", str(store.path), e,
                                           "answering KAFKA_STORAGE_ERROR; no credential changed")
-            for user in [u for u, *_ in ok_del] + [u for u, *_ in ok_up]:
+            for user in [*deletions, *upsertions]:
                 errors.setdefault(user, (ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
         else:
             ctx.broker.storage_log.ok("saving SCRAM credentials to", str(store.path))
