@@ -293,3 +293,19 @@ def test_aborted_records_are_archived_not_delivered() -> None:
         assert sp.start_offset == 10 or c.partitions[("g", TID, 0)].start_offset == 10
 
     run(go())
+
+
+def test_deleted_topic_state_goes() -> None:
+    async def go() -> None:
+        storage = MemoryOffsetsStorage()
+        c = make(storage)
+        await join(c)
+        assert c.start_offsets("g")
+        c.topic_deleted(TID)
+        await asyncio.gather(*c._background)
+        assert not c.start_offsets("g")
+        c2 = make(storage)
+        await c2.start()
+        assert not c2.partitions
+
+    run(go())

@@ -558,6 +558,26 @@ class ShareCoordinator:
         err, _s = self.open_session(group_id, member_id, epoch, (), (), connection_id)
         return err
 
+    def topic_deleted(self, topic_id: uuid.UUID) -> None:
+        """A topic was deleted: its share-partitions' state goes (tombstones in the background),
+        as Kafka's group coordinator deletes the share state of deleted topics."""
+
+        async def drop() -> None:
+            for key in [k for k in self.partitions if k[1] == topic_id]:
+                async with self._lock(key):
+                    if key in self.partitions and await self._persist(
+                        key, self._records_for(key, self.partitions[key], None)
+                    ):
+                        self.partitions.pop(key, None)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(drop())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def connection_closed(self, connection_id: str) -> None:
         """The client connection of share sessions closed: the sessions end and their members'
         records are released (Kafka closes a share session with its connection)."""

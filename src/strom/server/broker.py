@@ -594,6 +594,8 @@ class Broker:
             plog = self.logs.pop((name, p), None)
             if plog is not None:
                 plog.delete()
+        if self.share_coordinator is not None:  # share groups forget the topic's share-partitions
+            self.share_coordinator.topic_deleted(info.topic_id)
         log.info("deleted topic %s", name)
         return info
 
