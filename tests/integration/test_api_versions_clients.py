@@ -4,7 +4,8 @@
 The reference table is not strom's own: kafka-python ships the ApiVersions response it captured from
 a real Kafka 4.0.0 broker (``BROKER_API_VERSIONS[(4, 0)]``); strom must list exactly those ranges for
 every API it implements, JoinGroup aside (4.0.1 put back v0/v1, KAFKA-19444), and nothing else (no
-telemetry APIs: Kafka lists those only with a ClientTelemetry plugin).
+telemetry APIs: Kafka lists those only with a ClientTelemetry plugin) but the share-group APIs of
+Kafka 4.1+ (KIP-932), listed with Kafka 4.3's ranges.
 
 Then each client family's own version inference: kafka-python's ``check_version`` (admin and
 consumer), librdkafka's negotiated ranges and protocol features (no ``broker.version.fallback``), and
@@ -36,6 +37,10 @@ JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 
 # Kafka 4.0.1 differs from the 4.0.0 capture only here
 KAFKA_4_0_1_CHANGES = {11: (0, 9)}  # JoinGroup v0/v1 back (KAFKA-19444)
+# Share groups (KIP-932) came with Kafka 4.1: strom lists their APIs with the ranges of
+# kafka-python's Kafka 4.3 capture (ShareFetch/ShareAcknowledge v2 and DescribeShareGroupOffsets
+# v1 are 4.2's)
+SHARE_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +66,15 @@ def test_kafka_python_infers_kafka_4_0(broker: BrokerProcess) -> None:
     finally:
         admin.close()
     kafka_4_0 = {**BROKER_API_VERSIONS[(4, 0)], **KAFKA_4_0_1_CHANGES}
+    if (4, 3) in BROKER_API_VERSIONS:
+        kafka_4_3 = BROKER_API_VERSIONS[(4, 3)]
+        assert {k: v for k, v in got.items() if k in SHARE_APIS} == {k: tuple(kafka_4_3[k]) for k in SHARE_APIS}
+    got = {k: v for k, v in got.items() if k not in SHARE_APIS}
     assert set(got) <= set(kafka_4_0), "strom lists an API Kafka 4.0 does not"
     assert {k: v for k, v in got.items() if v != kafka_4_0[k]} == {}
     assert 71 not in got and 72 not in got  # telemetry: not without a ClientTelemetry plugin
     # every API strom implements is listed
-    assert set(got) == set(KAFKA_API_RANGES) & set(kafka_4_0)
+    assert set(got) == (set(KAFKA_API_RANGES) - SHARE_APIS) & set(kafka_4_0)
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
     try:

@@ -35,9 +35,20 @@ __all__ = [
     "topics_alter",
 ]
 
-ENTITY_TYPES = {"topics": admin.TOPIC, "brokers": admin.BROKER, "broker-loggers": admin.BROKER_LOGGER}
-_SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger", "users": "user"}
-_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6}
+ENTITY_TYPES = {
+    "topics": admin.TOPIC,
+    "brokers": admin.BROKER,
+    "broker-loggers": admin.BROKER_LOGGER,
+    "groups": admin.GROUP,
+}
+_SINGULAR = {
+    "topics": "topic",
+    "brokers": "broker",
+    "broker-loggers": "broker-logger",
+    "users": "user",
+    "groups": "group",
+}
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6, "groups": 8}
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -194,6 +205,10 @@ async def _expand(client: Client, target: ConfigTarget) -> list[ConfigTarget]:
         return [target]
     if target.entity_type == "topics":
         return [ConfigTarget("topics", n) for n in await client.list_topics()]
+    if target.entity_type == "groups":
+        from ..client.groups import list_groups
+
+        return [ConfigTarget("groups", g.group_id) for g in await list_groups(client)]
     md = await client.metadata([])
     ids = [ConfigTarget(target.entity_type, str(b)) for b in sorted(md.brokers)]
     if target.entity_type == "brokers":

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from strom.cli import commands, dump_log
 from strom.cli import configs as cli_configs
 from strom.cli import groups as cli_groups
+from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_records_parser(sub)
     _add_dump_log_parser(sub)
     cli_groups.add_parser(sub, _add_bootstrap)
+    cli_share_groups.add_parser(sub, _add_bootstrap)
     cli_transactions.add_parser(sub, _add_bootstrap)
     return parser
 
@@ -165,7 +167,7 @@ def _add_configs_parser(sub: Any) -> None:
     configs.add_argument("action", nargs="?", choices=("describe", "alter"))
     configs.add_argument("--describe", dest="flag_describe", action="store_true", help="same as 'describe'")
     configs.add_argument("--alter", dest="flag_alter", action="store_true", help="same as 'alter'")
-    configs.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users"))
+    configs.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "groups"))
     configs.add_argument("--entity-name", help="topic name, broker id or user (describe: all when omitted)")
     configs.add_argument(
         "--entity-default", action="store_true", help="brokers: the cluster-wide dynamic default"
@@ -298,6 +300,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_configs.records_delete(args))
         if args.command == "groups":
             return asyncio.run(cli_groups.groups(args))
+        if args.command == "share-groups":
+            return asyncio.run(cli_share_groups.share_groups(args))
         if args.command == "transactions":
             return asyncio.run(cli_transactions.transactions(args))
         if args.command == "dump-log":

@@ -49,6 +49,7 @@ SCRAM_MECHANISM_IDS = {name: wire_id for name, (wire_id, _hash) in SCRAM_MECHANI
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 

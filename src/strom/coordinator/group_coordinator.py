@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -180,6 +181,9 @@ class GroupCoordinator:
         # tests: check after every consumer-group step that replaying its records rebuilt exactly
         # the state the state machine computed
         self.verify_replay = False
+        # group id -> its group configs (KIP-848 consumer.session.timeout.ms and
+        # consumer.heartbeat.interval.ms), effective values; None: the broker-level ones
+        self.group_configs: Callable[[str], dict[str, str]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -359,6 +363,23 @@ class GroupCoordinator:
                     raise AssertionError(f"replay of {group_id}: {replayed} != {after}")
 
         eff.on_success.append(adopt)
+
+    def _consumer_config(self, group_id: str) -> ConsumerConfig:
+        """The consumer-group settings of ``group_id``: the broker's, with its group configs."""
+        base = self.config.consumer
+        if self.group_configs is None:
+            return base
+        eff = self.group_configs(group_id)
+        try:
+            return dataclasses.replace(
+                base,
+                session_timeout_ms=int(eff.get("consumer.session.timeout.ms", base.session_timeout_ms)),
+                heartbeat_interval_ms=int(
+                    eff.get("consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)
+                ),
+            )
+        except (TypeError, ValueError):
+            return base
 
     def _new_classic(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, self.clock, self.config.classic, self.new_member_id)
@@ -886,6 +907,7 @@ class GroupCoordinator:
                 work = ConsumerGroup(group_id, self.clock, self.config.consumer)
             else:
                 work = g.clone()
+            work.config = self._consumer_config(group_id)
             result = work.heartbeat(
                 member_id=member_id,
                 member_epoch=member_epoch,

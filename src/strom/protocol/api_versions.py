@@ -71,6 +71,14 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
     75: ("DescribeTopicPartitions", 0, 0),
+    # KIP-932 share groups, as a Kafka 4.2+ broker with share.version=1 advertises them
+    76: ("ShareGroupHeartbeat", 1, 1),
+    77: ("ShareGroupDescribe", 1, 1),
+    78: ("ShareFetch", 1, 2),
+    79: ("ShareAcknowledge", 1, 2),
+    90: ("DescribeShareGroupOffsets", 0, 1),
+    91: ("AlterShareGroupOffsets", 0, 0),
+    92: ("DeleteShareGroupOffsets", 0, 0),
 }
 
 # where the advertised minimum differs from the accepted one (see the module doc)

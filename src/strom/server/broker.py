@@ -62,6 +62,7 @@ log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
 
 
 class ProducerIdManager:
@@ -148,6 +149,54 @@ class InternalTopicStorage:
                 yield e.key, e.value
 
 
+class BrokerLogView:
+    """The data partitions as the share coordinator sees them (by topic id)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def _plog(self, topic_id: uuid.UUID, partition: int) -> PartitionLog:
+        info = self.broker.topics.by_id.get(topic_id)
+        if info is None:
+            raise KeyError(topic_id)
+        return self.broker.logs[(info.name, partition)]
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        info = self.broker.topics.by_id.get(topic_id)
+        return info.name if info is not None else None
+
+    def partitions(self, topic_id: uuid.UUID) -> int | None:
+        info = self.broker.topics.by_id.get(topic_id)
+        return info.partitions if info is not None else None
+
+    def log_start_offset(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self._plog(topic_id, partition).log_start_offset
+
+    def initial_offset(self, topic_id: uuid.UUID, partition: int, strategy: str) -> int:
+        """Kafka's share.auto.offset.reset: earliest, latest or by_duration:<ISO-8601>."""
+        plog = self._plog(topic_id, partition)
+        low = strategy.lower()
+        if low == "earliest":
+            return plog.log_start_offset
+        if low.startswith("by_duration:"):
+            ms = _iso_duration_ms(strategy.split(":", 1)[1])
+            found = plog.offset_for_timestamp(self.broker.clock.time_ms() - ms)
+            return found[0] if found is not None else plog.high_watermark
+        return plog.high_watermark
+
+
+def _iso_duration_ms(text: str) -> int:
+    import re
+
+    m = re.match(
+        r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", text.strip(), re.IGNORECASE
+    )
+    if m is None:
+        return 0
+    d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+    return int((((d * 24 + h) * 60 + mi) * 60 + sec) * 1000)
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
@@ -169,6 +218,7 @@ class Broker:
         self.native_sendfile = False
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
+        self.share_coordinator: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
@@ -254,6 +304,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
         )
+        from ..metadata import group_configs
+
+        self.group_coordinator.group_configs = lambda g: group_configs.group_effective(self, g)
         # consumer-group records name topics by id: let the coordinator resolve every known one
         for info in self.topics.topics.values():
             self.group_coordinator.topic_names[info.topic_id] = info.name
@@ -273,6 +326,7 @@ class Broker:
             ],
         )
         await self.txn_coordinator.start()
+        await self._start_share_coordinator()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
         self._tasks.extend(start_log_tasks(self))
@@ -283,6 +337,43 @@ class Broker:
             self.log_dir,
             len(self.logs),
         )
+
+    def on_connection_closed(self, connection_id: str) -> None:
+        """A client connection closed: its share sessions close and release their records."""
+        if self.share_coordinator is not None:
+            self.share_coordinator.connection_closed(connection_id)
+
+    async def _start_share_coordinator(self) -> None:
+        """Share groups (KIP-932): the share coordinator over ``__share_group_state``."""
+        from ..coordinator.classic import ClassicGroup, GroupState
+        from ..coordinator.share_coordinator import ShareConfig, ShareCoordinator
+        from ..metadata import group_configs
+
+        share_cfg = ShareConfig.from_broker(self.config)
+        self._ensure_internal_topic(SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
+        share_cfg.num_partitions = self.topics.topics[SHARE_STATE_TOPIC].partitions
+
+        def notify(topic_id: uuid.UUID, partition: int) -> None:
+            info = self.topics.by_id.get(topic_id)
+            if info is not None:
+                self.purgatory.notify((info.name, partition))
+
+        def other_group_exists(group_id: str) -> bool:
+            g = self.group_coordinator.groups.get(group_id) if self.group_coordinator else None
+            if g is None:
+                return False
+            return not (isinstance(g, ClassicGroup) and g.state == GroupState.DEAD)
+
+        self.share_coordinator = ShareCoordinator(
+            InternalTopicStorage(self, SHARE_STATE_TOPIC),
+            BrokerLogView(self),
+            config=share_cfg,
+            clock=self.clock,
+            group_config=lambda g: group_configs.group_effective(self, g),
+            notify=notify,
+        )
+        self.share_coordinator.other_group_exists = other_group_exists
+        await self.share_coordinator.start()
 
     async def _flusher(self) -> None:
         interval = 1.0
@@ -311,7 +402,7 @@ class Broker:
             conn.close()
         for t in self._tasks:
             t.cancel()
-        for coord in (self.txn_coordinator, self.group_coordinator):
+        for coord in (self.share_coordinator, self.txn_coordinator, self.group_coordinator):
             if coord is not None:
                 with contextlib.suppress(Exception):
                     await coord.stop()
@@ -503,6 +594,8 @@ class Broker:
             plog = self.logs.pop((name, p), None)
             if plog is not None:
                 plog.delete()
+        if self.share_coordinator is not None:  # share groups forget the topic's share-partitions
+            self.share_coordinator.topic_deleted(info.topic_id)
         log.info("deleted topic %s", name)
         return info
 

@@ -257,6 +257,9 @@ class KafkaProtocol(asyncio.Protocol):
         self._stop_idle_timer()
         self._release_all()
         self.broker.connections.discard(self)
+        on_closed = getattr(self.broker, "on_connection_closed", None)
+        if on_closed is not None:  # share sessions end with their connection (KIP-932)
+            on_closed(self.connection_id)
 
     def _stop_idle_timer(self) -> None:
         if self.idle_timer is not None:

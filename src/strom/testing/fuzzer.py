@@ -48,8 +48,9 @@ from ..protocol.records import build_batch
 from .request_samples import all_versions, encode_body, sample_entity
 
 # APIs whose answer may legitimately wait (long-poll, rebalance): a timeout there is no hang
-# (CreateTopics and CreatePartitions make partitions in a worker thread: thousands take seconds)
-WAITING_APIS = frozenset({1, 11, 14, 19, 37, 68})
+# (CreateTopics and CreatePartitions make partitions in a worker thread: thousands take seconds;
+# ShareFetch long-polls like Fetch)
+WAITING_APIS = frozenset({1, 11, 14, 19, 37, 68, 78})
 SEED_TOPICS = {"s1": (2, {}), "fuzz-compacted": (1, {"cleanup.policy": "compact"})}
 NAMES = ("s1", "", "x" * 300, "__consumer_offsets", "a/b", "..", "fuzz-topic", "s1 ", "\u00e9t\u00e9")
 INTS = {

@@ -29,6 +29,7 @@ _MODULES = (
     "admin",
     "producer_ids",
     "groups",
+    "share",
     "configs",
     "log_admin",
     "transactions",

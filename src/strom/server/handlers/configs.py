@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from ...metadata import configs as cfg
+from ...metadata import group_configs
 from ...metadata.topics import TopicError, TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
 from ..context import RequestContext
@@ -144,6 +145,9 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str
             elif rtype == cfg.ResourceType.BROKER_LOGGER:
                 cfg.broker_scope(broker, rname or str(broker.node_id))
                 entry["configs"] = _describe_loggers(keys)
+            elif rtype == cfg.ResourceType.GROUP:
+                entries = group_configs.describe(broker, rname, keys)
+                entry["configs"] = [e.to_kio(include_synonyms) for e in entries]
             else:
                 raise cfg.ConfigResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         except KafkaError as e:
@@ -240,6 +244,16 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
             elif rtype == cfg.ResourceType.BROKER_LOGGER:
                 cfg.broker_scope(broker, rname or str(broker.node_id))
                 _alter_loggers(ops, validate_only)
+            elif rtype == cfg.ResourceType.GROUP:
+                group_configs.check_group_name(rname)
+                new = cfg.incremental_changes(
+                    group_configs.store(broker).get(rname),
+                    ops,
+                    type_of=group_configs.group_config_types(),
+                    effective=group_configs.group_effective(broker, rname),
+                    unknown="group",
+                )
+                group_configs.alter(broker, rname, new, validate_only=validate_only)
             else:
                 raise cfg.ConfigResourceError(
                     ErrorCode.INVALID_REQUEST,

@@ -82,9 +82,25 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str
 # --------------------------------------------------------------------------- classic protocol
 
 
+def _is_share_group(ctx: RequestContext, group_id: str) -> bool:
+    share = getattr(ctx.broker, "share_coordinator", None)
+    return share is not None and group_id in share.groups
+
+
 @handler(11)
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "member_id": str(request.member_id or ""),
+            "members": [],
+        }
     session_ms = _ms(request.session_timeout)
     result = await coord.join_group(
         str(request.group_id),
@@ -376,10 +392,27 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str,
 @handler(16)
 async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    groups = coord.list_groups(
-        [str(s) for s in getattr(request, "states_filter", ()) or ()],
-        [str(t) for t in getattr(request, "types_filter", ()) or ()],
-    )
+    states = [str(s) for s in getattr(request, "states_filter", ()) or ()]
+    types = [str(t) for t in getattr(request, "types_filter", ()) or ()]
+    groups = coord.list_groups(states, types)
+    share = getattr(ctx.broker, "share_coordinator", None)
+    if share is not None:  # share groups (KIP-932): type "share", protocol type "share"
+        want_states = {s.lower() for s in states}
+        want_types = {t.lower() for t in types}
+        for g in share.list_groups():
+            if want_states and g.state.lower() not in want_states:
+                continue
+            if want_types and "share" not in want_types:
+                continue
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": "share",
+                    "group_state": g.state,
+                    "group_type": "share",
+                }
+            )
+        groups.sort(key=lambda g: g["group_id"])
     return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
 
@@ -387,7 +420,12 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     names = [str(g) for g in request.groups_names]
-    result = await coord.delete_groups(names)
+    share = getattr(ctx.broker, "share_coordinator", None)
+    share_names = [g for g in names if share is not None and g in share.groups]
+    result = await coord.delete_groups([g for g in names if g not in share_names])
+    for g in share_names:
+        assert share is not None
+        result[g] = await share.delete_group(g)
     return {"throttle_time": 0, "results": [{"group_id": g, "error_code": result[g]} for g in names]}
 
 
@@ -397,6 +435,16 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, A
 @handler(68)
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+            "error_message": f"Group {request.group_id} is not a consumer group.",
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
     topics = ctx.broker.topics
 
     def resolve(name: str) -> tuple[uuid.UUID, int] | None:
