@@ -91,6 +91,11 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     # log file descriptors kept open at most (an LRU, strom.log.file_cache; Kafka keeps every
     # segment's files open). -1: half of the soft RLIMIT_NOFILE, the rest left for sockets
     "strom.log.max.open.files": (int, -1),
+    # AlterReplicaLogDirs: bytes per second the future logs copy at most (Kafka's, unlimited)
+    "replica.alter.log.dirs.io.max.bytes.per.second": (int, 9223372036854775807),
+    # how often every log dir is checked for a failure (gone, unreadable, read-only); Kafka
+    # notices only at an I/O error, strom also looks, so an idle dir's failure is reported too
+    "strom.log.dir.check.interval.ms": (int, 1000),
     # partitions this broker may hold; CreateTopics/CreatePartitions beyond get POLICY_VIOLATION
     # (-1: no limit). Each partition costs memory (~tens of KB), not descriptors
     "strom.broker.max.partitions": (int, 50000),
@@ -293,8 +298,22 @@ class BrokerConfig:
 
     @property
     def log_dir(self) -> Path:
+        """The first of :attr:`log_dirs`: where the broker-level files live (Kafka's default
+        ``metadata.log.dir``)."""
+        return self.log_dirs[0]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """``log.dirs`` (or, when unset, ``log.dir``): comma-separated, each once, in order."""
         dirs: str = self.values["log.dirs"] or self.values["log.dir"]
-        return Path(dirs.split(",")[0].strip())
+        out: list[Path] = []
+        for part in dirs.split(","):
+            part = part.strip()
+            if part and Path(part) not in out:
+                out.append(Path(part))
+        if not out:
+            raise ConfigError("log.dirs is empty")
+        return out
 
     def listeners(self) -> list[tuple[str, str, int]]:
         """Parse ``listeners`` into (name, host, port) triples.

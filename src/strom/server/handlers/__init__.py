@@ -31,6 +31,7 @@ _MODULES = (
     "groups",
     "configs",
     "log_admin",
+    "log_dirs",
     "transactions",
     "sasl",
     "scram_credentials",

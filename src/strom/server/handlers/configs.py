@@ -1,5 +1,5 @@
 """Configs and partition admin: DescribeConfigs (32), AlterConfigs (33),
-IncrementalAlterConfigs (44), CreatePartitions (37), DescribeLogDirs (35),
+IncrementalAlterConfigs (44), CreatePartitions (37),
 DescribeTopicPartitions (75), OffsetForLeaderEpoch (23).
 
 The config model (sources, synonyms, validation, persistence of dynamic broker configs) lives in
@@ -10,7 +10,6 @@ resource / topic / partition, as in Kafka; nothing here fails a whole request.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from ...metadata import configs as cfg
@@ -324,41 +323,6 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
             log.info("topic %s now has %d partitions (was %d)", name, count, current)
         results.append({"name": name, "error_code": 0, "error_message": None})
     return {"throttle_time": 0, "results": results}
-
-
-# ------------------------------------------------------------------------------ DescribeLogDirs
-
-
-@handler(35)
-async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    broker = ctx.broker
-    wanted: dict[str, set[int] | None] | None = None
-    if request.topics is not None:
-        wanted = {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, p), plog in sorted(broker.logs.items()):
-        if wanted is not None:
-            parts = wanted.get(topic)
-            if parts is None or p not in parts:
-                continue
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": p, "partition_size": plog.size_bytes, "offset_lag": 0, "is_future_key": False}
-        )
-    total = usable = -1
-    try:
-        st = os.statvfs(broker.log_dir)
-        total = st.f_blocks * st.f_frsize
-        usable = st.f_bavail * st.f_frsize
-    except OSError:
-        pass
-    result = {
-        "error_code": 0,
-        "log_dir": str(broker.log_dir.resolve()),
-        "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
-        "total_bytes": total,
-        "usable_bytes": usable,
-    }
-    return {"throttle_time": 0, "error_code": 0, "results": [result]}
 
 
 # ------------------------------------------------------------------------------ DescribeTopicPartitions

@@ -158,7 +158,7 @@ def _read_partitions(
                 pr.error_code = (
                     ErrorCode.UNKNOWN_TOPIC_ID
                     if (version >= 13 and info is None)
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else broker.partition_error(name, fp.partition)  # its log dir may have failed
                 )
                 any_error = True
                 continue
