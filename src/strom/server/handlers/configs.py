@@ -328,17 +328,18 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
 # ------------------------------------------------------------------------------ DescribeTopicPartitions
 
 
-def _dtp_partition(nid: int, p: int) -> dict[str, Any]:
+def _dtp_partition(nid: int, p: int, offline: bool = False) -> dict[str, Any]:
+    """``offline``: on a failed log dir (no leader, as in Metadata)."""
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.LEADER_NOT_AVAILABLE if offline else 0,
         "partition_index": p,
-        "leader_id": nid,
+        "leader_id": -1 if offline else nid,
         "leader_epoch": 0,
         "replica_nodes": [nid],
         "isr_nodes": [nid],
         "eligible_leader_replicas": [],
         "last_known_elr": [],
-        "offline_replicas": [],
+        "offline_replicas": [nid] if offline else [],
     }
 
 
@@ -387,7 +388,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
             next_cursor = {"topic_name": name, "partition_index": first}
             break
         last = min(info.partitions, first + remaining)
-        parts = [_dtp_partition(nid, p) for p in range(first, last)]
+        parts = [_dtp_partition(nid, p, (name, p) in broker.offline_partitions) for p in range(first, last)]
         remaining -= len(parts)
         topics_out.append(
             {

@@ -23,15 +23,18 @@ def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
 
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     nid = ctx.broker.node_id
+    # a partition on a failed log dir has no leader (Kafka's controller takes the replica
+    # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas)
+    offline = ctx.broker.offline_partitions
     return [
         {
-            "error_code": 0,
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE if (info.name, p) in offline else 0,
             "partition_index": p,
-            "leader_id": nid,
+            "leader_id": -1 if (info.name, p) in offline else nid,
             "leader_epoch": 0,
             "replica_nodes": [nid],
             "isr_nodes": [nid],
-            "offline_replicas": [],
+            "offline_replicas": [nid] if (info.name, p) in offline else [],
         }
         for p in range(info.partitions)
     ]
