@@ -136,7 +136,7 @@ class Traffic:
             t.start()
 
     def _produce(self) -> None:
-        prod = Producer({"bootstrap.servers": self.b.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        prod = Producer({"bootstrap.servers": self.b.bootstrap, "enable.idempotence": True, "linger.ms": 5, "batch.size": 65536})
 
         def report(err: KafkaError | None, msg: object) -> None:
             if err is not None:
@@ -184,7 +184,9 @@ class Traffic:
 def test_java_admin_moves_partitions_under_traffic(java_src: Path, tmp_path: Path) -> None:
     data = [tmp_path / f"d{i}" for i in range(3)]
     topic = "moving"
-    b = start_broker(data, **{"segment.bytes": "65536"})
+    # throttled, so the copy takes a while with the producer and consumer running
+    b = start_broker(data, **{"log.segment.bytes": "262144",
+                              "replica.alter.log.dirs.io.max.bytes.per.second": "2000000"})
     try:
         create(b, topic, 2)
         traffic = Traffic(b, topic, 2)

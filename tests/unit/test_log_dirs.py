@@ -262,3 +262,52 @@ def _offline_at_start(bad: Path) -> Callable[[Broker], Awaitable[None]]:
         assert all(("t", p) in b.logs or ("t", p) in b.offline_partitions for p in range(4))
 
     return check
+
+
+def test_future_ahead_of_current_is_copied_again(tmp_path: Path) -> None:
+    """After a crash the current log may have lost an unflushed tail the future log kept: the
+    future does not fit any more and is made again from the current log."""
+    dirs = dirs_of(tmp_path, 2)
+    state: dict[str, Path] = {}
+
+    async def first(b: Broker) -> None:
+        await b.create_topic_async("t", 1)
+        src = b.logs[("t", 0)].directory.parent
+        state["dest"] = next(d for d in dirs if d != src)
+        produce(b, "t", 0, 10)
+        b.mover.start_move("t", 0, state["dest"])
+        mv = b.mover.moves[("t", 0)]
+        assert mv.task is not None
+        mv.task.cancel()
+        cur = b.logs[("t", 0)]
+        mv.future.append_as_follower(cur.read_bytes(0, 1 << 20, max_offset=10))
+        other = build_batch([(b"x", f"other{i}".encode(), [], 0) for i in range(5)])
+        patched = bytearray(other)
+        patched[0:8] = (10).to_bytes(8, "big")  # offsets 10..14, which the current log never gets
+        mv.future.append_as_follower(patched)
+        assert mv.future.log_end_offset == 15
+
+    run_broker(dirs, first)
+
+    async def second(b: Broker) -> None:
+        while b.mover.moves:
+            await asyncio.sleep(0.01)
+        plog = b.logs[("t", 0)]
+        assert plog.directory.parent == state["dest"] and plog.log_end_offset == 10
+        assert values(b, "t", 0) == list(range(10))
+
+    run_broker(dirs, second)
+
+
+def test_first_dir_failure_stops_the_broker(tmp_path: Path) -> None:
+    dirs = dirs_of(tmp_path, 2)
+
+    async def go(b: Broker) -> None:
+        shutil.rmtree(dirs[0])
+        assert not b.check_log_dir(dirs[0])
+        assert b.fatal.is_set()
+
+    run_broker(dirs, go)
+    dirs[0].write_text("not a directory")
+    with pytest.raises(ConfigError, match="first log dir"):
+        make_broker(dirs)

@@ -391,10 +391,11 @@ class Broker:
         self._tasks.append(loop.create_task(self._log_dir_checker()))
         self._tasks.extend(start_log_tasks(self))
         log.info(
-            "strom broker %d started (cluster %s), log dir %s, %d partitions",
+            "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
             self.node_id,
             self.cluster_id,
-            self.log_dir,
+            ",".join(str(d) for d in self.log_dirs),
+            f" (offline: {','.join(str(d) for d in self.offline_dirs)})" if self.offline_dirs else "",
             len(self.logs),
         )
 
@@ -736,6 +737,8 @@ async def serve(config: BrokerConfig) -> None:
                 w.cancel()
     finally:
         await broker.stop()
+    if broker.fatal.is_set():  # the first log dir failed: exit as Kafka halts, with an error
+        raise SystemExit(1)
 
 
 def _raise_open_file_limit() -> None:
