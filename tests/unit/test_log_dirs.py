@@ -311,3 +311,49 @@ def test_first_dir_failure_stops_the_broker(tmp_path: Path) -> None:
     dirs[0].write_text("not a directory")
     with pytest.raises(ConfigError, match="first log dir"):
         make_broker(dirs)
+
+
+def test_device_error_on_append_takes_the_dir_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO from a write is the device failing (Kafka's LogDirFailureChannel); ENOSPC is not."""
+    import errno
+
+    from strom.log.errors import KafkaStorageError
+
+    dirs = dirs_of(tmp_path, 2)
+
+    async def go(b: Broker) -> None:
+        await b.create_topic_async("t", 2)
+        tps = {plog.directory.parent: tp for tp, plog in b.logs.items() if tp[0] == "t"}
+        victim = b.logs[tps[dirs[1]]]
+
+        def fail(code: int) -> None:
+            def append(*_a: object, **_k: object) -> None:
+                raise KafkaStorageError("append failed") from OSError(code, os.strerror(code))
+
+            monkeypatch.setattr(victim, "append_as_leader", append)
+
+        fail(errno.ENOSPC)
+        with pytest.raises(KafkaStorageError):
+            produce(b, *tps[dirs[1]], 1)
+        assert not b.offline_dirs  # a full disk is not a failed one
+        fail(errno.EIO)
+        with pytest.raises(KafkaStorageError):
+            produce(b, *tps[dirs[1]], 1)
+        assert dirs[1] in b.offline_dirs and tps[dirs[1]] in b.offline_partitions
+        produce(b, *tps[dirs[0]], 2)
+
+    run_broker(dirs, go)
+
+
+def test_preferred_dir_for_a_partition_not_created_yet(tmp_path: Path) -> None:
+    dirs = dirs_of(tmp_path, 3)
+
+    async def go(b: Broker) -> None:
+        b.preferred_dirs[("later", 0)] = dirs[2]
+        b.preferred_dirs[("later", 1)] = dirs[2]
+        await b.create_topic_async("later", 2)
+        assert all(b.logs[("later", p)].directory.parent == dirs[2] for p in range(2))
+
+    run_broker(dirs, go)

@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# errors of the device under a log dir: the dir goes offline (not ENOSPC, EMFILE: see check_log_dir)
+_DEVICE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
 TXN_TOPIC = "__transaction_state"
 
 
@@ -241,6 +243,19 @@ class Broker:
             self.mark_log_dir_offline(d, f"{type(e).__name__}: {e}")
             return False
         return True
+
+    def note_storage_error(self, plog: PartitionLog, exc: BaseException) -> None:
+        """An I/O error on ``plog``: an error of the device (EIO, EROFS ...) takes its dir
+        offline at once, as Kafka's LogDirFailureChannel does for any IOException; for the
+        others (a full disk, out of descriptors) the dir is only checked."""
+        d = plog.directory.parent
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        if isinstance(cause, OSError) and cause.errno in _DEVICE_ERRNOS:
+            self.mark_log_dir_offline(d, f"{type(cause).__name__}: {cause}")
+        else:
+            self.check_log_dir(d)
 
     def mark_log_dir_offline(self, d: Path, reason: str) -> None:
         """Kafka's ``LogDirFailureChannel``/``handleLogDirFailure``: the dir's partitions go
@@ -682,8 +697,8 @@ class Broker:
             info = plog.append_as_leader(
                 records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
             )
-        except KafkaStorageError:
-            self.check_log_dir(plog.directory.parent)  # a failed disk, or only a full one?
+        except KafkaStorageError as e:
+            self.note_storage_error(plog, e)
             raise
         if flush:
             plog.flush()

@@ -188,6 +188,7 @@ class LogDirMover:
 
     async def _copy(self, mv: FutureMove) -> None:
         broker = self.broker
+        failing: PartitionLog = mv.future  # the log whose I/O an error comes from
         try:
             while True:
                 if self.moves.get(mv.tp) is not mv:
@@ -206,7 +207,9 @@ class LogDirMover:
                 if fut.log_end_offset == cur.log_end_offset:
                     self._swap(mv, cur)
                     return
+                failing = cur
                 data = cur.read_bytes(fut.log_end_offset, CHUNK_BYTES, max_offset=cur.log_end_offset)
+                failing = fut
                 if not data:
                     await asyncio.sleep(0.05)
                     continue
@@ -220,7 +223,7 @@ class LogDirMover:
             # whether a directory failed (and then take its partitions offline)
             log.error("moving %s-%d to %s failed: %s; the partition stays where it was",
                       mv.topic, mv.partition, mv.dest, e)
-            broker.check_log_dir(mv.dest)
+            broker.note_storage_error(failing, e)
             if self.moves.get(mv.tp) is mv:
                 self.cancel(mv.tp, delete=mv.dest not in broker.offline_dirs)
 

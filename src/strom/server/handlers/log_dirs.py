@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...log.errors import LogError
+from ...metadata.topics import TopicError, validate_topic_name
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
@@ -34,10 +35,16 @@ def _abs(d: Path) -> str:
 
 
 def _find_dir(dirs: list[Path], path: str) -> Path | None:
+    """The configured dir ``path`` names (Kafka compares absolute paths); string work only, so
+    any bytes a client sends are safe."""
+    want = os.path.normpath(path)
     for d in dirs:
-        if path in (_abs(d), str(d)) or os.path.realpath(path) == os.path.realpath(d):
+        if want in (_abs(d), os.path.normpath(str(d))):
             return d
     return None
+
+
+MAX_PREFERRED = 10_000  # remembered destinations of partitions not created yet (hostile clients)
 
 
 @handler(35)
@@ -96,7 +103,12 @@ def _alter_one(broker: Any, dest: Path | None, topic: str, p: int) -> int:
     if tp in broker.offline_partitions:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if tp not in broker.logs:
-        broker.preferred_dirs[tp] = dest  # Kafka's maybeUpdatePreferredLogDir
+        try:
+            validate_topic_name(topic)
+            if p >= 0 and (tp in broker.preferred_dirs or len(broker.preferred_dirs) < MAX_PREFERRED):
+                broker.preferred_dirs[tp] = dest  # Kafka's maybeUpdatePreferredLogDir
+        except TopicError:
+            pass
         return ErrorCode.REPLICA_NOT_AVAILABLE
     if broker.offline_dirs and broker.logs[tp].directory.parent != dest:
         return ErrorCode.KAFKA_STORAGE_ERROR
