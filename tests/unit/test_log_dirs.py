@@ -244,6 +244,11 @@ def test_failed_dir_takes_only_its_partitions_offline(tmp_path: Path) -> None:
         for tp in on_first:
             produce(b, *tp, 3)
             assert b.logs[tp].log_end_offset == 3
+        from strom.log.errors import KafkaStorageError
+
+        with pytest.raises(KafkaStorageError):  # markers wait for the partition to come back
+            await b.write_markers(7, 0, True, [on_first[0], on_second[0]])
+        assert b.logs[on_first[0]].log_end_offset == 3  # none written anywhere
         await b.create_topic_async("u", 2)  # new partitions go to the dirs still online
         assert all(b.logs[("u", p)].directory.parent == dirs[0] for p in range(2))
 

@@ -675,6 +675,10 @@ class Broker:
         """Write a transaction marker (control batch) to each partition, durably; offsets
         partitions also complete the group coordinator's pending transactional offsets."""
         batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.clock.time_ms())
+        partitions = list(partitions)
+        offline = [f"{t}-{p}" for t, p in partitions if (t, p) in self.offline_partitions]
+        if offline:  # the markers wait for the partition (its dir failed), as Kafka's do for a leader
+            raise KafkaStorageError(f"transaction markers cannot be written: {', '.join(offline)} offline")
         for topic, partition in partitions:
             if (topic, partition) not in self.logs:
                 continue  # deleted since it joined the transaction

@@ -430,7 +430,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
             current = int(getattr(p, "current_leader_epoch", -1))
             requested = int(p.leader_epoch)
             if plog is None:
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = broker.partition_error(name, idx)
             elif current > LEADER_EPOCH:
                 entry["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
             elif 0 <= current < LEADER_EPOCH:
