@@ -362,3 +362,32 @@ def test_preferred_dir_for_a_partition_not_created_yet(tmp_path: Path) -> None:
         assert all(b.logs[("later", p)].directory.parent == dirs[2] for p in range(2))
 
     run_broker(dirs, go)
+
+
+def test_future_log_kept_while_its_current_dir_is_offline(tmp_path: Path) -> None:
+    dirs = dirs_of(tmp_path, 3)
+    state: dict[str, Path] = {}
+
+    async def first(b: Broker) -> None:
+        await b.create_topic_async("t", 1)
+        src = b.logs[("t", 0)].directory.parent
+        assert src != dirs[0]  # the internal topics sit in the first dir
+        dest = next(d for d in dirs if d not in (src, dirs[0]))
+        state.update(src=src, dest=dest)
+        produce(b, "t", 0, 10)
+        b.mover.start_move("t", 0, dest)
+        mv = b.mover.moves[("t", 0)]
+        assert mv.task is not None
+        mv.task.cancel()
+        state["future"] = mv.future.directory
+
+    run_broker(dirs, first)
+    shutil.rmtree(state["src"])
+    state["src"].write_text("the disk is gone")
+
+    async def second(b: Broker) -> None:
+        assert state["src"] in b.offline_dirs
+        assert b.partition_error("t", 0) == ErrorCode.KAFKA_STORAGE_ERROR and ("t", 0) not in b.logs
+        assert state["future"].is_dir()  # not promoted (incomplete), not deleted
+
+    run_broker(dirs, second)

@@ -298,12 +298,16 @@ class Broker:
         for tp, path in sorted(found.future.items()):
             if tp in found.current:
                 resume.append((tp[0], tp[1], path))
+            elif self.topics.get(tp[0]) is not None and tp not in doomed_tps and self.offline_dirs:
+                # the current log may be on the failed dir: keep the future log as it is
+                self.offline_partitions[tp] = None
             elif self.topics.get(tp[0]) is not None:
                 # the swap's second rename is missing (the first renamed the current log to
-                # -delete): the future log was complete; it becomes the current log
+                # -delete): the future log was complete; it becomes the current log. Without
+                # the -delete dir (the current log lost by hand) it is the best copy left
                 final = path.parent / f"{tp[0]}-{tp[1]}"
                 log.info("finishing the move of %s-%d into %s (interrupted%s)", tp[0], tp[1], path.parent,
-                         " after the old copy was set aside" if tp in doomed_tps else "")
+                         " after the old copy was set aside" if tp in doomed_tps else ", no current log")
                 os.rename(path, final)
                 fsync_dir(path.parent)
                 found.current[tp] = path.parent
