@@ -391,3 +391,20 @@ def test_future_log_kept_while_its_current_dir_is_offline(tmp_path: Path) -> Non
         assert state["future"].is_dir()  # not promoted (incomplete), not deleted
 
     run_broker(dirs, second)
+
+
+def test_out_of_descriptors_is_not_a_failed_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    dirs = dirs_of(tmp_path, 2)
+
+    async def go(b: Broker) -> None:
+        def listdir(_path: object) -> list[str]:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(os, "listdir", listdir)
+        assert b.check_log_dir(dirs[1])
+        monkeypatch.undo()
+        assert not b.offline_dirs
+
+    run_broker(dirs, go)

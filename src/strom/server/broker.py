@@ -66,6 +66,8 @@ log = logging.getLogger("strom.broker")
 OFFSETS_TOPIC = "__consumer_offsets"
 # errors of the device under a log dir: the dir goes offline (not ENOSPC, EMFILE: see check_log_dir)
 _DEVICE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
+# what the periodic check takes for a failed dir: the above, or the dir gone or unreadable
+_DIR_FAILURE_ERRNOS = _DEVICE_ERRNOS | {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ESTALE}
 TXN_TOPIC = "__transaction_state"
 
 
@@ -240,6 +242,8 @@ class Broker:
             if os.statvfs(d).f_flag & os.ST_RDONLY:
                 raise OSError(errno.EROFS, "read-only file system", str(d))
         except OSError as e:
+            if e.errno not in _DIR_FAILURE_ERRNOS:  # out of descriptors or memory: not the disk
+                return True
             self.mark_log_dir_offline(d, f"{type(e).__name__}: {e}")
             return False
         return True
