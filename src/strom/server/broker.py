@@ -1,8 +1,16 @@
 """The broker process: owns the logs, the topic registry, coordinators and listeners.
 
-Startup: read ``meta.properties`` (or write it), load the topic registry, open (and recover)
-every partition log, start the group coordinator (which replays ``__consumer_offsets``), then
-listen. Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
+Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
+and open (and recover) every partition log in whichever log dir holds it, start the group
+coordinator (which replays ``__consumer_offsets``), then listen.
+
+Log dirs (``log.dirs``, :mod:`strom.log.log_dirs`): the first holds the broker-level files;
+partitions are spread over the dirs (fewest first); AlterReplicaLogDirs moves them
+(:mod:`strom.server.log_dir_mover`). A dir that fails (:meth:`Broker.check_log_dir`, every
+``strom.log.dir.check.interval.ms`` and at a device error) is offline until a restart: its
+partitions leave ``logs`` for ``offline_partitions`` and answer KAFKA_STORAGE_ERROR.
+
+Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
 and close every log cleanly so the next start skips recovery.
 
 Creating partitions (CreateTopics, CreatePartitions: :meth:`Broker.create_topic_async`,
