@@ -10,6 +10,7 @@ unparseable files; the message names the key.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,6 +276,9 @@ class BrokerConfig:
             raise ConfigError("log.segment.bytes must be at least 14")
         if self.values["num.partitions"] < 1:
             raise ConfigError("num.partitions must be at least 1")
+        canonical = [os.path.realpath(d) for d in self.log_dirs]
+        if len(set(canonical)) < len(canonical):  # Kafka's LogManager check
+            raise ConfigError(f"Duplicate log directory found: {','.join(str(d) for d in self.log_dirs)}")
         self.advertised_listeners()
         from .security.tls import validate_tls_configs
 
@@ -304,12 +308,13 @@ class BrokerConfig:
 
     @property
     def log_dirs(self) -> list[Path]:
-        """``log.dirs`` (or, when unset, ``log.dir``): comma-separated, each once, in order."""
+        """``log.dirs`` (or, when unset, ``log.dir``): comma-separated, in order (a dir given twice
+        fails :meth:`validate`, as in Kafka)."""
         dirs: str = self.values["log.dirs"] or self.values["log.dir"]
         out: list[Path] = []
         for part in dirs.split(","):
             part = part.strip()
-            if part and Path(part) not in out:
+            if part:
                 out.append(Path(part))
         if not out:
             raise ConfigError("log.dirs is empty")

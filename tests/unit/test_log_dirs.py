@@ -408,3 +408,11 @@ def test_out_of_descriptors_is_not_a_failed_dir(tmp_path: Path, monkeypatch: pyt
         assert not b.offline_dirs
 
     run_broker(dirs, go)
+
+
+def test_a_dir_given_twice_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    with pytest.raises(ConfigError, match="Duplicate log directory"):
+        BrokerConfig.from_sources(None, {"log.dirs": f"{d},{tmp_path}/x/../d"})
+    config = BrokerConfig.from_sources(None, {"log.dirs": f" {d} , {tmp_path / 'e'} "})
+    assert config.log_dirs == [d, tmp_path / "e"]

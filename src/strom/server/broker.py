@@ -754,7 +754,11 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> No
 
 
 async def serve(config: BrokerConfig) -> None:
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except (OSError, ConfigError) as e:  # log dirs that disagree on the cluster, unusable ...
+        log.error("cannot start broker: %s", e)
+        raise SystemExit(1) from None
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
     try:
