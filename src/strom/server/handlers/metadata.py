@@ -28,13 +28,23 @@ def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, An
     offline = ctx.broker.offline_partitions
     return [
         {
-            "error_code": ErrorCode.LEADER_NOT_AVAILABLE if (info.name, p) in offline else 0,
+            "error_code": 0,
             "partition_index": p,
-            "leader_id": -1 if (info.name, p) in offline else nid,
+            "leader_id": nid,
             "leader_epoch": 0,
             "replica_nodes": [nid],
             "isr_nodes": [nid],
-            "offline_replicas": [nid] if (info.name, p) in offline else [],
+            "offline_replicas": [],
+        }
+        if not offline or (info.name, p) not in offline
+        else {
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p,
+            "leader_id": -1,
+            "leader_epoch": 0,
+            "replica_nodes": [nid],
+            "isr_nodes": [nid],
+            "offline_replicas": [nid],
         }
         for p in range(info.partitions)
     ]
