@@ -246,7 +246,8 @@ class Broker:
             if not os.path.isdir(d):
                 raise FileNotFoundError(errno.ENOENT, "log dir is gone", str(d))
             os.listdir(d)
-            (d / META_FILE).read_bytes()
+            with contextlib.suppress(FileNotFoundError):  # removed by hand: rewritten at start
+                (d / META_FILE).read_bytes()
             if os.statvfs(d).f_flag & os.ST_RDONLY:
                 raise OSError(errno.EROFS, "read-only file system", str(d))
         except OSError as e:
