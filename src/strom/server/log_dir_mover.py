@@ -98,10 +98,10 @@ class LogDirMover:
         try:
             path.mkdir()
             _write_checkpoint(path / LOG_START_FILE, topic, partition, start)
-        except OSError as e:
+            future = PartitionLog.open(path, topic, partition, broker.log_config(info), broker.clock)
+        except (OSError, LogError) as e:
             shutil.rmtree(path, ignore_errors=True)
             raise KafkaStorageError(f"cannot create the future log {path}: {e}") from e
-        future = PartitionLog.open(path, topic, partition, broker.log_config(info), broker.clock)
         self._run(FutureMove(topic, partition, dest, future))
         log.info("moving %s-%d from %s to %s", topic, partition, cur.directory.parent, dest)
 
