@@ -10,6 +10,7 @@ unparseable files; the message names the key.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,11 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     # log file descriptors kept open at most (an LRU, strom.log.file_cache; Kafka keeps every
     # segment's files open). -1: half of the soft RLIMIT_NOFILE, the rest left for sockets
     "strom.log.max.open.files": (int, -1),
+    # AlterReplicaLogDirs: bytes per second the future logs copy at most (Kafka's, unlimited)
+    "replica.alter.log.dirs.io.max.bytes.per.second": (int, 9223372036854775807),
+    # how often every log dir is checked for a failure (gone, unreadable, read-only); Kafka
+    # notices only at an I/O error, strom also looks, so an idle dir's failure is reported too
+    "strom.log.dir.check.interval.ms": (int, 1000),
     # partitions this broker may hold; CreateTopics/CreatePartitions beyond get POLICY_VIOLATION
     # (-1: no limit). Each partition costs memory (~tens of KB), not descriptors
     "strom.broker.max.partitions": (int, 50000),
@@ -296,6 +302,9 @@ class BrokerConfig:
             raise ConfigError("log.segment.bytes must be at least 14")
         if self.values["num.partitions"] < 1:
             raise ConfigError("num.partitions must be at least 1")
+        canonical = [os.path.realpath(d) for d in self.log_dirs]
+        if len(set(canonical)) < len(canonical):  # Kafka's LogManager check
+            raise ConfigError(f"Duplicate log directory found: {','.join(str(d) for d in self.log_dirs)}")
         self.advertised_listeners()
         from .security.tls import validate_tls_configs
 
@@ -319,8 +328,23 @@ class BrokerConfig:
 
     @property
     def log_dir(self) -> Path:
+        """The first of :attr:`log_dirs`: where the broker-level files live (Kafka's default
+        ``metadata.log.dir``)."""
+        return self.log_dirs[0]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """``log.dirs`` (or, when unset, ``log.dir``): comma-separated, in order (a dir given twice
+        fails :meth:`validate`, as in Kafka)."""
         dirs: str = self.values["log.dirs"] or self.values["log.dir"]
-        return Path(dirs.split(",")[0].strip())
+        out: list[Path] = []
+        for part in dirs.split(","):
+            part = part.strip()
+            if part:
+                out.append(Path(part))
+        if not out:
+            raise ConfigError("log.dirs is empty")
+        return out
 
     def listeners(self) -> list[tuple[str, str, int]]:
         """Parse ``listeners`` into (name, host, port) triples.

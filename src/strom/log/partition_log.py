@@ -493,6 +493,54 @@ class PartitionLog:
             last_offset - first_offset + 1, duplicate=False,
         )
 
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
+        """Append batches that already have their offsets (Kafka's ``appendAsFollower``), as a
+        future log copying its current log does (AlterReplicaLogDirs): offsets, epochs and
+        timestamps kept, producer state and aborted transactions rebuilt from the headers, no
+        validation (the bytes were validated when first appended). The first batch must start
+        at the log end offset, or hold it. Returns the new log end offset; OSError is wrapped
+        in KafkaStorageError."""
+        self._check_open()
+        data = bytearray(records)
+        batches = [(pos, h) for pos, h in iter_batches(data)]
+        if not batches:
+            return self.log_end_offset
+        psm = self.producer_state
+        infos: dict[int, ProducerAppendInfo] = {}
+        aborted: list[AbortedTxn] = []
+        max_ts, offset_of_max_ts = -1, batches[0][1].base_offset
+        for pos, h in batches:
+            if h.producer_id >= 0:
+                info = infos.get(h.producer_id)
+                if info is None:
+                    info = infos[h.producer_id] = psm.prepare_update(h.producer_id, validate=False)
+                if h.is_control:
+                    txn_first = info.updated.current_txn_first_offset
+                    if txn_first is not None and control_type(data, pos, h) == CONTROL_ABORT:
+                        aborted.append(AbortedTxn(h.producer_id, txn_first, h.base_offset, txn_first))
+                    info.append_control_batch(h, h.base_offset, h.max_timestamp)
+                else:
+                    info.append_data_batch(h, h.base_offset, h.next_offset - 1, h.max_timestamp)
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = h.max_timestamp, h.base_offset
+        last_offset = batches[-1][1].next_offset - 1
+        local = self._local
+        with self.lock:
+            try:
+                self._mark_dirty()
+                if local.should_roll(len(data), max_ts, last_offset, self.clock.time_ms()):
+                    self._roll()
+                local.append(data, batches, last_offset, max_ts, offset_of_max_ts)
+                for txn in aborted:
+                    self._txn_index(local.segments[-1].base_offset).append(txn)
+            except OSError as e:
+                self._undo_partial_append()
+                raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
+        for info in infos.values():
+            psm.update(info)
+        psm.update_map_end_offset(last_offset + 1)
+        return last_offset + 1
+
     def _undo_partial_append(self) -> None:
         """After a failed write (e.g. ENOSPC) cut the active segment back to its last complete
         batch, so the next append starts on a batch boundary and nothing half-written is ever

@@ -56,6 +56,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     28: ("TxnOffsetCommit", 0, 5),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    34: ("AlterReplicaLogDirs", 1, 2),
     35: ("DescribeLogDirs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),

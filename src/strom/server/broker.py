@@ -1,8 +1,16 @@
 """The broker process: owns the logs, the topic registry, coordinators and listeners.
 
-Startup: read ``meta.properties`` (or write it), load the topic registry, open (and recover)
-every partition log, start the group coordinator (which replays ``__consumer_offsets``), then
-listen. Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
+Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
+and open (and recover) every partition log in whichever log dir holds it, start the group
+coordinator (which replays ``__consumer_offsets``), then listen.
+
+Log dirs (``log.dirs``, :mod:`strom.log.log_dirs`): the first holds the broker-level files;
+partitions are spread over the dirs (fewest first); AlterReplicaLogDirs moves them
+(:mod:`strom.server.log_dir_mover`). A dir that fails (:meth:`Broker.check_log_dir`, every
+``strom.log.dir.check.interval.ms`` and at a device error) is offline until a restart: its
+partitions leave ``logs`` for ``offline_partitions`` and answer KAFKA_STORAGE_ERROR.
+
+Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
 and close every log cleanly so the next start skips recovery.
 
 Creating partitions (CreateTopics, CreatePartitions: :meth:`Broker.create_topic_async`,
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -38,6 +47,7 @@ from ..coordinator.storage import StoredEntry
 from ..durable_file import fsync_dir, replace_file
 from ..log.errors import KafkaStorageError, LogError
 from ..log.file_cache import FILE_CACHE, default_capacity
+from ..log.log_dirs import META_FILE, discover, load_meta, next_log_dirs, parse_partition_dir
 from ..log.partition_log import PartitionLog
 from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
@@ -52,6 +62,7 @@ from ..protocol.records import (
     iter_batches,
 )
 from ..rate_limited_log import RateLimitedLog
+from .log_dir_mover import LogDirMover
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
@@ -61,6 +72,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# errors of the device under a log dir: the dir goes offline (not ENOSPC, EMFILE: see check_log_dir)
+_DEVICE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
+# what the periodic check takes for a failed dir: the above, or the dir gone or unreadable
+_DIR_FAILURE_ERRNOS = _DEVICE_ERRNOS | {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ESTALE}
 TXN_TOPIC = "__transaction_state"
 SHARE_STATE_TOPIC = "__share_group_state"
 
@@ -203,11 +218,24 @@ class Broker:
         self.clock: Clock = clock or RealClock()
         self.node_id = config.node_id
         self.advertised = config.advertised()
-        self.log_dir = config.log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # log.dirs: the first holds the broker-level files (topic registry, producer id blocks,
+        # SCRAM credentials, dynamic configs, cleaner checkpoint): what Kafka keeps in its
+        # metadata log, which by default (metadata.log.dir unset) is in the first log dir too
+        self.log_dirs = config.log_dirs
+        self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
-        self.cluster_id = self._load_meta()
+        meta = load_meta(self.log_dirs, self.node_id, str(config["cluster.id"]))
+        self.cluster_id = meta.cluster_id
+        self.directory_ids: dict[Path, uuid.UUID] = meta.directory_ids
+        # failed log dirs (Kafka's offline dirs) -> why; their partitions are offline until restart
+        self.offline_dirs: dict[Path, str] = dict(meta.offline)
+        # partitions of the registry that are on a failed dir (None: not found, maybe there)
+        self.offline_partitions: dict[tuple[str, int], Path | None] = {}
+        # AlterReplicaLogDirs for a partition not created yet (Kafka's preferred log dir)
+        self.preferred_dirs: dict[tuple[str, int], Path] = {}
+        self.mover = LogDirMover(self)
+        self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
         self.topics = TopicRegistry(self.log_dir)
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.purgatory = FetchPurgatory()
@@ -237,21 +265,140 @@ class Broker:
         self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
-    def _load_meta(self) -> str:
-        path = self.log_dir / "meta.properties"
-        if path.exists():
-            props = dict(
-                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
-            )
-            stored = int(props.get("node.id", self.node_id))
-            if stored != self.node_id:
-                raise ConfigError(f"node.id {self.node_id} does not match node.id {stored} stored in {path}")
-            return str(props.get("cluster.id", self.config["cluster.id"]))
-        cid = self.config["cluster.id"]
-        # atomically and durably (Kafka's atomic meta.properties write): a power cut must not
-        # leave a torn file that fails the next start or silently changes the cluster id
-        replace_file(path, f"#strom\nversion=1\nnode.id={self.node_id}\ncluster.id={cid}\n".encode())
-        return str(cid)
+    # ------------------------------------------------------------------ log dirs
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def dir_partition_counts(self) -> dict[Path, int]:
+        """Partitions (current and future logs) per log dir, for placement."""
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for plog in list(self.logs.values()):
+            d = plog.directory.parent
+            counts[d] = counts.get(d, 0) + 1
+        for mv in list(self.mover.moves.values()):
+            counts[mv.dest] = counts.get(mv.dest, 0) + 1
+        return counts
+
+    def partition_error(self, topic: str, partition: int) -> int:
+        """The error for a partition without a log: KAFKA_STORAGE_ERROR if its dir failed."""
+        if (topic, partition) in self.offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def check_log_dir(self, d: Path) -> bool:
+        """Is the log dir ``d`` still usable? Gone, unreadable or read-only takes it offline
+        (:meth:`mark_log_dir_offline`). A full disk is not a failure here: appends answer
+        KAFKA_STORAGE_ERROR and succeed again once space is freed (Kafka instead takes the
+        dir offline at ENOSPC too)."""
+        if d in self.offline_dirs:
+            return False
+        try:
+            if not os.path.isdir(d):
+                raise FileNotFoundError(errno.ENOENT, "log dir is gone", str(d))
+            os.listdir(d)
+            with contextlib.suppress(FileNotFoundError):  # removed by hand: rewritten at start
+                (d / META_FILE).read_bytes()
+            if os.statvfs(d).f_flag & os.ST_RDONLY:
+                raise OSError(errno.EROFS, "read-only file system", str(d))
+        except OSError as e:
+            if e.errno not in _DIR_FAILURE_ERRNOS:  # out of descriptors or memory: not the disk
+                return True
+            self.mark_log_dir_offline(d, f"{type(e).__name__}: {e}")
+            return False
+        return True
+
+    def note_storage_error(self, plog: PartitionLog, exc: BaseException) -> None:
+        """An I/O error on ``plog``: an error of the device (EIO, EROFS ...) takes its dir
+        offline at once, as Kafka's LogDirFailureChannel does for any IOException; for the
+        others (a full disk, out of descriptors) the dir is only checked."""
+        d = plog.directory.parent
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        if isinstance(cause, OSError) and cause.errno in _DEVICE_ERRNOS:
+            self.mark_log_dir_offline(d, f"{type(cause).__name__}: {cause}")
+        else:
+            self.check_log_dir(d)
+
+    def mark_log_dir_offline(self, d: Path, reason: str) -> None:
+        """Kafka's ``LogDirFailureChannel``/``handleLogDirFailure``: the dir's partitions go
+        offline (KAFKA_STORAGE_ERROR for them), moves into it stop, every other dir keeps
+        serving. The first dir holds the broker's metadata: its failure stops the broker, as
+        Kafka halts when its metadata log dir fails."""
+        if d in self.offline_dirs:
+            return
+        self.offline_dirs[d] = reason
+        log.error("log dir %s failed (%s): its partitions are offline until a restart", d, reason)
+        self.mover.cancel_into(d)
+        for tp, plog in list(self.logs.items()):
+            if plog.directory.parent != d:
+                continue
+            del self.logs[tp]
+            self.mover.cancel(tp)
+            with contextlib.suppress(Exception):
+                plog.close_without_flush()
+            self.offline_partitions[tp] = d
+            self.purgatory.notify(tp)
+        if d == self.log_dir:
+            log.critical("the first log dir %s holds the broker's metadata: stopping the broker", d)
+            self.fatal.set()
+
+    async def _log_dir_checker(self) -> None:
+        interval = max(10, int(self.config["strom.log.dir.check.interval.ms"])) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for d in self.online_dirs():
+                self.check_log_dir(d)
+
+    def _load_partitions(self) -> None:
+        """Find every partition of the registry in the online dirs (see
+        :mod:`strom.log.log_dirs`), finish swaps a crash interrupted, open the logs."""
+        online = self.online_dirs()
+        found = discover(online)
+        leftovers = found.deleted
+        doomed_tps = {(p[0], p[1]) for p in map(parse_partition_dir, (x.name for x in leftovers)) if p}
+        resume: list[tuple[str, int, Path]] = []
+        for tp, path in sorted(found.future.items()):
+            if tp in found.current:
+                resume.append((tp[0], tp[1], path))
+            elif self.topics.get(tp[0]) is not None and tp not in doomed_tps and self.offline_dirs:
+                # the current log may be on the failed dir: keep the future log as it is
+                self.offline_partitions[tp] = None
+            elif self.topics.get(tp[0]) is not None:
+                # the swap's second rename is missing (the first renamed the current log to
+                # -delete): the future log was complete; it becomes the current log. Without
+                # the -delete dir (the current log lost by hand) it is the best copy left
+                final = path.parent / f"{tp[0]}-{tp[1]}"
+                log.info("finishing the move of %s-%d into %s (interrupted%s)", tp[0], tp[1], path.parent,
+                         " after the old copy was set aside" if tp in doomed_tps else ", no current log")
+                os.rename(path, final)
+                fsync_dir(path.parent)
+                found.current[tp] = path.parent
+            else:
+                leftovers.append(path)
+        for info in list(self.topics.topics.values()):
+            for p in range(info.partitions):
+                tp = (info.name, p)
+                d = found.current.get(tp)
+                if d is None:
+                    if self.offline_dirs:  # it may be on the failed dir: do not make it empty
+                        self.offline_partitions[tp] = None
+                        continue
+                    d = next_log_dirs(online, self.dir_partition_counts())[0]
+                if d in self.offline_dirs:
+                    self.offline_partitions[tp] = d
+                    continue
+                try:
+                    self._open_partition(info, p, d)
+                except KafkaStorageError as e:
+                    if d == self.log_dir:
+                        raise ConfigError(f"cannot open {info.name}-{p} in the first log dir: {e}") from e
+                    self.mark_log_dir_offline(d, str(e))
+        for topic, p, path in resume:
+            if (topic, p) in self.logs and path.parent not in self.offline_dirs:
+                self.mover.resume(topic, p, path)
+        if leftovers:
+            asyncio.get_running_loop().run_in_executor(None, _remove_trees, leftovers)
 
     def log_config(self, info: TopicInfo) -> LogConfig:
         defaults = self.config.topic_defaults()
@@ -261,8 +408,8 @@ class Broker:
             overrides.setdefault("segment.bytes", str(self.config["offsets.topic.segment.bytes"]))
         return LogConfig.from_topic_configs(defaults, overrides)
 
-    def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
-        d = self.log_dir / f"{info.name}-{partition}"
+    def _open_partition(self, info: TopicInfo, partition: int, log_dir: Path) -> PartitionLog:
+        d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
         plog.update_high_watermark(plog.log_end_offset)
         self.logs[(info.name, partition)] = plog
@@ -294,9 +441,7 @@ class Broker:
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         )
-        for info in list(self.topics.topics.values()):
-            for p in range(info.partitions):
-                self._open_partition(info, p)
+        self._load_partitions()
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
         from ..coordinator.group_coordinator import GroupCoordinator
         from ..coordinator.transaction_coordinator import TransactionCoordinator
@@ -329,12 +474,14 @@ class Broker:
         await self._start_share_coordinator()
         self.servers = await start_listeners(self)
         self._tasks.append(loop.create_task(self._flusher()))
+        self._tasks.append(loop.create_task(self._log_dir_checker()))
         self._tasks.extend(start_log_tasks(self))
         log.info(
-            "strom broker %d started (cluster %s), log dir %s, %d partitions",
+            "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
             self.node_id,
             self.cluster_id,
-            self.log_dir,
+            ",".join(str(d) for d in self.log_dirs),
+            f" (offline: {','.join(str(d) for d in self.offline_dirs)})" if self.offline_dirs else "",
             len(self.logs),
         )
 
@@ -410,6 +557,7 @@ class Broker:
         # thousand partitions, ~8 fsyncs per log would take minutes
         closed: list[PartitionLog] = []
         self.validation_executor.shutdown(wait=False, cancel_futures=True)
+        self.mover.close()
         for plog in self.logs.values():
             try:
                 plog.close(sync=False)
@@ -464,16 +612,25 @@ class Broker:
         """Create the logs of ``partitions`` (in a worker thread); all or nothing."""
         made: list[PartitionLog] = []
         config = self.log_config(info)
+        online = self.online_dirs()
+        if not online:
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
+        counts = self.dir_partition_counts()
         try:
             for p in partitions:
                 if self._creation_abort.is_set() or (abort is not None and abort.is_set()):
                     raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"creating '{info.name}' was abandoned")
-                d = self.log_dir / f"{info.name}-{p}"
-                if d.exists():  # not in the registry: left by a creation a crash interrupted
-                    shutil.rmtree(d)
-                plog = PartitionLog.open(d, info.name, p, config, self.clock)
+                for other in online:  # not in the registry: left by a creation a crash interrupted
+                    stale = other / f"{info.name}-{p}"
+                    if stale.exists():
+                        shutil.rmtree(stale)
+                pref = self.preferred_dirs.pop((info.name, p), None)
+                log_dir = pref if pref in online else next_log_dirs(online, counts)[0]
+                counts[log_dir] = counts.get(log_dir, 0) + 1
+                plog = PartitionLog.open(log_dir / f"{info.name}-{p}", info.name, p, config, self.clock)
                 made.append(plog)
-            fsync_dir(self.log_dir)
+            for used in {plog.directory.parent for plog in made}:
+                fsync_dir(used)
         except BaseException as e:
             _delete_logs(made)
             if isinstance(e, OSError | LogError):
@@ -591,6 +748,8 @@ class Broker:
             raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
         self.topics.delete(name)
         for p in range(info.partitions):
+            self.mover.cancel((name, p))
+            self.offline_partitions.pop((name, p), None)
             plog = self.logs.pop((name, p), None)
             if plog is not None:
                 plog.delete()
@@ -626,6 +785,10 @@ class Broker:
         """Write a transaction marker (control batch) to each partition, durably; offsets
         partitions also complete the group coordinator's pending transactional offsets."""
         batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.clock.time_ms())
+        partitions = list(partitions)
+        offline = [f"{t}-{p}" for t, p in partitions if (t, p) in self.offline_partitions]
+        if offline:  # the markers wait for the partition (its dir failed), as Kafka's do for a leader
+            raise KafkaStorageError(f"transaction markers cannot be written: {', '.join(offline)} offline")
         for topic, partition in partitions:
             if (topic, partition) not in self.logs:
                 continue  # deleted since it joined the transaction
@@ -644,9 +807,13 @@ class Broker:
         prevalidated: bool = False,
     ) -> Any:
         plog = self.logs[(topic, partition)]
-        info = plog.append_as_leader(
-            records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
-        )
+        try:
+            info = plog.append_as_leader(
+                records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
+            )
+        except KafkaStorageError as e:
+            self.note_storage_error(plog, e)
+            raise
         if flush:
             plog.flush()
         plog.update_high_watermark(plog.log_end_offset)
@@ -663,6 +830,17 @@ def _delete_logs(logs: list[PartitionLog]) -> None:
             log.warning("removing unpublished partition %s-%d failed: %s", plog.topic, plog.partition, e)
 
 
+def _remove_trees(paths: list[Path]) -> None:
+    """Delete leftover directories (``-delete``, abandoned ``-future``) in a worker thread."""
+    for path in paths:
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("removing %s failed: %s", path, e)
+
+
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -670,7 +848,11 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> No
 
 
 async def serve(config: BrokerConfig) -> None:
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except (OSError, ConfigError) as e:  # log dirs that disagree on the cluster, unusable ...
+        log.error("cannot start broker: %s", e)
+        raise SystemExit(1) from None
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
     try:
@@ -680,9 +862,16 @@ async def serve(config: BrokerConfig) -> None:
         await broker.stop()
         raise SystemExit(1) from None
     try:
-        await stop.wait()
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
     finally:
         await broker.stop()
+    if broker.fatal.is_set():  # the first log dir failed: exit as Kafka halts, with an error
+        raise SystemExit(1)
 
 
 def _raise_open_file_limit() -> None:

@@ -32,6 +32,7 @@ _MODULES = (
     "share",
     "configs",
     "log_admin",
+    "log_dirs",
     "transactions",
     "sasl",
     "scram_credentials",

@@ -1,5 +1,5 @@
 """Configs and partition admin: DescribeConfigs (32), AlterConfigs (33),
-IncrementalAlterConfigs (44), CreatePartitions (37), DescribeLogDirs (35),
+IncrementalAlterConfigs (44), CreatePartitions (37),
 DescribeTopicPartitions (75), OffsetForLeaderEpoch (23).
 
 The config model (sources, synonyms, validation, persistence of dynamic broker configs) lives in
@@ -10,7 +10,6 @@ resource / topic / partition, as in Kafka; nothing here fails a whole request.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from ...metadata import configs as cfg
@@ -340,55 +339,21 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
     return {"throttle_time": 0, "results": results}
 
 
-# ------------------------------------------------------------------------------ DescribeLogDirs
-
-
-@handler(35)
-async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    broker = ctx.broker
-    wanted: dict[str, set[int] | None] | None = None
-    if request.topics is not None:
-        wanted = {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, p), plog in sorted(broker.logs.items()):
-        if wanted is not None:
-            parts = wanted.get(topic)
-            if parts is None or p not in parts:
-                continue
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": p, "partition_size": plog.size_bytes, "offset_lag": 0, "is_future_key": False}
-        )
-    total = usable = -1
-    try:
-        st = os.statvfs(broker.log_dir)
-        total = st.f_blocks * st.f_frsize
-        usable = st.f_bavail * st.f_frsize
-    except OSError:
-        pass
-    result = {
-        "error_code": 0,
-        "log_dir": str(broker.log_dir.resolve()),
-        "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
-        "total_bytes": total,
-        "usable_bytes": usable,
-    }
-    return {"throttle_time": 0, "error_code": 0, "results": [result]}
-
-
 # ------------------------------------------------------------------------------ DescribeTopicPartitions
 
 
-def _dtp_partition(nid: int, p: int) -> dict[str, Any]:
+def _dtp_partition(nid: int, p: int, offline: bool = False) -> dict[str, Any]:
+    """``offline``: on a failed log dir (no leader, as in Metadata)."""
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.LEADER_NOT_AVAILABLE if offline else 0,
         "partition_index": p,
-        "leader_id": nid,
+        "leader_id": -1 if offline else nid,
         "leader_epoch": 0,
         "replica_nodes": [nid],
         "isr_nodes": [nid],
         "eligible_leader_replicas": [],
         "last_known_elr": [],
-        "offline_replicas": [],
+        "offline_replicas": [nid] if offline else [],
     }
 
 
@@ -437,7 +402,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
             next_cursor = {"topic_name": name, "partition_index": first}
             break
         last = min(info.partitions, first + remaining)
-        parts = [_dtp_partition(nid, p) for p in range(first, last)]
+        parts = [_dtp_partition(nid, p, (name, p) in broker.offline_partitions) for p in range(first, last)]
         remaining -= len(parts)
         topics_out.append(
             {
@@ -479,7 +444,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
             current = int(getattr(p, "current_leader_epoch", -1))
             requested = int(p.leader_epoch)
             if plog is None:
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = broker.partition_error(name, idx)
             elif current > LEADER_EPOCH:
                 entry["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
             elif 0 <= current < LEADER_EPOCH:

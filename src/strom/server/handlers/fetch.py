@@ -158,7 +158,7 @@ def _read_partitions(
                 pr.error_code = (
                     ErrorCode.UNKNOWN_TOPIC_ID
                     if (version >= 13 and info is None)
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else broker.partition_error(name, fp.partition)  # its log dir may have failed
                 )
                 any_error = True
                 continue
@@ -196,6 +196,7 @@ def _read_partitions(
                 if pr.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
                     broker.storage_log.failed("read from", f"{name}-{fp.partition}", e,
                                               "answering KAFKA_STORAGE_ERROR for the partition")
+                    broker.note_storage_error(plog, e)  # a failed device takes its log dir offline
                 any_error = True
                 continue
             if broker.storage_log.failing:

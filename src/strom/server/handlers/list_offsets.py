@@ -26,7 +26,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
                 parts.append(
                     {
                         "partition_index": idx,
-                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_code": broker.partition_error(name, idx),
                         "timestamp": -1,
                         "offset": -1,
                         "leader_epoch": -1,

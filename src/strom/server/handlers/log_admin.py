@@ -35,7 +35,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> dict[str, 
                     {
                         "partition_index": idx,
                         "low_watermark": -1,
-                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_code": broker.partition_error(name, idx),
                     }
                 )
                 continue

@@ -24,6 +24,9 @@ def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
 
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     nid = ctx.broker.node_id
+    # a partition on a failed log dir has no leader (Kafka's controller takes the replica
+    # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas)
+    offline = ctx.broker.offline_partitions
     return [
         {
             "error_code": 0,
@@ -33,6 +36,16 @@ def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, An
             "replica_nodes": [nid],
             "isr_nodes": [nid],
             "offline_replicas": [],
+        }
+        if not offline or (info.name, p) not in offline
+        else {
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p,
+            "leader_id": -1,
+            "leader_epoch": 0,
+            "replica_nodes": [nid],
+            "isr_nodes": [nid],
+            "offline_replicas": [nid],
         }
         for p in range(info.partitions)
     ]

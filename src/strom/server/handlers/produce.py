@@ -49,8 +49,8 @@ def _append_error(broker: Any, name: str, idx: int, e: BaseException) -> dict[st
             "answering KAFKA_STORAGE_ERROR, nothing appended; every produce retries",
         )
         return _partition_error(idx, ErrorCode.KAFKA_STORAGE_ERROR, "storage error")
-    if isinstance(e, KeyError):  # deleted while its records were being validated
-        return _partition_error(idx, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if isinstance(e, KeyError):  # deleted while its records were being validated, or its dir failed
+        return _partition_error(idx, broker.partition_error(name, idx))
     code: int | None = getattr(e, "error_code", None)  # log errors carry Kafka codes
     if code is None:
         log.error("unexpected append failure on %s-%d", name, idx, exc_info=e)

@@ -168,7 +168,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[s
                 parts.append(
                     {
                         "partition_index": p,
-                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_code": ctx.broker.partition_error(name, p),
                         "error_message": None,
                         "active_producers": [],
                     }
