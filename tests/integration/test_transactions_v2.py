@@ -172,3 +172,93 @@ def test_java_with_transaction_version_1(broker_v1: BrokerProcess, txn_v2_java: 
     assert res["copied"] == "10" and res["epoch"] == "0"
     res = _java(txn_v2_java, "zombie", bs, "v1-rounds", "v1-zz")
     assert "fenced" in res and "not-fenced" not in res
+
+
+@pytest.fixture
+def cleaning_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    yield from _broker(tmp_path, "log.cleaner.backoff.ms=200")
+
+
+def _read_uncommitted(bs: str, topic: str) -> list[str]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"ru-{time.time()}",
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[str] = []
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = c.poll(0.3)
+        if m is None:
+            continue
+        if m.error():
+            break
+        out.append(m.value().decode())
+    c.close()
+    return out
+
+
+def test_compaction_removes_aborted_transactions(cleaning_broker: BrokerProcess) -> None:
+    """A compacted topic written in transactions (librdkafka): the cleaner drops the aborted
+    transactions' records and read_committed still sees the latest committed value per key."""
+    bs = cleaning_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    cfg = {"cleanup.policy": "compact", "segment.bytes": "4000", "min.cleanable.dirty.ratio": "0.01"}
+    for f in admin.create_topics([NewTopic("v2-compact", 1, 1, config=cfg)]).values():
+        f.result(15)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "compactor", "linger.ms": 5})
+    p.init_transactions(15)
+    latest: dict[str, str] = {}
+    aborted: set[str] = set()
+    for t in range(30):
+        p.begin_transaction()
+        vals = {f"k{(t * 3 + i) % 10}": f"t{t}-{i}-" + "x" * 40 for i in range(5)}
+        for k, v in vals.items():
+            p.produce("v2-compact", key=k.encode(), value=v.encode(), partition=0)
+        p.flush(10)
+        if t % 3 == 1:
+            p.abort_transaction(15)
+            aborted.update(vals.values())
+        else:
+            p.commit_transaction(15)
+            latest.update(vals)
+
+    # plain records after them, so the transactions lie in closed (cleanable) segments
+    plain = Producer({"bootstrap.servers": bs, "linger.ms": 5, "batch.num.messages": 5})
+    for i in range(150):
+        k, v = f"f{i % 10}", f"filler-{i}-" + "y" * 40
+        plain.produce("v2-compact", key=k.encode(), value=v.encode(), partition=0)
+        latest[k] = v
+    assert plain.flush(10) == 0
+
+    def cleaned() -> bool:
+        return not aborted & set(_read_uncommitted(bs, "v2-compact"))
+
+    deadline = time.time() + 40
+    while not cleaned() and time.time() < deadline:
+        time.sleep(1)
+    assert cleaned(), "the aborted records were not cleaned"
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"rc-{time.time()}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    c.assign([TopicPartition("v2-compact", 0, 0)])
+    seen: dict[str, str] = {}
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = c.poll(0.3)
+        if m is None:
+            continue
+        if m.error():
+            break
+        seen[m.key().decode()] = m.value().decode()
+    c.close()
+    assert seen == latest

@@ -227,3 +227,22 @@ def test_api_versions_advertise_transaction_version_2() -> None:
     # transaction.version=0 is not listed as finalized, as Kafka leaves out level-0 features
     v0 = api_versions_body(version=4, transaction_version=0)["finalized_features"]
     assert "transaction.version" not in {f["name"] for f in v0}
+
+
+def test_timed_out_v2_transaction_fences_with_two_bumps() -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        coord, _storage, markers = make(clock)
+        await coord.start()
+        _, pid, e0 = await coord.init_producer_id("app", 1000)
+        await coord.add_partitions("app", pid, e0, [("out", 0)], client_transaction_version=2)
+        clock.advance(2000)
+        assert await coord.abort_expired() == 1
+        # fence bump + abort bump, as Kafka does for a transaction version 2 transaction
+        assert markers.written == [(pid, e0 + 2, False, ("out", 0))]
+        # the zombie's EndTxn is not a retry of anything: fenced
+        assert (await coord.end_transaction("app", pid, e0, False, tv2=True))[0] == ErrorCode.PRODUCER_FENCED
+        assert (await coord.end_transaction("app", pid, e0, True, tv2=True))[0] == ErrorCode.PRODUCER_FENCED
+        await coord.stop()
+
+    run(go())

@@ -186,7 +186,10 @@ class TransactionStateMachine:
         return TxnResult(record=new, producer_id=pid, producer_epoch=epoch)
 
     def _abort_with_fence(self, meta: TxnMetadata, now: int, error: int) -> TxnResult:
-        epoch = meta.producer_epoch + 1
+        # Kafka bumps at the fence (prepareFenceProducerEpoch) and, for a transaction version 2
+        # transaction, again at its abort (prepareAbortOrCommit): the fenced producer's EndTxn
+        # then looks like no retry and gets PRODUCER_FENCED. No producer id rotation on this path
+        epoch = min(meta.producer_epoch + (2 if meta.client_transaction_version >= 2 else 1), MAX_EPOCH)
         prepare = meta.with_(
             producer_epoch=epoch,
             last_producer_epoch=meta.producer_epoch,
