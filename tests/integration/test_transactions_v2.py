@@ -135,6 +135,23 @@ def test_java_zombie_is_fenced(broker_v2: BrokerProcess, txn_v2_java: str) -> No
     assert _read(bs, "v2-zombie", 2, 1) == ["live"]
 
 
+@pytest.fixture
+def timeout_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    yield from _broker(tmp_path, "transaction.abort.timed.out.transaction.cleanup.interval.ms=300")
+
+
+def test_java_timed_out_transaction_is_fenced(timeout_broker: BrokerProcess, txn_v2_java: str) -> None:
+    """The coordinator aborts a transaction past its timeout two epochs up (fence + abort, as
+    Kafka does for transaction version 2): the producer's EndTxn is then no retry of a bump and
+    it is fenced; nothing of the transaction is visible."""
+    bs = timeout_broker.bootstrap
+    _create(bs, "v2-timeout")
+    res = _java(txn_v2_java, "timeout", bs, "v2-timeout", "v2-slow")
+    assert res["commit"] == "ProducerFencedException"
+    assert res["state"] == "CompleteAbort" and res["epoch"] == "2"
+    assert _read(bs, "v2-timeout", 2, 0, timeout=4) == []
+
+
 def test_librdkafka_keeps_the_classic_protocol(broker_v2: BrokerProcess) -> None:
     bs = broker_v2.bootstrap
     _create(bs, "v2-rd")

@@ -3,6 +3,7 @@
 // usage: TxnV2 rounds BOOTSTRAP TOPIC TXN_ID            -> commit c*, abort a*, commit d*; prints "epoch=<broker's epoch>"
 //        TxnV2 offsets BOOTSTRAP IN OUT GROUP TXN_ID N  -> consume N from IN in GROUP, produce them to OUT, sendOffsetsToTransaction, commit
 //        TxnV2 zombie BOOTSTRAP TOPIC TXN_ID            -> a second producer fences the first mid-transaction; prints "fenced" and "epoch=..."
+//        TxnV2 timeout BOOTSTRAP TOPIC TXN_ID           -> a transaction outlives transaction.timeout.ms (1 s); prints "commit=<exception class>" and "epoch=..."
 import java.time.Duration;
 import java.util.*;
 import org.apache.kafka.clients.admin.*;
@@ -19,6 +20,7 @@ public class TxnV2 {
             case "rounds" -> rounds(a[1], a[2], a[3]);
             case "offsets" -> offsets(a[1], a[2], a[3], a[4], a[5], Integer.parseInt(a[6]));
             case "zombie" -> zombie(a[1], a[2], a[3]);
+            case "timeout" -> timeout(a[1], a[2], a[3]);
             default -> throw new IllegalArgumentException(a[0]);
         }
     }
@@ -110,6 +112,26 @@ public class TxnV2 {
             b.beginTransaction();
             b.send(new ProducerRecord<>(topic, 0, "k", "live"));
             b.commitTransaction();
+        }
+        printEpoch(bs, txnId);
+    }
+
+    static void timeout(String bs, String topic, String txnId) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bs);
+        p.put("transactional.id", txnId);
+        p.put("transaction.timeout.ms", "1000");
+        try (KafkaProducer<String, String> pr = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            pr.initTransactions();
+            pr.beginTransaction();
+            pr.send(new ProducerRecord<>(topic, 0, "k", "late")).get();
+            Thread.sleep(4000);  // the coordinator aborts it, fencing this producer
+            try {
+                pr.commitTransaction();
+                System.out.println("commit=ok");
+            } catch (Exception e) {
+                System.out.println("commit=" + e.getClass().getSimpleName());
+            }
         }
         printEpoch(bs, txnId);
     }
