@@ -141,6 +141,11 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "share.coordinator.state.topic.replication.factor": (int, 1),
     "share.coordinator.snapshot.update.records.per.snapshot": (int, 500),
     "transaction.state.log.num.partitions": (int, 50),
+    # the finalized level of Kafka's ``transaction.version`` feature (what ``kafka-storage format
+    # --feature transaction.version=N`` sets; 2, KIP-890's epoch bump per transaction, is Kafka
+    # 4.0's default). Clients read it from ApiVersions: at 2 the Java client ends transactions
+    # with EndTxn v5 and adds partitions implicitly; 0 or 1 keep the classic protocol
+    "strom.transaction.version": (int, 2),
     "transaction.max.timeout.ms": (int, 900000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
     "transactional.id.expiration.ms": (int, 604800000),

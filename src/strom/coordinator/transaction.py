@@ -15,6 +15,16 @@ nothing and returns a :class:`TxnResult` holding the new metadata to persist (a 
 runtime persists the record, then calls :meth:`TransactionStateMachine.replay` with it, which
 is the only place state changes — the same path recovery takes when it reads the log back.
 
+Transaction version 2 (KIP-890 part 2, EndTxn v5+): every transaction end bumps the producer
+epoch; the markers carry the bumped epoch (so a zombie still on the old epoch is fenced by every
+partition of the transaction) and the EndTxn response hands the new id/epoch to the client. At
+an exhausted epoch (32766) the prepare record carries ``next_producer_id`` and the completion
+rotates to it at epoch 0 (Kafka's ``prepareComplete``). A retry of a completed EndTxn carries the
+epoch before the bump (``retryOnEpochBump``) or, after a rotation, the old id at 32766
+(``retryOnOverflow``); an abort with no transaction open still bumps (an "empty" abort, no
+markers). Partitions join implicitly: the produce path and TxnOffsetCommit v5 call
+:meth:`add_partitions`; clients no longer send AddPartitionsToTxn/AddOffsetsToTxn.
+
 Rules (Kafka's): a request with an older epoch gets PRODUCER_FENCED; an unknown producer id or
 a different one INVALID_PRODUCER_ID_MAPPING; an operation while markers are being written
 CONCURRENT_TRANSACTIONS; EndTxn outside a transaction INVALID_TXN_STATE (retries of a completed
@@ -75,6 +85,11 @@ class TxnMetadata:
     start_ms: int = -1
     last_update_ms: int = -1
     last_producer_epoch: int = -1
+    # KIP-890 (transaction.version 2): the version the client ended its last transaction with,
+    # and the producer id rotation of an epoch overflow (Kafka's TransactionLogValue tags 0-2)
+    client_transaction_version: int = 0
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
 
     def with_(self, **changes: object) -> TxnMetadata:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -171,7 +186,10 @@ class TransactionStateMachine:
         return TxnResult(record=new, producer_id=pid, producer_epoch=epoch)
 
     def _abort_with_fence(self, meta: TxnMetadata, now: int, error: int) -> TxnResult:
-        epoch = meta.producer_epoch + 1
+        # Kafka bumps at the fence (prepareFenceProducerEpoch) and, for a transaction version 2
+        # transaction, again at its abort (prepareAbortOrCommit): the fenced producer's EndTxn
+        # then looks like no retry and gets PRODUCER_FENCED. No producer id rotation on this path
+        epoch = min(meta.producer_epoch + (2 if meta.client_transaction_version >= 2 else 1), MAX_EPOCH)
         prepare = meta.with_(
             producer_epoch=epoch,
             last_producer_epoch=meta.producer_epoch,
@@ -183,8 +201,15 @@ class TransactionStateMachine:
         return TxnResult(error, record=prepare, markers=markers)
 
     def add_partitions(
-        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+        self,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Iterable[TopicPartition],
+        client_transaction_version: int | None = None,
     ) -> TxnResult:
+        """AddPartitionsToTxn, or the implicit add of transaction version 2 (a transactional
+        produce, TxnOffsetCommit v5: ``client_transaction_version=2``)."""
         parts = frozenset(partitions)
         meta, err = self._check(txn_id, producer_id, epoch)
         if meta is None:
@@ -199,24 +224,35 @@ class TransactionStateMachine:
         new = meta.with_(
             state=TxnState.ONGOING, partitions=meta.partitions | parts, start_ms=start, last_update_ms=now
         )
+        if client_transaction_version is not None:
+            new = new.with_(client_transaction_version=client_transaction_version)
         return TxnResult(record=new, partition_errors=dict.fromkeys(parts, 0))
 
     def verify_partitions(
         self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
-        """AddPartitionsToTxn ``verify_only`` (KIP-890): are these partitions in the transaction?"""
-        meta, err = self._check(txn_id, producer_id, epoch)
-        out = {}
-        for tp in partitions:
-            if meta is None:
-                out[tp] = err
-            elif meta.state != TxnState.ONGOING or tp not in meta.partitions:
-                out[tp] = ErrorCode.INVALID_TXN_STATE
-            else:
-                out[tp] = 0
-        return out
+        """AddPartitionsToTxn ``verify_only`` (KIP-890 part 1, Kafka's
+        ``handleVerifyPartitionsInTransaction``): is each partition in the transaction?
+        A partition that is not gets TRANSACTION_ABORTABLE (the produce path maps it to
+        INVALID_TXN_STATE for clients too old to know that code)."""
+        parts = list(partitions)
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.state == TxnState.DEAD or meta.producer_id != producer_id:
+            return dict.fromkeys(parts, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if meta.producer_epoch != epoch:
+            return dict.fromkeys(parts, ErrorCode.PRODUCER_FENCED)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return dict.fromkeys(parts, ErrorCode.CONCURRENT_TRANSACTIONS)
+        return {
+            tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in parts
+        }
 
-    def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> TxnResult:
+    def end_txn(
+        self, txn_id: str, producer_id: int, epoch: int, commit: bool, *, tv2: bool = False
+    ) -> TxnResult:
+        """EndTxn; ``tv2`` for EndTxn v5+ (transaction version 2: the epoch is bumped)."""
+        if tv2:
+            return self._end_txn_v2(txn_id, producer_id, epoch, commit)
         meta, err = self._check(txn_id, producer_id, epoch)
         if meta is None:
             return TxnResult(err)
@@ -241,6 +277,88 @@ class TransactionStateMachine:
             return TxnResult()
         return TxnResult(ErrorCode.INVALID_TXN_STATE)
 
+    def _end_txn_v2(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> TxnResult:
+        """Kafka's ``endTransaction`` for transaction version 2."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.state == TxnState.DEAD:
+            return TxnResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        state = meta.state
+        retry_on_overflow = (
+            meta.previous_producer_id == producer_id and epoch == MAX_EPOCH - 1 and meta.producer_epoch == 0
+        )
+        retry_on_bump = meta.producer_epoch == epoch + 1
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return TxnResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or epoch == meta.producer_epoch
+        else:
+            valid = epoch == meta.producer_epoch
+        if not valid:
+            return TxnResult(ErrorCode.PRODUCER_FENCED)
+        is_retry = retry_on_bump or retry_on_overflow
+        now = self.clock.time_ms()
+        done = TxnResult(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+        if state == TxnState.ONGOING:
+            return self._prepare_end_v2(meta, commit, now, empty=False)
+        if state == TxnState.COMPLETE_COMMIT:
+            if commit:
+                return done if is_retry else TxnResult(ErrorCode.INVALID_TXN_STATE)
+            if is_retry:
+                return TxnResult(ErrorCode.INVALID_TXN_STATE)
+            return self._prepare_end_v2(meta, False, now, empty=True)
+        if state == TxnState.COMPLETE_ABORT:
+            if not commit:
+                return done if is_retry else self._prepare_end_v2(meta, False, now, empty=True)
+            return TxnResult(ErrorCode.INVALID_TXN_STATE)
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            same = (state == TxnState.PREPARE_COMMIT) == commit
+            return TxnResult(ErrorCode.CONCURRENT_TRANSACTIONS if same else ErrorCode.INVALID_TXN_STATE)
+        if state == TxnState.EMPTY and not commit:
+            return self._prepare_end_v2(meta, False, now, empty=True)
+        return TxnResult(ErrorCode.INVALID_TXN_STATE)
+
+    def _prepare_end_v2(self, meta: TxnMetadata, commit: bool, now: int, *, empty: bool) -> TxnResult:
+        """Prepare* with the epoch bumped (``prepareAbortOrCommit`` with transaction version 2); an
+        exhausted epoch takes a new producer id, which the completion switches to at epoch 0."""
+        next_pid = self.allocate_producer_id() if meta.producer_epoch >= MAX_EPOCH - 1 else -1
+        prepare = meta.with_(
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            producer_epoch=meta.producer_epoch + 1,
+            last_producer_epoch=meta.producer_epoch,
+            next_producer_id=next_pid,
+            client_transaction_version=2,
+            start_ms=now if empty else meta.start_ms,
+            last_update_ms=now,
+        )
+        complete = self._completion(prepare, now)
+        markers = Markers(prepare.producer_id, prepare.producer_epoch, commit, prepare.partitions, complete)
+        return TxnResult(
+            record=prepare,
+            markers=markers,
+            producer_id=complete.producer_id,
+            producer_epoch=complete.producer_epoch,
+        )
+
+    @staticmethod
+    def _completion(prepare: TxnMetadata, now: int) -> TxnMetadata:
+        """The Complete* record that follows ``prepare``'s markers (Kafka's ``prepareComplete``)."""
+        commit = prepare.state == TxnState.PREPARE_COMMIT
+        done = prepare.with_(
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=frozenset(),
+            last_update_ms=now,
+        )
+        if prepare.client_transaction_version >= 2 and prepare.next_producer_id >= 0:
+            done = done.with_(
+                producer_id=prepare.next_producer_id,
+                producer_epoch=0,
+                previous_producer_id=prepare.producer_id,
+                next_producer_id=-1,
+            )
+        return done
+
     # ------------------------------------------------------------------ timeouts
     def expired(self) -> list[TxnResult]:
         """Ongoing transactions past their timeout: abort them, fencing the producer."""
@@ -261,8 +379,7 @@ class TransactionStateMachine:
         for meta in self.txns.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 commit = meta.state == TxnState.PREPARE_COMMIT
-                done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-                complete = meta.with_(state=done, partitions=frozenset(), last_update_ms=self.clock.time_ms())
+                complete = self._completion(meta, self.clock.time_ms())
                 out.append(
                     TxnResult(
                         markers=Markers(

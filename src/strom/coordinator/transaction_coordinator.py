@@ -172,13 +172,20 @@ class TransactionCoordinator:
             return res.error, res.producer_id, res.producer_epoch
 
     async def add_partitions(
-        self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+        self,
+        txn_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Iterable[TopicPartition],
+        client_transaction_version: int | None = None,
     ) -> dict[TopicPartition, int]:
         parts = list(partitions)
         if (err := self._not_ready()) is not None:
             return dict.fromkeys(parts, err)
         async with self._lock:
-            res = await self._apply(self.sm.add_partitions(txn_id, producer_id, epoch, parts))
+            res = await self._apply(
+                self.sm.add_partitions(txn_id, producer_id, epoch, parts, client_transaction_version)
+            )
             return res.partition_errors
 
     def verify_partitions(
@@ -195,11 +202,21 @@ class TransactionCoordinator:
         return next(iter(res.values()), 0)
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        """EndTxn below v5 (transaction version 1): the epoch stays."""
+        return (await self.end_transaction(txn_id, producer_id, epoch, commit))[0]
+
+    async def end_transaction(
+        self, txn_id: str, producer_id: int, epoch: int, commit: bool, *, tv2: bool = False
+    ) -> tuple[int, int, int]:
+        """EndTxn: ``(error, producer id, producer epoch)``; with ``tv2`` (EndTxn v5+) the id and
+        epoch are the bumped ones the client continues with (-1, -1 on an error)."""
         if (err := self._not_ready()) is not None:
-            return err
+            return err, -1, -1
         async with self._lock:
-            res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit))
-            return res.error
+            res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit, tv2=tv2))
+            if res.error != ErrorCode.NONE:
+                return res.error, -1, -1
+            return res.error, res.producer_id, res.producer_epoch
 
     async def abort(self, txn_id: str) -> int:
         """Admin abort (``strom transactions abort``): abort the ongoing transaction, fencing."""

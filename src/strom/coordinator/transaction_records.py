@@ -1,6 +1,9 @@
 """``__transaction_state`` records: Kafka's TransactionLogKey (version 0) and
 TransactionLogValue (version 0 layout, with strom's ``last_producer_epoch`` appended so KIP-360
-recovery survives a restart). Status bytes are Kafka's (Empty 0 ... PrepareEpochFence 7)."""
+recovery survives a restart, then the KIP-890 fields Kafka keeps in tags of TransactionLogValue
+v1: ``client_transaction_version`` (int8), ``previous_producer_id`` and ``next_producer_id``
+(int64); records without them, written before, decode with the defaults). Status bytes are
+Kafka's (Empty 0 ... PrepareEpochFence 7)."""
 
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ def encode_value(m: TxnMetadata) -> bytes:
     for topic, parts in by_topic.items():
         out += _string(topic) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in parts)
     out += struct.pack(">qqh", m.last_update_ms, m.start_ms, m.last_producer_epoch)
+    out += struct.pack(">bqq", m.client_transaction_version, m.previous_producer_id, m.next_producer_id)
     return bytes(out)
 
 
@@ -70,6 +74,10 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
         last_update, start = struct.unpack_from(">qq", data, pos)
         pos += 16
         last_epoch = struct.unpack_from(">h", data, pos)[0] if len(data) >= pos + 2 else -1
+        pos += 2
+        tv, prev_pid, next_pid = 0, -1, -1
+        if len(data) >= pos + 17:
+            tv, prev_pid, next_pid = struct.unpack_from(">bqq", data, pos)
         return TxnMetadata(
             transactional_id,
             pid,
@@ -80,6 +88,9 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
             start,
             last_update,
             last_epoch,
+            tv,
+            prev_pid,
+            next_pid,
         )
     except (struct.error, UnicodeDecodeError, ValueError) as e:
         if isinstance(e, TxnRecordError):

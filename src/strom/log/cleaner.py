@@ -32,7 +32,15 @@ Cleaning one log (:meth:`Cleaner.clean`):
    id/epoch/base sequence, attributes and compression codec (records keep their offset and
    timestamp deltas, so offsets never change). A batch that loses every record is dropped,
    unless it is the last batch of its producer, which is kept empty (idempotence state must
-   survive a restart). Transactional batches and control batches (markers) are kept intact.
+   survive a restart). Transactions (Kafka's rules, :class:`TxnTracker`): the walk from the
+   log start knows the aborted transactions from the ``.txnindex`` files; an aborted
+   transaction's batches lose every record (its records are not in the offset map either, so
+   they never shadow older values), a committed transaction's records are compacted like any
+   others, and a marker is kept while any batch of its transaction is left; once none is, it is
+   stamped with a delete horizon (KIP-534's batch attribute, now + ``delete.retention.ms``) and a
+   cleaning after that horizon removes it, with its ``.txnindex`` entry. A producer's last batch
+   is kept (empty if its records go): its last data batch, or with none retained its marker at
+   its current epoch (fencing survives a restart).
    If the group's last batch was dropped, an empty batch at the group's last offset ends the
    cleaned segment, so the segment covers exactly the offset range it replaces — recovery of an
    interrupted swap relies on that (:meth:`LocalLog.replace_segments`).
@@ -98,13 +106,17 @@ from strom.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from strom.log.transaction_index import AbortedTxn
 from strom.protocol.batch_validation import ChunkStream, decompress_chunks
 from strom.protocol.records import (
     BATCH_OVERHEAD,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     HEADER_STRUCT,
     BatchHeader,
     _write_varint,
     compress,
+    control_type,
     decompress,
     parse_header,
 )
@@ -117,6 +129,7 @@ _WRITE_CHUNK = 1 << 20
 _CRC_OFFSET = 17
 _ATTR_OFFSET = 21
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+_MAX_OFFSET = (1 << 63) - 1
 
 TopicPartition = tuple[str, int]
 
@@ -383,9 +396,11 @@ def empty_batch(
     base_offset: int | None = None,
     last_offset_delta: int | None = None,
     producer: bool = True,
+    control: bool = False,
 ) -> bytes:
     """A batch with no records (Kafka's writeEmptyHeader): keeps an offset range and, with
-    ``producer``, the producer's id/epoch/sequence."""
+    ``producer``, the producer's id/epoch/sequence. Not transactional (it opens no transaction
+    when producer state is rebuilt), unless ``control``: an emptied marker stays a marker."""
     hh = h._replace(
         base_offset=h.base_offset if base_offset is None else base_offset,
         last_offset_delta=h.last_offset_delta if last_offset_delta is None else last_offset_delta,
@@ -397,7 +412,7 @@ def empty_batch(
         records_count=0,
         payload=b"",
         max_timestamp=h.max_timestamp,
-        attributes=h.attributes & ~0x07 & ~0x30,
+        attributes=h.attributes & ~0x07 & (~0 if control else ~0x30),
     )
 
 
@@ -548,9 +563,12 @@ def map_segments(
     max_map_entries: int,
     tick: Callable[[int], None],
     stats: CleanerStats,
+    aborted: AbortedIndex | None = None,
 ) -> tuple[dict[bytes, int], int]:
     """Step 1 over segment files: ``spans`` is ``[(descriptor, next segment's base offset)]``.
-    Returns ``key -> latest offset`` and the map's end offset (see :meth:`Cleaner.build_offset_map`)."""
+    Returns ``key -> latest offset`` and the map's end offset (see :meth:`Cleaner.build_offset_map`).
+    Records of aborted transactions (``aborted``) are not mapped: they must not shadow the
+    values before them. Without ``aborted`` no transactional batch is mapped."""
     offset_map: dict[bytes, int] = {}
     end_offset = first_dirty
     for fd, next_base in spans:
@@ -562,7 +580,9 @@ def map_segments(
         for _pos, h, batch in iter_file_batches(fd, 0, size):
             tick(h.size)
             stats.map_bytes_read += h.size
-            if h.last_offset < first_dirty or h.is_control or h.is_transactional:
+            if h.last_offset < first_dirty or h.is_control:
+                continue
+            if h.is_transactional and (aborted is None or aborted.is_aborted(h)):
                 continue
             base = h.base_offset
             records = (
@@ -577,6 +597,90 @@ def map_segments(
     return offset_map, end_offset
 
 
+DELETE_HORIZON_FLAG = 0x40  # attributes bit 6: baseTimestamp holds the delete horizon (KIP-534)
+
+
+def delete_horizon_ms(h: BatchHeader) -> int | None:
+    return h.base_timestamp if h.attributes & DELETE_HORIZON_FLAG else None
+
+
+class AbortedIndex:
+    """The aborted transactions of a log (its ``.txnindex`` entries), to tell whether a
+    transactional data batch belongs to an aborted transaction: one whose producer matches and
+    whose ``[first_offset, marker offset]`` holds the batch."""
+
+    def __init__(self, aborted: list[AbortedTxn] | list[tuple[int, int, int, int]]) -> None:
+        self.by_pid: dict[int, list[tuple[int, int]]] = {}
+        for t in aborted:
+            self.by_pid.setdefault(t[0], []).append((t[1], t[2]))
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        return any(first <= h.base_offset <= last for first, last in self.by_pid.get(h.producer_id, ()))
+
+
+class TxnTracker:
+    """Kafka's CleanedTransactionMetadata, over one cleaning's walk of the log from its start (so
+    across segment groups): which transactional batches to discard (an aborted transaction's) and
+    which markers may go (no batch of their transaction is left before them).
+
+    Markers are removed only after a pass that finds their transaction's data gone, and then
+    only once the delete horizon stamped on them in that pass has passed (``delete.retention.ms``
+    later): a consumer that read the data before it was cleaned still finds the marker."""
+
+    def __init__(self, aborted: list[AbortedTxn] | list[tuple[int, int, int, int]]) -> None:
+        self.pending = sorted((tuple(t) for t in aborted), key=lambda t: (t[1], t[2]))
+        self._next = 0
+        self.ongoing_aborted: dict[int, tuple[tuple[int, ...], bool]] = {}  # pid -> (txn, observed)
+        self.ongoing_committed: set[int] = set()
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._next < len(self.pending) and self.pending[self._next][1] <= offset:
+            txn = self.pending[self._next]
+            self._next += 1
+            self.ongoing_aborted.setdefault(int(txn[0]), (txn, False))
+
+    def on_data(self, h: BatchHeader) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (discard its records)."""
+        self._consume_up_to(h.last_offset)
+        if not h.is_transactional:
+            return False
+        found = self.ongoing_aborted.get(h.producer_id)
+        if found is not None:
+            self.ongoing_aborted[h.producer_id] = (found[0], True)
+            return True
+        self.ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_control(self, h: BatchHeader, batch: memoryview | bytes) -> bool:
+        """A marker: True if no batch of its transaction was seen (it may go, after the horizon)."""
+        self._consume_up_to(h.last_offset)
+        if h.records_count == 0:
+            return True  # already emptied by an earlier cleaning
+        ctype = control_type(batch, 0, h)
+        if ctype == CONTROL_ABORT:
+            found = self.ongoing_aborted.pop(h.producer_id, None)
+            return not (found is not None and found[1])
+        if ctype == CONTROL_COMMIT:
+            if h.producer_id in self.ongoing_committed:
+                self.ongoing_committed.discard(h.producer_id)
+                return False
+            return True
+        return False
+
+
+def _with_delete_horizon(h: BatchHeader, batch: memoryview, horizon: int) -> tuple[bytes, BatchHeader]:
+    """The control batch ``h`` with its delete horizon set (KIP-534: the flag, and the horizon as
+    base timestamp; the record keeps its timestamp delta)."""
+    data = encode_batch(
+        h._replace(base_timestamp=horizon),
+        records_count=h.records_count,
+        payload=bytes(batch[BATCH_OVERHEAD : h.size]),
+        max_timestamp=h.max_timestamp,
+        attributes=h.attributes | DELETE_HORIZON_FLAG,
+    )
+    return data, parse_header(data)
+
+
 def filter_batch(
     h: BatchHeader,
     batch: memoryview,
@@ -585,11 +689,93 @@ def filter_batch(
     delete_horizon: int,
     last_of_producer: dict[int, int],
     stats: CleanerStats,
+    *,
+    txns: TxnTracker | None = None,
+    producer_epochs: dict[int, int] | None = None,
+    now_ms: int = 0,
+    marker_retention_ms: int = 0,
+    removed_markers: list[tuple[int, int]] | None = None,
 ) -> tuple[bytes, BatchHeader] | None:
-    """The batch to write for ``h`` (itself, re-encoded, or empty), or None to drop it."""
+    """The batch to write for ``h`` (itself, re-encoded, or empty), or None to drop it.
+
+    Transactions (Kafka's ``checkBatchRetention``, with ``txns`` tracking the walk): an aborted
+    transaction's batches lose every record; a marker whose transaction has no batch left is
+    stamped with a delete horizon (now + ``marker_retention_ms``) and dropped once a later
+    cleaning finds the horizon passed (its ``(producer id, offset)`` then goes to
+    ``removed_markers``). Whatever is dropped, a producer's last batch is kept, empty if need
+    be: its last data batch (sequence) or, with no data retained, its marker at its current
+    epoch (fencing). Without ``txns`` transactional batches and markers are kept as they are."""
     if h.is_control or h.is_transactional:
+        if txns is None:
+            stats.records_written += h.records_count
+            return bytes(batch), h
+        return _filter_txn_batch(
+            h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats, txns,
+            producer_epochs or {}, now_ms, marker_retention_ms, removed_markers,
+        )
+    if txns is not None:
+        txns.on_data(h)
+    return _filter_records(h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats)
+
+
+def _last_of_producer(
+    h: BatchHeader, last_of_producer: dict[int, int], producer_epochs: dict[int, int]
+) -> bool:
+    """Kafka's isBatchLastRecordOfProducer."""
+    if h.producer_id < 0 or h.producer_id not in last_of_producer:
+        return False
+    last = last_of_producer[h.producer_id]
+    if last >= 0:
+        return h.last_offset == last
+    return h.is_control and producer_epochs.get(h.producer_id) == h.producer_epoch
+
+
+def _filter_txn_batch(
+    h: BatchHeader,
+    batch: memoryview,
+    offset_map: dict[bytes, int],
+    first_dirty: int,
+    delete_horizon: int,
+    last_of_producer: dict[int, int],
+    stats: CleanerStats,
+    txns: TxnTracker,
+    producer_epochs: dict[int, int],
+    now_ms: int,
+    marker_retention_ms: int,
+    removed_markers: list[tuple[int, int]] | None,
+) -> tuple[bytes, BatchHeader] | None:
+    if h.is_control:
+        discardable = txns.on_control(h, batch)
+        horizon = delete_horizon_ms(h)
+        discard_records = discardable and horizon is not None and horizon <= now_ms
+    else:
+        discardable = discard_records = txns.on_data(h)
+    keep_empty = _last_of_producer(h, last_of_producer, producer_epochs)
+    if discard_records:
+        if h.is_control and removed_markers is not None and h.records_count:
+            removed_markers.append((h.producer_id, h.base_offset))
+        if keep_empty:
+            data = empty_batch(h, control=h.is_control)
+            return data, parse_header(data)
+        return None
+    if h.is_control:
         stats.records_written += h.records_count
+        if discardable and delete_horizon_ms(h) is None and h.records_count:
+            return _with_delete_horizon(h, batch, now_ms + marker_retention_ms)
         return bytes(batch), h
+    # a committed transaction's records are compacted like any others
+    return _filter_records(h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats)
+
+
+def _filter_records(
+    h: BatchHeader,
+    batch: memoryview,
+    offset_map: dict[bytes, int],
+    first_dirty: int,
+    delete_horizon: int,
+    last_of_producer: dict[int, int],
+    stats: CleanerStats,
+) -> tuple[bytes, BatchHeader] | None:
     # compressed batches are read as a stream, keys only: a batch kept whole or dropped whole
     # (a decompression bomb's one record) is never decompressed into memory
     payload = None if h.compression else batch_payload(batch, h)
@@ -644,6 +830,19 @@ def filter_batch(
     return None
 
 
+@dataclass
+class TxnCleaning:
+    """The transaction side of one cleaning (see :func:`filter_batch`): the tracker over the walk
+    from the log start, the producers' current epochs, the clock, and the markers removed by
+    the group being written (their ``.txnindex`` entries go with them)."""
+
+    tracker: TxnTracker
+    producer_epochs: dict[int, int]
+    now_ms: int
+    marker_retention_ms: int
+    removed_markers: list[tuple[int, int]] = field(default_factory=list)
+
+
 def write_cleaned_segment(
     directory: Path,
     base_offset: int,
@@ -659,6 +858,7 @@ def write_cleaned_segment(
     tick: Callable[[int], None],
     stats: CleanerStats,
     pace_writeback: bool = True,
+    txn: TxnCleaning | None = None,
 ) -> LogSegment | None:
     """Steps 2-3 for one group: recopy the segment files ``fds`` into ``<base>.*.cleaned``
     (indexes included), fsynced. Returns the open cleaned segment, or None (no files left) if
@@ -712,9 +912,17 @@ def write_cleaned_segment(
                 stats.bytes_read += h.size
                 stats.records_read += h.records_count
                 last_header = h
-                kept = filter_batch(
-                    h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats
-                )
+                if txn is None:
+                    kept = filter_batch(
+                        h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats
+                    )
+                else:
+                    kept = filter_batch(
+                        h, batch, offset_map, first_dirty, delete_horizon, last_of_producer, stats,
+                        txns=txn.tracker, producer_epochs=txn.producer_epochs, now_ms=txn.now_ms,
+                        marker_retention_ms=txn.marker_retention_ms,
+                        removed_markers=txn.removed_markers,
+                    )
                 if kept is not None:
                     data, hdr = kept
                     emit(data, hdr)
@@ -785,18 +993,27 @@ class Cleaner:
             for i, (_seg, fd) in enumerate(segments)
         ]
 
-    def build_offset_map(self, ltc: LogToClean, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+    def build_offset_map(
+        self, ltc: LogToClean, stats: CleanerStats, aborted: list[AbortedTxn] | None = None
+    ) -> tuple[dict[bytes, int], int]:
         """``key -> latest offset`` over the dirty section; returns the map and its end offset
-        (the first offset not covered: the next first dirty offset)."""
+        (the first offset not covered: the next first dirty offset). ``aborted``: the log's
+        aborted transactions, whose records are left out."""
+        if aborted is None:
+            aborted = ltc.log.collect_aborted(-1, _MAX_OFFSET)
         segments = ltc.log.cleanable_segments(ltc.first_uncleanable)
         try:
             spans = self._spans(segments, ltc.first_uncleanable)
-            return map_segments(spans, ltc.first_dirty, self.max_map_entries, self._tick, stats)
+            return map_segments(
+                spans, ltc.first_dirty, self.max_map_entries, self._tick, stats, AbortedIndex(aborted)
+            )
         finally:
             for _, fd in segments:
                 os.close(fd)
 
-    def _build_offset_map_in_worker(self, worker: CleanerWorker, ltc: LogToClean, stats: CleanerStats) -> int:
+    def _build_offset_map_in_worker(
+        self, worker: CleanerWorker, ltc: LogToClean, stats: CleanerStats, txn: TxnCleaning
+    ) -> int:
         segments = ltc.log.cleanable_segments(ltc.first_uncleanable)
         try:
             spans = self._spans(segments, ltc.first_uncleanable)
@@ -806,6 +1023,10 @@ class Cleaner:
                     "next_bases": [nb for _fd, nb in spans],
                     "first_dirty": ltc.first_dirty,
                     "max_map_entries": self.max_map_entries,
+                    "aborted": [tuple(t) for t in txn.tracker.pending],
+                    "producer_epochs": txn.producer_epochs,
+                    "now_ms": txn.now_ms,
+                    "marker_retention_ms": txn.marker_retention_ms,
                     "rate": self.throttler.rate,
                     "check_interval_s": self.throttler.check_interval_s,
                 },
@@ -828,27 +1049,34 @@ class Cleaner:
         t0 = time.perf_counter()
         worker = self.worker
         offset_map: dict[bytes, int] = {}
+        plog = ltc.log
+        # the transactions' state as the walk from the log start needs it (Kafka collects the
+        # aborted transactions of the range it cleans from the .txnindex files)
+        aborted = plog.collect_aborted(-1, _MAX_OFFSET)
+        with plog.lock:
+            producers = plog.producer_state.producers
+            last_of_producer = {pid: e.last_data_offset for pid, e in producers.items()}
+            producer_epochs = {pid: e.producer_epoch for pid, e in producers.items()}
+        txn = TxnCleaning(
+            TxnTracker(aborted), producer_epochs, self.clock.time_ms(), plog.config.delete_retention_ms
+        )
         if worker is not None:
-            end_offset = self._build_offset_map_in_worker(worker, ltc, stats)
+            end_offset = self._build_offset_map_in_worker(worker, ltc, stats, txn)
         else:
-            offset_map, end_offset = self.build_offset_map(ltc, stats)
+            offset_map, end_offset = self.build_offset_map(ltc, stats, aborted)
         stats.map_elapsed_s = time.perf_counter() - t0
         try:
             if end_offset <= ltc.first_dirty:
                 stats.elapsed_s = time.perf_counter() - t0
                 return ltc.first_dirty, stats
-            plog = ltc.log
             cfg = plog.config
-            delete_horizon = self.clock.time_ms() - cfg.delete_retention_ms
-            with plog.lock:
-                last_of_producer = {
-                    pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()
-                }
+            delete_horizon = txn.now_ms - cfg.delete_retention_ms
             segments = plog.cleanable_segments(end_offset)
             try:
                 for group in self._group(segments, cfg.segment_bytes):
                     self._clean_group(
-                        plog, group, offset_map, ltc.first_dirty, delete_horizon, last_of_producer, stats
+                        plog, group, offset_map, ltc.first_dirty, delete_horizon, last_of_producer, stats,
+                        txn,
                     )
             finally:
                 for _, fd in segments:
@@ -893,6 +1121,7 @@ class Cleaner:
         delete_horizon: int,
         last_of_producer: dict[int, int],
         stats: CleanerStats,
+        txn: TxnCleaning,
     ) -> LogSegment | None:
         cfg = plog.config
         base = group[0][0].base_offset
@@ -918,6 +1147,7 @@ class Cleaner:
             remove_cleaned_files(plog.directory, base)  # the worker may have died mid-write
             raise
         stats.add_counters(reply["stats"])
+        txn.removed_markers = [(int(p), int(o)) for p, o in reply.get("removed_markers", ())]
         if not reply["written"]:
             return None
         cleaned = LogSegment.open(
@@ -943,11 +1173,15 @@ class Cleaner:
         delete_horizon: int,
         last_of_producer: dict[int, int],
         stats: CleanerStats,
+        txn: TxnCleaning | None = None,
     ) -> None:
         cfg = plog.config
+        if txn is None:
+            txn = TxnCleaning(TxnTracker([]), {}, self.clock.time_ms(), cfg.delete_retention_ms)
+        txn.removed_markers = []
         if self.worker is not None:
             cleaned = self._write_group_in_worker(
-                self.worker, plog, group, first_dirty, delete_horizon, last_of_producer, stats
+                self.worker, plog, group, first_dirty, delete_horizon, last_of_producer, stats, txn
             )
         else:
             cleaned = write_cleaned_segment(
@@ -964,12 +1198,15 @@ class Cleaner:
                 tick=self._tick,
                 stats=stats,
                 pace_writeback=self.pace_writeback,
+                txn=txn,
             )
         if cleaned is None:
             return
         try:
             crash_point("cleaner.before_swap_lock")
-            swapped = plog.replace_segments(cleaned, [s for s, _ in group])
+            swapped = plog.replace_segments(
+                cleaned, [s for s, _ in group], removed_markers=set(txn.removed_markers)
+            )
             if swapped:
                 stats.segments_swapped += len(group)
             else:
@@ -1140,6 +1377,7 @@ def worker_main(fd: int, nice: int = 0) -> None:
     sock = socket.socket(fileno=fd)
     throttler = Throttler()
     offset_map: dict[bytes, int] = {}
+    txn: TxnCleaning | None = None
     clock = RealClock()
 
     def tick(nbytes: int) -> None:
@@ -1160,12 +1398,20 @@ def worker_main(fd: int, nice: int = 0) -> None:
             op = req["op"]
             if op == "map":
                 offset_map = {}
+                aborted = [tuple(t) for t in req.get("aborted", ())]
+                txn = TxnCleaning(
+                    TxnTracker(aborted),
+                    dict(req.get("producer_epochs", {})),
+                    int(req.get("now_ms", 0)),
+                    int(req.get("marker_retention_ms", 0)),
+                )
                 offset_map, end = map_segments(
                     list(zip(fds, req["next_bases"], strict=True)),
                     req["first_dirty"],
                     req["max_map_entries"],
                     tick,
                     stats,
+                    AbortedIndex(aborted),
                 )
                 reply["end_offset"] = end
             elif op == "group":
@@ -1183,12 +1429,17 @@ def worker_main(fd: int, nice: int = 0) -> None:
                     tick=tick,
                     stats=stats,
                     pace_writeback=bool(req.get("pace_writeback", True)),
+                    txn=txn,
                 )
+                if txn is not None:
+                    reply["removed_markers"] = txn.removed_markers
+                    txn.removed_markers = []
                 reply["written"] = cleaned is not None
                 if cleaned is not None:
                     cleaned.close_handles()
             elif op == "reset":
                 offset_map = {}
+                txn = None
             else:
                 raise ValueError(f"unknown request {op!r}")
             reply["stats"] = stats.counters()

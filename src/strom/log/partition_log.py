@@ -267,7 +267,7 @@ class PartitionLog:
     def _note_marker(self, seg: LogSegment, pos: int, h: BatchHeader) -> None:
         entry = self.producer_state.last_entry(h.producer_id)
         first = entry.current_txn_first_offset if entry is not None else None
-        if first is None:
+        if first is None or h.records_count == 0:  # (a marker emptied by the cleaner)
             return
         if control_type(seg.read_batch(pos, h), 0, h) == CONTROL_ABORT:
             self._txn_index(seg.base_offset).append(AbortedTxn(h.producer_id, first, h.base_offset, first))
@@ -898,7 +898,9 @@ class PartitionLog:
                 raise
             return out
 
-    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> bool:
+    def replace_segments(
+        self, new: LogSegment, old: list[LogSegment], removed_markers: set[tuple[int, int]] | None = None
+    ) -> bool:
         """Swap the cleaned segment ``new`` (files ``*.cleaned``, fsynced) in for ``old`` (see
         :meth:`LocalLog.replace_segments`). Returns False — having changed nothing — if the log
         changed meanwhile (closed, or an ``old`` segment was removed by retention); the caller
@@ -906,7 +908,13 @@ class PartitionLog:
 
         The aborted-transaction entries of ``old[1:]`` are first appended to the ``.txnindex`` of
         ``old[0]`` (the cleaned segment's base), since the cleaner keeps transactional batches and
-        markers; a crash before the swap leaves duplicates there, which are harmless."""
+        markers; a crash before the swap leaves duplicates there, which are harmless. Entries whose
+        marker the cleaning removed (``removed_markers``: ``(producer id, marker offset)``) are
+        dropped in the same atomic rewrite, before the swap: such a marker is removed only once
+        its transaction's data is gone, so an index without the entry is right for the old
+        segments as well (a stray abort marker means nothing to a consumer), whereas an entry
+        left without its marker would make read_committed consumers drop that producer's later
+        batches."""
         with self.lock:
             if self.closed:
                 return False
@@ -918,12 +926,13 @@ class PartitionLog:
                 self._mark_dirty()
                 moved = [self._txn_indexes[s.base_offset] for s in old[1:]
                          if s.base_offset in self._txn_indexes]
-                if any(idx.entries for idx in moved):
+                drop = removed_markers or set()
+                if any(idx.entries for idx in moved) or drop:
                     target = self._txn_index(old[0].base_offset)
-                    for idx in moved:
-                        for txn in idx.entries:
-                            target.append(txn)
-                    target.flush()
+                    entries = [t for idx in [target, *moved] for t in idx.entries]
+                    kept = [t for t in entries if (t.producer_id, t.last_offset) not in drop]
+                    if kept != target.entries:
+                        target.rewrite(kept)
                 crash_point("cleaner.before_swap")
                 self._local.replace_segments(new, old)
                 for s in old[1:]:

@@ -14,6 +14,8 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
+from strom.durable_file import replace_file
+
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
 
@@ -74,6 +76,12 @@ class TransactionIndex:
                 self.path.unlink()
             for t in keep:
                 self.append(t)
+
+    def rewrite(self, entries: list[AbortedTxn]) -> None:
+        """Replace the whole index with ``entries`` atomically (temp file, fsync, rename), as
+        the cleaner does when markers are removed: a crash leaves the old or the new index."""
+        self.entries = list(entries)
+        replace_file(self.path, b"".join(_ENTRY.pack(0, *t) for t in self.entries), sync_dir=False)
 
     def delete(self) -> None:
         if self.path.exists():

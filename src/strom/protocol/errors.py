@@ -96,11 +96,13 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ENDPOINT_TYPE = 115
     UNKNOWN_SUBSCRIPTION_ID = 117
     INVALID_REGULAR_EXPRESSION = 128
+    TRANSACTION_ABORTABLE = 120
     FENCED_MEMBER_EPOCH = 110
     INVALID_RECORD_STATE = 121
     SHARE_SESSION_NOT_FOUND = 122
     INVALID_SHARE_SESSION_EPOCH = 123
     FENCED_STATE_EPOCH = 124
+
 
 class KafkaError(Exception):
     """An error that maps to a Kafka error code in a response."""

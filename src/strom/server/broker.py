@@ -149,8 +149,9 @@ class InternalTopicStorage:
                 break
             for pos, h in iter_batches(data):
                 if h.is_control:
-                    commit = control_type(data, pos, h) == CONTROL_COMMIT
-                    yield StoredEntry(None, None, h.producer_id, True, commit)
+                    if h.records_count:  # (the cleaner empties a marker it keeps for its epoch)
+                        commit = control_type(data, pos, h) == CONTROL_COMMIT
+                        yield StoredEntry(None, None, h.producer_id, True, commit)
                 else:
                     for rec in decode_batch_records(data, pos, h):
                         if rec.offset >= offset and rec.key is not None:

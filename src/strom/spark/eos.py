@@ -247,6 +247,9 @@ async def end_txn(sess: KafkaSession, txn_id: str, pid: int, epoch: int, commit:
         1,
         END_TXN,
         {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
+        # v4: the classic protocol (the epoch stays). v5 is transaction version 2, whose bumped
+        # epoch a caller must adopt; each task here starts with InitProducerId anyway
+        max_version=4,
     )
 
 

@@ -5,6 +5,15 @@ record; the log validates headers, CRCs and the record length chain, patches off
 Compressed batches and compacted topics are walked record by record (bounded memory) in the
 broker's validation threads first (:func:`handle_produce`). ``acks=0`` gets no response (Kafka's
 behaviour).
+
+Transactions (KIP-890, Kafka's transaction verification, on by default in Kafka 4): a
+transactional batch for a partition where its producer has no transaction open at that epoch
+is checked with the transaction coordinator before it is appended. Produce v12+ (transaction
+version 2) *adds* the partition to the transaction (clients send no AddPartitionsToTxn); older
+versions only verify that it was added, answering TRANSACTION_ABORTABLE (v11) or
+INVALID_TXN_STATE (before) when it was not. PRODUCER_FENCED from the coordinator becomes
+INVALID_PRODUCER_EPOCH and the coordinator's retriable states NOT_ENOUGH_REPLICAS, as Kafka's
+AddPartitionsToTxnManager/ReplicaManager answer producers.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from typing import Any
 
 from ...log.errors import KafkaStorageError
 from ...protocol.errors import ErrorCode
+from ...protocol.records import BATCH_OVERHEAD, parse_header
 from ..context import NoResponse, RequestContext
 from . import handler
 
@@ -23,6 +33,64 @@ log = logging.getLogger("strom.produce")
 # a partition to append: (its topic's response list, slot in it, partition, topic, records,
 # whether validation walks the records)
 _Pending = tuple[list[dict[str, Any]], int, int, str, Any, bool]
+
+# coordinator answers a producer retries as NOT_ENOUGH_REPLICAS (no metadata refresh), as Kafka
+_RETRIABLE_VERIFY = frozenset({
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+})
+
+
+def _txn_producer(records: Any) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional first batch, else None (header only)."""
+    if len(records) < BATCH_OVERHEAD:
+        return None
+    try:
+        h = parse_header(records, 0)
+    except Exception:
+        return None  # validation reports it
+    if h.magic != 2 or not h.is_transactional or h.is_control or h.producer_id < 0:
+        return None
+    return h.producer_id, h.producer_epoch
+
+
+def _needs_verification(broker: Any, name: str, idx: int, producer: tuple[int, int] | None) -> bool:
+    """Kafka's ``hasOngoingTransaction`` negated: the producer has no transaction open here at
+    this epoch, so the coordinator must say the partition is in one first."""
+    if producer is None or broker.txn_coordinator is None:
+        return False
+    plog = broker.logs.get((name, idx))
+    if plog is None:
+        return False  # deleted meanwhile: the append answers UNKNOWN_TOPIC_OR_PARTITION
+    entry = plog.producer_state.last_entry(producer[0])
+    return not (
+        entry is not None
+        and entry.producer_epoch == producer[1]
+        and entry.current_txn_first_offset is not None
+    )
+
+
+async def _verify_transaction(
+    broker: Any, txn_id: str, api_version: int, name: str, idx: int, producer: tuple[int, int]
+) -> int:
+    """Verify (or with Produce v12+ add) ``name-idx`` in the transaction; the error to answer."""
+    coord = broker.txn_coordinator
+    pid, epoch = producer
+    tp = (name, idx)
+    if api_version >= 12:
+        errors = await coord.add_partitions(txn_id, pid, epoch, [tp], client_transaction_version=2)
+    else:
+        errors = coord.verify_partitions(txn_id, pid, epoch, [tp])
+    code = int(errors.get(tp, ErrorCode.NONE))
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and api_version < 11:
+        return ErrorCode.INVALID_TXN_STATE  # for clients that do not know TRANSACTION_ABORTABLE
+    if code in _RETRIABLE_VERIFY:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    return code
 
 
 def _partition_error(
@@ -91,6 +159,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     pending: list[_Pending] = []
     chains = broker.append_chains
     slow = False
+    txn_id = request.transactional_id
+    verify: dict[tuple[str, int], tuple[int, int]] = {}  # partitions to check with the coordinator
     for topic in request.topic_data:
         name = str(topic.name)
         info = broker.topics.get(name)
@@ -119,7 +189,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
             except Exception as e:
                 parts.append(_append_error(broker, name, idx, e))
                 continue
-            slow = slow or walk or (name, idx) in chains
+            if txn_id is not None:
+                producer = _txn_producer(records)
+                if producer is not None and _needs_verification(broker, name, idx, producer):
+                    verify[(name, idx)] = producer
+            slow = slow or walk or (name, idx) in chains or bool(verify)
             pending.append((parts, len(parts), idx, name, records, walk))
             parts.append({})  # filled in below
         responses.append({"name": name, "partition_responses": parts})
@@ -127,13 +201,19 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
         for parts, slot, idx, name, records, _walk in pending:
             parts[slot] = _append(broker, name, idx, records)
     elif pending:
-        await _append_in_chains(broker, pending)
+        await _append_in_chains(broker, pending, verify, str(txn_id), ctx.api_version)
     if acks == 0:
         return NoResponse()
     return {"responses": responses, "throttle_time": 0}
 
 
-async def _append_in_chains(broker: Any, pending: list[_Pending]) -> None:
+async def _append_in_chains(
+    broker: Any,
+    pending: list[_Pending],
+    verify: dict[tuple[str, int], tuple[int, int]] | None = None,
+    txn_id: str = "",
+    api_version: int = 0,
+) -> None:
     loop = asyncio.get_running_loop()
     chains = broker.append_chains
     tickets: list[tuple[asyncio.Future[None] | None, asyncio.Future[None]]] = []
@@ -158,8 +238,20 @@ async def _append_in_chains(broker: Any, pending: list[_Pending]) -> None:
                     error = e
             if before is not None and not before.done():
                 await asyncio.wait([before])
+            producer = verify.get((name, idx)) if verify else None
+            verify_error: int = ErrorCode.NONE
+            # checked again now the appends before it are done: they may have opened the transaction
+            if producer is not None and _needs_verification(broker, name, idx, producer):
+                try:
+                    verify_error = await _verify_transaction(broker, txn_id, api_version, name, idx, producer)
+                except Exception as e:
+                    verify_error = int(getattr(e, "code", ErrorCode.NOT_ENOUGH_REPLICAS))
+                    if verify_error in _RETRIABLE_VERIFY:
+                        verify_error = ErrorCode.NOT_ENOUGH_REPLICAS
             if error is not None:
                 parts[slot] = _append_error(broker, name, idx, error)
+            elif verify_error != ErrorCode.NONE:
+                parts[slot] = _partition_error(idx, verify_error)
             else:
                 parts[slot] = _append(broker, name, idx, records, prevalidated=walk)
             _release(chains, (name, idx), mine)

@@ -80,10 +80,15 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[s
 
 @handler(26)
 async def handle_end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    err = await _coordinator(ctx).end_txn(
-        str(request.transactional_id), request.producer_id, request.producer_epoch, bool(request.committed)
+    # v5+ is transaction version 2 (KIP-890): the epoch is bumped and the response carries it
+    err, pid, epoch = await _coordinator(ctx).end_transaction(
+        str(request.transactional_id),
+        request.producer_id,
+        request.producer_epoch,
+        bool(request.committed),
+        tv2=ctx.api_version >= 5,
     )
-    return {"throttle_time": 0, "error_code": err, "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time": 0, "error_code": err, "producer_id": pid, "producer_epoch": epoch}
 
 
 @handler(28)
@@ -100,14 +105,29 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[st
         for p in t.partitions
     }
     tid = str(request.transactional_id)
-    txn = _coordinator(ctx).sm.txns.get(tid)
+    coord = _coordinator(ctx)
     partition = gc.partition_for(group_id)
-    if txn is None or txn.producer_id != request.producer_id:
+    offsets_tp = ("__consumer_offsets", partition)
+    verify_error = ErrorCode.NONE
+    if ctx.api_version >= 5:
+        # transaction version 2 (KIP-890): the offsets partition joins the transaction implicitly
+        # (clients send no AddOffsetsToTxn), as Kafka's verification with ``addPartition`` does
+        added = await coord.add_partitions(
+            tid, request.producer_id, request.producer_epoch, [offsets_tp], client_transaction_version=2
+        )
+        verify_error = added.get(offsets_tp, ErrorCode.NONE)
+    txn = coord.sm.txns.get(tid)
+    if verify_error not in (ErrorCode.NONE, ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_ID_MAPPING):
+        # retriable coordinator states (loading, markers being written) or a storage failure
+        errors = dict.fromkeys(offsets, _txn_offset_error(verify_error))
+    elif txn is None or txn.producer_id != request.producer_id:
         errors = dict.fromkeys(offsets, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-    elif request.producer_epoch < txn.producer_epoch:
+    elif request.producer_epoch < txn.producer_epoch or verify_error == ErrorCode.PRODUCER_FENCED:
         errors = dict.fromkeys(offsets, ErrorCode.PRODUCER_FENCED)
-    elif ("__consumer_offsets", partition) not in txn.partitions:
-        errors = dict.fromkeys(offsets, ErrorCode.INVALID_TXN_STATE)
+    elif offsets_tp not in txn.partitions:
+        # Kafka's verification: TRANSACTION_ABORTABLE for v4 (KIP-890 part 1), INVALID_TXN_STATE before
+        code = ErrorCode.TRANSACTION_ABORTABLE if ctx.api_version >= 4 else ErrorCode.INVALID_TXN_STATE
+        errors = dict.fromkeys(offsets, code)
     else:
         errors = await gc.txn_commit_offsets(
             group_id,
@@ -122,6 +142,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[st
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": err})
     return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
+def _txn_offset_error(code: int) -> int:
+    """A failed implicit add answered as TxnOffsetCommit errors: the coordinator is busy writing
+    markers or loading (retriable for the client) or not writable (look the coordinator up)."""
+    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    if code == ErrorCode.NOT_COORDINATOR:
+        return ErrorCode.NOT_COORDINATOR
+    return code
 
 
 @handler(65)
