@@ -5,7 +5,18 @@ from pathlib import Path
 
 import pytest
 
+from strom.log.file_cache import FILE_CACHE
 from strom.testing.broker_process import BrokerProcess
+
+
+@pytest.fixture(autouse=True)
+def _close_cached_log_files() -> Iterator[None]:
+    """Logs opened in the test process keep their segment files in the process-wide descriptor
+    LRU (capacity: half of ``ulimit -n``) after the test; close them after each test. Left open,
+    a few thousand accumulated over the property tests and then broke the Spark tests' py4j
+    callback server, which cannot select() on a descriptor above 1024."""
+    yield
+    FILE_CACHE.close_idle()
 
 
 @pytest.fixture

@@ -75,9 +75,12 @@ def test_appends_reads_and_reopen(reqs: list[list[tuple[int, int]]], cfg: dict[s
             if hw is None or containing[1] < hw:
                 assert got  # min_one_message
             fd = log.read(off, max_bytes, max_offset=hw)
-            assert fd.size == sum(r.length for r in fd.regions)
-            if len(got) > 1:
-                assert fd.size <= max_bytes
+            try:
+                assert fd.size == sum(r.length for r in fd.regions)
+                if len(got) > 1:
+                    assert fd.size <= max_bytes
+            finally:
+                fd.close()  # the read's duplicated descriptors are the reader's to close
 
         clean = data.draw(st.booleans())
         if clean:

@@ -93,6 +93,11 @@ class FileCache:
             self.capacity = max(MIN_CAPACITY, capacity)
             self._evict_locked(self.capacity)
 
+    def close_idle(self) -> None:
+        """Close every descriptor no operation holds now (they reopen on their next use)."""
+        with self._lock:
+            self._evict_locked(0)
+
     def _evict_locked(self, limit: int) -> None:
         """Close unpinned descriptors, least recently used first, until at most ``limit`` are
         open (or only pinned ones are left)."""
