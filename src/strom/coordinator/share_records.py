@@ -16,7 +16,8 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from ..protocol.framing import write_uvarint
+from ..protocol.errors import ProtocolError
+from ..protocol.framing import read_uvarint, skip_tagged_fields, write_uvarint
 from .records import RecordFormatError, partition_for
 
 SHARE_SNAPSHOT = 0
@@ -88,29 +89,6 @@ def encode_value(kind: int, v: ShareStateValue) -> bytes:
     return bytes(out)
 
 
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    value = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise RecordFormatError("bad varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _skip_tags(data: bytes, pos: int) -> int:
-    n, pos = _read_uvarint(data, pos)
-    for _ in range(n):
-        _tag, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
-        pos += size
-    return pos
-
-
 def decode_value(kind: int, data: bytes) -> ShareStateValue:
     try:
         version, snapshot_epoch = struct.unpack_from(">hH", data, 0)
@@ -123,13 +101,13 @@ def decode_value(kind: int, data: bytes) -> ShareStateValue:
             pos += 4
         leader_epoch, start = struct.unpack_from(">iq", data, pos)
         pos += 12
-        n, pos = _read_uvarint(data, pos)
+        n, pos = read_uvarint(data, pos)
         batches: list[StateBatch] = []
         for _ in range(max(n - 1, 0)):
             first, last, state, count = struct.unpack_from(">qqbh", data, pos)
-            pos = _skip_tags(data, pos + 19)
+            pos = skip_tagged_fields(data, pos + 19)
             batches.append((first, last, state, count))
-        _skip_tags(data, pos)
-    except struct.error as e:
+        skip_tagged_fields(data, pos)
+    except (struct.error, ProtocolError) as e:
         raise RecordFormatError(f"bad share state value: {e}") from e
     return ShareStateValue(snapshot_epoch, state_epoch, leader_epoch, start, batches)

@@ -348,7 +348,7 @@ class PartitionLog:
         """Whether validating ``records`` walks them record by record (a compacted topic, or a
         compressed batch): the broker then runs :meth:`check_batches` in a worker thread first.
         Header fields only, cheaper than a header parse: this is on the hot path."""
-        return "compact" in self.config.cleanup_policy or any_compressed(records)
+        return self.config.compact_enabled or any_compressed(records)
 
     def check_batches(
         self, records: bytes | bytearray | memoryview, *, from_coordinator: bool = False

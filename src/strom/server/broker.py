@@ -62,7 +62,7 @@ from ..protocol.records import (
     iter_batches,
 )
 from ..rate_limited_log import RateLimitedLog
-from .log_dir_mover import LogDirMover
+from .log_dir_mover import LogDirMover, remove_tree
 from .purgatory import FetchPurgatory
 
 if TYPE_CHECKING:
@@ -834,12 +834,7 @@ def _delete_logs(logs: list[PartitionLog]) -> None:
 def _remove_trees(paths: list[Path]) -> None:
     """Delete leftover directories (``-delete``, abandoned ``-future``) in a worker thread."""
     for path in paths:
-        try:
-            shutil.rmtree(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.warning("removing %s failed: %s", path, e)
+        remove_tree(path)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -111,13 +111,13 @@ class LogDirMover:
         info = broker.topics.get(topic)
         cur = broker.logs.get((topic, partition))
         if info is None or cur is None:
-            _remove_tree(path)
+            remove_tree(path)
             return
         try:
             future = PartitionLog.open(path, topic, partition, broker.log_config(info), broker.clock)
         except LogError as e:
             log.warning("discarding the future log %s: %s", path, e)
-            _remove_tree(path)
+            remove_tree(path)
             return
         log.info("resuming the move of %s-%d to %s at offset %d", topic, partition, path.parent,
                  future.log_end_offset)
@@ -271,10 +271,11 @@ class LogDirMover:
         broker.purgatory.notify(tp)
         log.info("moved %s-%d from %s to %s (offsets %d..%d)", mv.topic, mv.partition, src_dir, mv.dest,
                  new.log_start_offset, new.log_end_offset)
-        asyncio.get_running_loop().run_in_executor(None, _remove_tree, doomed)
+        asyncio.get_running_loop().run_in_executor(None, remove_tree, doomed)
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
+    """Delete a log directory tree; one WARN line if it cannot (a later start retries)."""
     try:
         shutil.rmtree(path)
     except FileNotFoundError:

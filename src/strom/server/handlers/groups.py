@@ -478,8 +478,14 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
             lambda: [n for n, info in getattr(topics, "topics", {}).items() if not info.internal],
         ),
     )
+    return heartbeat_response(result)
+
+
+def heartbeat_response(result: Any, *, assignment_on_error: bool = True) -> dict[str, Any]:
+    """A ConsumerGroupHeartbeat or ShareGroupHeartbeat response from the coordinator's result
+    (the two responses share these fields)."""
     assignment = None
-    if result.assignment is not None:
+    if result.assignment is not None and (assignment_on_error or result.error == ErrorCode.NONE):
         assignment = {
             "topic_partitions": [{"topic_id": tid, "partitions": parts} for tid, parts in result.assignment]
         }

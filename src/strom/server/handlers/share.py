@@ -23,6 +23,7 @@ from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.records import iter_batches
 from ..context import RequestContext
 from . import handler
+from .groups import heartbeat_response
 from .metadata import advertised_endpoint
 
 log = logging.getLogger(__name__)
@@ -76,20 +77,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dic
         client_host=_client_host(ctx),
         resolve=resolve,
     )
-    assignment = None
-    if result.assignment is not None and result.error == ErrorCode.NONE:
-        assignment = {
-            "topic_partitions": [{"topic_id": tid, "partitions": parts} for tid, parts in result.assignment]
-        }
-    return {
-        "throttle_time": 0,
-        "error_code": result.error,
-        "error_message": result.error_message,
-        "member_id": result.member_id,
-        "member_epoch": result.member_epoch,
-        "heartbeat_interval": result.heartbeat_interval_ms,
-        "assignment": assignment,
-    }
+    return heartbeat_response(result, assignment_on_error=False)
 
 
 @handler(77)
