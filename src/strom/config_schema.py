@@ -53,11 +53,13 @@ __all__ = [
     "ValidList",
     "ValidString",
     "Validator",
+    "broker_default",
     "broker_defaults",
     "invalid_value",
     "looks_sensitive",
     "parse_value",
     "resolve_topic_defaults",
+    "to_config_string",
 ]
 
 INT_MAX = 2**31 - 1
@@ -470,6 +472,24 @@ _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
 def broker_defaults() -> dict[str, Any]:
     """{broker config: its default}."""
     return {name: d.default for name, d in BROKER_CONFIGS.items()}
+
+
+def broker_default(name: str) -> Any:
+    """The default of broker config ``name`` (KeyError for a name the schema does not know)."""
+    return BROKER_CONFIGS[name].default
+
+
+def to_config_string(value: Any) -> str | None:
+    """A typed value as Kafka prints it (``ConfigDef.convertToString``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 def resolve_topic_defaults(broker_values: Mapping[str, Any]) -> dict[str, Any]:

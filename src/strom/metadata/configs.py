@@ -53,6 +53,7 @@ from ..config_schema import (
     DynamicScope,
     looks_sensitive,
     parse_value,
+    to_config_string,
 )
 from ..durable_file import replace_file
 from ..protocol.errors import ErrorCode, KafkaError
@@ -144,19 +145,6 @@ def broker_config_type(name: str) -> ConfigType:
 
 
 # ------------------------------------------------------------------------------ values
-
-
-def to_config_string(value: Any) -> str | None:
-    """A typed value as Kafka prints it (``ConfigDef.convertToString``)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def normalize_value(d: ConfigDef, raw: str | None) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config_schema import GROUP_CONFIGS, ConfigDef, ConfigType
+from ..config_schema import GROUP_CONFIGS, ConfigDef, ConfigType, to_config_string
 from ..durable_file import replace_file
 from ..protocol.errors import ErrorCode
 from .configs import (
@@ -33,7 +33,6 @@ from .configs import (
     ConfigSource,
     Synonym,
     normalize_value,
-    to_config_string,
 )
 
 GROUP_CONFIG_FILE = "strom-group-configs.json"
