@@ -9,8 +9,11 @@ own lower bound and the broker's ``group.*.min/max.*`` bounds, and session timeo
 heartbeat intervals (Kafka's messages). When read for use (:func:`effective`) a stored value
 outside the broker's current bounds is clamped into them, as Kafka 4.x's ``GroupConfig.evaluate``.
 
-Kafka keeps them as ConfigRecords in the metadata log; strom keeps them, like its dynamic broker
-configs, in a JSON document in the log dir (``strom-group-configs.json``), replaced atomically.
+Names, types, defaults, lower bounds and the bounding broker configs are in
+:data:`strom.config_schema.GROUP_CONFIGS`. Kafka keeps the overrides as ConfigRecords in the
+metadata log; strom keeps them, like its dynamic broker configs, in a JSON document in the log dir
+(``strom-group-configs.json``), replaced atomically: a :class:`GroupConfigStore` the broker makes
+and owns (``Broker.group_configs``).
 
 Error contract: :class:`ConfigResourceError` with INVALID_CONFIG (unknown name, bad value) or
 INVALID_REQUEST (empty group id, duplicate keys, APPEND/SUBTRACT on a non-list config).
