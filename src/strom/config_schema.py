@@ -54,7 +54,6 @@ __all__ = [
     "ValidString",
     "Validator",
     "broker_default",
-    "broker_defaults",
     "invalid_value",
     "looks_sensitive",
     "parse_value",
@@ -435,7 +434,7 @@ def _t(
     validator: Validator | None = None,
     default: Any = None,
 ) -> ConfigDef:
-    if default is None:  # the broker default of its synonyms (resolved below)
+    if default is None:  # a placeholder: TOPIC_CONFIGS holds the default its synonyms give
         default = typ.python_type()
     return ConfigDef(name, typ, default, validator, _CW, synonyms=synonyms)
 
@@ -467,11 +466,6 @@ _TOPIC_TABLE = _table(
 )
 
 _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
-
-
-def broker_defaults() -> dict[str, Any]:
-    """{broker config: its default}."""
-    return {name: d.default for name, d in BROKER_CONFIGS.items()}
 
 
 def broker_default(name: str) -> Any:
