@@ -234,13 +234,20 @@ def parse_value(name: str, typ: type, raw: Any) -> Any:
     return text
 
 
-_SENSITIVE_WORDS = ("password", "secret", "jaas.config", "credentials", "token", "ssl.keystore.key")
+_SENSITIVE_WORDS = ("password", "secret", "jaas.config", "credentials", "token")
 
 
 def looks_sensitive(name: str) -> bool:
-    """For a name no table knows (``listener.name.<l>.ssl.keystore.password``, a plugin's key):
-    anything that looks like a secret is treated as one."""
+    """For a broker config name the table does not hold: a per-listener one
+    (``listener.name.<l>.<config>``, ``listener.name.<l>.<mechanism>.<config>``) is sensitive
+    when its config is; any other name (a plugin's key) when it looks like a secret."""
     low = name.lower()
+    if low.startswith("listener.name."):
+        rest = low[len("listener.name.") :].partition(".")[2]
+        for base in (rest, rest.partition(".")[2]):
+            d = BROKER_CONFIGS.get(base)
+            if d is not None:
+                return d.sensitive
     return any(w in low for w in _SENSITIVE_WORDS)
 
 

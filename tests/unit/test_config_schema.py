@@ -113,6 +113,24 @@ def test_validator_messages(validator: schema.Validator, value: object, message:
     assert str(ei.value) == message
 
 
+@pytest.mark.parametrize(
+    ("name", "sensitive"),
+    [
+        ("listener.name.ssl.ssl.keystore.key", True),  # the per-listener form of a PASSWORD config
+        ("listener.name.ssl.ssl.keystore.location", False),
+        ("listener.name.sasl_plaintext.plain.sasl.jaas.config", True),  # <listener>.<mechanism>.<config>
+        ("listener.name.sasl_plaintext.sasl.enabled.mechanisms", False),
+        ("my.plugin.secret", True),
+        ("my.plugin.user", False),
+    ],
+)
+def test_names_the_table_does_not_hold(name: str, sensitive: bool) -> None:
+    assert name not in BROKER_CONFIGS
+    assert schema.looks_sensitive(name) is sensitive
+    assert cfg.is_sensitive(name) is sensitive
+    assert (cfg.broker_config_type(name) is ConfigType.PASSWORD) is sensitive
+
+
 def test_valid_values_pass() -> None:
     schema.AtLeast(14).validate("x", 14)
     schema.Between(0, 1).validate("x", 0.0)
