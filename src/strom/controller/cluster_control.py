@@ -1,0 +1,336 @@
+"""Broker registrations, heartbeats and fencing: Kafka's ``ClusterControlManager`` and
+``BrokerHeartbeatManager``.
+
+Theory of operation.
+
+*Replicated state* (changed only by :meth:`ClusterControlManager.replay`): one
+:class:`BrokerRegistration` per broker id: incarnation id, broker epoch, listeners, features, rack,
+``fenced`` and ``in_controlled_shutdown``. A ``RegisterBrokerRecord`` replaces the registration (a
+new broker epoch, fenced); ``BrokerRegistrationChangeRecord`` (and the older
+``FenceBrokerRecord``/``UnfenceBrokerRecord``) flips the flags; ``UnregisterBrokerRecord`` removes it.
+
+*Soft state* (active controller only, never in the log): when each broker last heartbeated. A
+controller that becomes active (:meth:`activate`) starts every broker's session afresh, as Kafka's
+new heartbeat manager does, so a failover does not fence the whole cluster.
+
+A broker's epoch is the offset of its ``RegisterBrokerRecord`` in the metadata log: the runtime
+passes the offset that record will get (its next write offset). A registration from a new
+incarnation is refused with DUPLICATE_BROKER_REGISTRATION while the old incarnation's session is
+still alive; the same incarnation registering again (a retry, or a restart that kept its id) gets
+a new epoch.
+
+Heartbeat state machine (Kafka's ``BrokerHeartbeatManager.calculateNextBrokerState``):
+
+============================  ==============================================================
+current                       next
+============================  ==============================================================
+FENCED                        want_fence: FENCED; want_shut_down: SHUTDOWN_NOW; caught up
+                              (current_metadata_offset >= broker epoch): UNFENCED; else FENCED
+UNFENCED                      want_fence: FENCED; want_shut_down: CONTROLLED_SHUTDOWN if it
+                              still leads a partition, else SHUTDOWN_NOW; else UNFENCED
+CONTROLLED_SHUTDOWN           SHUTDOWN_NOW once it leads nothing, else CONTROLLED_SHUTDOWN
+SHUTDOWN_NOW                  SHUTDOWN_NOW
+============================  ==============================================================
+
+The records a transition needs (fencing removes the broker from every ISR and moves its
+leaderships) are built by the replication manager; this module decides the transition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from ..metadata.records import (
+    BROKER_FENCE_FENCED,
+    BROKER_FENCE_UNFENCED,
+    BrokerEndpoint,
+    BrokerFeature,
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+from ..protocol.errors import ErrorCode, KafkaError
+from .errors import ControllerErrorCode
+from .placement import UsableBroker
+
+FENCE = BROKER_FENCE_FENCED
+UNFENCE = BROKER_FENCE_UNFENCED
+IN_CONTROLLED_SHUTDOWN = 1  # BrokerRegistrationChangeRecord.in_controlled_shutdown
+
+DEFAULT_SESSION_TIMEOUT_MS = 9000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 2000
+
+
+class BrokerState(Enum):
+    FENCED = "FENCED"
+    UNFENCED = "UNFENCED"
+    CONTROLLED_SHUTDOWN = "CONTROLLED_SHUTDOWN"
+    SHUTDOWN_NOW = "SHUTDOWN_NOW"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    id: int
+    epoch: int
+    incarnation_id: uuid.UUID
+    listeners: tuple[BrokerEndpoint, ...]
+    features: tuple[BrokerFeature, ...]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    @property
+    def state(self) -> BrokerState:
+        if self.in_controlled_shutdown:
+            return BrokerState.SHUTDOWN_NOW if self.fenced else BrokerState.CONTROLLED_SHUTDOWN
+        return BrokerState.FENCED if self.fenced else BrokerState.UNFENCED
+
+    @property
+    def active(self) -> bool:
+        """Unfenced and not shutting down: may lead and join ISRs (Kafka's ``isActive``)."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def to_record(self) -> RegisterBrokerRecord:
+        return RegisterBrokerRecord(
+            broker_id=self.id,
+            incarnation_id=self.incarnation_id,
+            broker_epoch=self.epoch,
+            end_points=self.listeners,
+            features=self.features,
+            rack=self.rack,
+            fenced=self.fenced,
+            in_controlled_shutdown=self.in_controlled_shutdown,
+        )
+
+
+def _error(code: int, message: str) -> KafkaError:
+    return KafkaError(code, message)
+
+
+class ClusterControlManager:
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.session_timeout_ms = session_timeout_ms
+        self.registrations: dict[int, BrokerRegistration] = {}
+        self._last_contact_ms: dict[int, int] = {}
+
+    # ---- queries -------------------------------------------------------------------------
+    def registration(self, broker_id: int) -> BrokerRegistration | None:
+        return self.registrations.get(broker_id)
+
+    def is_active(self, broker_id: int) -> bool:
+        reg = self.registrations.get(broker_id)
+        return reg is not None and reg.active
+
+    def is_unfenced(self, broker_id: int) -> bool:
+        reg = self.registrations.get(broker_id)
+        return reg is not None and not reg.fenced
+
+    def usable_brokers(self) -> Iterator[UsableBroker]:
+        """Brokers new replicas may go to: registered and not shutting down."""
+        for reg in self.registrations.values():
+            if not reg.in_controlled_shutdown:
+                yield UsableBroker(reg.id, reg.rack, reg.fenced)
+
+    def check_broker_epoch(self, broker_id: int, broker_epoch: int) -> None:
+        """Raises STALE_BROKER_EPOCH unless ``broker_id`` is registered with ``broker_epoch``."""
+        reg = self.registrations.get(broker_id)
+        if reg is None:
+            raise _error(
+                ControllerErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker {broker_id}"
+            )
+        if reg.epoch != broker_epoch:
+            raise _error(
+                ControllerErrorCode.STALE_BROKER_EPOCH,
+                f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}",
+            )
+
+    def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
+        last = self._last_contact_ms.get(broker_id)
+        return last is not None and now_ms - last < self.session_timeout_ms
+
+    # ---- soft state ----------------------------------------------------------------------
+    def activate(self, now_ms: int) -> None:
+        """This controller became active: every registered broker's session starts now."""
+        self._last_contact_ms = dict.fromkeys(self.registrations, now_ms)
+
+    def touch(self, broker_id: int, now_ms: int) -> None:
+        self._last_contact_ms[broker_id] = now_ms
+
+    def session_deadline_ms(self, broker_id: int) -> int | None:
+        last = self._last_contact_ms.get(broker_id)
+        return None if last is None else last + self.session_timeout_ms
+
+    def stale_brokers(self, now_ms: int) -> list[int]:
+        """Unfenced brokers silent for ``broker.session.timeout.ms``, longest-silent first."""
+        stale = [
+            (self._last_contact_ms.get(b, now_ms), b)
+            for b, reg in self.registrations.items()
+            if not reg.fenced and not self.has_valid_session(b, now_ms) and b in self._last_contact_ms
+        ]
+        return [b for _, b in sorted(stale)]
+
+    # ---- operations ----------------------------------------------------------------------
+    def register_broker(
+        self,
+        request: Any,
+        broker_epoch: int,
+        now_ms: int,
+        finalized_features: dict[str, int],
+    ) -> RegisterBrokerRecord:
+        """The record registering the broker; raises KafkaError with Kafka's code and message."""
+        broker_id = int(request.broker_id)
+        cluster_id = getattr(request, "cluster_id", None)
+        if self.cluster_id is not None and cluster_id is not None and str(cluster_id) != self.cluster_id:
+            raise _error(
+                ControllerErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"Expected cluster ID {self.cluster_id}, but got cluster ID {cluster_id}",
+            )
+        incarnation = uuid.UUID(str(request.incarnation_id))
+        existing = self.registrations.get(broker_id)
+        if (
+            existing is not None
+            and existing.incarnation_id != incarnation
+            and self.has_valid_session(broker_id, now_ms)
+        ):
+            raise _error(
+                ControllerErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                "Another broker is registered with that broker id.",
+            )
+        features = tuple(
+            BrokerFeature(
+                name=str(f.name),
+                min_supported_version=int(f.min_supported_version),
+                max_supported_version=int(f.max_supported_version),
+            )
+            for f in request.features
+        )
+        offered = {f.name: f for f in features}
+        for name, level in sorted(finalized_features.items()):
+            f = offered.get(name)
+            lo, hi = (f.min_supported_version, f.max_supported_version) if f else (0, 0)
+            if not lo <= level <= hi:
+                raise _error(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"Unable to register because the broker does not support finalized version {level} of "
+                    f"{name}. The broker wants a version between {lo} and {hi}, inclusive.",
+                )
+        listeners = tuple(
+            BrokerEndpoint(
+                name=str(listener.name),
+                host=str(listener.host),
+                port=int(listener.port),
+                security_protocol=int(listener.security_protocol),
+            )
+            for listener in request.listeners
+        )
+        rack = request.rack if request.rack else None
+        return RegisterBrokerRecord(
+            broker_id=broker_id,
+            incarnation_id=incarnation,
+            broker_epoch=broker_epoch,
+            end_points=listeners,
+            features=features,
+            rack=rack,
+            fenced=True,
+            in_controlled_shutdown=False,
+        )
+
+    def next_state(self, reg: BrokerRegistration, request: Any, leads_partitions: bool) -> BrokerState:
+        """The heartbeat transition (table in the module docstring)."""
+        state = reg.state
+        if state is BrokerState.FENCED:
+            if request.want_fence:
+                return BrokerState.FENCED
+            if request.want_shut_down:
+                return BrokerState.SHUTDOWN_NOW
+            return (
+                BrokerState.UNFENCED if request.current_metadata_offset >= reg.epoch else BrokerState.FENCED
+            )
+        if state is BrokerState.UNFENCED:
+            if request.want_fence:
+                return BrokerState.FENCED
+            if request.want_shut_down:
+                return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions else BrokerState.SHUTDOWN_NOW
+            return BrokerState.UNFENCED
+        if state is BrokerState.CONTROLLED_SHUTDOWN:
+            return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions else BrokerState.SHUTDOWN_NOW
+        return BrokerState.SHUTDOWN_NOW
+
+    @staticmethod
+    def fence_record(reg: BrokerRegistration) -> BrokerRegistrationChangeRecord:
+        return BrokerRegistrationChangeRecord(broker_id=reg.id, broker_epoch=reg.epoch, fenced=FENCE)
+
+    @staticmethod
+    def unfence_record(reg: BrokerRegistration) -> BrokerRegistrationChangeRecord:
+        return BrokerRegistrationChangeRecord(broker_id=reg.id, broker_epoch=reg.epoch, fenced=UNFENCE)
+
+    @staticmethod
+    def shutdown_now_record(reg: BrokerRegistration) -> BrokerRegistrationChangeRecord:
+        return BrokerRegistrationChangeRecord(
+            broker_id=reg.id,
+            broker_epoch=reg.epoch,
+            fenced=FENCE,
+            in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN,
+        )
+
+    @staticmethod
+    def controlled_shutdown_record(reg: BrokerRegistration) -> BrokerRegistrationChangeRecord:
+        return BrokerRegistrationChangeRecord(
+            broker_id=reg.id, broker_epoch=reg.epoch, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+        )
+
+    @staticmethod
+    def unregister_record(reg: BrokerRegistration) -> UnregisterBrokerRecord:
+        return UnregisterBrokerRecord(broker_id=reg.id, broker_epoch=reg.epoch)
+
+    # ---- replay --------------------------------------------------------------------------
+    def replay(self, record: Any) -> None:
+        if isinstance(record, RegisterBrokerRecord):
+            self.registrations[record.broker_id] = BrokerRegistration(
+                id=record.broker_id,
+                epoch=record.broker_epoch,
+                incarnation_id=record.incarnation_id,
+                listeners=tuple(record.end_points),
+                features=tuple(record.features),
+                rack=record.rack,
+                fenced=record.fenced,
+                in_controlled_shutdown=record.in_controlled_shutdown,
+            )
+        elif isinstance(record, UnregisterBrokerRecord):
+            reg = self.registrations.get(record.broker_id)
+            if reg is not None and reg.epoch == record.broker_epoch:
+                del self.registrations[record.broker_id]
+                self._last_contact_ms.pop(record.broker_id, None)
+        elif isinstance(record, BrokerRegistrationChangeRecord):
+            reg = self._current(record.broker_id, record.broker_epoch)
+            if reg is None:
+                return
+            fenced = {FENCE: True, UNFENCE: False}.get(record.fenced, reg.fenced)
+            shutting = (
+                True
+                if record.in_controlled_shutdown == IN_CONTROLLED_SHUTDOWN
+                else reg.in_controlled_shutdown
+            )
+            self.registrations[reg.id] = replace(reg, fenced=fenced, in_controlled_shutdown=shutting)
+        elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
+            reg = self._current(record.id, record.epoch)
+            if reg is not None:
+                self.registrations[reg.id] = replace(reg, fenced=isinstance(record, FenceBrokerRecord))
+
+    def _current(self, broker_id: int, epoch: int) -> BrokerRegistration | None:
+        reg = self.registrations.get(broker_id)
+        return reg if reg is not None and reg.epoch == epoch else None
+
+    def to_records(self) -> Iterable[RegisterBrokerRecord]:
+        return [self.registrations[b].to_record() for b in sorted(self.registrations)]

@@ -1,0 +1,524 @@
+"""The controller as one replayable state machine: Kafka's ``QuorumController`` without the I/O.
+
+Theory of operation (DESIGN.md lesson 6, like strom's coordinators).
+
+Every operation (one per controller API, plus the periodic ones) reads the managers' state and
+returns a :class:`~strom.controller.result.ControllerResult`: the metadata records to commit and
+the response to send once they are committed. Operations never mutate replicated state; only
+:meth:`QuorumController.replay` does, one record at a time, and it is the same path for the
+active controller (after its records commit), for standby controllers (as the log arrives) and for
+recovery (snapshot, then log). So the runtime must replay an operation's records before it runs
+the next operation: Kafka's active controller applies its records as it writes them, which is
+the same order.
+
+The managers, each owning a slice of the state:
+
+* :class:`ClusterControlManager`: broker registrations, heartbeats, fencing;
+* :class:`ReplicationControlManager`: topics, partitions, leaders, ISRs, reassignments;
+* :class:`ConfigurationControlManager`: dynamic topic and broker configs;
+* :class:`ProducerIdControlManager`: producer-id blocks;
+* :class:`FeatureControlManager`: finalized feature levels.
+
+Soft state, never in the log and rebuilt when a controller becomes active (:meth:`activate`):
+the brokers' last heartbeat times and the periodic tasks' deadlines. Time comes from the
+``now_ms`` arguments and randomness (replica placement, topic ids) from the injected
+``random.Random``: no clock reads, no I/O, no asyncio.
+
+Periodic work (:meth:`poll`): fence one broker whose session expired (the runtime polls again
+after replaying, until nothing is left), and every ``leader.imbalance.check.interval.seconds``
+with ``auto.leader.rebalance.enable`` move leadership back to preferred leaders of brokers whose
+imbalance exceeds ``leader.imbalance.per.broker.percentage``.
+
+Requests are kio request objects (or anything with the same attribute names); responses are dicts
+with kio's response field names, the shape strom's handlers return.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..metadata.records import (
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+from ..protocol.errors import ErrorCode, KafkaError
+from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager
+from .config_control import BROKER, TOPIC, ConfigurationControlManager, Validator, default_validator
+from .errors import ControllerErrorCode
+from .features import BOOTSTRAP_LEVELS, FeatureControlManager
+from .features import bootstrap_records as feature_bootstrap_records
+from .partitions import Election
+from .producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdControlManager
+from .replication_control import ReplicationControlManager
+from .result import ControllerResult
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """The broker configs the controller reads (Kafka's names and defaults)."""
+
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    broker_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
+    delete_topic_enable: bool = True
+
+
+def _true(value: str | None, default: bool) -> bool:
+    return default if value is None else value.strip().lower() == "true"
+
+
+class QuorumController:
+    def __init__(
+        self,
+        config: ControllerConfig | None = None,
+        *,
+        rnd: random.Random | None = None,
+        cluster_id: str | None = None,
+        validator: Validator = default_validator,
+    ) -> None:
+        self.config = config or ControllerConfig()
+        self.random = rnd or random.Random(0)
+        self.cluster = ClusterControlManager(cluster_id, self.config.broker_session_timeout_ms)
+        self.features = FeatureControlManager()
+        self.configs = ConfigurationControlManager(
+            validator, lambda name: self.replication.topic(name) is not None
+        )
+        self.replication = ReplicationControlManager(
+            self.cluster,
+            self.random,
+            default_num_partitions=self.config.num_partitions,
+            default_replication_factor=self.config.default_replication_factor,
+            unclean_leader_election=self._unclean_enabled,
+        )
+        self.producer_ids = ProducerIdControlManager(self.cluster)
+        self.last_applied_offset = -1
+        self._next_rebalance_ms: int | None = None
+
+    def _unclean_enabled(self, topic: str) -> bool:
+        value = self.configs.topic_config(topic, "unclean.leader.election.enable")
+        if value is None:
+            value = self.configs.cluster_config("unclean.leader.election.enable")
+        return _true(value, self.config.unclean_leader_election_enable)
+
+    # ---- log side ------------------------------------------------------------------------
+    @staticmethod
+    def bootstrap_records(levels: Mapping[str, int] = BOOTSTRAP_LEVELS) -> list[Any]:
+        """The records a new cluster's metadata log starts with."""
+        return list(feature_bootstrap_records(levels))
+
+    def replay(self, record: Any, offset: int | None = None) -> None:
+        """Apply one committed record (the only way replicated state changes)."""
+        if isinstance(
+            record,
+            RegisterBrokerRecord
+            | UnregisterBrokerRecord
+            | BrokerRegistrationChangeRecord
+            | FenceBrokerRecord
+            | UnfenceBrokerRecord,
+        ):
+            self.cluster.replay(record)
+        elif isinstance(record, TopicRecord | PartitionRecord | PartitionChangeRecord):
+            self.replication.replay(record)
+        elif isinstance(record, RemoveTopicRecord):
+            info = self.replication.topics.get(record.topic_id)
+            self.replication.replay(record)
+            if info is not None:
+                self.configs.remove_topic(info.name)
+        elif isinstance(record, ConfigRecord):
+            self.configs.replay(record)
+        elif isinstance(record, ProducerIdsRecord):
+            self.producer_ids.replay(record)
+        elif isinstance(record, FeatureLevelRecord):
+            self.features.replay(record)
+        if offset is not None:
+            self.last_applied_offset = offset
+
+    def snapshot_records(self) -> list[Any]:
+        """Records that rebuild this state on a fresh controller (a snapshot's content)."""
+        return [
+            *self.features.to_records(),
+            *self.cluster.to_records(),
+            *self.replication.to_records(),
+            *self.configs.to_records(),
+            *self.producer_ids.to_records(),
+        ]
+
+    def activate(self, now_ms: int) -> None:
+        """This controller became the active one: start soft state afresh."""
+        self.cluster.activate(now_ms)
+        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+
+    # ---- brokers -------------------------------------------------------------------------
+    def register_broker(
+        self, request: Any, broker_epoch: int, now_ms: int
+    ) -> ControllerResult[dict[str, Any]]:
+        """BrokerRegistration. ``broker_epoch`` is the offset the RegisterBrokerRecord will get."""
+        try:
+            record = self.cluster.register_broker(
+                request, broker_epoch, now_ms, dict(self.features.finalized)
+            )
+        except KafkaError as e:
+            return ControllerResult([], {"throttle_time": 0, "error_code": e.code, "broker_epoch": -1})
+        self.cluster.touch(record.broker_id, now_ms)
+        records: list[Any] = [record]
+        old = self.cluster.registration(record.broker_id)
+        if old is not None and not old.fenced:
+            # the old incarnation's partitions lose it before the new registration fences it
+            records[:0] = self.replication.remove_broker_from_isrs(old.id)
+        return ControllerResult(records, {"throttle_time": 0, "error_code": 0, "broker_epoch": broker_epoch})
+
+    def broker_heartbeat(self, request: Any, now_ms: int) -> ControllerResult[dict[str, Any]]:
+        broker_id = int(request.broker_id)
+        reg = self.cluster.registration(broker_id)
+        if reg is None:
+            return self._heartbeat_error(ControllerErrorCode.BROKER_ID_NOT_REGISTERED)
+        if reg.epoch != int(request.broker_epoch):
+            return self._heartbeat_error(ControllerErrorCode.STALE_BROKER_EPOCH)
+        self.cluster.touch(broker_id, now_ms)
+        leads = self.replication.leads_partitions(broker_id)
+        state = reg.state
+        nxt = self.cluster.next_state(reg, request, leads)
+        records: list[Any] = []
+        if nxt is not state:
+            if nxt is BrokerState.UNFENCED:
+                records.append(self.cluster.unfence_record(reg))
+                records.extend(self.replication.elect_for_unfenced_broker(broker_id))
+            elif nxt is BrokerState.CONTROLLED_SHUTDOWN:
+                records.append(self.cluster.controlled_shutdown_record(reg))
+                records.extend(self.replication.remove_broker_from_isrs(broker_id))
+            elif nxt is BrokerState.FENCED or (nxt is BrokerState.SHUTDOWN_NOW and not reg.fenced):
+                records.extend(self.replication.remove_broker_from_isrs(broker_id))
+                if nxt is BrokerState.SHUTDOWN_NOW:
+                    records.append(self.cluster.shutdown_now_record(reg))
+                else:
+                    records.append(self.cluster.fence_record(reg))
+        response = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "is_caught_up": int(request.current_metadata_offset) >= reg.epoch,
+            "is_fenced": nxt in (BrokerState.FENCED, BrokerState.SHUTDOWN_NOW),
+            "should_shut_down": nxt is BrokerState.SHUTDOWN_NOW,
+        }
+        return ControllerResult(records, response)
+
+    @staticmethod
+    def _heartbeat_error(code: int) -> ControllerResult[dict[str, Any]]:
+        return ControllerResult(
+            [],
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "is_caught_up": False,
+                "is_fenced": True,
+                "should_shut_down": False,
+            },
+        )
+
+    def unregister_broker(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        reg = self.cluster.registration(int(request.broker_id))
+        if reg is None:
+            return ControllerResult(
+                [],
+                {
+                    "throttle_time": 0,
+                    "error_code": ControllerErrorCode.BROKER_ID_NOT_REGISTERED,
+                    "error_message": f"Broker ID {int(request.broker_id)} is not currently registered",
+                },
+            )
+        records: list[Any] = [
+            *self.replication.remove_broker_from_isrs(reg.id),
+            self.cluster.unregister_record(reg),
+        ]
+        return ControllerResult(records, {"throttle_time": 0, "error_code": 0, "error_message": None})
+
+    # ---- topics --------------------------------------------------------------------------
+    def create_topics(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records: list[Any] = []
+        out = []
+        validate_only = bool(getattr(request, "validate_only", False))
+        names = [str(t.name) for t in request.topics]
+        taken: set[str] = set()
+        for topic in request.topics:
+            name = str(topic.name)
+            entry: dict[str, Any] = {
+                "name": name,
+                "topic_id": uuid.UUID(int=0),
+                "error_code": 0,
+                "error_message": None,
+                "topic_config_error_code": 0,
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "configs": [],
+            }
+            out.append(entry)
+            if names.count(name) > 1:
+                entry.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+                continue
+            collision = name.replace(".", "_")
+            if collision in taken:
+                entry.update(
+                    error_code=ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    error_message=f"Topic '{name}' collides with another topic in this request.",
+                )
+                continue
+            try:
+                topic_records, result = self.replication.create_topic(topic, self.configs.creation_records)
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            taken.add(collision)
+            entry.update(result)
+            if not validate_only:
+                records.extend(topic_records)
+        return ControllerResult(records, {"throttle_time": 0, "topics": out})
+
+    def delete_topics(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records: list[Any] = []
+        out = []
+        seen: set[uuid.UUID] = set()
+        states = list(getattr(request, "topics", None) or ())
+        if not states:
+            states = [_NamedTopic(str(n)) for n in getattr(request, "topic_names", ())]
+        for s in states:
+            name = s.name
+            tid = s.topic_id if s.topic_id is not None and s.topic_id.int != 0 else None
+            entry: dict[str, Any] = {
+                "name": name,
+                "topic_id": tid or uuid.UUID(int=0),
+                "error_code": 0,
+                "error_message": None,
+            }
+            out.append(entry)
+            if not self.config.delete_topic_enable:
+                entry.update(
+                    error_code=ErrorCode.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled."
+                )
+                continue
+            try:
+                record, name, tid = self.replication.delete_topic(None if tid else name, tid)
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            entry.update(name=name, topic_id=tid)
+            if tid not in seen:
+                seen.add(tid)
+                records.append(record)
+        return ControllerResult(records, {"throttle_time": 0, "responses": out})
+
+    def create_partitions(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records: list[Any] = []
+        out = []
+        names = [str(t.name) for t in request.topics]
+        for topic in request.topics:
+            name = str(topic.name)
+            entry: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+            out.append(entry)
+            if names.count(name) > 1:
+                entry.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+                continue
+            try:
+                new = self.replication.create_partitions(topic)
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            if not request.validate_only:
+                records.extend(new)
+        return ControllerResult(records, {"throttle_time": 0, "results": out})
+
+    # ---- leaders and ISRs ----------------------------------------------------------------
+    def alter_partition(self, request: Any, api_version: int = 3) -> ControllerResult[dict[str, Any]]:
+        records, response = self.replication.alter_partition(request, api_version)
+        return ControllerResult(records, response)
+
+    def elect_leaders(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        election = Election.UNCLEAN if int(request.election_type) == 1 else Election.PREFERRED
+        records, response = self.replication.elect_leaders(election, request.topic_partitions)
+        return ControllerResult(records, response)
+
+    def alter_partition_reassignments(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records: list[Any] = []
+        out = []
+        for topic in request.topics:
+            parts = []
+            for p in topic.partitions:
+                entry: dict[str, Any] = {
+                    "partition_index": int(p.partition_index),
+                    "error_code": 0,
+                    "error_message": None,
+                }
+                parts.append(entry)
+                try:
+                    change = self.replication.alter_partition_reassignment(
+                        str(topic.name),
+                        int(p.partition_index),
+                        None if p.replicas is None else list(p.replicas),
+                    )
+                except KafkaError as e:
+                    entry.update(error_code=e.code, error_message=str(e))
+                    continue
+                if change is not None:
+                    records.append(change)
+            out.append({"name": str(topic.name), "partitions": parts})
+        response = {"throttle_time": 0, "error_code": 0, "error_message": None, "responses": out}
+        return ControllerResult(records, response)
+
+    def list_partition_reassignments(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        topics = self.replication.list_reassignments(request.topics)
+        return ControllerResult(
+            [], {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": topics}
+        )
+
+    # ---- configs -------------------------------------------------------------------------
+    def incremental_alter_configs(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        return self._alter_configs(request, incremental=True)
+
+    def legacy_alter_configs(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        return self._alter_configs(request, incremental=False)
+
+    def _alter_configs(self, request: Any, incremental: bool) -> ControllerResult[dict[str, Any]]:
+        records: list[Any] = []
+        out = []
+        for res in request.resources:
+            rtype, rname = int(res.resource_type), str(res.resource_name)
+            entry: dict[str, Any] = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": rtype,
+                "resource_name": rname,
+            }
+            out.append(entry)
+            try:
+                if incremental:
+                    new = self.configs.incremental_alter(rtype, rname, res.configs)
+                else:
+                    new = self.configs.legacy_alter(rtype, rname, res.configs)
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            if not request.validate_only:
+                records.extend(new)
+        return ControllerResult(records, {"throttle_time": 0, "responses": out})
+
+    def describe_configs(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        """The dynamically set values of each resource (config_source DYNAMIC_*)."""
+        out = []
+        for res in request.resources:
+            rtype, rname = int(res.resource_type), str(res.resource_name)
+            keys = None if res.configuration_keys is None else [str(k) for k in res.configuration_keys]
+            entry: dict[str, Any] = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": rtype,
+                "resource_name": rname,
+                "configs": [],
+            }
+            out.append(entry)
+            try:
+                values = self.configs.describe(rtype, rname, keys)
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            # ConfigSource: DYNAMIC_TOPIC_CONFIG 1, DYNAMIC_BROKER_CONFIG 2, DYNAMIC_DEFAULT_BROKER_CONFIG 3
+            source = 1 if rtype == TOPIC else (2 if rname else 3)
+            entry["configs"] = [
+                {
+                    "name": v["name"],
+                    "value": v["value"],
+                    "read_only": False,
+                    "config_source": source,
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "config_type": 0,
+                    "documentation": None,
+                }
+                for v in values
+            ]
+        return ControllerResult([], {"throttle_time": 0, "results": out})
+
+    # ---- producer ids --------------------------------------------------------------------
+    def allocate_producer_ids(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        try:
+            record, start = self.producer_ids.generate_next_producer_id(
+                int(request.broker_id), int(request.broker_epoch)
+            )
+        except KafkaError as e:
+            return ControllerResult(
+                [], {"throttle_time": 0, "error_code": e.code, "producer_id_start": -1, "producer_id_len": 0}
+            )
+        response = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "producer_id_start": start,
+            "producer_id_len": PRODUCER_ID_BLOCK_SIZE,
+        }
+        return ControllerResult([record], response)
+
+    # ---- periodic work -------------------------------------------------------------------
+    def maybe_fence_one_stale_broker(self, now_ms: int) -> ControllerResult[None]:
+        stale = self.cluster.stale_brokers(now_ms)
+        if not stale:
+            return ControllerResult([], None)
+        reg = self.cluster.registration(stale[0])
+        assert reg is not None
+        return ControllerResult(
+            [*self.replication.remove_broker_from_isrs(reg.id), self.cluster.fence_record(reg)]
+        )
+
+    def maybe_balance_partition_leaders(self, now_ms: int) -> ControllerResult[None]:
+        """Preferred-leader elections for imbalanced brokers, at most once per check interval."""
+        if not self.config.auto_leader_rebalance_enable:
+            return ControllerResult([], None)
+        if self._next_rebalance_ms is None:
+            self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+        if now_ms < self._next_rebalance_ms:
+            return ControllerResult([], None)
+        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+        return ControllerResult(
+            self.replication.balance_partition_leaders(self.config.leader_imbalance_per_broker_percentage)
+        )
+
+    def poll(self, now_ms: int) -> ControllerResult[None]:
+        """The periodic work due at ``now_ms``: a stale broker fenced first, then a rebalance."""
+        fenced = self.maybe_fence_one_stale_broker(now_ms)
+        if fenced.records:
+            return fenced
+        return self.maybe_balance_partition_leaders(now_ms)
+
+    def next_poll_ms(self, now_ms: int) -> int:
+        """When :meth:`poll` may next have work (the runtime's timer)."""
+        deadlines = [
+            self.cluster.session_deadline_ms(b)
+            for b, reg in self.cluster.registrations.items()
+            if not reg.fenced
+        ]
+        if self.config.auto_leader_rebalance_enable and self._next_rebalance_ms is not None:
+            deadlines.append(self._next_rebalance_ms)
+        known = [d for d in deadlines if d is not None]
+        return max(now_ms, min(known)) if known else now_ms + self.config.broker_session_timeout_ms
+
+
+@dataclass(frozen=True, slots=True)
+class _NamedTopic:
+    name: str
+    topic_id: uuid.UUID | None = None
+
+
+__all__ = ["BROKER", "TOPIC", "ControllerConfig", "QuorumController"]
