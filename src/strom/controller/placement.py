@@ -4,6 +4,7 @@ Theory of operation. The brokers that can take a replica (registered, not in con
 are grouped by ``broker.rack``; brokers without a rack form one rack of their own. The racks are
 visited round-robin and each rack hands out its brokers round-robin, so the replicas of one
 partition land on as many racks as possible and successive partitions stripe across all brokers.
+Each new partition starts one rack further on, and one broker further on within every rack.
 Where the walk starts (which rack, and which broker within each rack) is random, so that topics
 created one after another do not all put their first leader on the same broker.
 
@@ -53,13 +54,18 @@ class PlacementSpec:
 class _Rack:
     """One rack's brokers, unfenced first, handed out round-robin from a random offset."""
 
-    __slots__ = ("fenced", "next_fenced", "next_unfenced", "unfenced")
+    __slots__ = ("fenced", "next_fenced", "next_unfenced", "offset", "unfenced")
 
     def __init__(self, unfenced: list[int], fenced: list[int], rnd: random.Random) -> None:
         self.unfenced = unfenced
         self.fenced = fenced
-        self.next_unfenced = rnd.randrange(len(unfenced)) if unfenced else 0
-        self.next_fenced = rnd.randrange(len(fenced)) if fenced else 0
+        self.offset = rnd.randrange(max(len(unfenced), len(fenced), 1))
+        self.next_unfenced = self.next_fenced = 0
+
+    def begin_partition(self) -> None:
+        """Each partition starts one broker further on, so leaders and followers rotate."""
+        self.next_unfenced = self.next_fenced = self.offset
+        self.offset += 1
 
     def take_unfenced(self, exclude: set[int]) -> int | None:
         for _ in range(len(self.unfenced)):
@@ -121,6 +127,8 @@ class StripedReplicaPlacer:
     @staticmethod
     def _place_one(racks: list[_Rack], start: int, rf: int) -> list[int]:
         n = len(racks)
+        for rack in racks:
+            rack.begin_partition()
         chosen: list[int] = []
         taken: set[int] = set()
         # the leader: the first unfenced broker found walking the racks from ``start``
