@@ -58,8 +58,10 @@ def test_same_seed_same_placement_other_seed_other_start() -> None:
 
 def test_refusals_carry_kafkas_messages() -> None:
     brokers = [UsableBroker(i, None, False) for i in range(2)]
-    with pytest.raises(InvalidReplicationFactorError, match="target replication factor of 3 cannot be reached "
-                       "because only 2 broker"):
+    with pytest.raises(
+        InvalidReplicationFactorError,
+        match="target replication factor of 3 cannot be reached because only 2 broker",
+    ):
         place(brokers, 1, 3)
     with pytest.raises(InvalidReplicationFactorError, match="All brokers are currently fenced"):
         place([UsableBroker(0, None, True)], 1, 1)

@@ -38,7 +38,9 @@ def registration_request(
         cluster_id="test-cluster",
         incarnation_id=incarnation,
         listeners=(
-            registration.Listener(name="PLAINTEXT", host="localhost", port=u16(port), security_protocol=i16(0)),
+            registration.Listener(
+                name="PLAINTEXT", host="localhost", port=u16(port), security_protocol=i16(0)
+            ),
         ),
         features=features,
         rack=rack,
@@ -80,7 +82,9 @@ def create_topic_request(
             )
             for p, bs in (assignments or {}).items()
         ),
-        configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()),
+        configs=tuple(
+            create_topics.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
+        ),
     )
     return create_topics.CreateTopicsRequest(
         topics=(topic,),
@@ -133,7 +137,9 @@ class ControllerHarness:
     ) -> None:
         self.config = config
         self.validator = validator
-        self.controller = QuorumController(config, rnd=random.Random(seed), cluster_id="test-cluster", validator=validator)
+        self.controller = QuorumController(
+            config, rnd=random.Random(seed), cluster_id="test-cluster", validator=validator
+        )
         self.now_ms = 0
         self.log: list[Any] = []
         self.commit(ControllerResult(QuorumController.bootstrap_records()))
@@ -156,11 +162,15 @@ class ControllerHarness:
         self.now_ms += ms
 
     # ---- brokers -------------------------------------------------------------------------
-    def register(self, broker_id: int, rack: str | None = None, new_incarnation: bool = False) -> dict[str, Any]:
+    def register(
+        self, broker_id: int, rack: str | None = None, new_incarnation: bool = False
+    ) -> dict[str, Any]:
         if new_incarnation or broker_id not in self._incarnations:
             self._incarnations[broker_id] = uuid.UUID(int=self._ids.getrandbits(128), version=4)
         request = registration_request(broker_id, self._incarnations[broker_id], rack)
-        result: dict[str, Any] = self.commit(self.controller.register_broker(request, self.next_offset, self.now_ms))
+        result: dict[str, Any] = self.commit(
+            self.controller.register_broker(request, self.next_offset, self.now_ms)
+        )
         return result
 
     def epoch(self, broker_id: int) -> int:
@@ -168,9 +178,15 @@ class ControllerHarness:
         assert reg is not None
         return reg.epoch
 
-    def heartbeat(self, broker_id: int, want_fence: bool = False, want_shut_down: bool = False) -> dict[str, Any]:
+    def heartbeat(
+        self, broker_id: int, want_fence: bool = False, want_shut_down: bool = False
+    ) -> dict[str, Any]:
         request = heartbeat_request(
-            broker_id, self.epoch(broker_id), self.next_offset, want_fence=want_fence, want_shut_down=want_shut_down
+            broker_id,
+            self.epoch(broker_id),
+            self.next_offset,
+            want_fence=want_fence,
+            want_shut_down=want_shut_down,
         )
         result: dict[str, Any] = self.commit(self.controller.broker_heartbeat(request, self.now_ms))
         return result
@@ -183,7 +199,9 @@ class ControllerHarness:
             self.heartbeat(b)
 
     def create_topic(self, name: str, partitions: int = -1, rf: int = -1, **kw: Any) -> dict[str, Any]:
-        response = self.commit(self.controller.create_topics(create_topic_request(name, partitions, rf, **kw)))
+        response = self.commit(
+            self.controller.create_topics(create_topic_request(name, partitions, rf, **kw))
+        )
         topic: dict[str, Any] = response["topics"][0]
         return topic
 
@@ -199,7 +217,9 @@ class ControllerHarness:
 
     def rebuilt(self) -> QuorumController:
         """A fresh controller that replayed this one's committed log."""
-        fresh = QuorumController(self.config, rnd=random.Random(0), cluster_id="test-cluster", validator=self.validator)
+        fresh = QuorumController(
+            self.config, rnd=random.Random(0), cluster_id="test-cluster", validator=self.validator
+        )
         for offset, record in enumerate(self.log):
             fresh.replay(record, offset)
         return fresh
