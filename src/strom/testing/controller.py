@@ -191,6 +191,12 @@ class ControllerHarness:
         result: dict[str, Any] = self.commit(self.controller.broker_heartbeat(request, self.now_ms))
         return result
 
+    def keep_alive(self) -> None:
+        """Every unfenced broker heartbeats now (as brokers do every broker.heartbeat.interval.ms)."""
+        for b, reg in sorted(self.controller.cluster.registrations.items()):
+            if not reg.fenced:
+                self.heartbeat(b)
+
     def start_brokers(self, n: int, racks: list[str | None] | None = None) -> None:
         """Register and unfence brokers 0..n-1."""
         for b in range(n):
