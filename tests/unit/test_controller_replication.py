@@ -88,8 +88,8 @@ def test_create_topic_refusals() -> None:
         (
             ("x", 1, 3),
             ErrorCode.INVALID_REPLICATION_FACTOR,
-            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached "
-            "because only 2 broker(s) are registered.",
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be "
+            "reached because only 2 broker(s) are registered.",
         ),
         (
             ("x", 1, 0),

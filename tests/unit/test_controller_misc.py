@@ -1,0 +1,165 @@
+"""Configs, producer ids, features, bootstrap and snapshots of the QuorumController."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.alter_configs.v2 import request as ac
+from kio.schema.describe_configs.v4 import request as dc
+from kio.schema.incremental_alter_configs.v1 import request as iac
+from kio.static.primitive import i8, i32, i64
+
+from strom.controller import QuorumController
+from strom.controller.config_control import default_validator
+from strom.controller.errors import ControllerErrorCode
+from strom.metadata.records import ConfigRecord, FeatureLevelRecord, ProducerIdsRecord
+from strom.protocol.errors import ErrorCode
+from strom.testing.controller import ControllerHarness
+
+
+def _incremental(
+    h: ControllerHarness,
+    rtype: int,
+    name: str,
+    ops: list[tuple[str, int, str | None]],
+    validate_only: bool = False,
+) -> dict[str, Any]:
+    request = iac.IncrementalAlterConfigsRequest(
+        resources=(
+            iac.AlterConfigsResource(
+                resource_type=i8(rtype),
+                resource_name=name,
+                configs=tuple(
+                    iac.AlterableConfig(name=k, config_operation=i8(op), value=v) for k, op, v in ops
+                ),
+            ),
+        ),
+        validate_only=validate_only,
+    )
+    response: dict[str, Any] = h.commit(h.controller.incremental_alter_configs(request))
+    result: dict[str, Any] = response["responses"][0]
+    return result
+
+
+def test_incremental_alter_configs_set_delete_append_subtract() -> None:
+    h = ControllerHarness()
+    h.start_brokers(1)
+    h.create_topic("t", 1, 1)
+    assert (
+        _incremental(h, 2, "t", [("retention.ms", 0, "1000"), ("cleanup.policy", 2, "compact")])["error_code"]
+        == 0
+    )
+    assert h.controller.configs.get(2, "t") == {"retention.ms": "1000", "cleanup.policy": "compact"}
+    _incremental(h, 2, "t", [("cleanup.policy", 2, "delete")])
+    assert h.controller.configs.topic_config("t", "cleanup.policy") == "compact,delete"
+    _incremental(h, 2, "t", [("cleanup.policy", 3, "compact"), ("retention.ms", 1, None)])
+    assert h.controller.configs.get(2, "t") == {"cleanup.policy": "delete"}
+    start = h.next_offset
+    assert _incremental(h, 2, "t", [("cleanup.policy", 0, "compact")], validate_only=True)["error_code"] == 0
+    assert h.next_offset == start
+    r = _incremental(h, 2, "nope", [("retention.ms", 0, "1")])
+    assert r["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    r = _incremental(h, 2, "t", [("retention.ms", 0, "1"), ("retention.ms", 1, None)])
+    assert r["error_code"] == ErrorCode.INVALID_REQUEST
+    r = _incremental(h, 4, "x", [("log.retention.ms", 0, "1")])
+    assert r["error_code"] == ErrorCode.INVALID_REQUEST
+    assert _incremental(h, 4, "", [("log.retention.ms", 0, "5")])["error_code"] == 0
+    assert h.controller.configs.cluster_config("log.retention.ms") == "5"
+
+
+def test_the_default_validator_is_stroms_config_checks() -> None:
+    h = ControllerHarness(validator=default_validator)
+    h.start_brokers(1)
+    h.create_topic("t", 1, 1)
+    r = _incremental(h, 2, "t", [("retention.ms", 0, "not a number")])
+    assert r["error_code"] == ErrorCode.INVALID_CONFIG
+    r = h.create_topic("u", 1, 1, configs={"no.such.config": "1"})
+    assert r["error_code"] == ErrorCode.INVALID_CONFIG
+    assert h.controller.replication.topic("u") is None
+
+
+def test_legacy_alter_configs_replaces_the_whole_set() -> None:
+    h = ControllerHarness()
+    h.start_brokers(1)
+    h.create_topic("t", 1, 1, configs={"retention.ms": "1", "segment.ms": "2"})
+    request = ac.AlterConfigsRequest(
+        resources=(
+            ac.AlterConfigsResource(
+                resource_type=i8(2),
+                resource_name="t",
+                configs=(ac.AlterableConfig(name="segment.ms", value="3"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    result = h.controller.legacy_alter_configs(request)
+    assert result.records == [
+        ConfigRecord(resource_type=2, resource_name="t", name="retention.ms", value=None),
+        ConfigRecord(resource_type=2, resource_name="t", name="segment.ms", value="3"),
+    ]
+    h.commit(result)
+    describe = dc.DescribeConfigsRequest(
+        resources=(
+            dc.DescribeConfigsResource(resource_type=i8(2), resource_name="t", configuration_keys=None),
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    response = h.controller.describe_configs(describe).response
+    assert response is not None
+    [entry] = response["results"][0]["configs"]
+    assert (entry["name"], entry["value"], entry["config_source"]) == ("segment.ms", "3", 1)
+
+
+def test_allocate_producer_ids_in_blocks_of_1000_with_broker_epoch_check() -> None:
+    h = ControllerHarness()
+    h.start_brokers(2)
+
+    def allocate(b: int, epoch: int) -> dict[str, Any]:
+        request = AllocateProducerIdsRequest(broker_id=i32(b), broker_epoch=i64(epoch))  # type: ignore[arg-type]
+        response: dict[str, Any] = h.commit(h.controller.allocate_producer_ids(request))
+        return response
+
+    assert allocate(0, h.epoch(0))["producer_id_start"] == 0
+    r = allocate(1, h.epoch(1))
+    assert (r["producer_id_start"], r["producer_id_len"]) == (1000, 1000)
+    assert h.log[-1] == ProducerIdsRecord(broker_id=1, broker_epoch=h.epoch(1), next_producer_id=2000)
+    assert allocate(1, h.epoch(1) - 1)["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
+    assert allocate(7, 0)["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
+    assert h.rebuilt().producer_ids.next_producer_id == 2000  # survives a failover: no block twice
+
+
+def test_bootstrap_features() -> None:
+    records = QuorumController.bootstrap_records()
+    assert {r.name: r.feature_level for r in records if isinstance(r, FeatureLevelRecord)} == {
+        "metadata.version": 25,
+        "kraft.version": 1,
+        "transaction.version": 2,
+        "group.version": 1,
+    }
+    h = ControllerHarness()
+    assert h.controller.features.level("metadata.version") == 25
+
+
+def _state(c: QuorumController) -> Any:
+    return (
+        c.cluster.registrations,
+        {t.name: (t.id, t.parts) for t in c.replication.topics.values()},
+        c.configs.configs,
+        c.producer_ids.next_producer_id,
+        c.features.finalized,
+    )
+
+
+def test_snapshot_records_rebuild_the_same_state() -> None:
+    h = ControllerHarness()
+    h.start_brokers(3)
+    h.create_topic("a", 3, 2, configs={"retention.ms": "9"})
+    h.create_topic("b", 2, 3)
+    h.heartbeat(1, want_fence=True)
+    _incremental(h, 4, "", [("log.retention.ms", 0, "5")])
+    fresh = QuorumController()
+    for record in h.controller.snapshot_records():
+        fresh.replay(record)
+    assert _state(fresh) == _state(h.controller) == _state(h.rebuilt())
