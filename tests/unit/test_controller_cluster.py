@@ -45,12 +45,26 @@ def test_new_incarnation_refused_while_old_session_alive() -> None:
     assert h.register(1, new_incarnation=True)["error_code"] == 0
 
 
-def test_same_incarnation_reregisters_with_a_new_epoch_and_fenced() -> None:
+def test_same_incarnation_amends_its_registration() -> None:
+    h = ControllerHarness()
+    h.start_brokers(3)
+    old = h.epoch(1)
+    response = h.register(1, rack="moved")
+    assert response["error_code"] == 0 and response["broker_epoch"] == old
+    assert state(h, 1) is BrokerState.UNFENCED
+    reg = h.controller.cluster.registration(1)
+    assert reg is not None and reg.rack == "moved"
+
+
+def test_new_incarnation_gets_a_new_epoch_and_starts_fenced() -> None:
     h = ControllerHarness()
     h.start_brokers(3)
     h.create_topic("t", 1, 3)
     old = h.epoch(1)
-    response = h.register(1)
+    h.advance(9000)
+    h.heartbeat(0)
+    h.heartbeat(2)
+    response = h.register(1, new_incarnation=True)
     assert response["error_code"] == 0 and response["broker_epoch"] > old
     assert state(h, 1) is BrokerState.FENCED
     part = h.controller.replication.topic("t").parts[0]  # type: ignore[union-attr]
@@ -101,7 +115,7 @@ def test_heartbeat_errors() -> None:
     h = ControllerHarness()
     h.register(1)
     r = h.controller.broker_heartbeat(heartbeat_request(2, 0, 0), 0).response
-    assert r is not None and r["error_code"] == ControllerErrorCode.BROKER_ID_NOT_REGISTERED
+    assert r is not None and r["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH  # Kafka's answer too
     r = h.controller.broker_heartbeat(heartbeat_request(1, h.epoch(1) + 1, 100), 0).response
     assert r is not None and r["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
 

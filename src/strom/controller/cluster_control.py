@@ -15,9 +15,10 @@ new heartbeat manager does, so a failover does not fence the whole cluster.
 
 A broker's epoch is the offset of its ``RegisterBrokerRecord`` in the metadata log: the runtime
 passes the offset that record will get (its next write offset). A registration from a new
-incarnation is refused with DUPLICATE_BROKER_REGISTRATION while the old incarnation's session is
-still alive; the same incarnation registering again (a retry, or a restart that kept its id) gets
-a new epoch.
+incarnation (a restarted broker) is refused with DUPLICATE_BROKER_REGISTRATION while the old
+incarnation's session is still alive, and otherwise gets a new epoch and starts fenced; the same
+incarnation registering again (a retried request) amends its registration: same epoch, same
+fenced / shutting-down state, new listeners, rack and features (Kafka's "amending registration").
 
 Heartbeat state machine (Kafka's ``BrokerHeartbeatManager.calculateNextBrokerState``):
 
@@ -39,7 +40,7 @@ leaderships) are built by the replication manager; this module decides the trans
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -235,18 +236,23 @@ class ClusterControlManager:
             for listener in request.listeners
         )
         rack = request.rack if request.rack else None
+        amend = existing is not None and existing.incarnation_id == incarnation
         return RegisterBrokerRecord(
             broker_id=broker_id,
             incarnation_id=incarnation,
-            broker_epoch=broker_epoch,
+            broker_epoch=existing.epoch if existing is not None and amend else broker_epoch,
             end_points=listeners,
             features=features,
             rack=rack,
-            fenced=True,
-            in_controlled_shutdown=False,
+            fenced=existing.fenced if existing is not None and amend else True,
+            in_controlled_shutdown=existing.in_controlled_shutdown
+            if existing is not None and amend
+            else False,
         )
 
-    def next_state(self, reg: BrokerRegistration, request: Any, leads_partitions: bool) -> BrokerState:
+    def next_state(
+        self, reg: BrokerRegistration, request: Any, leads_partitions: Callable[[], bool]
+    ) -> BrokerState:
         """The heartbeat transition (table in the module docstring)."""
         state = reg.state
         if state is BrokerState.FENCED:
@@ -261,10 +267,10 @@ class ClusterControlManager:
             if request.want_fence:
                 return BrokerState.FENCED
             if request.want_shut_down:
-                return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions else BrokerState.SHUTDOWN_NOW
+                return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions() else BrokerState.SHUTDOWN_NOW
             return BrokerState.UNFENCED
         if state is BrokerState.CONTROLLED_SHUTDOWN:
-            return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions else BrokerState.SHUTDOWN_NOW
+            return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions() else BrokerState.SHUTDOWN_NOW
         return BrokerState.SHUTDOWN_NOW
 
     @staticmethod

@@ -180,22 +180,24 @@ class QuorumController:
         self.cluster.touch(record.broker_id, now_ms)
         records: list[Any] = [record]
         old = self.cluster.registration(record.broker_id)
-        if old is not None and not old.fenced:
-            # the old incarnation's partitions lose it before the new registration fences it
+        if old is not None and old.epoch != record.broker_epoch and not old.fenced:
+            # a new incarnation starts fenced: the old one's ISR places and leaderships go first
             records[:0] = self.replication.remove_broker_from_isrs(old.id)
-        return ControllerResult(records, {"throttle_time": 0, "error_code": 0, "broker_epoch": broker_epoch})
+        return ControllerResult(
+            records, {"throttle_time": 0, "error_code": 0, "broker_epoch": record.broker_epoch}
+        )
 
     def broker_heartbeat(self, request: Any, now_ms: int) -> ControllerResult[dict[str, Any]]:
         broker_id = int(request.broker_id)
+        try:
+            self.cluster.check_broker_epoch(broker_id, int(request.broker_epoch))
+        except KafkaError as e:  # unknown broker or old epoch: STALE_BROKER_EPOCH, it registers again
+            return self._heartbeat_error(e.code)
         reg = self.cluster.registration(broker_id)
-        if reg is None:
-            return self._heartbeat_error(ControllerErrorCode.BROKER_ID_NOT_REGISTERED)
-        if reg.epoch != int(request.broker_epoch):
-            return self._heartbeat_error(ControllerErrorCode.STALE_BROKER_EPOCH)
+        assert reg is not None
         self.cluster.touch(broker_id, now_ms)
-        leads = self.replication.leads_partitions(broker_id)
         state = reg.state
-        nxt = self.cluster.next_state(reg, request, leads)
+        nxt = self.cluster.next_state(reg, request, lambda: self.replication.leads_partitions(broker_id))
         records: list[Any] = []
         if nxt is not state:
             if nxt is BrokerState.UNFENCED:
