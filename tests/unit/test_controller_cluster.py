@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from kio.static.primitive import i16
 
-from strom.controller import BrokerState, ControllerConfig
+from strom.controller import BrokerState, ControllerConfig, broker_state
 from strom.controller.errors import ControllerErrorCode
 from strom.metadata.records import (
     BrokerRegistrationChangeRecord,
@@ -21,7 +21,7 @@ from strom.testing.controller import ControllerHarness, heartbeat_request, regis
 def state(h: ControllerHarness, b: int) -> BrokerState:
     reg = h.controller.cluster.registration(b)
     assert reg is not None
-    return reg.state
+    return broker_state(reg)
 
 
 def test_broker_epoch_is_the_offset_of_its_register_record() -> None:

@@ -1,7 +1,8 @@
 """The KRaft controller as a replayable state machine (see ``quorum_controller``)."""
 
-from .cluster_control import BrokerRegistration, BrokerState, ClusterControlManager
-from .partitions import Election, PartitionRegistration
+from ..metadata.image import BrokerRegistration, PartitionRegistration
+from .cluster_control import BrokerState, ClusterControlManager, broker_state
+from .partitions import Election
 from .placement import StripedReplicaPlacer, UsableBroker
 from .quorum_controller import ControllerConfig, QuorumController
 from .replication_control import ReplicationControlManager
@@ -19,4 +20,5 @@ __all__ = [
     "ReplicationControlManager",
     "StripedReplicaPlacer",
     "UsableBroker",
+    "broker_state",
 ]

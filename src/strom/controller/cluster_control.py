@@ -3,8 +3,8 @@
 
 Theory of operation.
 
-*Replicated state* (changed only by :meth:`ClusterControlManager.replay`): one
-:class:`BrokerRegistration` per broker id: incarnation id, broker epoch, listeners, features, rack,
+*Replicated state* (changed only by :meth:`ClusterControlManager.replay`): the metadata image's
+``BrokerRegistration`` per broker id: incarnation id, broker epoch, listeners, features, rack,
 ``fenced`` and ``in_controlled_shutdown``. A ``RegisterBrokerRecord`` replaces the registration (a
 new broker epoch, fenced); ``BrokerRegistrationChangeRecord`` (and the older
 ``FenceBrokerRecord``/``UnfenceBrokerRecord``) flips the flags; ``UnregisterBrokerRecord`` removes it.
@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
+from ..metadata.image import BrokerRegistration
 from ..metadata.records import (
     BROKER_FENCE_FENCED,
     BROKER_FENCE_UNFENCED,
@@ -75,39 +76,16 @@ class BrokerState(Enum):
     SHUTDOWN_NOW = "SHUTDOWN_NOW"
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRegistration:
-    id: int
-    epoch: int
-    incarnation_id: uuid.UUID
-    listeners: tuple[BrokerEndpoint, ...]
-    features: tuple[BrokerFeature, ...]
-    rack: str | None
-    fenced: bool = True
-    in_controlled_shutdown: bool = False
+def broker_state(reg: BrokerRegistration) -> BrokerState:
+    """Where a registration stands in the heartbeat state machine."""
+    if reg.in_controlled_shutdown:
+        return BrokerState.SHUTDOWN_NOW if reg.fenced else BrokerState.CONTROLLED_SHUTDOWN
+    return BrokerState.FENCED if reg.fenced else BrokerState.UNFENCED
 
-    @property
-    def state(self) -> BrokerState:
-        if self.in_controlled_shutdown:
-            return BrokerState.SHUTDOWN_NOW if self.fenced else BrokerState.CONTROLLED_SHUTDOWN
-        return BrokerState.FENCED if self.fenced else BrokerState.UNFENCED
 
-    @property
-    def active(self) -> bool:
-        """Unfenced and not shutting down: may lead and join ISRs (Kafka's ``isActive``)."""
-        return not self.fenced and not self.in_controlled_shutdown
-
-    def to_record(self) -> RegisterBrokerRecord:
-        return RegisterBrokerRecord(
-            broker_id=self.id,
-            incarnation_id=self.incarnation_id,
-            broker_epoch=self.epoch,
-            end_points=self.listeners,
-            features=self.features,
-            rack=self.rack,
-            fenced=self.fenced,
-            in_controlled_shutdown=self.in_controlled_shutdown,
-        )
+def is_active(reg: BrokerRegistration) -> bool:
+    """Unfenced and not shutting down: may lead and join ISRs (Kafka's ``isActive``)."""
+    return not reg.fenced and not reg.in_controlled_shutdown
 
 
 def _error(code: int, message: str) -> KafkaError:
@@ -131,7 +109,7 @@ class ClusterControlManager:
 
     def is_active(self, broker_id: int) -> bool:
         reg = self.registrations.get(broker_id)
-        return reg is not None and reg.active
+        return reg is not None and is_active(reg)
 
     def is_unfenced(self, broker_id: int) -> bool:
         reg = self.registrations.get(broker_id)
@@ -254,7 +232,7 @@ class ClusterControlManager:
         self, reg: BrokerRegistration, request: Any, leads_partitions: Callable[[], bool]
     ) -> BrokerState:
         """The heartbeat transition (table in the module docstring)."""
-        state = reg.state
+        state = broker_state(reg)
         if state is BrokerState.FENCED:
             if request.want_fence:
                 return BrokerState.FENCED
@@ -303,16 +281,7 @@ class ClusterControlManager:
     # ---- replay --------------------------------------------------------------------------
     def replay(self, record: Any) -> None:
         if isinstance(record, RegisterBrokerRecord):
-            self.registrations[record.broker_id] = BrokerRegistration(
-                id=record.broker_id,
-                epoch=record.broker_epoch,
-                incarnation_id=record.incarnation_id,
-                listeners=tuple(record.end_points),
-                features=tuple(record.features),
-                rack=record.rack,
-                fenced=record.fenced,
-                in_controlled_shutdown=record.in_controlled_shutdown,
-            )
+            self.registrations[record.broker_id] = BrokerRegistration.from_record(record)
         elif isinstance(record, UnregisterBrokerRecord):
             reg = self.registrations.get(record.broker_id)
             if reg is not None and reg.epoch == record.broker_epoch:

@@ -1,15 +1,16 @@
-"""A partition's registration in the controller and the one way it changes: a PartitionChangeRecord.
+"""How the controller changes a partition: one PartitionChangeRecord built from targets.
 
 Theory of operation (Kafka's ``PartitionRegistration`` and ``PartitionChangeBuilder``).
 
-A partition is ``replicas`` (the first is the preferred leader), ``isr``, an ongoing reassignment
-(``adding_replicas`` / ``removing_replicas``), ``leader`` (-1: none), ``leader_epoch`` and
-``partition_epoch``. Every change, whoever asks for it (AlterPartition from the leader, a broker
-fenced or shutting down, an election, a reassignment step), goes through :func:`build_change`:
+A partition is the metadata image's ``PartitionRegistration``: ``replicas`` (the first is the
+preferred leader), ``isr``, an ongoing reassignment (``adding_replicas`` / ``removing_replicas``),
+``leader`` (-1: none), ``leader_epoch`` and ``partition_epoch``. Every change, whoever asks for
+it (AlterPartition from the leader, a broker fenced or shutting down, an election, a reassignment
+step), goes through :func:`build_change`:
 the caller states the *target* ISR / replicas / reassignment and which brokers may lead; the
 builder completes a reassignment whose new replicas are all in the ISR, elects a leader, and
 emits one ``PartitionChangeRecord`` holding only what differs, or ``None`` when nothing does.
-:meth:`PartitionRegistration.merge` applies such a record; it is the only transition.
+``PartitionRegistration.merge`` applies such a record; it is the only transition.
 
 Rules kept here (Kafka's):
 
@@ -30,12 +31,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..metadata.records import LEADER_NO_CHANGE, NO_LEADER, PartitionChangeRecord, PartitionRecord
+from ..metadata.image import PartitionRegistration
+from ..metadata.records import LEADER_NO_CHANGE, NO_LEADER, PartitionChangeRecord
 
-__all__ = ["NO_LEADER", "Election", "PartitionRegistration", "build_change"]
+__all__ = [
+    "NO_LEADER",
+    "RECOVERED",
+    "RECOVERING",
+    "Election",
+    "PartitionRegistration",
+    "build_change",
+    "has_preferred_leader",
+    "is_reassigning",
+    "preferred_leader",
+]
 
 # LeaderRecoveryState
 RECOVERED = 0
@@ -48,83 +59,16 @@ class Election(Enum):
     UNCLEAN = 2
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRegistration:
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    removing_replicas: tuple[int, ...] = ()
-    adding_replicas: tuple[int, ...] = ()
-    leader: int = NO_LEADER
-    leader_recovery_state: int = RECOVERED
-    leader_epoch: int = 0
-    partition_epoch: int = 0
+def preferred_leader(p: PartitionRegistration) -> int:
+    return p.replicas[0] if p.replicas else NO_LEADER
 
-    @classmethod
-    def from_record(cls, r: PartitionRecord) -> PartitionRegistration:
-        return cls(
-            replicas=tuple(r.replicas),
-            isr=tuple(r.isr),
-            removing_replicas=tuple(r.removing_replicas),
-            adding_replicas=tuple(r.adding_replicas),
-            leader=r.leader,
-            leader_recovery_state=r.leader_recovery_state,
-            leader_epoch=r.leader_epoch,
-            partition_epoch=r.partition_epoch,
-        )
 
-    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
-        return PartitionRecord(
-            partition_id=partition_id,
-            topic_id=topic_id,
-            replicas=self.replicas,
-            isr=self.isr,
-            removing_replicas=self.removing_replicas,
-            adding_replicas=self.adding_replicas,
-            leader=self.leader,
-            leader_recovery_state=self.leader_recovery_state,
-            leader_epoch=self.leader_epoch,
-            partition_epoch=self.partition_epoch,
-        )
+def has_preferred_leader(p: PartitionRegistration) -> bool:
+    return p.leader == preferred_leader(p)
 
-    def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
-        """The registration after ``change`` (Kafka's ``PartitionRegistration.merge``)."""
-        leader, leader_epoch = self.leader, self.leader_epoch
-        if change.leader != LEADER_NO_CHANGE:
-            leader, leader_epoch = change.leader, self.leader_epoch + 1
-        return replace(
-            self,
-            replicas=self.replicas if change.replicas is None else tuple(change.replicas),
-            isr=self.isr if change.isr is None else tuple(change.isr),
-            removing_replicas=(
-                self.removing_replicas
-                if change.removing_replicas is None
-                else tuple(change.removing_replicas)
-            ),
-            adding_replicas=self.adding_replicas
-            if change.adding_replicas is None
-            else tuple(change.adding_replicas),
-            leader=leader,
-            leader_epoch=leader_epoch,
-            leader_recovery_state=(
-                self.leader_recovery_state
-                if change.leader_recovery_state == -1
-                else change.leader_recovery_state
-            ),
-            partition_epoch=self.partition_epoch + 1,
-        )
 
-    @property
-    def preferred_leader(self) -> int:
-        return self.replicas[0] if self.replicas else NO_LEADER
-
-    def has_leader(self) -> bool:
-        return self.leader != NO_LEADER
-
-    def is_reassigning(self) -> bool:
-        return bool(self.adding_replicas or self.removing_replicas)
-
-    def has_preferred_leader(self) -> bool:
-        return self.leader == self.preferred_leader
+def is_reassigning(p: PartitionRegistration) -> bool:
+    return bool(p.adding_replicas or p.removing_replicas)
 
 
 def build_change(

@@ -56,7 +56,7 @@ from ..metadata.records import (
     UnregisterBrokerRecord,
 )
 from ..protocol.errors import ErrorCode, KafkaError
-from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager
+from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager, broker_state
 from .config_control import BROKER, TOPIC, ConfigurationControlManager, Validator, default_validator
 from .errors import ControllerErrorCode
 from .features import BOOTSTRAP_LEVELS, FeatureControlManager
@@ -196,7 +196,7 @@ class QuorumController:
         reg = self.cluster.registration(broker_id)
         assert reg is not None
         self.cluster.touch(broker_id, now_ms)
-        state = reg.state
+        state = broker_state(reg)
         nxt = self.cluster.next_state(reg, request, lambda: self.replication.leads_partitions(broker_id))
         records: list[Any] = []
         if nxt is not state:

@@ -39,9 +39,19 @@ from typing import Any
 from ..metadata.records import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from ..metadata.topics import validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
-from .cluster_control import ClusterControlManager
+from .cluster_control import ClusterControlManager, is_active
 from .errors import ControllerErrorCode
-from .partitions import NO_LEADER, RECOVERED, RECOVERING, Election, PartitionRegistration, build_change
+from .partitions import (
+    NO_LEADER,
+    RECOVERED,
+    RECOVERING,
+    Election,
+    PartitionRegistration,
+    build_change,
+    has_preferred_leader,
+    is_reassigning,
+    preferred_leader,
+)
 from .placement import InvalidReplicationFactorError, PlacementSpec, StripedReplicaPlacer
 
 MAX_RECORDS_PER_USER_OP = 10_000
@@ -374,7 +384,7 @@ class ReplicationControlManager:
             reg = self.cluster.registration(int(s.broker_id))
             if (
                 reg is None
-                or not reg.active
+                or not is_active(reg)
                 or (int(s.broker_epoch) != -1 and int(s.broker_epoch) != reg.epoch)
             ):
                 return (
@@ -448,7 +458,7 @@ class ReplicationControlManager:
         part = info.parts.get(pid)
         if part is None:
             return None, ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{pid}")
-        if (election is Election.PREFERRED and part.has_preferred_leader()) or (
+        if (election is Election.PREFERRED and has_preferred_leader(part)) or (
             election is Election.UNCLEAN and part.has_leader()
         ):
             return None, ApiError(ControllerErrorCode.ELECTION_NOT_NEEDED)
@@ -457,7 +467,7 @@ class ReplicationControlManager:
             if election is Election.PREFERRED:
                 return None, ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
             return None, ApiError(ControllerErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
-        if election is Election.PREFERRED and part.merge(change).leader != part.preferred_leader:
+        if election is Election.PREFERRED and part.merge(change).leader != preferred_leader(part):
             return change, ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
         return change, NONE
 
@@ -491,16 +501,16 @@ class ReplicationControlManager:
         preferred: dict[int, list[tuple[str, int, PartitionRegistration]]] = {}
         for info, pid, part in self._sorted_partitions():
             if part.replicas:
-                preferred.setdefault(part.preferred_leader, []).append((info.name, pid, part))
+                preferred.setdefault(preferred_leader(part), []).append((info.name, pid, part))
         out: list[tuple[str, int]] = []
         for broker in sorted(preferred):
             parts = preferred[broker]
-            not_led = [(t, p) for t, p, part in parts if not part.has_preferred_leader()]
+            not_led = [(t, p) for t, p, part in parts if not has_preferred_leader(part)]
             if len(not_led) * 100 > imbalance_percentage * len(parts):
                 out.extend(
                     (t, p)
                     for t, p, part in parts
-                    if not part.has_preferred_leader()
+                    if not has_preferred_leader(part)
                     and broker in part.isr
                     and self.cluster.is_active(broker)
                 )
@@ -529,7 +539,7 @@ class ReplicationControlManager:
         original = [r for r in part.replicas if r not in part.adding_replicas]
         unclean = Election.UNCLEAN if self.unclean_leader_election(topic) else Election.ONLINE
         if replicas is None:
-            if not part.is_reassigning():
+            if not is_reassigning(part):
                 raise KafkaError(
                     ControllerErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment is in progress."
                 )
@@ -550,7 +560,7 @@ class ReplicationControlManager:
             self._validate_manual_assignment(target, None)
         except KafkaError as e:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from None
-        if target == list(part.replicas) and not part.is_reassigning():
+        if target == list(part.replicas) and not is_reassigning(part):
             return None
         removing = [r for r in original if r not in target]
         adding = [r for r in target if r not in original]
@@ -581,7 +591,7 @@ class ReplicationControlManager:
             parts = []
             for pid in sorted(info.parts) if pids is None else pids:
                 part = info.parts.get(pid)
-                if part is not None and part.is_reassigning():
+                if part is not None and is_reassigning(part):
                     parts.append(
                         {
                             "partition_index": pid,
