@@ -28,6 +28,8 @@ from kio.static.primitive import i8, i32
 
 from strom.controller import ControllerConfig, ControllerResult, PartitionRegistration, QuorumController
 from strom.controller.partitions import NO_LEADER
+from strom.metadata.delta import MetadataDelta
+from strom.metadata.image import MetadataImage
 from strom.metadata.records import PartitionChangeRecord
 from strom.testing.controller import ControllerHarness, alter_partition_request
 
@@ -246,3 +248,22 @@ def test_random_operations_keep_invariants_and_replay_to_the_same_state(
     for record in h.controller.snapshot_records():
         from_snapshot.replay(record)
     assert snapshot(from_snapshot) == snapshot(h.controller)
+    # the brokers' metadata image agrees: built from the log, from the controller's snapshot, and
+    # the image's own snapshot (Kafka's image.to_records) loads a controller to the same state
+    image = image_of(h.log)
+    assert image.same_content(image_of(h.controller.snapshot_records()))
+    for info in h.controller.replication.topics.values():
+        topic = image.topics.get_topic(info.id)
+        assert topic is not None and topic.name == info.name and dict(topic.partitions) == info.parts
+    assert dict(image.cluster.brokers) == h.controller.cluster.registrations
+    from_image = QuorumController()
+    for record in image.to_records():
+        from_image.replay(record)
+    assert snapshot(from_image) == snapshot(h.controller)
+
+
+def image_of(records: list[Any]) -> MetadataImage:
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for record in records:
+        delta.replay(record)
+    return delta.apply()
