@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import pytest
 from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
 from kio.schema.alter_configs.v2 import request as ac
 from kio.schema.describe_configs.v4 import request as dc
@@ -163,3 +165,26 @@ def test_snapshot_records_rebuild_the_same_state() -> None:
     for record in h.controller.snapshot_records():
         fresh.replay(record)
     assert _state(fresh) == _state(h.controller) == _state(h.rebuilt())
+
+
+def test_handle_dispatches_by_api_key() -> None:
+    from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+
+    from strom.controller.quorum_controller import CONTROLLER_APIS
+    from strom.testing.controller import create_topic_request, heartbeat_request, registration_request
+
+    h = ControllerHarness()
+    c = h.controller
+    reg = c.handle(62, registration_request(3, uuid.uuid4()), now_ms=0, next_offset=h.next_offset)
+    assert reg.response is not None and reg.response["broker_epoch"] == h.next_offset
+    h.commit(reg)
+    hb = c.handle(63, heartbeat_request(3, h.epoch(3), h.next_offset), now_ms=0)
+    assert hb.response is not None and hb.response["is_fenced"] is False
+    h.commit(hb)
+    created = c.handle(19, create_topic_request("t", 1, 1))
+    assert created.response is not None and created.response["topics"][0]["error_code"] == 0
+    listed = c.handle(46, ListPartitionReassignmentsRequest(timeout=i32(1), topics=None))  # type: ignore[arg-type]
+    assert listed.response is not None and listed.response["topics"] == []
+    assert len(CONTROLLER_APIS) == 14
+    with pytest.raises(KeyError):
+        c.handle(0, None)  # Produce is no controller API

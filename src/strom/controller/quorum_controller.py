@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,41 @@ class ControllerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
     delete_topic_enable: bool = True
+
+
+# the API keys the controller serves
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
+ALTER_PARTITION = 56
+BROKER_REGISTRATION = 62
+BROKER_HEARTBEAT = 63
+UNREGISTER_BROKER = 64
+ALLOCATE_PRODUCER_IDS = 67
+CONTROLLER_APIS = frozenset(
+    {
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+        CREATE_PARTITIONS,
+        ELECT_LEADERS,
+        INCREMENTAL_ALTER_CONFIGS,
+        ALTER_PARTITION_REASSIGNMENTS,
+        LIST_PARTITION_REASSIGNMENTS,
+        ALTER_PARTITION,
+        BROKER_REGISTRATION,
+        BROKER_HEARTBEAT,
+        UNREGISTER_BROKER,
+        ALLOCATE_PRODUCER_IDS,
+    }
+)
 
 
 def _true(value: str | None, default: bool) -> bool:
@@ -165,6 +200,34 @@ class QuorumController:
         """This controller became the active one: start soft state afresh."""
         self.cluster.activate(now_ms)
         self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+
+    # ---- dispatch ------------------------------------------------------------------------
+    def handle(
+        self, api_key: int, request: Any, *, api_version: int = -1, now_ms: int = 0, next_offset: int = -1
+    ) -> ControllerResult[dict[str, Any]]:
+        """Run the operation for a request of ``api_key`` (what a forwarded or controller-bound
+        request becomes). ``next_offset``: the offset the result's first record will get (a
+        BrokerRegistration's epoch). Raises KeyError for an API the controller does not serve."""
+        if api_key == BROKER_REGISTRATION:
+            return self.register_broker(request, next_offset, now_ms)
+        if api_key == BROKER_HEARTBEAT:
+            return self.broker_heartbeat(request, now_ms)
+        if api_key == ALTER_PARTITION:
+            return self.alter_partition(request, 3 if api_version < 0 else api_version)
+        operation: Callable[[Any], ControllerResult[dict[str, Any]]] = {
+            CREATE_TOPICS: self.create_topics,
+            DELETE_TOPICS: self.delete_topics,
+            CREATE_PARTITIONS: self.create_partitions,
+            DESCRIBE_CONFIGS: self.describe_configs,
+            ALTER_CONFIGS: self.legacy_alter_configs,
+            INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ELECT_LEADERS: self.elect_leaders,
+            ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            UNREGISTER_BROKER: self.unregister_broker,
+            ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+        }[api_key]
+        return operation(request)
 
     # ---- brokers -------------------------------------------------------------------------
     def register_broker(
@@ -523,4 +586,4 @@ class _NamedTopic:
     topic_id: uuid.UUID | None = None
 
 
-__all__ = ["BROKER", "TOPIC", "ControllerConfig", "QuorumController"]
+__all__ = ["BROKER", "CONTROLLER_APIS", "TOPIC", "ControllerConfig", "QuorumController"]
