@@ -16,9 +16,10 @@ new heartbeat manager does, so a failover does not fence the whole cluster.
 A broker's epoch is the offset of its ``RegisterBrokerRecord`` in the metadata log: the runtime
 passes the offset that record will get (its next write offset). A registration from a new
 incarnation (a restarted broker) is refused with DUPLICATE_BROKER_REGISTRATION while the old
-incarnation's session is still alive, and otherwise gets a new epoch and starts fenced; the same
-incarnation registering again (a retried request) amends its registration: same epoch, same
-fenced / shutting-down state, new listeners, rack and features (Kafka's "amending registration").
+incarnation's session is still valid (unfenced and heard from within the session timeout), and
+otherwise gets a new epoch and starts fenced; the same incarnation registering again (a retried
+request) amends its registration: same epoch, same fenced / shutting-down state, new listeners,
+rack and features (Kafka's "amending registration").
 
 Heartbeat state machine (Kafka's ``BrokerHeartbeatManager.calculateNextBrokerState``):
 
@@ -135,8 +136,12 @@ class ClusterControlManager:
             )
 
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
+        """Unfenced and heard from within ``broker.session.timeout.ms`` (a fenced broker has none)."""
+        reg = self.registrations.get(broker_id)
         last = self._last_contact_ms.get(broker_id)
-        return last is not None and now_ms - last < self.session_timeout_ms
+        if reg is None or reg.fenced or last is None:
+            return False
+        return now_ms - last <= self.session_timeout_ms
 
     # ---- soft state ----------------------------------------------------------------------
     def activate(self, now_ms: int) -> None:
@@ -153,9 +158,11 @@ class ClusterControlManager:
     def stale_brokers(self, now_ms: int) -> list[int]:
         """Unfenced brokers silent for ``broker.session.timeout.ms``, longest-silent first."""
         stale = [
-            (self._last_contact_ms.get(b, now_ms), b)
+            (last, b)
             for b, reg in self.registrations.items()
-            if not reg.fenced and not self.has_valid_session(b, now_ms) and b in self._last_contact_ms
+            if not reg.fenced
+            and (last := self._last_contact_ms.get(b)) is not None
+            and now_ms - last > self.session_timeout_ms
         ]
         return [b for _, b in sorted(stale)]
 

@@ -577,7 +577,7 @@ class QuorumController:
         if self.config.auto_leader_rebalance_enable and self._next_rebalance_ms is not None:
             deadlines.append(self._next_rebalance_ms)
         known = [d for d in deadlines if d is not None]
-        return max(now_ms, min(known)) if known else now_ms + self.config.broker_session_timeout_ms
+        return max(now_ms, min(known) + 1) if known else now_ms + self.config.broker_session_timeout_ms
 
 
 @dataclass(frozen=True, slots=True)
