@@ -54,8 +54,6 @@ from .partitions import (
 )
 from .placement import InvalidReplicationFactorError, PlacementSpec, StripedReplicaPlacer
 
-MAX_RECORDS_PER_USER_OP = 10_000
-
 
 @dataclass
 class TopicControlInfo:
@@ -314,7 +312,12 @@ class ReplicationControlManager:
             for pd in t.partitions:
                 pid = int(pd.partition_index)
                 if info is None:
-                    parts_out.append({"partition_index": pid, "error_code": ErrorCode.UNKNOWN_TOPIC_ID})
+                    unknown = (
+                        ErrorCode.UNKNOWN_TOPIC_ID
+                        if api_version > 1
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
+                    parts_out.append({"partition_index": pid, "error_code": unknown})
                     continue
                 part = info.parts.get(pid)
                 error = self._validate_alter_partition(int(request.broker_id), part, pd, api_version)
