@@ -57,6 +57,9 @@ def test_same_incarnation_amends_its_registration() -> None:
     assert state(h, 1) is BrokerState.UNFENCED
     reg = h.controller.cluster.registration(1)
     assert reg is not None and reg.rack == "moved"
+    # caught up means having replayed the amending record too
+    r = h.controller.broker_heartbeat(heartbeat_request(1, old, h.next_offset - 2), h.now_ms).response
+    assert r is not None and r["is_caught_up"] is False
 
 
 def test_new_incarnation_gets_a_new_epoch_and_starts_fenced() -> None:

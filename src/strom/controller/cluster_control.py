@@ -27,7 +27,8 @@ Heartbeat state machine (Kafka's ``BrokerHeartbeatManager.calculateNextBrokerSta
 current                       next
 ============================  ==============================================================
 FENCED                        want_fence: FENCED; want_shut_down: SHUTDOWN_NOW; caught up
-                              (current_metadata_offset >= broker epoch): UNFENCED; else FENCED
+                              (current_metadata_offset >= the offset of its latest
+                              RegisterBrokerRecord): UNFENCED; else FENCED
 UNFENCED                      want_fence: FENCED; want_shut_down: CONTROLLED_SHUTDOWN if it
                               still leads a partition, else SHUTDOWN_NOW; else UNFENCED
 CONTROLLED_SHUTDOWN           SHUTDOWN_NOW once it leads nothing, else CONTROLLED_SHUTDOWN
@@ -102,6 +103,7 @@ class ClusterControlManager:
         self.cluster_id = cluster_id
         self.session_timeout_ms = session_timeout_ms
         self.registrations: dict[int, BrokerRegistration] = {}
+        self._register_offsets: dict[int, int] = {}
         self._last_contact_ms: dict[int, int] = {}
 
     # ---- queries -------------------------------------------------------------------------
@@ -286,13 +288,21 @@ class ClusterControlManager:
         return UnregisterBrokerRecord(broker_id=reg.id, broker_epoch=reg.epoch)
 
     # ---- replay --------------------------------------------------------------------------
-    def replay(self, record: Any) -> None:
+    def register_offset(self, broker_id: int) -> int:
+        """The offset of the broker's latest RegisterBrokerRecord: it is caught up once it has
+        replayed the log that far (its epoch when the record came from a snapshot)."""
+        reg = self.registrations[broker_id]
+        return self._register_offsets.get(broker_id, reg.epoch)
+
+    def replay(self, record: Any, offset: int | None = None) -> None:
         if isinstance(record, RegisterBrokerRecord):
             self.registrations[record.broker_id] = BrokerRegistration.from_record(record)
+            self._register_offsets[record.broker_id] = record.broker_epoch if offset is None else offset
         elif isinstance(record, UnregisterBrokerRecord):
             reg = self.registrations.get(record.broker_id)
             if reg is not None and reg.epoch == record.broker_epoch:
                 del self.registrations[record.broker_id]
+                self._register_offsets.pop(record.broker_id, None)
                 self._last_contact_ms.pop(record.broker_id, None)
         elif isinstance(record, BrokerRegistrationChangeRecord):
             reg = self._current(record.broker_id, record.broker_epoch)

@@ -19,6 +19,10 @@ The managers, each owning a slice of the state:
 * :class:`ProducerIdControlManager`: producer-id blocks;
 * :class:`FeatureControlManager`: finalized feature levels.
 
+Randomness: seed it in tests; in production leave it unseeded, since a controller that takes
+over with the same seed as its predecessor would draw the same topic ids again (ids already in use
+are skipped, but an id of a deleted topic is not known any more).
+
 Soft state, never in the log and rebuilt when a controller becomes active (:meth:`activate`):
 the brokers' last heartbeat times and the periodic tasks' deadlines. Time comes from the
 ``now_ms`` arguments and randomness (replica placement, topic ids) from the injected
@@ -130,7 +134,8 @@ class QuorumController:
         validator: Validator = default_validator,
     ) -> None:
         self.config = config or ControllerConfig()
-        self.random = rnd or random.Random(0)
+        # unseeded by default: a controller taking over must not replay its predecessor's draws
+        self.random = rnd or random.Random()
         self.cluster = ClusterControlManager(cluster_id, self.config.broker_session_timeout_ms)
         self.features = FeatureControlManager()
         self.configs = ConfigurationControlManager(
@@ -169,7 +174,7 @@ class QuorumController:
             | FenceBrokerRecord
             | UnfenceBrokerRecord,
         ):
-            self.cluster.replay(record)
+            self.cluster.replay(record, offset)
         elif isinstance(record, TopicRecord | PartitionRecord | PartitionChangeRecord):
             self.replication.replay(record)
         elif isinstance(record, RemoveTopicRecord):
@@ -278,7 +283,7 @@ class QuorumController:
         response = {
             "throttle_time": 0,
             "error_code": 0,
-            "is_caught_up": int(request.current_metadata_offset) >= reg.epoch,
+            "is_caught_up": int(request.current_metadata_offset) >= self.cluster.register_offset(broker_id),
             "is_fenced": nxt in (BrokerState.FENCED, BrokerState.SHUTDOWN_NOW),
             "should_shut_down": nxt is BrokerState.SHUTDOWN_NOW,
         }

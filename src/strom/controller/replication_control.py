@@ -185,6 +185,8 @@ class ReplicationControlManager:
             )
             placed = self._place(0, num, rf)
         topic_id = self._new_topic_id()
+        while topic_id in self.topics or topic_id.int == 0:  # Kafka's Uuid.randomUuid avoids these too
+            topic_id = self._new_topic_id()
         records: list[Any] = [TopicRecord(name=name, topic_id=topic_id)]
         records.extend(config_records)
         for pid, replicas in enumerate(placed):
