@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from kio.static.primitive import i16
 
-from strom.controller import BrokerState, ControllerConfig, broker_state
+from strom.controller import BrokerRegistration, BrokerState, ControllerConfig, broker_state
 from strom.controller.errors import ControllerErrorCode
 from strom.metadata.records import (
     BrokerRegistrationChangeRecord,
@@ -176,6 +176,28 @@ def test_controlled_shutdown_moves_leaders_then_shuts_down() -> None:
     assert state(h, 1) is BrokerState.SHUTDOWN_NOW
 
 
+def test_controlled_shutdown_waits_for_the_other_brokers_to_see_the_new_leaders() -> None:
+    h = ControllerHarness()
+    h.start_brokers(2)
+    h.create_topic("t", assignments={0: [0, 1]})
+    behind = h.next_offset
+    h.heartbeat(0, want_shut_down=True)  # leaderships move to 1 at offsets >= behind
+    assert part_leader(h) == 1
+    lagging = heartbeat_request(1, h.epoch(1), behind - 1)  # broker 1 has not replayed them yet
+    h.commit(h.controller.broker_heartbeat(lagging, h.now_ms))
+    r = h.heartbeat(0, want_shut_down=True)
+    assert r["should_shut_down"] is False and state(h, 0) is BrokerState.CONTROLLED_SHUTDOWN
+    h.heartbeat(1)  # caught up
+    r = h.heartbeat(0, want_shut_down=True)
+    assert r["should_shut_down"] is True and state(h, 0) is BrokerState.SHUTDOWN_NOW
+
+
+def part_leader(h: ControllerHarness) -> int:
+    info = h.controller.replication.topic("t")
+    assert info is not None
+    return info.parts[0].leader
+
+
 def test_shutdown_of_a_broker_leading_nothing_is_immediate() -> None:
     h = ControllerHarness()
     h.start_brokers(2)
@@ -210,3 +232,44 @@ def test_failover_starts_sessions_afresh() -> None:
     assert standby.poll(h.now_ms + 9000).records == []
     assert standby.poll(h.now_ms + 9001).records != []
     assert standby.next_poll_ms(h.now_ms) == h.now_ms + 9001
+
+
+# Kafka's BrokerHeartbeatManager.calculateNextBrokerState, as a table over every state and input:
+# (state, want_fence, want_shut_down, caught_up, leads_partitions) -> next state
+_F, _U, _C, _S = (
+    BrokerState.FENCED,
+    BrokerState.UNFENCED,
+    BrokerState.CONTROLLED_SHUTDOWN,
+    BrokerState.SHUTDOWN_NOW,
+)
+
+
+def _expected(state: BrokerState, fence: bool, shut: bool, caught_up: bool, leads: bool) -> BrokerState:
+    table = {
+        _F: _S if shut else _F if fence else _U if caught_up else _F,
+        _U: (_S if shut else _F) if fence else (_C if leads else _S) if shut else _U,
+        _C: _C if leads else _S,
+        _S: _S,
+    }
+    return table[state]
+
+
+def test_heartbeat_transitions_are_total_over_states_and_inputs() -> None:
+    import itertools
+
+    from strom.controller.cluster_control import ClusterControlManager
+
+    cluster = ClusterControlManager()
+    for state, fence, shut, caught_up, leads in itertools.product(list(BrokerState), *[[False, True]] * 4):
+        reg = BrokerRegistration(
+            id=1,
+            epoch=10,
+            incarnation_id=uuid.UUID(int=1),
+            fenced=state in (_F, _S),
+            in_controlled_shutdown=state in (_C, _S),
+        )
+        cluster.registrations[1] = reg
+        assert broker_state(reg) is state
+        request = heartbeat_request(1, 10, 10 if caught_up else 9, want_fence=fence, want_shut_down=shut)
+        got = cluster.next_state(reg, request, lambda leads=leads: leads)  # type: ignore[misc]
+        assert got is _expected(state, fence, shut, caught_up, leads), (state, fence, shut, caught_up, leads)

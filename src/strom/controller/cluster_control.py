@@ -26,12 +26,15 @@ Heartbeat state machine (Kafka's ``BrokerHeartbeatManager.calculateNextBrokerSta
 ============================  ==============================================================
 current                       next
 ============================  ==============================================================
-FENCED                        want_fence: FENCED; want_shut_down: SHUTDOWN_NOW; caught up
+FENCED                        want_shut_down: SHUTDOWN_NOW; want_fence: FENCED; caught up
                               (current_metadata_offset >= the offset of its latest
                               RegisterBrokerRecord): UNFENCED; else FENCED
-UNFENCED                      want_fence: FENCED; want_shut_down: CONTROLLED_SHUTDOWN if it
-                              still leads a partition, else SHUTDOWN_NOW; else UNFENCED
-CONTROLLED_SHUTDOWN           SHUTDOWN_NOW once it leads nothing, else CONTROLLED_SHUTDOWN
+UNFENCED                      want_fence: SHUTDOWN_NOW if want_shut_down too, else FENCED;
+                              want_shut_down: CONTROLLED_SHUTDOWN if it still leads a
+                              partition, else SHUTDOWN_NOW; else UNFENCED
+CONTROLLED_SHUTDOWN           SHUTDOWN_NOW once it leads nothing and every active broker has
+                              replayed the log past the record that started the shutdown (so
+                              they know the new leaders); else CONTROLLED_SHUTDOWN
 SHUTDOWN_NOW                  SHUTDOWN_NOW
 ============================  ==============================================================
 
@@ -104,7 +107,10 @@ class ClusterControlManager:
         self.session_timeout_ms = session_timeout_ms
         self.registrations: dict[int, BrokerRegistration] = {}
         self._register_offsets: dict[int, int] = {}
+        self._controlled_shutdown_offsets: dict[int, int] = {}
+        # soft state: heartbeats (time, and how far each broker has replayed the log)
         self._last_contact_ms: dict[int, int] = {}
+        self._metadata_offsets: dict[int, int] = {}
 
     # ---- queries -------------------------------------------------------------------------
     def registration(self, broker_id: int) -> BrokerRegistration | None:
@@ -150,8 +156,10 @@ class ClusterControlManager:
         """This controller became active: every registered broker's session starts now."""
         self._last_contact_ms = dict.fromkeys(self.registrations, now_ms)
 
-    def touch(self, broker_id: int, now_ms: int) -> None:
+    def touch(self, broker_id: int, now_ms: int, metadata_offset: int | None = None) -> None:
         self._last_contact_ms[broker_id] = now_ms
+        if metadata_offset is not None:
+            self._metadata_offsets[broker_id] = metadata_offset
 
     def session_deadline_ms(self, broker_id: int) -> int | None:
         last = self._last_contact_ms.get(broker_id)
@@ -243,22 +251,33 @@ class ClusterControlManager:
         """The heartbeat transition (table in the module docstring)."""
         state = broker_state(reg)
         if state is BrokerState.FENCED:
-            if request.want_fence:
-                return BrokerState.FENCED
             if request.want_shut_down:
                 return BrokerState.SHUTDOWN_NOW
-            return (
-                BrokerState.UNFENCED if request.current_metadata_offset >= reg.epoch else BrokerState.FENCED
-            )
-        if state is BrokerState.UNFENCED:
             if request.want_fence:
                 return BrokerState.FENCED
+            caught_up = request.current_metadata_offset >= self.register_offset(reg.id)
+            return BrokerState.UNFENCED if caught_up else BrokerState.FENCED
+        if state is BrokerState.UNFENCED:
+            if request.want_fence:
+                return BrokerState.SHUTDOWN_NOW if request.want_shut_down else BrokerState.FENCED
             if request.want_shut_down:
                 return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions() else BrokerState.SHUTDOWN_NOW
             return BrokerState.UNFENCED
         if state is BrokerState.CONTROLLED_SHUTDOWN:
-            return BrokerState.CONTROLLED_SHUTDOWN if leads_partitions() else BrokerState.SHUTDOWN_NOW
+            if leads_partitions():
+                return BrokerState.CONTROLLED_SHUTDOWN
+            started = self._controlled_shutdown_offsets.get(reg.id, -1)
+            if started <= self.lowest_active_offset():
+                return BrokerState.SHUTDOWN_NOW
+            return BrokerState.CONTROLLED_SHUTDOWN
         return BrokerState.SHUTDOWN_NOW
+
+    def lowest_active_offset(self) -> int:
+        """The lowest metadata offset an active broker reported (no active broker: no bound)."""
+        offsets = [
+            self._metadata_offsets.get(b, -1) for b, reg in self.registrations.items() if is_active(reg)
+        ]
+        return min(offsets, default=2**63 - 1)
 
     @staticmethod
     def fence_record(reg: BrokerRegistration) -> BrokerRegistrationChangeRecord:
@@ -297,12 +316,14 @@ class ClusterControlManager:
     def replay(self, record: Any, offset: int | None = None) -> None:
         if isinstance(record, RegisterBrokerRecord):
             self.registrations[record.broker_id] = BrokerRegistration.from_record(record)
+            self._controlled_shutdown_offsets.pop(record.broker_id, None)
             self._register_offsets[record.broker_id] = record.broker_epoch if offset is None else offset
         elif isinstance(record, UnregisterBrokerRecord):
             reg = self.registrations.get(record.broker_id)
             if reg is not None and reg.epoch == record.broker_epoch:
                 del self.registrations[record.broker_id]
                 self._register_offsets.pop(record.broker_id, None)
+                self._controlled_shutdown_offsets.pop(record.broker_id, None)
                 self._last_contact_ms.pop(record.broker_id, None)
         elif isinstance(record, BrokerRegistrationChangeRecord):
             reg = self._current(record.broker_id, record.broker_epoch)

@@ -263,7 +263,7 @@ class QuorumController:
             return self._heartbeat_error(e.code)
         reg = self.cluster.registration(broker_id)
         assert reg is not None
-        self.cluster.touch(broker_id, now_ms)
+        self.cluster.touch(broker_id, now_ms, int(request.current_metadata_offset))
         state = broker_state(reg)
         nxt = self.cluster.next_state(reg, request, lambda: self.replication.leads_partitions(broker_id))
         records: list[Any] = []
