@@ -171,6 +171,8 @@ def test_controlled_shutdown_moves_leaders_then_shuts_down() -> None:
     assert all(p.leader != 1 and 1 not in p.isr for p in parts.values())
     # a shutting-down broker is no candidate for new replicas
     assert 1 not in {b.id for b in h.controller.cluster.usable_brokers()}
+    h.heartbeat(0)  # the others learn the new leaders
+    h.heartbeat(2)
     r = h.heartbeat(1, want_shut_down=True)
     assert r["should_shut_down"] is True and r["is_fenced"] is True
     assert state(h, 1) is BrokerState.SHUTDOWN_NOW

@@ -330,11 +330,9 @@ class ClusterControlManager:
             if reg is None:
                 return
             fenced = {FENCE: True, UNFENCE: False}.get(record.fenced, reg.fenced)
-            shutting = (
-                True
-                if record.in_controlled_shutdown == IN_CONTROLLED_SHUTDOWN
-                else reg.in_controlled_shutdown
-            )
+            shutting = reg.in_controlled_shutdown or record.in_controlled_shutdown == IN_CONTROLLED_SHUTDOWN
+            if shutting and not reg.in_controlled_shutdown and offset is not None:
+                self._controlled_shutdown_offsets[reg.id] = offset
             self.registrations[reg.id] = replace(reg, fenced=fenced, in_controlled_shutdown=shutting)
         elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
             reg = self._current(record.id, record.epoch)
