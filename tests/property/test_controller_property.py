@@ -33,7 +33,7 @@ from strom.metadata.image import MetadataImage
 from strom.metadata.records import PartitionChangeRecord
 from strom.testing.controller import ControllerHarness, alter_partition_request
 
-BROKERS = range(5)
+BROKERS = range(6)
 TOPICS = ["t0", "t1", "t2"]
 
 OPS = st.sampled_from(
@@ -236,7 +236,7 @@ def test_random_operations_keep_invariants_and_replay_to_the_same_state(
     data: st.DataObject, seed: int
 ) -> None:
     h = Checked(ControllerConfig(leader_imbalance_check_interval_seconds=5), seed=seed)
-    for b in range(data.draw(st.integers(0, 4))):
+    for b in range(data.draw(st.integers(0, 5))):
         h.register(b)
         h.heartbeat(b)
     for _ in range(data.draw(st.integers(1, 30))):
