@@ -131,14 +131,17 @@ class MetadataLoader:
 
     # -- publishers
     def install_publishers(self, publishers: Iterable[MetadataPublisher]) -> None:
-        """Add publishers; each first gets the whole current image (as a delta over the empty
-        image), at once if the loader has caught up and has loaded something, else at the first
-        publish."""
+        """Add publishers. Once something is loaded, each first gets the whole current image (as a
+        delta over the empty image, with a SnapshotManifest): at once if the loader has caught up,
+        else when it has."""
         for p in publishers:
             if p in self._publishers or p in self._newcomers:
                 raise ValueError(f"publisher {p!r} is already installed")
-            self._newcomers.append(p)
-        if not self.catching_up and self._image.offset >= 0:
+            if not self.catching_up and self._image.offset < 0:
+                self._publishers.append(p)  # nothing loaded yet: the deltas to come are the image
+            else:
+                self._newcomers.append(p)
+        if not self.catching_up:
             self._initialize_newcomers()
 
     def remove_publisher(self, publisher: MetadataPublisher) -> None:
