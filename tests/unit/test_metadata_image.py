@@ -157,7 +157,7 @@ def test_features_quotas_acls_scram_producer_ids() -> None:
     quota = r.ClientQuotaRecord(
         entity=(r.EntityData(entity_type="user", entity_name=None),), key="k", value=5.0
     )
-    d, img = replay(
+    _, img = replay(
         EMPTY_IMAGE,
         r.FeatureLevelRecord(name="metadata.version", feature_level=25),
         r.FeatureLevelRecord(name="group.version", feature_level=1),
