@@ -97,6 +97,7 @@ class FeaturesDelta:
         self.image = image
         self.changes: dict[str, int | None] = {}
         self.metadata_version_change: int | None = None
+        self._clear_metadata_version = False  # a snapshot without metadata.version
 
     def replay(self, r: FeatureLevelRecord) -> None:
         if r.name == METADATA_VERSION:
@@ -107,11 +108,14 @@ class FeaturesDelta:
     def finish_snapshot(self) -> None:
         for name in self.image.finalized_versions:
             self.changes.setdefault(name, None)
+        self._clear_metadata_version = self.metadata_version_change is None
 
     def apply(self) -> FeaturesImage:
         versions = _merge(self.image.finalized_versions, self.changes)
         mv = self.metadata_version_change
-        return FeaturesImage(versions, self.image.metadata_version if mv is None else mv)
+        if mv is None and not self._clear_metadata_version:
+            mv = self.image.metadata_version
+        return FeaturesImage(versions, mv)
 
 
 def _merge(base: Any, changes: dict[Any, Any]) -> Any:
@@ -420,12 +424,15 @@ class ClientQuotasDelta:
 class ProducerIdsDelta:
     def __init__(self, image: ProducerIdsImage) -> None:
         self.next_producer_id = image.next_producer_id
+        self._replayed = False
 
     def replay(self, r: ProducerIdsRecord) -> None:
         self.next_producer_id = r.next_producer_id
+        self._replayed = True
 
     def finish_snapshot(self) -> None:
-        pass
+        if not self._replayed:  # the snapshot has no block handed out (Kafka keeps the old value)
+            self.next_producer_id = -1
 
     def apply(self) -> ProducerIdsImage:
         return ProducerIdsImage(self.next_producer_id)
