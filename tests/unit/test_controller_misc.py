@@ -12,7 +12,7 @@ from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.incremental_alter_configs.v1 import request as iac
 from kio.static.primitive import i8, i32, i64
 
-from strom.controller import QuorumController
+from strom.controller import ControllerResult, QuorumController
 from strom.controller.config_control import default_validator
 from strom.controller.errors import ControllerErrorCode
 from strom.metadata.records import ConfigRecord, FeatureLevelRecord, ProducerIdsRecord
@@ -188,3 +188,31 @@ def test_handle_dispatches_by_api_key() -> None:
     assert len(CONTROLLER_APIS) == 14
     with pytest.raises(KeyError):
         c.handle(0, None)  # Produce is no controller API
+
+
+def test_a_migrated_single_node_log_is_replayed_and_served() -> None:
+    from strom.metadata.migration import ExistingTopic, records_for_existing_topics
+
+    topic = ExistingTopic(name="old", topic_id=uuid.UUID(int=7), partitions=2, configs={"retention.ms": "5"})
+    migrated = records_for_existing_topics(
+        [topic],
+        node_id=0,
+        group_configs={"g": {"consumer.session.timeout.ms": "45000"}},
+        next_producer_id=4000,
+    )
+    h = ControllerHarness(validator=default_validator)
+    h.commit(ControllerResult(migrated))
+    info = h.controller.replication.topic("old")
+    assert info is not None and info.id == uuid.UUID(int=7) and sorted(info.parts) == [0, 1]
+    assert h.controller.configs.get(32, "g") == {"consumer.session.timeout.ms": "45000"}
+    h.start_brokers(2)
+    assert h.create_topic("new", 2, 2)["error_code"] == 0
+    r = _incremental(h, 32, "g", [("consumer.heartbeat.interval.ms", 0, "6000")])
+    assert r["error_code"] == 0
+    assert (
+        _incremental(h, 32, "g", [("consumer.heartbeat.interval.ms", 0, "x")])["error_code"]
+        == ErrorCode.INVALID_CONFIG
+    )
+    request = AllocateProducerIdsRequest(broker_id=i32(0), broker_epoch=i64(h.epoch(0)))  # type: ignore[arg-type]
+    response = h.commit(h.controller.allocate_producer_ids(request))
+    assert response["producer_id_start"] == 4000

@@ -1,6 +1,7 @@
 """Dynamic configs of topics and brokers: Kafka's ``ConfigurationControlManager``.
 
-Replicated state: for each resource ``(resource_type, resource_name)`` the explicitly set keys
+Replicated state: for each resource ``(resource_type, resource_name)`` (TOPIC 2, BROKER 4,
+GROUP 32 as in KIP-848) the explicitly set keys
 (``ConfigRecord``; a null value removes the key). Broker resource name ``""`` is the cluster-wide
 default, a numeric name one broker. A ``RemoveTopicRecord`` drops the topic's configs in the same
 replay, as Kafka does.
@@ -26,6 +27,7 @@ from ..protocol.errors import ErrorCode, KafkaError
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -34,10 +36,12 @@ Validator = Callable[[int, str, str, str], str]
 
 def default_validator(resource_type: int, resource_name: str, key: str, value: str) -> str:
     """strom's current config checks (``metadata/configs.py``), imported when first needed."""
-    from ..metadata import configs
+    from ..metadata import configs, group_configs
 
     if resource_type == TOPIC:
         return configs.normalize_topic_value(key, value)
+    if resource_type == GROUP:
+        return group_configs.normalize(key, value)
     return configs.normalize_broker_value(key, value)
 
 
@@ -72,6 +76,9 @@ class ConfigurationControlManager:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
             if not self.topic_exists(name):
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        elif resource_type == GROUP:
+            if not name:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Group resources need a group id.")
         elif resource_type == BROKER:
             if name and not name.isdigit():
                 raise KafkaError(

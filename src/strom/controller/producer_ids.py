@@ -37,7 +37,9 @@ class ProducerIdControlManager:
         return record, start
 
     def replay(self, record: ProducerIdsRecord) -> None:
-        if record.next_producer_id <= self.next_producer_id:
+        """Raises ValueError for a record that would hand out ids again (Kafka refuses it too);
+        an equal value (a migrated reservation of 0) changes nothing."""
+        if record.next_producer_id < self.next_producer_id:
             raise ValueError(
                 f"Next producer ID from replayed record ({record.next_producer_id}) is not greater than "
                 f"the current next producer ID ({self.next_producer_id})"
