@@ -105,7 +105,6 @@ def build_change(
     def valid(r: int) -> bool:
         return r in isr and r in replicas and is_acceptable_leader(r)
 
-    leader = NO_LEADER
     unclean = False
     if election is Election.PREFERRED and replicas and valid(replicas[0]):
         leader = replicas[0]

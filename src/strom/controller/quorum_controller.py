@@ -6,10 +6,15 @@ Every operation (one per controller API, plus the periodic ones) reads the manag
 returns a :class:`~strom.controller.result.ControllerResult`: the metadata records to commit and
 the response to send once they are committed. Operations never mutate replicated state; only
 :meth:`QuorumController.replay` does, one record at a time, and it is the same path for the
-active controller (after its records commit), for standby controllers (as the log arrives) and for
-recovery (snapshot, then log). So the runtime must replay an operation's records before it runs
-the next operation: Kafka's active controller applies its records as it writes them, which is
-the same order.
+active controller, for standby controllers (as the log commits) and for recovery (snapshot, then
+log).
+
+The runtime contract, as Kafka's active controller: append an operation's records as one batch
+and replay them at once, before running the next operation, so that the next operation sees
+them (two CreateTopics of one name cannot both succeed); answer when the batch commits. If the
+append fails or leadership is lost, the uncommitted records must be forgotten: drop this
+controller and rebuild one from the last committed snapshot and log (Kafka reverts its timeline
+data structures to the last committed offset).
 
 The managers, each owning a slice of the state:
 
@@ -24,7 +29,8 @@ over with the same seed as its predecessor would draw the same topic ids again (
 are skipped, but an id of a deleted topic is not known any more).
 
 Soft state, never in the log and rebuilt when a controller becomes active (:meth:`activate`):
-the brokers' last heartbeat times and the periodic tasks' deadlines. Time comes from the
+the brokers' last heartbeat times and reported metadata offsets, and the periodic tasks'
+deadlines. Time comes from the
 ``now_ms`` arguments and randomness (replica placement, topic ids) from the injected
 ``random.Random``: no clock reads, no I/O, no asyncio.
 
