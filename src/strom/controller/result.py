@@ -3,8 +3,8 @@
 Kafka's ``ControllerResult(records, response, isAtomic)``. An operation never mutates the
 controller: the runtime appends ``records`` to the metadata log, replays them through
 ``QuorumController.replay`` before it runs the next operation (standbys replay the same records
-as they commit), and sends ``response`` once they are committed. A result's records go into the log as one batch (Kafka's
-``atomicOf``): a topic exists with all its partitions or not at all.
+as they commit), and sends ``response`` once they are committed. A result's records go into the
+log as one batch (Kafka's ``atomicOf``): a topic exists with all its partitions or not at all.
 """
 
 from __future__ import annotations
