@@ -67,3 +67,11 @@ def test_refusals_carry_kafkas_messages() -> None:
         place([UsableBroker(0, None, True)], 1, 1)
     with pytest.raises(InvalidReplicationFactorError):
         place(brokers, 1, 0)
+
+
+def test_every_broker_of_every_rack_takes_its_turn_at_leading() -> None:
+    brokers = [UsableBroker(i, "ab"[i % 2], False) for i in range(4)]
+    for seed in range(10):
+        placed = place(brokers, 8, 2, seed)
+        assert Counter(p[0] for p in placed) == {0: 2, 1: 2, 2: 2, 3: 2}, placed
+        assert all({b % 2 for b in p} == {0, 1} for p in placed)

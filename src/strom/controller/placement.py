@@ -4,8 +4,9 @@ Theory of operation. The brokers that can take a replica (registered, not in con
 are grouped by ``broker.rack``; brokers without a rack form one rack of their own. The racks are
 visited round-robin and each rack hands out its brokers round-robin, so the replicas of one
 partition land on as many racks as possible and successive partitions stripe across all brokers.
-Each new partition starts one rack further on, and one broker further on within every rack.
-Where the walk starts (which rack, and which broker within each rack) is random, so that topics
+Each new partition starts one rack further on; within a rack, leaders and followers are handed
+out by separate round-robin cursors, so every broker takes its turn at leading. Where the walk
+starts (which rack, and which broker within each rack) is random, so that topics
 created one after another do not all put their first leader on the same broker.
 
 Rules:
@@ -52,33 +53,36 @@ class PlacementSpec:
 
 
 class _Rack:
-    """One rack's brokers, unfenced first, handed out round-robin from a random offset."""
+    """One rack's brokers, handed out round-robin from a random offset: its leaders, its unfenced
+    followers and its fenced followers each by their own cursor, so that every broker of the rack
+    takes its turn at leading however often the rack is visited."""
 
-    __slots__ = ("fenced", "next_fenced", "next_unfenced", "offset", "unfenced")
+    __slots__ = ("fenced", "next_fenced", "next_follower", "next_leader", "unfenced")
 
     def __init__(self, unfenced: list[int], fenced: list[int], rnd: random.Random) -> None:
         self.unfenced = unfenced
         self.fenced = fenced
-        self.offset = rnd.randrange(max(len(unfenced), len(fenced), 1))
-        self.next_unfenced = self.next_fenced = 0
+        start = rnd.randrange(max(len(unfenced), len(fenced), 1))
+        self.next_leader = start
+        self.next_follower = start + 1
+        self.next_fenced = start
 
-    def begin_partition(self) -> None:
-        """Each partition starts one broker further on, so leaders and followers rotate."""
-        self.next_unfenced = self.next_fenced = self.offset
-        self.offset += 1
+    def take_leader(self) -> int | None:
+        if not self.unfenced:
+            return None
+        broker = self.unfenced[self.next_leader % len(self.unfenced)]
+        self.next_leader += 1
+        return broker
 
-    def take_unfenced(self, exclude: set[int]) -> int | None:
-        for _ in range(len(self.unfenced)):
-            broker = self.unfenced[self.next_unfenced % len(self.unfenced)]
-            self.next_unfenced += 1
-            if broker not in exclude:
-                return broker
-        return None
-
-    def take_fenced(self, exclude: set[int]) -> int | None:
-        for _ in range(len(self.fenced)):
-            broker = self.fenced[self.next_fenced % len(self.fenced)]
-            self.next_fenced += 1
+    def take_follower(self, exclude: set[int], fenced: bool) -> int | None:
+        brokers = self.fenced if fenced else self.unfenced
+        for _ in range(len(brokers)):
+            if fenced:
+                broker = brokers[self.next_fenced % len(brokers)]
+                self.next_fenced += 1
+            else:
+                broker = brokers[self.next_follower % len(brokers)]
+                self.next_follower += 1
             if broker not in exclude:
                 return broker
         return None
@@ -127,25 +131,21 @@ class StripedReplicaPlacer:
     @staticmethod
     def _place_one(racks: list[_Rack], start: int, rf: int) -> list[int]:
         n = len(racks)
-        for rack in racks:
-            rack.begin_partition()
         chosen: list[int] = []
-        taken: set[int] = set()
-        # the leader: the first unfenced broker found walking the racks from ``start``
+        # the leader: from the first rack, walking from ``start``, that has an unfenced broker
         for i in range(n):
-            broker = racks[(start + i) % n].take_unfenced(taken)
-            if broker is not None:
-                chosen.append(broker)
-                taken.add(broker)
+            leader = racks[(start + i) % n].take_leader()
+            if leader is not None:
+                chosen.append(leader)
                 start += i
                 break
+        taken = set(chosen)
         # the followers: one rack after another, unfenced brokers before fenced ones
-        for take in ("unfenced", "fenced"):
+        for fenced in (False, True):
             misses = 0
             i = 1
             while len(chosen) < rf and misses < n:
-                rack = racks[(start + i) % n]
-                broker = rack.take_unfenced(taken) if take == "unfenced" else rack.take_fenced(taken)
+                broker = racks[(start + i) % n].take_follower(taken, fenced)
                 i += 1
                 if broker is None:
                     misses += 1
