@@ -385,6 +385,37 @@ def test_unclean_leader_election_enable_topic_config() -> None:
     assert p.leader == 1 and p.isr == (1,) and p.leader_recovery_state == 1
 
 
+def test_turning_unclean_election_on_elects_leaderless_partitions_at_the_next_check() -> None:
+    from kio.schema.incremental_alter_configs.v1 import request as iac
+
+    h = ControllerHarness(ControllerConfig(auto_leader_rebalance_enable=False))
+    h.start_brokers(2)
+    h.create_topic("t", assignments={0: [0, 1]})
+    alter(h, "t", 0, [0])
+    h.heartbeat(0, want_fence=True)
+    assert part(h, "t", 0).leader == -1
+    request = iac.IncrementalAlterConfigsRequest(
+        resources=(
+            iac.AlterConfigsResource(
+                resource_type=i8(2),
+                resource_name="t",
+                configs=(
+                    iac.AlterableConfig(
+                        name="unclean.leader.election.enable", config_operation=i8(0), value="true"
+                    ),
+                ),
+            ),
+        ),
+        validate_only=False,
+    )
+    h.commit(h.controller.incremental_alter_configs(request))
+    h.advance(300_000)
+    h.keep_alive()
+    assert h.poll() == 1
+    p = part(h, "t", 0)
+    assert p.leader == 1 and p.isr == (1,) and p.leader_recovery_state == 1
+
+
 def test_auto_leader_rebalance_after_check_interval() -> None:
     h = ControllerHarness(ControllerConfig(leader_imbalance_check_interval_seconds=300))
     h.start_brokers(2)

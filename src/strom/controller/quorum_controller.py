@@ -36,7 +36,8 @@ deadlines. Time comes from the
 
 Periodic work (:meth:`poll`): fence one broker whose session expired (the runtime polls again
 after replaying, until nothing is left), and every ``leader.imbalance.check.interval.seconds``
-with ``auto.leader.rebalance.enable`` move leadership back to preferred leaders of brokers whose
+elect unclean leaders where a topic allows it and nobody leads, and with
+``auto.leader.rebalance.enable`` move leadership back to preferred leaders of brokers whose
 imbalance exceeds ``leader.imbalance.per.broker.percentage``.
 
 Requests are kio request objects (or anything with the same attribute names); responses are dicts
@@ -559,17 +560,22 @@ class QuorumController:
         )
 
     def maybe_balance_partition_leaders(self, now_ms: int) -> ControllerResult[None]:
-        """Preferred-leader elections for imbalanced brokers, at most once per check interval."""
-        if not self.config.auto_leader_rebalance_enable:
-            return ControllerResult([], None)
+        """Once per ``leader.imbalance.check.interval.seconds``: unclean elections for leaderless
+        partitions of topics that allow them, then (``auto.leader.rebalance.enable``) preferred
+        elections for imbalanced brokers."""
+        interval_ms = self.config.leader_imbalance_check_interval_seconds * 1000
         if self._next_rebalance_ms is None:
-            self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+            self._next_rebalance_ms = now_ms + interval_ms
         if now_ms < self._next_rebalance_ms:
             return ControllerResult([], None)
-        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
-        return ControllerResult(
-            self.replication.balance_partition_leaders(self.config.leader_imbalance_per_broker_percentage)
-        )
+        self._next_rebalance_ms = now_ms + interval_ms
+        records = self.replication.unclean_elections()
+        if self.config.auto_leader_rebalance_enable:
+            elected = {(r.topic_id, r.partition_id) for r in records}
+            records += self.replication.balance_partition_leaders(
+                self.config.leader_imbalance_per_broker_percentage, skip=elected
+            )
+        return ControllerResult(records)
 
     def poll(self, now_ms: int) -> ControllerResult[None]:
         """The periodic work due at ``now_ms``: a stale broker fenced first, then a rebalance."""
@@ -585,7 +591,7 @@ class QuorumController:
             for b, reg in self.cluster.registrations.items()
             if not reg.fenced
         ]
-        if self.config.auto_leader_rebalance_enable and self._next_rebalance_ms is not None:
+        if self._next_rebalance_ms is not None:
             deadlines.append(self._next_rebalance_ms)
         known = [d for d in deadlines if d is not None]
         return max(now_ms, min(known) + 1) if known else now_ms + self.config.broker_session_timeout_ms

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -521,9 +521,25 @@ class ReplicationControlManager:
                 )
         return out
 
-    def balance_partition_leaders(self, imbalance_percentage: int) -> list[PartitionChangeRecord]:
+    def unclean_elections(self) -> list[PartitionChangeRecord]:
+        """Leaderless partitions of topics that allow unclean election get a leader outside the
+        ISR (Kafka's periodic ``electUnclean``: the config may have been turned on since)."""
+        records = []
+        for info, pid, part in self._sorted_partitions():
+            if part.leader == NO_LEADER and self.unclean_leader_election(info.name):
+                change = build_change(part, info.id, pid, self.cluster.is_active, election=Election.UNCLEAN)
+                if change is not None:
+                    records.append(change)
+        return records
+
+    def balance_partition_leaders(
+        self, imbalance_percentage: int, skip: Collection[tuple[uuid.UUID, int]] = ()
+    ) -> list[PartitionChangeRecord]:
         records = []
         for topic, pid in self.imbalanced_partitions(imbalance_percentage):
+            info = self.topic(topic)
+            if info is None or (info.id, pid) in skip:
+                continue
             change, error = self.elect_leader(topic, pid, Election.PREFERRED)
             if change is not None and error.code == 0:
                 records.append(change)
