@@ -126,4 +126,14 @@ def test_every_controller_response_is_a_kio_response() -> None:
         timeout=i32(1),  # type: ignore[arg-type]
     )
     _encodes(20, 6, c.delete_topics(delete).response)  # type: ignore[arg-type]
+    from kio.schema.update_features.v1 import request as uf
+
+    features = uf.UpdateFeaturesRequest(
+        timeout=i32(1),  # type: ignore[arg-type]
+        feature_updates=(
+            uf.FeatureUpdateKey(feature="group.version", max_version_level=0, upgrade_type=i8(2)),
+        ),  # type: ignore[arg-type]
+        validate_only=True,
+    )
+    _encodes(57, 1, c.update_features(features).response)  # type: ignore[arg-type]
     _encodes(64, 0, c.unregister_broker(UnregisterBrokerRequest(broker_id=i32(2))).response)  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsReque
 from kio.schema.alter_configs.v2 import request as ac
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.incremental_alter_configs.v1 import request as iac
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i16, i32, i64
 
 from strom.controller import ControllerResult, QuorumController
 from strom.controller.config_control import default_validator
@@ -185,7 +185,7 @@ def test_handle_dispatches_by_api_key() -> None:
     assert created.response is not None and created.response["topics"][0]["error_code"] == 0
     listed = c.handle(46, ListPartitionReassignmentsRequest(timeout=i32(1), topics=None))  # type: ignore[arg-type]
     assert listed.response is not None and listed.response["topics"] == []
-    assert len(CONTROLLER_APIS) == 14
+    assert len(CONTROLLER_APIS) == 15
     with pytest.raises(KeyError):
         c.handle(0, None)  # Produce is no controller API
 
@@ -216,3 +216,48 @@ def test_a_migrated_single_node_log_is_replayed_and_served() -> None:
     request = AllocateProducerIdsRequest(broker_id=i32(0), broker_epoch=i64(h.epoch(0)))  # type: ignore[arg-type]
     response = h.commit(h.controller.allocate_producer_ids(request))
     assert response["producer_id_start"] == 4000
+
+
+def _update_features(
+    h: ControllerHarness, updates: list[tuple[str, int, int]], validate_only: bool = False
+) -> Any:
+    from kio.schema.update_features.v1 import request as uf
+
+    request = uf.UpdateFeaturesRequest(
+        timeout=i32(1000),  # type: ignore[arg-type]
+        feature_updates=tuple(
+            uf.FeatureUpdateKey(feature=name, max_version_level=i16(level), upgrade_type=i8(kind))
+            for name, level, kind in updates
+        ),
+        validate_only=validate_only,
+    )
+    return h.controller.update_features(request)
+
+
+def test_update_features() -> None:
+    h = ControllerHarness()
+    h.start_brokers(2)
+    # downgrade transaction.version 2 -> 1: needs a downgrade type
+    r = _update_features(h, [("transaction.version", 1, 1)])
+    assert r.records == [] and r.response["error_code"] == ControllerErrorCode.INVALID_UPDATE_VERSION
+    assert r.response["results"][0]["error_message"] == (
+        "Invalid update version 1 for feature transaction.version. Can't downgrade the version of this "
+        "feature without setting the upgrade type to either safe or unsafe downgrade."
+    )
+    assert _update_features(h, [("transaction.version", 1, 2)], validate_only=True).records == []
+    h.commit(_update_features(h, [("transaction.version", 1, 2)]))
+    assert h.controller.features.level("transaction.version") == 1
+    assert (
+        _update_features(h, [("transaction.version", 2, 2)])
+        .response["results"][0]["error_message"]
+        .endswith("Can't downgrade to a newer version.")
+    )
+    h.commit(_update_features(h, [("transaction.version", 2, 1)]))
+    assert h.controller.features.level("transaction.version") == 2
+    # beyond what this controller speaks, metadata.version lowered, unknown feature: refused, all or nothing
+    r = _update_features(h, [("group.version", 0, 2), ("transaction.version", 3, 1)])
+    assert r.records == [] and [x["error_code"] for x in r.response["results"]] == [0, 95]
+    assert _update_features(h, [("metadata.version", 24, 3)]).response["error_code"] == 95
+    assert _update_features(h, [("no.such.feature", 1, 1)]).response["error_code"] == 95
+    h.commit(_update_features(h, [("group.version", 0, 2)]))
+    assert "group.version" not in h.controller.features.finalized

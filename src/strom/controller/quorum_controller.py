@@ -106,6 +106,7 @@ ALTER_PARTITION = 56
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
+UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_APIS = frozenset(
     {
@@ -122,6 +123,7 @@ CONTROLLER_APIS = frozenset(
         BROKER_REGISTRATION,
         BROKER_HEARTBEAT,
         UNREGISTER_BROKER,
+        UPDATE_FEATURES,
         ALLOCATE_PRODUCER_IDS,
     }
 )
@@ -238,6 +240,7 @@ class QuorumController:
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             UNREGISTER_BROKER: self.unregister_broker,
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+            UPDATE_FEATURES: self.update_features,
         }[api_key]
         return operation(request)
 
@@ -529,6 +532,37 @@ class QuorumController:
                 for v in values
             ]
         return ControllerResult([], {"throttle_time": 0, "results": out})
+
+    # ---- features ------------------------------------------------------------------------
+    def update_features(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        """UpdateFeatures (v1 shape: a result per feature; v2 clients read the top-level error)."""
+        records: list[Any] = []
+        results = []
+        for update in request.feature_updates:
+            name = str(update.feature)
+            entry: dict[str, Any] = {"feature": name, "error_code": 0, "error_message": None}
+            results.append(entry)
+            try:
+                record = self.features.update_feature(
+                    name,
+                    int(update.max_version_level),
+                    int(update.upgrade_type),
+                    self.cluster.registrations.values(),
+                )
+            except KafkaError as e:
+                entry.update(error_code=e.code, error_message=str(e))
+                continue
+            records.append(record)
+        failed = next((r for r in results if r["error_code"]), None)
+        if failed is not None or request.validate_only:
+            records = []  # Kafka applies an UpdateFeatures whole or not at all
+        response = {
+            "throttle_time": 0,
+            "error_code": failed["error_code"] if failed else 0,
+            "error_message": failed["error_message"] if failed else None,
+            "results": results,
+        }
+        return ControllerResult(records, response)
 
     # ---- producer ids --------------------------------------------------------------------
     def allocate_producer_ids(self, request: Any) -> ControllerResult[dict[str, Any]]:
