@@ -261,3 +261,20 @@ def test_update_features() -> None:
     assert _update_features(h, [("no.such.feature", 1, 1)]).response["error_code"] == 95
     h.commit(_update_features(h, [("group.version", 0, 2)]))
     assert "group.version" not in h.controller.features.finalized
+
+
+def test_same_seed_same_inputs_same_log() -> None:
+    def scenario(seed: int) -> list[Any]:
+        h = ControllerHarness(seed=seed)
+        h.start_brokers(4, racks=["a", "b", "a", "b"])
+        h.create_topic("x", 8, 3)
+        h.advance(5000)
+        h.heartbeat(0, want_fence=True)
+        h.create_topic("y", 4, 2)
+        h.advance(10_000)
+        h.keep_alive()
+        h.poll()
+        return h.log
+
+    assert scenario(5) == scenario(5)
+    assert scenario(5) != scenario(6)  # other topic ids and placements
