@@ -93,10 +93,6 @@ def is_active(reg: BrokerRegistration) -> bool:
     return not reg.fenced and not reg.in_controlled_shutdown
 
 
-def _error(code: int, message: str) -> KafkaError:
-    return KafkaError(code, message)
-
-
 class ClusterControlManager:
     def __init__(
         self,
@@ -120,10 +116,6 @@ class ClusterControlManager:
         reg = self.registrations.get(broker_id)
         return reg is not None and is_active(reg)
 
-    def is_unfenced(self, broker_id: int) -> bool:
-        reg = self.registrations.get(broker_id)
-        return reg is not None and not reg.fenced
-
     def usable_brokers(self) -> Iterator[UsableBroker]:
         """Brokers new replicas may go to: registered and not shutting down."""
         for reg in self.registrations.values():
@@ -134,11 +126,11 @@ class ClusterControlManager:
         """Raises STALE_BROKER_EPOCH unless ``broker_id`` is registered with ``broker_epoch``."""
         reg = self.registrations.get(broker_id)
         if reg is None:
-            raise _error(
+            raise KafkaError(
                 ControllerErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker {broker_id}"
             )
         if reg.epoch != broker_epoch:
-            raise _error(
+            raise KafkaError(
                 ControllerErrorCode.STALE_BROKER_EPOCH,
                 f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}",
             )
@@ -188,7 +180,7 @@ class ClusterControlManager:
         broker_id = int(request.broker_id)
         cluster_id = getattr(request, "cluster_id", None)
         if self.cluster_id is not None and cluster_id is not None and str(cluster_id) != self.cluster_id:
-            raise _error(
+            raise KafkaError(
                 ControllerErrorCode.INCONSISTENT_CLUSTER_ID,
                 f"Expected cluster ID {self.cluster_id}, but got cluster ID {cluster_id}",
             )
@@ -199,7 +191,7 @@ class ClusterControlManager:
             and existing.incarnation_id != incarnation
             and self.has_valid_session(broker_id, now_ms)
         ):
-            raise _error(
+            raise KafkaError(
                 ControllerErrorCode.DUPLICATE_BROKER_REGISTRATION,
                 "Another broker is registered with that broker id.",
             )
@@ -216,7 +208,7 @@ class ClusterControlManager:
             f = offered.get(name)
             lo, hi = (f.min_supported_version, f.max_supported_version) if f else (0, 0)
             if not lo <= level <= hi:
-                raise _error(
+                raise KafkaError(
                     ErrorCode.UNSUPPORTED_VERSION,
                     f"Unable to register because the broker does not support finalized version {level} of "
                     f"{name}. The broker wants a version between {lo} and {hi}, inclusive.",
