@@ -71,7 +71,7 @@ UNFENCE = BROKER_FENCE_UNFENCED
 IN_CONTROLLED_SHUTDOWN = 1  # BrokerRegistrationChangeRecord.in_controlled_shutdown
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000
-DEFAULT_HEARTBEAT_INTERVAL_MS = 2000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 2000  # broker.heartbeat.interval.ms: how often brokers call in
 
 
 class BrokerState(Enum):

@@ -67,10 +67,6 @@ class ApiError:
     code: int
     message: str | None = None
 
-    @classmethod
-    def of(cls, e: KafkaError) -> ApiError:
-        return cls(e.code, str(e))
-
 
 NONE = ApiError(0)
 
