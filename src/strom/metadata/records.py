@@ -21,6 +21,12 @@ decoder, with Kafka's field names in snake_case as the dataclass attribute names
 defaults as the dataclass defaults (a field absent from the version being read keeps its default).
 Record classes are frozen dataclasses; lists are tuples so records are hashable and shareable.
 
+Besides the records strom's controller writes, the codec reads (and writes) the other record types
+a Kafka 4.0 metadata log may hold: RegisterControllerRecord (KIP-919), DelegationTokenRecord /
+RemoveDelegationTokenRecord and the ZooKeeper-migration ZkMigrationStateRecord. Not covered:
+ClearElrRecord (api key 28, Kafka 4.0 with eligible leader replicas enabled) and record types added
+after Kafka 4.0; :func:`decode` reports them as unknown types.
+
 Versions written: :func:`encode` picks what a Kafka 4.x controller writes at its default metadata
 version (``RegisterBrokerRecord`` v3, ``BrokerRegistrationChangeRecord`` v2, ``PartitionRecord`` /
 ``PartitionChangeRecord`` v1, or v2 when the record carries eligible-leader-replica fields
@@ -60,7 +66,7 @@ class MetadataParseError(ValueError):
 class _Field:
     """One field of a Kafka message schema.
 
-    ``kind`` is a primitive type name (``int8`` ... ``uuid``), ``[]int32`` / ``[]uuid``, or
+    ``kind`` is a primitive type name (``int8`` ... ``uuid``), ``[]int32`` / ``[]uuid`` / ``[]string``, or
     ``[]`` with ``struct`` naming the element dataclass. ``since``: first version carrying the field
     (every metadata field is "N+"); ``nullable_since``: first version in which it may be null;
     ``tag``: its tag if it is a tagged field (tagged from ``since``, as in every metadata schema).
@@ -318,6 +324,29 @@ class RemoveTopicRecord:
 
 
 @_message(
+    10,
+    (0, 0),
+    F("owner", "string"),
+    F("requester", "string"),
+    F("renewers", "[]string"),
+    F("issue_timestamp", "int64"),
+    F("max_timestamp", "int64"),
+    F("expiration_timestamp", "int64"),
+    F("token_id", "string"),
+)
+@dataclass(frozen=True, kw_only=True)
+class DelegationTokenRecord:
+    API_KEY: ClassVar[int] = 10
+    owner: str = ""
+    requester: str = ""
+    renewers: tuple[str, ...] = ()
+    issue_timestamp: int = 0
+    max_timestamp: int = 0
+    expiration_timestamp: int = 0
+    token_id: str = ""
+
+
+@_message(
     11,
     (0, 0),
     F("name", "string"),
@@ -438,6 +467,15 @@ class NoOpRecord:
     API_KEY: ClassVar[int] = 20
 
 
+@_message(21, (0, 0), F("zk_migration_state", "int8"))
+@dataclass(frozen=True, kw_only=True)
+class ZkMigrationStateRecord:
+    """ZooKeeper-to-KRaft migration state (Kafka 3.4-3.9); read for compatibility, never written."""
+
+    API_KEY: ClassVar[int] = 21
+    zk_migration_state: int = 0
+
+
 @_message(22, (0, 0), F("name", "string"), F("mechanism", "int8"))
 @dataclass(frozen=True, kw_only=True)
 class RemoveUserScramCredentialRecord:
@@ -466,6 +504,35 @@ class AbortTransactionRecord:
     reason: str | None = None
 
 
+@_message(26, (0, 0), F("token_id", "string"))
+@dataclass(frozen=True, kw_only=True)
+class RemoveDelegationTokenRecord:
+    API_KEY: ClassVar[int] = 26
+    token_id: str = ""
+
+
+@_message(
+    27,
+    (0, 0),
+    F("controller_id", "int32"),
+    F("incarnation_id", "uuid"),
+    F("zk_migration_ready", "bool"),
+    F("end_points", "[]", struct=BrokerEndpoint),
+    F("features", "[]", struct=BrokerFeature),
+)
+@dataclass(frozen=True, kw_only=True)
+class RegisterControllerRecord:
+    """A controller's registration (KIP-919); its endpoints and features have the same layout as a
+    broker's (Kafka's ControllerEndpoint / ControllerFeature)."""
+
+    API_KEY: ClassVar[int] = 27
+    controller_id: int = 0
+    incarnation_id: uuid.UUID = ZERO_UUID
+    zk_migration_ready: bool = False
+    end_points: tuple[BrokerEndpoint, ...] = ()
+    features: tuple[BrokerFeature, ...] = ()
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -488,6 +555,10 @@ MetadataRecord = (
     | BeginTransactionRecord
     | EndTransactionRecord
     | AbortTransactionRecord
+    | DelegationTokenRecord
+    | RemoveDelegationTokenRecord
+    | ZkMigrationStateRecord
+    | RegisterControllerRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = tuple(_BY_API_KEY[k] for k in sorted(_BY_API_KEY))
@@ -579,6 +650,10 @@ def _write_value(out: bytearray, f: _Field, value: Any, version: int) -> None:
         _uvarint(out, len(value) + 1)
         for v in value:
             out += v.bytes
+    elif kind == "[]string":
+        _uvarint(out, len(value) + 1)
+        for v in value:
+            _write_value(out, _Field(f.attr, "string"), v, version)
     else:  # "[]" of structs
         assert f.struct is not None
         sub = _STRUCT_FIELDS[f.struct]
@@ -704,6 +779,12 @@ def _read_value(r: _Reader, f: _Field, version: int) -> Any:
         if n is None:
             return None
         return tuple(uuid.UUID(bytes=r.take(16)) for _ in range(n))
+    if kind == "[]string":
+        n = r.length(f, version, 1)
+        if n is None:
+            return None
+        element = _Field(f.attr, "string")
+        return tuple(_read_value(r, element, version) for _ in range(n))
     assert f.struct is not None
     n = r.length(f, version, 1)
     if n is None:
