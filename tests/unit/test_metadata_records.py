@@ -27,7 +27,7 @@ from strom.metadata.records import (
     decode_versioned,
     encode,
 )
-from strom.protocol.records import build_batch, build_control_batch
+from strom.protocol.records import build_batch, build_control_batch, iter_batches
 
 U1 = uuid.UUID("00010203-0405-0607-0809-0a0b0c0d0e0f")
 U2 = uuid.UUID("10111213-1415-1617-1819-1a1b1c1d1e1f")
@@ -336,3 +336,13 @@ def test_every_record_type_has_a_unique_api_key() -> None:
     assert len(set(keys)) == len(keys) == 25
     for t in mr.RECORD_TYPES:
         assert mr.api_key_of(t()) == t.API_KEY  # type: ignore[attr-defined]
+
+
+def test_records_split_into_batches() -> None:
+    recs = [TopicRecord(name=f"t{i}", topic_id=uuid.UUID(int=i)) for i in range(7)]
+    data = mr.build_records_batches(recs, base_offset=5, max_batch_records=3)
+    assert len(list(iter_batches(data))) == 3
+    assert list(mr.iter_batch_records(data)) == [(5 + i, rec) for i, rec in enumerate(recs)]
+    assert mr.build_records_batches([]) == b""
+    with pytest.raises(ValueError):
+        mr.build_records_batches(recs, max_batch_records=0)

@@ -875,6 +875,31 @@ def build_records_batch(
     )
 
 
+def build_records_batches(
+    records: Iterable[MetadataRecord],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int = 0,
+    leader_epoch: int = -1,
+    max_batch_records: int = 1000,
+) -> bytes:
+    """Records packed into consecutive batches of at most ``max_batch_records`` each (a snapshot's
+    data, or a large controller write); offsets continue from ``base_offset``. ``b""`` for none.
+    A snapshot's header and footer control batches are the Raft layer's to add."""
+    if max_batch_records < 1:
+        raise ValueError("max_batch_records must be at least 1")
+    recs = list(records)
+    out = bytearray()
+    for i in range(0, len(recs), max_batch_records):
+        out += build_records_batch(
+            recs[i : i + max_batch_records],
+            base_offset=base_offset + i,
+            timestamp_ms=timestamp_ms,
+            leader_epoch=leader_epoch,
+        )
+    return bytes(out)
+
+
 def iter_batch_records(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, MetadataRecord]]:
     """Yield ``(offset, record)`` for every metadata record in a concatenation of batches.
 
