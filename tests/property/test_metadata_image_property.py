@@ -84,6 +84,7 @@ def record_sequences(draw: st.DrawFn, max_ops: int = 40, id_base: int = 100) -> 
                     "scram",
                     "controller",
                     "token",
+                    "clearelr",
                     "noop",
                 ]
             )
@@ -250,6 +251,9 @@ def record_sequences(draw: st.DrawFn, max_ops: int = 40, id_base: int = 100) -> 
                 )
             else:
                 out.append(r.RemoveDelegationTokenRecord(token_id=tid))
+        elif op == "clearelr":
+            names = sorted({name for name, _ in topics.values()})
+            out.append(r.ClearElrRecord(topic_name=draw(st.sampled_from(["", *names]))))
         elif op == "noop":
             out.append(
                 draw(st.sampled_from([r.NoOpRecord(), r.ZkMigrationStateRecord(zk_migration_state=1)]))

@@ -72,6 +72,7 @@ from .records import (
     AccessControlEntryRecord,
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
@@ -251,6 +252,18 @@ class TopicDelta:
             raise MetadataReplayError(f"unable to find partition {r.topic_id}:{r.partition_id}")
         self.partition_changes[r.partition_id] = current.merge(r)
 
+    def clear_elr(self) -> None:
+        """ClearElrRecord: partitions with eligible leader replicas lose them (a partition change:
+        the partition epoch moves)."""
+        for p in sorted(set(self.image.partitions) | set(self.partition_changes)):
+            current = self.partition_changes.get(p) or self.image.partitions[p]
+            if current.elr or current.last_known_elr:
+                self.partition_changes[p] = current.merge(
+                    PartitionChangeRecord(
+                        partition_id=p, topic_id=self.id, eligible_leader_replicas=(), last_known_elr=()
+                    )
+                )
+
     def apply(self) -> TopicImage:
         if not self.partition_changes:
             return self.image
@@ -312,6 +325,19 @@ class TopicsDelta:
             self.created_topic_ids.add(r.topic_id)
         elif isinstance(r, PartitionRecord | PartitionChangeRecord):
             self._topic_delta(r.topic_id).replay(r)
+        elif isinstance(r, ClearElrRecord):
+            if r.topic_name:
+                ids = [tid for tid, d in self.changed_topics.items() if d.name == r.topic_name]
+                topic = self.image.topics_by_name.get(r.topic_name)
+                if not ids and topic is not None and topic.id not in self.deleted_topic_ids:
+                    ids = [topic.id]
+                if not ids:
+                    raise MetadataReplayError(f"unable to clear ELRs of topic {r.topic_name}: no such topic")
+            else:
+                alive = (tid for tid in self.image.topics_by_id if tid not in self.deleted_topic_ids)
+                ids = list(dict.fromkeys([*alive, *self.changed_topics]))
+            for tid in ids:
+                self._topic_delta(tid).clear_elr()
         elif isinstance(r, RemoveTopicRecord):
             d = self.changed_topics.pop(r.topic_id, None)
             self.created_topic_ids.discard(r.topic_id)
@@ -655,6 +681,7 @@ _REPLAY: dict[type, Callable[[MetadataDelta, Any], object]] = {
     TopicRecord: lambda d, r: d.topics().replay(r),
     PartitionRecord: lambda d, r: d.topics().replay(r),
     PartitionChangeRecord: lambda d, r: d.topics().replay(r),
+    ClearElrRecord: lambda d, r: d.topics().replay(r),
     RemoveTopicRecord: MetadataDelta._remove_topic,
     ConfigRecord: lambda d, r: d.configs().replay(r),
     FeatureLevelRecord: lambda d, r: d.features().replay(r),

@@ -23,9 +23,9 @@ Record classes are frozen dataclasses; lists are tuples so records are hashable 
 
 Besides the records strom's controller writes, the codec reads (and writes) the other record types
 a Kafka 4.0 metadata log may hold: RegisterControllerRecord (KIP-919), DelegationTokenRecord /
-RemoveDelegationTokenRecord and the ZooKeeper-migration ZkMigrationStateRecord. Not covered:
-ClearElrRecord (api key 28, Kafka 4.0 with eligible leader replicas enabled) and record types added
-after Kafka 4.0; :func:`decode` reports them as unknown types.
+RemoveDelegationTokenRecord, ClearElrRecord (KIP-966) and the ZooKeeper-migration
+ZkMigrationStateRecord. Record types added after Kafka 4.0 are not covered: :func:`decode` reports
+them as unknown types.
 
 Versions written: :func:`encode` picks what a Kafka 4.x controller writes at its default metadata
 version (``RegisterBrokerRecord`` v3, ``BrokerRegistrationChangeRecord`` v2, ``PartitionRecord`` /
@@ -533,6 +533,16 @@ class RegisterControllerRecord:
     features: tuple[BrokerFeature, ...] = ()
 
 
+@_message(28, (0, 0), F("topic_name", "string"))
+@dataclass(frozen=True, kw_only=True)
+class ClearElrRecord:
+    """Clear the eligible leader replicas (KIP-966) of a topic's partitions, or of every topic's
+    when ``topic_name`` is empty (Kafka 4.0, written when ``min.insync.replicas`` changes)."""
+
+    API_KEY: ClassVar[int] = 28
+    topic_name: str = ""
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -559,6 +569,7 @@ MetadataRecord = (
     | RemoveDelegationTokenRecord
     | ZkMigrationStateRecord
     | RegisterControllerRecord
+    | ClearElrRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = tuple(_BY_API_KEY[k] for k in sorted(_BY_API_KEY))
