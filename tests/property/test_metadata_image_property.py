@@ -82,6 +82,9 @@ def record_sequences(draw: st.DrawFn, max_ops: int = 40, id_base: int = 100) -> 
                     "acl",
                     "rmacl",
                     "scram",
+                    "controller",
+                    "token",
+                    "clearelr",
                     "noop",
                 ]
             )
@@ -224,8 +227,37 @@ def record_sequences(draw: st.DrawFn, max_ops: int = 40, id_base: int = 100) -> 
                 )
             else:
                 out.append(r.RemoveUserScramCredentialRecord(name=name, mechanism=mech))
+        elif op == "controller":
+            out.append(
+                r.RegisterControllerRecord(
+                    controller_id=draw(st.sampled_from([3000, 3001])),
+                    incarnation_id=_uuid(fresh()),
+                    end_points=(r.BrokerEndpoint(name="CONTROLLER", host="h", port=9093),),
+                )
+            )
+        elif op == "token":
+            tid = draw(st.sampled_from(["t1", "t2"]))
+            if draw(st.booleans()):
+                out.append(
+                    r.DelegationTokenRecord(
+                        owner="User:o",
+                        requester="User:r",
+                        renewers=("User:x",),
+                        issue_timestamp=fresh(),
+                        max_timestamp=fresh(),
+                        expiration_timestamp=fresh(),
+                        token_id=tid,
+                    )
+                )
+            else:
+                out.append(r.RemoveDelegationTokenRecord(token_id=tid))
+        elif op == "clearelr":
+            names = sorted({name for name, _ in topics.values()})
+            out.append(r.ClearElrRecord(topic_name=draw(st.sampled_from(["", *names]))))
         elif op == "noop":
-            out.append(r.NoOpRecord())
+            out.append(
+                draw(st.sampled_from([r.NoOpRecord(), r.ZkMigrationStateRecord(zk_migration_state=1)]))
+            )
     return out
 
 

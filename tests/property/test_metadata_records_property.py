@@ -41,6 +41,8 @@ def _value(f: Any, version: int) -> st.SearchStrategy[Any]:
         base = st.lists(_INTS["int32"], max_size=5).map(tuple)
     elif kind == "[]uuid":
         base = st.lists(st.uuids(), max_size=3).map(tuple)
+    elif kind == "[]string":
+        base = st.lists(st.text(max_size=6), max_size=3).map(tuple)
     else:
         base = st.lists(_struct(f.struct, version), max_size=3).map(tuple)
     return st.one_of(st.none(), base) if f.nullable(version) else base

@@ -333,3 +333,44 @@ def test_loader_errors_name_the_offset() -> None:
     bad = r.build_records_batch([r.NoOpRecord()])[:-1]
     with pytest.raises(r.MetadataParseError):
         MetadataLoader().handle_commit(bad)
+
+
+def test_clear_elr_clears_partitions_that_have_one() -> None:
+    recs = [
+        r.TopicRecord(name="a", topic_id=T1),
+        r.PartitionRecord(
+            partition_id=0,
+            topic_id=T1,
+            replicas=(1, 2),
+            isr=(1,),
+            leader=1,
+            leader_epoch=0,
+            partition_epoch=0,
+            eligible_leader_replicas=(2,),
+            last_known_elr=(),
+        ),
+        r.PartitionRecord(
+            partition_id=1,
+            topic_id=T1,
+            replicas=(1, 2),
+            isr=(1,),
+            leader=1,
+            leader_epoch=0,
+            partition_epoch=0,
+        ),
+        *topic(T2, "b", (1,)),
+    ]
+    _, img = replay(
+        EMPTY_IMAGE, *recs, r.PartitionChangeRecord(partition_id=0, topic_id=T2, last_known_elr=(1,))
+    )
+    d, img2 = replay(img, r.ClearElrRecord(topic_name="a"))
+    p0, p1 = img2.topics.get_partition(T1, 0), img2.topics.get_partition(T1, 1)
+    assert p0 is not None and p0.elr == () and p0.last_known_elr == () and p0.partition_epoch == 1
+    assert p1 is img.topics.get_partition(T1, 1)  # had no ELR: untouched
+    assert img2.topics.get_partition(T2, 0) == img.topics.get_partition(T2, 0)
+    assert set(d.changed_partitions()) == {TopicPartition("a", 0)}
+    _, img3 = replay(img, r.ClearElrRecord(topic_name=""))
+    b0 = img3.topics.get_partition(T2, 0)
+    assert b0 is not None and b0.last_known_elr == () and b0.partition_epoch == 2
+    with pytest.raises(MetadataReplayError):
+        replay(img, r.ClearElrRecord(topic_name="nope"))

@@ -27,7 +27,7 @@ from strom.metadata.records import (
     decode_versioned,
     encode,
 )
-from strom.protocol.records import build_batch, build_control_batch
+from strom.protocol.records import build_batch, build_control_batch, iter_batches
 
 U1 = uuid.UUID("00010203-0405-0607-0809-0a0b0c0d0e0f")
 U2 = uuid.UUID("10111213-1415-1617-1819-1a1b1c1d1e1f")
@@ -72,14 +72,19 @@ def test_partition_record_v1_golden() -> None:
         b"\x01\x03\x01"
         + i32(0)
         + U1.bytes
-        + b"\x04" + i32(1, 2, 3)  # Replicas
-        + b"\x03" + i32(1, 2)  # Isr
+        + b"\x04"
+        + i32(1, 2, 3)  # Replicas
+        + b"\x03"
+        + i32(1, 2)  # Isr
         + b"\x01"  # RemovingReplicas []
         + b"\x01"  # AddingReplicas []
         + i32(1)  # Leader (LeaderRecoveryState is tagged, default 0: not written)
         + i32(5)  # LeaderEpoch
         + i32(7)  # PartitionEpoch
-        + b"\x04" + U1.bytes + U2.bytes + U3.bytes  # Directories (v1+)
+        + b"\x04"
+        + U1.bytes
+        + U2.bytes
+        + U3.bytes  # Directories (v1+)
         + b"\x00"
     )
     check(rec, golden)
@@ -103,30 +108,34 @@ def test_partition_record_v2_writes_elr_as_tags_and_recovery_state() -> None:
         b"\x01\x03\x02"
         + i32(3)
         + U2.bytes
-        + b"\x02" + i32(1)
-        + b"\x02" + i32(1)
+        + b"\x02"
+        + i32(1)
+        + b"\x02"
+        + i32(1)
         + b"\x01\x01"
         + i32(1, 0, 0)
-        + b"\x02" + U3.bytes
+        + b"\x02"
+        + U3.bytes
         + b"\x03"  # three tagged fields in tag order
         + b"\x00\x01\x01"  # tag 0 LeaderRecoveryState = 1
         + b"\x01\x01\x01"  # tag 1 ELR = [] (empty, not null: written)
-        + b"\x02\x05\x02" + i32(4)  # tag 2 LastKnownElr = [4]
+        + b"\x02\x05\x02"
+        + i32(4)  # tag 2 LastKnownElr = [4]
     )
     check(rec, golden)
 
 
 def test_partition_change_record_tags() -> None:
-    rec = PartitionChangeRecord(
-        partition_id=2, topic_id=U1, isr=(1,), leader=-1, leader_recovery_state=1
-    )
+    rec = PartitionChangeRecord(partition_id=2, topic_id=U1, isr=(1,), leader=-1, leader_recovery_state=1)
     golden = (
         b"\x01\x05\x01"
         + i32(2)
         + U1.bytes
         + b"\x03"
-        + b"\x00\x05\x02" + i32(1)  # tag 0 Isr
-        + b"\x01\x04" + i32(-1)  # tag 1 Leader
+        + b"\x00\x05\x02"
+        + i32(1)  # tag 0 Isr
+        + b"\x01\x04"
+        + i32(-1)  # tag 1 Leader
         + b"\x05\x01\x01"  # tag 5 LeaderRecoveryState
     )
     check(rec, golden)
@@ -153,12 +162,20 @@ def test_register_broker_record_v3_golden() -> None:
         + b"\x00"  # IsMigratingZkBroker (v2+)
         + U2.bytes
         + struct.pack(">q", 10)
-        + b"\x02" + cstr("PLAINTEXT") + cstr("localhost") + struct.pack(">Hh", 9092, 0) + b"\x00"
-        + b"\x02" + cstr("metadata.version") + struct.pack(">hh", 7, 25) + b"\x00"
+        + b"\x02"
+        + cstr("PLAINTEXT")
+        + cstr("localhost")
+        + struct.pack(">Hh", 9092, 0)
+        + b"\x00"
+        + b"\x02"
+        + cstr("metadata.version")
+        + struct.pack(">hh", 7, 25)
+        + b"\x00"
         + b"\x00"  # Rack null
         + b"\x01"  # Fenced
         + b"\x00"  # InControlledShutdown (v1+)
-        + b"\x01\x00\x11\x02" + U3.bytes  # tag 0 LogDirs
+        + b"\x01\x00\x11\x02"
+        + U3.bytes  # tag 0 LogDirs
     )
     check(rec, golden)
 
@@ -181,16 +198,61 @@ def test_broker_registration_change_and_client_quota_and_config() -> None:
         ClientQuotaRecord(
             entity=(EntityData(entity_type="user", entity_name=None),), key="producer_byte_rate", value=1024.0
         ),
-        b"\x01\x0e\x00\x02" + cstr("user") + b"\x00\x00" + cstr("producer_byte_rate")
-        + struct.pack(">d", 1024.0) + b"\x00\x00",
+        b"\x01\x0e\x00\x02"
+        + cstr("user")
+        + b"\x00\x00"
+        + cstr("producer_byte_rate")
+        + struct.pack(">d", 1024.0)
+        + b"\x00\x00",
     )
     check(
         ConfigRecord(resource_type=2, resource_name="t", name="cleanup.policy", value=None),
         b"\x01\x04\x00\x02" + cstr("t") + cstr("cleanup.policy") + b"\x00\x00",
     )
-    check(FeatureLevelRecord(name="metadata.version", feature_level=25),
-          b"\x01\x0c\x00" + cstr("metadata.version") + b"\x00\x19\x00")
+    check(
+        FeatureLevelRecord(name="metadata.version", feature_level=25),
+        b"\x01\x0c\x00" + cstr("metadata.version") + b"\x00\x19\x00",
+    )
     check(NoOpRecord(), b"\x01\x14\x00\x00")
+
+
+def test_delegation_token_and_controller_records_golden() -> None:
+    check(
+        mr.DelegationTokenRecord(
+            owner="User:a",
+            requester="User:b",
+            renewers=("User:c", "User:d"),
+            issue_timestamp=1,
+            max_timestamp=2,
+            expiration_timestamp=3,
+            token_id="t",
+        ),
+        b"\x01\x0a\x00"
+        + cstr("User:a")
+        + cstr("User:b")
+        + b"\x03"
+        + cstr("User:c")
+        + cstr("User:d")
+        + struct.pack(">qqq", 1, 2, 3)
+        + cstr("t")
+        + b"\x00",
+    )
+    check(
+        mr.RegisterControllerRecord(
+            controller_id=3000, incarnation_id=U1, end_points=(BrokerEndpoint(name="C", host="h", port=9093),)
+        ),
+        b"\x01\x1b\x00"
+        + i32(3000)
+        + U1.bytes
+        + b"\x00"
+        + b"\x02"
+        + cstr("C")
+        + cstr("h")
+        + struct.pack(">Hh", 9093, 0)
+        + b"\x00"
+        + b"\x01"
+        + b"\x00",
+    )
 
 
 def test_unknown_tags_are_skipped() -> None:
@@ -271,6 +333,16 @@ def test_batch_errors_are_metadata_parse_errors() -> None:
 
 def test_every_record_type_has_a_unique_api_key() -> None:
     keys = [t.API_KEY for t in mr.RECORD_TYPES]  # type: ignore[attr-defined]
-    assert len(set(keys)) == len(keys) == 21
+    assert len(set(keys)) == len(keys) == 26
     for t in mr.RECORD_TYPES:
         assert mr.api_key_of(t()) == t.API_KEY  # type: ignore[attr-defined]
+
+
+def test_records_split_into_batches() -> None:
+    recs = [TopicRecord(name=f"t{i}", topic_id=uuid.UUID(int=i)) for i in range(7)]
+    data = mr.build_records_batches(recs, base_offset=5, max_batch_records=3)
+    assert len(list(iter_batches(data))) == 3
+    assert list(mr.iter_batch_records(data)) == [(5 + i, rec) for i, rec in enumerate(recs)]
+    assert mr.build_records_batches([]) == b""
+    with pytest.raises(ValueError):
+        mr.build_records_batches(recs, max_batch_records=0)

@@ -26,7 +26,8 @@ a FeatureLevelRecord at level 0 removes the feature; a quota record with ``remov
 fencing, unfencing or changing a broker requires its current epoch. Departure: configs set on a topic
 created and deleted inside one delta are dropped with it (Kafka keeps them).
 
-The transaction markers (Begin/End/AbortTransactionRecord) are no-ops here: what an aborted
+ZkMigrationStateRecord (ZooKeeper migration, gone in Kafka 4.0) is read and ignored. The
+transaction markers (Begin/End/AbortTransactionRecord) are no-ops here: what an aborted
 transaction leaves out is decided by the :class:`~strom.metadata.loader.MetadataLoader`.
 
 Error contract: a record that contradicts the image raises :class:`MetadataReplayError`.
@@ -49,6 +50,8 @@ from .image import (
     ClusterImage,
     ConfigResource,
     ConfigurationsImage,
+    ControllerRegistration,
+    DelegationTokenImage,
     FeaturesImage,
     MetadataImage,
     MetadataProvenance,
@@ -69,8 +72,10 @@ from .records import (
     AccessControlEntryRecord,
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -80,13 +85,16 @@ from .records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
+    ZkMigrationStateRecord,
 )
 
 # --------------------------------------------------------------------------- features
@@ -136,6 +144,7 @@ class ClusterDelta:
     def __init__(self, image: ClusterImage) -> None:
         self.image = image
         self.changed_brokers: dict[int, BrokerRegistration | None] = {}
+        self.changed_controllers: dict[int, ControllerRegistration | None] = {}
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         if broker_id in self.changed_brokers:
@@ -155,6 +164,8 @@ class ClusterDelta:
     def replay(self, r: MetadataRecord) -> None:
         if isinstance(r, RegisterBrokerRecord):
             self.changed_brokers[r.broker_id] = BrokerRegistration.from_record(r)
+        elif isinstance(r, RegisterControllerRecord):
+            self.changed_controllers[r.controller_id] = ControllerRegistration.from_record(r)
         elif isinstance(r, UnregisterBrokerRecord):
             self.changed_brokers[r.broker_id] = None
         elif isinstance(r, FenceBrokerRecord | UnfenceBrokerRecord):
@@ -181,9 +192,14 @@ class ClusterDelta:
     def finish_snapshot(self) -> None:
         for broker_id in self.image.brokers:
             self.changed_brokers.setdefault(broker_id, None)
+        for controller_id in self.image.controllers:
+            self.changed_controllers.setdefault(controller_id, None)
 
     def apply(self) -> ClusterImage:
-        return ClusterImage(_merge(self.image.brokers, self.changed_brokers))
+        return ClusterImage(
+            _merge(self.image.brokers, self.changed_brokers),
+            _merge(self.image.controllers, self.changed_controllers),
+        )
 
 
 def _replace(b: BrokerRegistration, **changes: Any) -> BrokerRegistration:
@@ -235,6 +251,18 @@ class TopicDelta:
         if current is None:
             raise MetadataReplayError(f"unable to find partition {r.topic_id}:{r.partition_id}")
         self.partition_changes[r.partition_id] = current.merge(r)
+
+    def clear_elr(self) -> None:
+        """ClearElrRecord: partitions with eligible leader replicas lose them (a partition change:
+        the partition epoch moves)."""
+        for p in sorted(set(self.image.partitions) | set(self.partition_changes)):
+            current = self.partition_changes.get(p) or self.image.partitions[p]
+            if current.elr or current.last_known_elr:
+                self.partition_changes[p] = current.merge(
+                    PartitionChangeRecord(
+                        partition_id=p, topic_id=self.id, eligible_leader_replicas=(), last_known_elr=()
+                    )
+                )
 
     def apply(self) -> TopicImage:
         if not self.partition_changes:
@@ -297,6 +325,19 @@ class TopicsDelta:
             self.created_topic_ids.add(r.topic_id)
         elif isinstance(r, PartitionRecord | PartitionChangeRecord):
             self._topic_delta(r.topic_id).replay(r)
+        elif isinstance(r, ClearElrRecord):
+            if r.topic_name:
+                ids = [tid for tid, d in self.changed_topics.items() if d.name == r.topic_name]
+                topic = self.image.topics_by_name.get(r.topic_name)
+                if not ids and topic is not None and topic.id not in self.deleted_topic_ids:
+                    ids = [topic.id]
+                if not ids:
+                    raise MetadataReplayError(f"unable to clear ELRs of topic {r.topic_name}: no such topic")
+            else:
+                alive = (tid for tid in self.image.topics_by_id if tid not in self.deleted_topic_ids)
+                ids = list(dict.fromkeys([*alive, *self.changed_topics]))
+            for tid in ids:
+                self._topic_delta(tid).clear_elr()
         elif isinstance(r, RemoveTopicRecord):
             d = self.changed_topics.pop(r.topic_id, None)
             self.created_topic_ids.discard(r.topic_id)
@@ -481,6 +522,22 @@ class ScramDelta:
         return ScramImage(_merge(self.image.credentials, self.changes))
 
 
+class DelegationTokenDelta:
+    def __init__(self, image: DelegationTokenImage) -> None:
+        self.image = image
+        self.changes: dict[str, DelegationTokenRecord | None] = {}
+
+    def replay(self, r: DelegationTokenRecord | RemoveDelegationTokenRecord) -> None:
+        self.changes[r.token_id] = r if isinstance(r, DelegationTokenRecord) else None
+
+    def finish_snapshot(self) -> None:
+        for token_id in self.image.tokens:
+            self.changes.setdefault(token_id, None)
+
+    def apply(self) -> DelegationTokenImage:
+        return DelegationTokenImage(_merge(self.image.tokens, self.changes))
+
+
 # --------------------------------------------------------------------------- the delta
 
 
@@ -497,6 +554,7 @@ class MetadataDelta:
         self.producer_ids_delta: ProducerIdsDelta | None = None
         self.acls_delta: AclsDelta | None = None
         self.scram_delta: ScramDelta | None = None
+        self.delegation_tokens_delta: DelegationTokenDelta | None = None
 
     # -- lazily created area deltas
     def features(self) -> FeaturesDelta:
@@ -539,6 +597,11 @@ class MetadataDelta:
             self.scram_delta = ScramDelta(self.image.scram)
         return self.scram_delta
 
+    def delegation_tokens(self) -> DelegationTokenDelta:
+        if self.delegation_tokens_delta is None:
+            self.delegation_tokens_delta = DelegationTokenDelta(self.image.delegation_tokens)
+        return self.delegation_tokens_delta
+
     # -- replay
     def replay(self, record: MetadataRecord) -> None:
         """Replay one record (raises :class:`MetadataReplayError` if it contradicts the image)."""
@@ -563,11 +626,13 @@ class MetadataDelta:
         self.producer_ids().finish_snapshot()
         self.acls().finish_snapshot()
         self.scram().finish_snapshot()
+        self.delegation_tokens().finish_snapshot()
 
     def apply(self, provenance: MetadataProvenance | None = None) -> MetadataImage:
         i = self.image
         quotas = self.client_quotas_delta
         pids = self.producer_ids_delta
+        tokens = self.delegation_tokens_delta
         return MetadataImage(
             provenance=i.provenance if provenance is None else provenance,
             features=i.features if self.features_delta is None else self.features_delta.apply(),
@@ -578,6 +643,7 @@ class MetadataDelta:
             producer_ids=i.producer_ids if pids is None else pids.apply(),
             acls=i.acls if self.acls_delta is None else self.acls_delta.apply(),
             scram=i.scram if self.scram_delta is None else self.scram_delta.apply(),
+            delegation_tokens=i.delegation_tokens if tokens is None else tokens.apply(),
         )
 
     # -- what changed
@@ -604,6 +670,10 @@ def _nothing(delta: MetadataDelta, record: Any) -> None:
 
 _REPLAY: dict[type, Callable[[MetadataDelta, Any], object]] = {
     RegisterBrokerRecord: lambda d, r: d.cluster().replay(r),
+    RegisterControllerRecord: lambda d, r: d.cluster().replay(r),
+    DelegationTokenRecord: lambda d, r: d.delegation_tokens().replay(r),
+    RemoveDelegationTokenRecord: lambda d, r: d.delegation_tokens().replay(r),
+    ZkMigrationStateRecord: _nothing,
     UnregisterBrokerRecord: lambda d, r: d.cluster().replay(r),
     FenceBrokerRecord: lambda d, r: d.cluster().replay(r),
     UnfenceBrokerRecord: lambda d, r: d.cluster().replay(r),
@@ -611,6 +681,7 @@ _REPLAY: dict[type, Callable[[MetadataDelta, Any], object]] = {
     TopicRecord: lambda d, r: d.topics().replay(r),
     PartitionRecord: lambda d, r: d.topics().replay(r),
     PartitionChangeRecord: lambda d, r: d.topics().replay(r),
+    ClearElrRecord: lambda d, r: d.topics().replay(r),
     RemoveTopicRecord: MetadataDelta._remove_topic,
     ConfigRecord: lambda d, r: d.configs().replay(r),
     FeatureLevelRecord: lambda d, r: d.features().replay(r),

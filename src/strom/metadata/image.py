@@ -14,9 +14,9 @@ The image is cut into Kafka's sub-images, each with its records:
 sub-image           what                                              records
 ==================  ================================================  ==========================
 features            finalized feature levels, ``metadata.version``    FeatureLevelRecord
-cluster             broker registrations                              (Un)RegisterBroker, Fence,
+cluster             broker and controller registrations               (Un)RegisterBroker, Fence,
                                                                       Unfence, BrokerRegistration-
-                                                                      ChangeRecord
+                                                                      Change, RegisterController
 topics              topics by id and by name, their partitions        Topic, Partition,
                                                                       PartitionChange, RemoveTopic
 configs             dynamic configs per (resource type, name)         ConfigRecord
@@ -24,6 +24,7 @@ client_quotas       quotas per entity                                 ClientQuot
 producer_ids        the next producer id block start                  ProducerIdsRecord
 acls                ACLs by id                                        (Remove)AccessControlEntry
 scram               SCRAM credentials per (mechanism, user)           (Remove)UserScramCredential
+delegation_tokens   delegation tokens by id                           (Remove)DelegationToken
 ==================  ================================================  ==========================
 
 :meth:`MetadataImage.to_records` writes the records that rebuild the image from nothing (Kafka's
@@ -49,6 +50,7 @@ from .records import (
     BrokerFeature,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     EntityData,
     FeatureLevelRecord,
     MetadataRecord,
@@ -56,6 +58,7 @@ from .records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     TopicRecord,
     UserScramCredentialRecord,
 )
@@ -187,8 +190,33 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True)
+class ControllerRegistration:
+    """One registered controller (KIP-919, Kafka's ``ControllerRegistration``)."""
+
+    id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool = False
+    listeners: tuple[BrokerEndpoint, ...] = ()
+    supported_features: tuple[BrokerFeature, ...] = ()
+
+    @classmethod
+    def from_record(cls, r: RegisterControllerRecord) -> ControllerRegistration:
+        return cls(r.controller_id, r.incarnation_id, r.zk_migration_ready, r.end_points, r.features)
+
+    def to_record(self) -> RegisterControllerRecord:
+        return RegisterControllerRecord(
+            controller_id=self.id,
+            incarnation_id=self.incarnation_id,
+            zk_migration_ready=self.zk_migration_ready,
+            end_points=self.listeners,
+            features=self.supported_features,
+        )
+
+
+@dataclass(frozen=True)
 class ClusterImage:
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=_empty)
+    controllers: Mapping[int, ControllerRegistration] = field(default_factory=_empty)
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         return self.brokers.get(broker_id)
@@ -199,6 +227,8 @@ class ClusterImage:
     def records(self) -> Iterator[MetadataRecord]:
         for broker_id in sorted(self.brokers):
             yield self.brokers[broker_id].to_record()
+        for controller_id in sorted(self.controllers):
+            yield self.controllers[controller_id].to_record()
 
 
 # --------------------------------------------------------------------------- topics
@@ -406,6 +436,15 @@ class ScramImage:
             )
 
 
+@dataclass(frozen=True)
+class DelegationTokenImage:
+    tokens: Mapping[str, DelegationTokenRecord] = field(default_factory=_empty)
+
+    def records(self) -> Iterator[MetadataRecord]:
+        for token_id in sorted(self.tokens):
+            yield self.tokens[token_id]
+
+
 # --------------------------------------------------------------------------- the image
 
 
@@ -420,6 +459,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = ProducerIdsImage()
     acls: AclsImage = AclsImage()
     scram: ScramImage = ScramImage()
+    delegation_tokens: DelegationTokenImage = DelegationTokenImage()
 
     EMPTY: ClassVar[MetadataImage]  # the image of an empty log, set below
 
@@ -446,12 +486,13 @@ class MetadataImage:
             and self.producer_ids == other.producer_ids
             and self.acls == other.acls
             and self.scram == other.scram
+            and self.delegation_tokens == other.delegation_tokens
         )
 
     def to_records(self) -> list[MetadataRecord]:
         """The records that rebuild this image from an empty one (a snapshot's content), in
-        Kafka's order: features (metadata.version first), cluster, topics, configs, quotas,
-        producer ids, ACLs, SCRAM."""
+        Kafka's order: features (metadata.version first), cluster (brokers, controllers), topics,
+        configs, quotas, producer ids, ACLs, SCRAM, delegation tokens."""
         out: list[MetadataRecord] = []
         for part in (
             self.features,
@@ -462,6 +503,7 @@ class MetadataImage:
             self.producer_ids,
             self.acls,
             self.scram,
+            self.delegation_tokens,
         ):
             out.extend(part.records())
         return out

@@ -21,6 +21,12 @@ decoder, with Kafka's field names in snake_case as the dataclass attribute names
 defaults as the dataclass defaults (a field absent from the version being read keeps its default).
 Record classes are frozen dataclasses; lists are tuples so records are hashable and shareable.
 
+Besides the records strom's controller writes, the codec reads (and writes) the other record types
+a Kafka 4.0 metadata log may hold: RegisterControllerRecord (KIP-919), DelegationTokenRecord /
+RemoveDelegationTokenRecord, ClearElrRecord (KIP-966) and the ZooKeeper-migration
+ZkMigrationStateRecord. Record types added after Kafka 4.0 are not covered: :func:`decode` reports
+them as unknown types.
+
 Versions written: :func:`encode` picks what a Kafka 4.x controller writes at its default metadata
 version (``RegisterBrokerRecord`` v3, ``BrokerRegistrationChangeRecord`` v2, ``PartitionRecord`` /
 ``PartitionChangeRecord`` v1, or v2 when the record carries eligible-leader-replica fields
@@ -38,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -60,7 +66,7 @@ class MetadataParseError(ValueError):
 class _Field:
     """One field of a Kafka message schema.
 
-    ``kind`` is a primitive type name (``int8`` ... ``uuid``), ``[]int32`` / ``[]uuid``, or
+    ``kind`` is a primitive type name (``int8`` ... ``uuid``), ``[]int32`` / ``[]uuid`` / ``[]string``, or
     ``[]`` with ``struct`` naming the element dataclass. ``since``: first version carrying the field
     (every metadata field is "N+"); ``nullable_since``: first version in which it may be null;
     ``tag``: its tag if it is a tagged field (tagged from ``since``, as in every metadata schema).
@@ -318,6 +324,29 @@ class RemoveTopicRecord:
 
 
 @_message(
+    10,
+    (0, 0),
+    F("owner", "string"),
+    F("requester", "string"),
+    F("renewers", "[]string"),
+    F("issue_timestamp", "int64"),
+    F("max_timestamp", "int64"),
+    F("expiration_timestamp", "int64"),
+    F("token_id", "string"),
+)
+@dataclass(frozen=True, kw_only=True)
+class DelegationTokenRecord:
+    API_KEY: ClassVar[int] = 10
+    owner: str = ""
+    requester: str = ""
+    renewers: tuple[str, ...] = ()
+    issue_timestamp: int = 0
+    max_timestamp: int = 0
+    expiration_timestamp: int = 0
+    token_id: str = ""
+
+
+@_message(
     11,
     (0, 0),
     F("name", "string"),
@@ -438,6 +467,15 @@ class NoOpRecord:
     API_KEY: ClassVar[int] = 20
 
 
+@_message(21, (0, 0), F("zk_migration_state", "int8"))
+@dataclass(frozen=True, kw_only=True)
+class ZkMigrationStateRecord:
+    """ZooKeeper-to-KRaft migration state (Kafka 3.4-3.9); read for compatibility, never written."""
+
+    API_KEY: ClassVar[int] = 21
+    zk_migration_state: int = 0
+
+
 @_message(22, (0, 0), F("name", "string"), F("mechanism", "int8"))
 @dataclass(frozen=True, kw_only=True)
 class RemoveUserScramCredentialRecord:
@@ -466,6 +504,45 @@ class AbortTransactionRecord:
     reason: str | None = None
 
 
+@_message(26, (0, 0), F("token_id", "string"))
+@dataclass(frozen=True, kw_only=True)
+class RemoveDelegationTokenRecord:
+    API_KEY: ClassVar[int] = 26
+    token_id: str = ""
+
+
+@_message(
+    27,
+    (0, 0),
+    F("controller_id", "int32"),
+    F("incarnation_id", "uuid"),
+    F("zk_migration_ready", "bool"),
+    F("end_points", "[]", struct=BrokerEndpoint),
+    F("features", "[]", struct=BrokerFeature),
+)
+@dataclass(frozen=True, kw_only=True)
+class RegisterControllerRecord:
+    """A controller's registration (KIP-919); its endpoints and features have the same layout as a
+    broker's (Kafka's ControllerEndpoint / ControllerFeature)."""
+
+    API_KEY: ClassVar[int] = 27
+    controller_id: int = 0
+    incarnation_id: uuid.UUID = ZERO_UUID
+    zk_migration_ready: bool = False
+    end_points: tuple[BrokerEndpoint, ...] = ()
+    features: tuple[BrokerFeature, ...] = ()
+
+
+@_message(28, (0, 0), F("topic_name", "string"))
+@dataclass(frozen=True, kw_only=True)
+class ClearElrRecord:
+    """Clear the eligible leader replicas (KIP-966) of a topic's partitions, or of every topic's
+    when ``topic_name`` is empty (Kafka 4.0, written when ``min.insync.replicas`` changes)."""
+
+    API_KEY: ClassVar[int] = 28
+    topic_name: str = ""
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -488,6 +565,11 @@ MetadataRecord = (
     | BeginTransactionRecord
     | EndTransactionRecord
     | AbortTransactionRecord
+    | DelegationTokenRecord
+    | RemoveDelegationTokenRecord
+    | ZkMigrationStateRecord
+    | RegisterControllerRecord
+    | ClearElrRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = tuple(_BY_API_KEY[k] for k in sorted(_BY_API_KEY))
@@ -579,6 +661,10 @@ def _write_value(out: bytearray, f: _Field, value: Any, version: int) -> None:
         _uvarint(out, len(value) + 1)
         for v in value:
             out += v.bytes
+    elif kind == "[]string":
+        _uvarint(out, len(value) + 1)
+        for v in value:
+            _write_value(out, _Field(f.attr, "string"), v, version)
     else:  # "[]" of structs
         assert f.struct is not None
         sub = _STRUCT_FIELDS[f.struct]
@@ -660,90 +746,144 @@ class _Reader:
             if shift > 28:
                 raise MetadataParseError("varint too long")
 
-    def length(self, f: _Field, version: int, min_element: int) -> int | None:
-        """A compact length prefix: None for null (when allowed), else a count that fits."""
-        n = self.uvarint() - 1
+
+_ValueReader = Callable[[_Reader], Any]
+_Plan = tuple[tuple[tuple[str, _ValueReader], ...], dict[int, tuple[str, _ValueReader]]]
+_PLANS: dict[tuple[int, int], tuple[Sequence[_Field], _Plan]] = {}
+
+
+def _fixed_reader(f: _Field) -> _ValueReader:
+    st = _FIXED[f.kind]
+    size, unpack = st.size, st.unpack_from
+
+    def read(r: _Reader) -> Any:
+        pos = r.pos
+        if pos + size > r.end:
+            raise MetadataParseError(f"metadata record truncated in field {f.attr}")
+        r.pos = pos + size
+        return unpack(r.data, pos)[0]
+
+    return read
+
+
+def _value_reader(f: _Field, version: int) -> _ValueReader:
+    """A reader for field ``f`` at ``version``, specialised once per (schema, version)."""
+    kind = f.kind
+    nullable = f.nullable(version)
+    if kind in _FIXED:
+        return _fixed_reader(f)
+    if kind == "bool":
+        return lambda r: r.take(1)[0] != 0
+    if kind == "uuid":
+        return lambda r: uuid.UUID(bytes=r.take(16))
+
+    def length(r: _Reader, min_element: int) -> int | None:
+        n = r.uvarint() - 1
         if n < 0:
-            if not f.nullable(version):
+            if not nullable:
                 raise MetadataParseError(f"non-nullable field {f.attr} was serialized as null")
             return None
-        if n * min_element > self.end - self.pos:
+        if n * min_element > r.end - r.pos:
             raise MetadataParseError(f"field {f.attr} has length {n} beyond the record")
         return n
 
+    if kind == "bytes":
+
+        def read_bytes(r: _Reader) -> Any:
+            n = length(r, 1)
+            return None if n is None else r.take(n)
+
+        return read_bytes
+    if kind == "string":
+
+        def read_string(r: _Reader) -> Any:
+            n = length(r, 1)
+            if n is None:
+                return None
+            if n > _MAX_STRING:
+                raise MetadataParseError(f"string field {f.attr} had invalid length {n}")
+            try:
+                return r.take(n).decode()
+            except UnicodeDecodeError as e:
+                raise MetadataParseError(f"string field {f.attr} is not valid UTF-8") from e
+
+        return read_string
+    if kind == "[]int32":
+
+        def read_ints(r: _Reader) -> Any:
+            n = length(r, 4)
+            return None if n is None else struct.unpack(f">{n}i", r.take(4 * n))
+
+        return read_ints
+    if kind == "[]uuid":
+
+        def read_uuids(r: _Reader) -> Any:
+            n = length(r, 16)
+            return None if n is None else tuple(uuid.UUID(bytes=r.take(16)) for _ in range(n))
+
+        return read_uuids
+    if kind == "[]string":
+        element = _value_reader(_Field(f.attr, "string"), version)
+
+        def read_strings(r: _Reader) -> Any:
+            n = length(r, 1)
+            return None if n is None else tuple(element(r) for _ in range(n))
+
+        return read_strings
+    struct_cls = f.struct
+    assert struct_cls is not None
+    sub = _STRUCT_FIELDS[struct_cls]
+
+    def read_structs(r: _Reader) -> Any:
+        n = length(r, 1)
+        return None if n is None else tuple(_read_body(r, struct_cls, sub, version) for _ in range(n))
+
+    return read_structs
+
+
+def _plan(fields: Sequence[_Field], version: int) -> _Plan:
+    cached = _PLANS.get((id(fields), version))
+    if cached is not None and cached[0] is fields:  # the cache holds ``fields``: its id is not reused
+        return cached[1]
+    present = [f for f in fields if f.present(version)]
+    regular = tuple((f.attr, _value_reader(f, version)) for f in present if f.tag is None)
+    tagged = {f.tag: (f.attr, _value_reader(f, version)) for f in present if f.tag is not None}
+    plan = (regular, tagged)
+    _PLANS[(id(fields), version)] = (fields, plan)
+    return plan
+
 
 def _read_value(r: _Reader, f: _Field, version: int) -> Any:
-    kind = f.kind
-    fixed = _FIXED.get(kind)
-    if fixed is not None:
-        return fixed.unpack(r.take(fixed.size))[0]
-    if kind == "bool":
-        return r.take(1)[0] != 0
-    if kind == "uuid":
-        return uuid.UUID(bytes=r.take(16))
-    if kind in ("string", "bytes"):
-        n = r.length(f, version, 1)
-        if n is None:
-            return None
-        raw = r.take(n)
-        if kind == "bytes":
-            return raw
-        if n > _MAX_STRING:
-            raise MetadataParseError(f"string field {f.attr} had invalid length {n}")
-        try:
-            return raw.decode()
-        except UnicodeDecodeError as e:
-            raise MetadataParseError(f"string field {f.attr} is not valid UTF-8") from e
-    if kind == "[]int32":
-        n = r.length(f, version, 4)
-        if n is None:
-            return None
-        return struct.unpack(f">{n}i", r.take(4 * n))
-    if kind == "[]uuid":
-        n = r.length(f, version, 16)
-        if n is None:
-            return None
-        return tuple(uuid.UUID(bytes=r.take(16)) for _ in range(n))
-    assert f.struct is not None
-    n = r.length(f, version, 1)
-    if n is None:
-        return None
-    sub = _STRUCT_FIELDS[f.struct]
-    return tuple(_read_body(r, f.struct, sub, version) for _ in range(n))
+    return _value_reader(f, version)(r)
 
 
 def _read_body(r: _Reader, cls: type, fields: Sequence[_Field], version: int) -> Any:
-    values: dict[str, Any] = {}
-    by_tag: dict[int, _Field] = {}
-    for f in fields:
-        if not f.present(version):
-            continue
-        if f.tag is not None:
-            by_tag[f.tag] = f
-        else:
-            values[f.attr] = _read_value(r, f, version)
+    regular, by_tag = _plan(fields, version)
+    values = {attr: read(r) for attr, read in regular}
     count = r.uvarint()
-    if count > r.end - r.pos:
-        raise MetadataParseError(f"{count} tagged fields declared in a shorter record")
-    last = -1
-    for _ in range(count):
-        tag = r.uvarint()
-        if tag <= last:
-            raise MetadataParseError(f"tagged fields out of order (tag {tag} after {last})")
-        last = tag
-        size = r.uvarint()
-        end = r.pos + size
-        if end > r.end:
-            raise MetadataParseError("tagged field truncated")
-        tf = by_tag.get(tag)
-        if tf is None:
-            r.pos = end  # unknown tag: skipped, as Kafka keeps it only to write it back
-            continue
-        sub = _Reader(r.data, r.pos, end)
-        values[tf.attr] = _read_value(sub, tf, version)
-        if sub.pos != end:
-            raise MetadataParseError(f"tagged field {tf.attr} has {end - sub.pos} byte(s) left over")
-        r.pos = end
+    if count:
+        if count > r.end - r.pos:
+            raise MetadataParseError(f"{count} tagged fields declared in a shorter record")
+        last = -1
+        for _ in range(count):
+            tag = r.uvarint()
+            if tag <= last:
+                raise MetadataParseError(f"tagged fields out of order (tag {tag} after {last})")
+            last = tag
+            size = r.uvarint()
+            end = r.pos + size
+            if end > r.end:
+                raise MetadataParseError("tagged field truncated")
+            known = by_tag.get(tag)
+            if known is None:
+                r.pos = end  # unknown tag: skipped, as Kafka keeps it only to write it back
+                continue
+            attr, read = known
+            sub = _Reader(r.data, r.pos, end)
+            values[attr] = read(sub)
+            if sub.pos != end:
+                raise MetadataParseError(f"tagged field {attr} has {end - sub.pos} byte(s) left over")
+            r.pos = end
     return cls(**values)
 
 
@@ -792,6 +932,31 @@ def build_records_batch(
         base_offset=base_offset,
         partition_leader_epoch=leader_epoch,
     )
+
+
+def build_records_batches(
+    records: Iterable[MetadataRecord],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int = 0,
+    leader_epoch: int = -1,
+    max_batch_records: int = 1000,
+) -> bytes:
+    """Records packed into consecutive batches of at most ``max_batch_records`` each (a snapshot's
+    data, or a large controller write); offsets continue from ``base_offset``. ``b""`` for none.
+    A snapshot's header and footer control batches are the Raft layer's to add."""
+    if max_batch_records < 1:
+        raise ValueError("max_batch_records must be at least 1")
+    recs = list(records)
+    out = bytearray()
+    for i in range(0, len(recs), max_batch_records):
+        out += build_records_batch(
+            recs[i : i + max_batch_records],
+            base_offset=base_offset + i,
+            timestamp_ms=timestamp_ms,
+            leader_epoch=leader_epoch,
+        )
+    return bytes(out)
 
 
 def iter_batch_records(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, MetadataRecord]]:
