@@ -137,3 +137,34 @@ def test_fuzz_mutated_records(rv: tuple[Any, int], data: st.DataObject) -> None:
 def test_fuzz_batches(data: bytes) -> None:
     with contextlib.suppress(mr.MetadataParseError):
         list(mr.iter_batch_records(data))
+
+
+@settings(max_examples=300)
+@given(st.lists(records, max_size=30))
+def test_replaying_arbitrary_records_raises_only_replay_errors(rvs: list[tuple[Any, int]]) -> None:
+    """A metadata log with nonsense in it (records that contradict each other) makes the delta
+    raise MetadataReplayError, never anything else; what replayed applies into an image."""
+    from strom.metadata.delta import MetadataDelta
+    from strom.metadata.image import EMPTY_IMAGE, MetadataReplayError
+
+    d = MetadataDelta(EMPTY_IMAGE)
+    for rec, _ in rvs:
+        with contextlib.suppress(MetadataReplayError):
+            d.replay(rec)
+    image = d.apply()
+    for b in range(3):
+        d.local_changes(b)
+    d.changed_partitions()
+    image.to_records()
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_loader_fed_garbage_raises_only_its_errors(data: bytes) -> None:
+    from strom.metadata.image import MetadataReplayError
+    from strom.metadata.loader import MetadataLoader
+
+    with contextlib.suppress(mr.MetadataParseError, MetadataReplayError):
+        MetadataLoader().handle_commit(data)
+    with contextlib.suppress(mr.MetadataParseError, MetadataReplayError):
+        MetadataLoader().handle_load_snapshot(10, 1, data)

@@ -87,7 +87,7 @@ def test_partition_record_v1_golden() -> None:
         + U3.bytes  # Directories (v1+)
         + b"\x00"
     )
-    check(rec, golden)
+    check(rec, golden, version=1)
 
 
 def test_partition_record_v2_writes_elr_as_tags_and_recovery_state() -> None:
@@ -138,7 +138,7 @@ def test_partition_change_record_tags() -> None:
         + i32(-1)  # tag 1 Leader
         + b"\x05\x01\x01"  # tag 5 LeaderRecoveryState
     )
-    check(rec, golden)
+    check(rec, golden, version=1)
     # Directories is tag 8 and sorts after ELR's 6 and 7
     rec2 = PartitionChangeRecord(partition_id=0, topic_id=U1, directories=(U2,), last_known_elr=())
     golden2 = b"\x01\x05\x02" + i32(0) + U1.bytes + b"\x02" + b"\x07\x01\x01" + b"\x08\x11\x02" + U2.bytes
@@ -306,9 +306,11 @@ def test_encode_rejects_nulls_and_bad_versions() -> None:
 def test_default_versions_are_what_kafka_4_writes() -> None:
     assert encode(RegisterBrokerRecord())[2] == 3
     assert encode(BrokerRegistrationChangeRecord())[2] == 2
-    assert encode(PartitionRecord())[2] == 1
+    assert encode(PartitionRecord())[2] == 2
     assert encode(PartitionRecord(eligible_leader_replicas=()))[2] == 2
-    assert encode(PartitionChangeRecord())[2] == 1
+    assert encode(PartitionChangeRecord())[2] == 2
+    # v2 without ELR is v1 plus nothing: only the version differs
+    assert encode(PartitionRecord(replicas=(1,)), 1)[3:] == encode(PartitionRecord(replicas=(1,)))[3:]
     assert encode(TopicRecord())[2] == 0
 
 

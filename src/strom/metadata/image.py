@@ -374,7 +374,9 @@ class ConfigurationsImage:
 
 
 def entity_key(parts: tuple[EntityData, ...]) -> ClientQuotaEntity:
-    return tuple(sorted((p.entity_type, p.entity_name) for p in parts))
+    """The entity a quota record names: one name per entity type (a repeated type: the last
+    wins, as in Kafka's map), sorted by type."""
+    return tuple(sorted({p.entity_type: p.entity_name for p in parts}.items()))
 
 
 @dataclass(frozen=True)

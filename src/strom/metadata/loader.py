@@ -3,9 +3,10 @@
 Theory of operation (Kafka's ``MetadataLoader`` + ``MetadataBatchLoader``)
 -------------------------------------------------------------------------
 The Raft client tells its listener about committed data: ``handle_commit(batches)`` with whole
-RecordBatch v2 batches up to the high watermark, and ``handle_load_snapshot(snapshot_id, data)``
-when the node must start from a snapshot (at start-up, or a follower too far behind). The loader
-keeps the current :class:`MetadataImage` and one open :class:`MetadataDelta` on top of it:
+RecordBatch v2 batches up to the high watermark, and ``handle_load_snapshot(end_offset, epoch,
+data)`` (the snapshot id and its record batches) when the node must start from a snapshot (at
+start-up, or a follower too far behind). The loader keeps the current :class:`MetadataImage` and
+one open :class:`MetadataDelta` on top of it:
 
 * each batch's records are replayed into the delta, in order; control batches (leader changes,
   snapshot header/footer) only move the offset;
@@ -117,7 +118,7 @@ class MetadataLoader:
     # -- state
     @property
     def image(self) -> MetadataImage:
-        """The last published image."""
+        """The current image: the last one published (while catching up, it moves on unpublished)."""
         return self._image
 
     @property

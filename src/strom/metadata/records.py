@@ -27,10 +27,10 @@ RemoveDelegationTokenRecord, ClearElrRecord (KIP-966) and the ZooKeeper-migratio
 ZkMigrationStateRecord. Record types added after Kafka 4.0 are not covered: :func:`decode` reports
 them as unknown types.
 
-Versions written: :func:`encode` picks what a Kafka 4.x controller writes at its default metadata
-version (``RegisterBrokerRecord`` v3, ``BrokerRegistrationChangeRecord`` v2, ``PartitionRecord`` /
-``PartitionChangeRecord`` v1, or v2 when the record carries eligible-leader-replica fields
-(KIP-966), everything else v0) unless a version is given. :func:`decode` reads every valid version.
+Versions written: :func:`encode` picks what a Kafka 4.0 controller writes at metadata.version
+4.0-IV3 (``RegisterBrokerRecord`` v3, ``BrokerRegistrationChangeRecord`` v2, ``PartitionRecord`` and
+``PartitionChangeRecord`` v2 (their eligible-leader-replica fields are tagged and written only when
+not None), everything else v0) unless a version is given. :func:`decode` reads every valid version.
 
 Error contract: :func:`decode` (and :func:`decode_versioned`, :func:`iter_batch_records`) raise
 only :class:`MetadataParseError` on malformed input: unknown frame version, api key or version,
@@ -591,8 +591,7 @@ def default_version(record: MetadataRecord) -> int:
     if isinstance(record, BrokerRegistrationChangeRecord):
         return 2
     if isinstance(record, PartitionRecord | PartitionChangeRecord):
-        elr = record.eligible_leader_replicas is not None or record.last_known_elr is not None
-        return 2 if elr else 1
+        return 2  # from metadata.version 4.0-IV1 (ELR fields: tagged, absent when None)
     return 0
 
 
