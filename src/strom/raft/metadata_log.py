@@ -58,6 +58,7 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from strom.clock import Clock, RealClock
 from strom.config import LogConfig
@@ -80,7 +81,7 @@ from strom.protocol.records import (
     parse_header,
     verify_crc,
 )
-from strom.raft.log import AppendInfo, OffsetAndEpoch, RaftStorageError
+from strom.raft.log import AppendInfo, OffsetAndEpoch, RaftLog, RaftStorageError
 
 __all__ = [
     "METADATA_PARTITION_DIR",
@@ -265,7 +266,8 @@ class MetadataLog:
         if log_start > 0 and not any(s.offset >= log_start for s in snapshots):
             raise RaftStorageError(
                 f"inconsistent metadata log in {directory}: it starts at offset {log_start} but no "
-                f"snapshot at or after that offset exists (snapshots: {[(s.offset, s.epoch) for s in snapshots]})"
+                f"snapshot at or after that offset exists (snapshots: "
+                f"{', '.join(snapshot_file_name(s) for s in snapshots) or 'none'})"
             )
         if log_start > leo:  # a restart at a snapshot, or a log start moved past a lost tail
             local.truncate_fully_and_start_at(log_start)
@@ -667,3 +669,9 @@ def _scan_snapshots(directory: Path) -> list[OffsetAndEpoch]:
             if sid is not None:
                 found.append(sid)
     return sorted(found)
+
+
+if TYPE_CHECKING:
+
+    def _implements_raft_log(log: MetadataLog) -> RaftLog:  # mypy checks the structural match
+        return log

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.durable_file import replace_file
-from strom.raft.log import ElectionState, RaftStorageError
+from strom.raft.log import ElectionState, QuorumStateStore, RaftStorageError
 
 __all__ = ["QUORUM_STATE_FILE", "FileQuorumStateStore"]
 
@@ -115,3 +115,9 @@ def _int_field(obj: dict[str, Any], name: str, path: Path | str) -> int:
     if value < _NONE and name != "data_version":
         raise RaftStorageError(f"the quorum state file {path} has an invalid {name}: {value}")
     return value
+
+
+if TYPE_CHECKING:
+
+    def _implements_store(store: FileQuorumStateStore) -> QuorumStateStore:  # checked by mypy
+        return store
