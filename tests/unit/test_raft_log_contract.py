@@ -39,6 +39,10 @@ class Harness(Protocol):
         """Crash (losing everything after ``flushed_offset``) and open again."""
         ...
 
+    def other(self) -> RaftLog:
+        """A second, empty log of the same kind (another node's); closed by :meth:`close`."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -50,6 +54,7 @@ class DiskHarness:
         self.config = LogConfig(segment_bytes=400, index_interval_bytes=100)
         self.fs = PowerLossFS(root).install()
         self.log: MetadataLog = self._open()
+        self.others: list[MetadataLog] = []
 
     def _open(self) -> MetadataLog:
         return MetadataLog.open(self.root, clock=self.clock, config=self.config)
@@ -63,8 +68,14 @@ class DiskHarness:
         self.fs.cut()
         self.log = self._open()
 
+    def other(self) -> RaftLog:
+        log = MetadataLog.open(self.root / f"other-{len(self.others)}", clock=self.clock, config=self.config)
+        self.others.append(log)
+        return log
+
     def close(self) -> None:
-        self.log.close()
+        for log in [self.log, *self.others]:
+            log.close()
         self.fs.uninstall()
 
 
@@ -144,18 +155,21 @@ def test_append_at_a_lower_epoch_or_of_nothing_is_refused(harness: Harness) -> N
     assert epochs_of(everything(log)) == [(0, 0, 3), (1, 1, 3), (2, 2, 5)]
 
 
-def test_append_as_follower_keeps_the_leaders_batches(harness: Harness, tmp_path: Path) -> None:
+def test_append_as_follower_keeps_the_leaders_batches(harness: Harness) -> None:
     leader = harness.log
     fill(leader, [(1, 2), (1, 1), (4, 3)])
     shipped = everything(leader)
-    other = MetadataLog.open(tmp_path / "follower", clock=ManualClock(T0))
-    try:
-        assert other.append_as_follower(shipped) == AppendInfo(0, 5)
-        assert everything(other) == shipped
-        assert other.last_fetched_epoch() == 4
-        assert other.end_offset_for_epoch(1) == OffsetAndEpoch(3, 1)
-    finally:
-        other.close()
+    follower = harness.other()
+    assert follower.append_as_follower(shipped) == AppendInfo(0, 5)
+    assert everything(follower) == shipped
+    assert follower.last_fetched_epoch() == 4
+    assert follower.end_offset_for_epoch(1) == OffsetAndEpoch(3, 1)
+    # fetched in pieces cut anywhere, as fetch responses with a size limit are
+    piecewise = harness.other()
+    while piecewise.end_offset < leader.end_offset:
+        data = leader.read(piecewise.end_offset, 1 << 20)
+        assert piecewise.append_as_follower(data[:parse_header(data).size + 37]) is not None
+    assert everything(piecewise) == shipped
 
 
 def test_append_as_follower_ignores_a_trailing_partial_batch(harness: Harness) -> None:
