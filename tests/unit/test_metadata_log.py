@@ -18,7 +18,7 @@ from kio.static.primitive import i16, i64
 from strom.clock import ManualClock
 from strom.config import LogConfig
 from strom.log.partition_log import LOG_START_FILE, _write_checkpoint
-from strom.protocol.records import build_batch, decode_batch_records, iter_batches
+from strom.protocol.records import build_batch, decode_batch_records, iter_batches, verify_crc
 from strom.raft.log import OffsetAndEpoch, RaftStorageError
 from strom.raft.metadata_log import (
     LEADER_EPOCH_FILE,
@@ -259,3 +259,98 @@ def test_epoch_cache_kafka_rules() -> None:
     assert LeaderEpochCache.parse_checkpoint(b"0\n2\n1 0\n3 10\n") == [(1, 0), (3, 10)]
     for bad in (b"1\n0\n", b"0\n2\n1 0\n", b"0\n2\n3 0\n1 10\n", b"0\nx\n", b""):
         assert LeaderEpochCache.parse_checkpoint(bad) is None
+
+
+# --------------------------------------------------------------------------- every crash point
+
+
+def _history(log: MetadataLog) -> None:
+    """A log with several segments, epochs, a flushed prefix, an unflushed tail and a snapshot."""
+    fill(log, [(1, 2)] * 5 + [(2, 2)] * 5 + [(4, 2)] * 3)
+    log.flush()
+    log.update_high_watermark(20)
+    log.create_snapshot(OffsetAndEpoch(10, 1), image(2))
+    fill(log, [(4, 2), (5, 1)])
+
+
+CRASH_OPS = {
+    "append_roll": lambda log: fill(log, [(6, 30)]),
+    "flush": lambda log: log.flush(),
+    "truncate": lambda log: log.truncate_to(21),
+    "truncate_segments": lambda log: log.truncate_to(20),
+    "snapshot": lambda log: log.create_snapshot(OffsetAndEpoch(20, 2), image(3)),
+    "delete_before": lambda log: log.delete_before_snapshot(OffsetAndEpoch(10, 1)),
+    "install": lambda log: (log.create_snapshot(OffsetAndEpoch(40, 6), image(1)),
+                            log.truncate_to_latest_snapshot()),
+    "close": lambda log: log.close(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRASH_OPS))
+def test_power_cut_after_every_fsync_of_an_operation(tmp_path: Path, name: str) -> None:
+    """Lose power after the 1st, 2nd, ... fsync of the operation until it completes: every time
+    the log opens, holds CRC-valid contiguous batches from before (or, for a truncation, the
+    prefix), keeps what was flushed, and its epoch cache is what its batches say."""
+    from strom.testing.powerloss import PowerCut, PowerLossFS
+
+    op = CRASH_OPS[name]
+    n = 0
+    while True:
+        n += 1
+        root = tmp_path / f"cut{n}"
+        with PowerLossFS(root) as fs:
+            log = open_log(root)
+            _history(log)
+            before = [(h.base_offset, h.crc) for _, h in iter_batches(log.read(0, 1 << 20))]
+            flushed = log.flushed_offset
+            fs.crash_after(n)
+            try:
+                op(log)
+                completed = True
+            except PowerCut:
+                completed = False
+            fs.disarm()
+            log.close_without_flush()
+            fs.cut()
+            log = open_log(root)
+            start, end = log.start_offset, log.end_offset
+            data = log.read(start, 1 << 20)
+            got = [(h.base_offset, h.crc) for _, h in iter_batches(data)]
+            expected = start
+            for pos, h in iter_batches(data):
+                verify_crc(data, pos, h)
+                assert h.base_offset == expected, (name, n, "not contiguous")
+                expected = h.next_offset
+            assert expected == end
+            implied: list[tuple[int, int]] = []
+            for _, h in iter_batches(data):
+                if not implied or implied[-1][0] != h.partition_leader_epoch:
+                    implied.append((h.partition_leader_epoch, max(h.base_offset, start)))
+            assert log.epoch_entries == implied, (name, n)
+            if name == "install" and start == 40:
+                assert (end, log.last_fetched_epoch()) == (40, 6)
+            else:
+                assert start in (0, 10)
+                kept = [b for b in before if b[0] >= start]
+                assert got == kept[:len(got)] or name == "append_roll", (name, n)
+                assert end >= min(flushed, 20 if name.startswith("truncate") else flushed), (name, n)
+            assert not [p for p in os.listdir(root / METADATA_PARTITION_DIR) if p.endswith(".part")]
+            log.close()
+        if completed:
+            break
+    assert n > 1, f"{name} made no fsync"
+
+
+def test_a_gap_between_segments_ends_the_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, [(1, 2)] * 8 + [(3, 2)] * 8)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 3
+    log.close_without_flush()
+    d = tmp_path / METADATA_PARTITION_DIR
+    for suffix in (".log", ".index", ".timeindex"):
+        (d / f"{bases[1]:020d}{suffix}").unlink()  # as if a crash had undone a later deletion
+    log = open_log(tmp_path)
+    assert (log.end_offset, log.segment_base_offsets) == (bases[1], bases[:1])
+    assert log.epoch_entries == [(1, 0)]
+    log.close()

@@ -244,6 +244,7 @@ class MetadataLog:
         if clean:  # from here on a crash must make the next open recover
             marker.unlink()
             fsync_dir(directory)
+        _end_at_first_gap(local)
         leo = local.log_end_offset
         log_start = max(log_start, local.segments[0].base_offset)
 
@@ -447,8 +448,8 @@ class MetadataLog:
                 local.recovery_point = min(local.recovery_point, cut)
                 self._write_checkpoints(epochs=False)
             local.truncate_to(cut)
+            fsync_dir(self.directory)  # the later segments' deletion first, then the cut
             local.active_segment.flush()
-            fsync_dir(self.directory)
             self._epochs.truncate_from_end(self.end_offset)
             self._write_checkpoints()
 
@@ -547,10 +548,12 @@ class MetadataLog:
             raise ValueError(f"snapshot {snapshot_id} is past the log end {self.end_offset}")
         new_start = snapshot_id.offset
         with self._storage("deletion before a snapshot"):
+            self._write_epoch_file()  # whole, as the recovery point written next requires
             self._log_start = new_start
             self._high_watermark = max(self._high_watermark, new_start)
-            self._epochs.truncate_from_start(new_start)
-            self._write_checkpoints()  # the log start first: a crash from here on completes the rest
+            self._write_checkpoints(epochs=False)  # the log start first: a crash from here on
+            self._epochs.truncate_from_start(new_start)  # has the next open complete the rest
+            self._write_epoch_file()
             segs = self._local.segments
             doomed = [s for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset <= new_start]
             if doomed:
@@ -647,6 +650,20 @@ def _complete_batches(buf: bytes) -> list[tuple[int, BatchHeader]]:
         out.append((pos, h))
         pos += h.size
     return out
+
+
+def _end_at_first_gap(local: LocalLog) -> None:
+    """A Raft log has no gaps: if a segment does not start where the one before it ends (a
+    later segment whose deletion a crash undid), the log ends there. ``LocalLog.load`` cannot
+    check this itself: a compacted partition's segments legitimately have gaps."""
+    segs = local.segments
+    for prev, seg in itertools.pairwise(segs):
+        end = prev.read_next_offset()
+        if seg.base_offset != end:
+            local.truncate_to(min(end, seg.base_offset))
+            fsync_dir(local.directory)
+            local.active_segment.flush()
+            return
 
 
 def _headers(local: LocalLog, from_offset: int) -> Iterator[BatchHeader]:
