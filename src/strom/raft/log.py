@@ -82,7 +82,7 @@ class RaftLog(Protocol):
         """Move the high watermark (never backwards, never past ``flushed_offset`` on the leader).
         The log clamps ``offset`` to ``end_offset`` (a follower may hear a leader's high watermark
         before it has the records) and ignores a move backwards. Not persisted: after a restart
-        it is ``start_offset``."""
+        it is the latest snapshot's offset (committed by definition) or ``start_offset``."""
         ...
 
     def last_fetched_epoch(self) -> int:

@@ -41,8 +41,9 @@ the new log start is checkpointed first, then segments are deleted last to first
 snapshots below the log start are deleted, and a log start ahead of the log end restarts the log
 there. A log start above 0 without a snapshot at or after it is an inconsistent directory.
 
-The high watermark is not persisted (as in Kafka's metadata log): it starts at the log start
-offset on open and is moved by the Raft state machine.
+The high watermark is not persisted (as in Kafka's metadata log): on open it is the latest
+snapshot's offset (everything before a snapshot was committed; so no truncation can reach below
+it) or the log start offset, and the Raft state machine moves it from there.
 
 Error contract: see :mod:`strom.raft.log`. ``OSError`` and inconsistent files raise
 :class:`RaftStorageError`; invalid arguments (epochs going backwards, offsets out of range,
@@ -210,7 +211,9 @@ class MetadataLog:
         self._epochs = epochs
         self._snapshots = snapshots  # sorted, all at or after the log start offset
         self._log_start = log_start_offset
-        self._high_watermark = log_start_offset
+        # everything before a snapshot was committed (a snapshot past the log end restarts it)
+        self._high_watermark = min(max([log_start_offset, *(s.offset for s in snapshots[-1:])]),
+                                   local.log_end_offset)
         self._written_epochs: bytes | None = None
         self._written_offsets: tuple[int, int] | None = None  # (recovery point, log start) on disk
         self.closed = False
@@ -262,7 +265,6 @@ class MetadataLog:
         epochs = LeaderEpochCache([e for e in saved or [] if e[1] < trusted_below])
         for h in _headers(local, trusted_below):
             epochs.assign(h.partition_leader_epoch, h.base_offset)
-        epochs.truncate_from_end(leo)
 
         if log_start > 0 and not any(s.offset >= log_start for s in snapshots):
             raise RaftStorageError(
@@ -274,6 +276,7 @@ class MetadataLog:
             local.truncate_fully_and_start_at(log_start)
             epochs = LeaderEpochCache()
         epochs.truncate_from_start(log_start)
+        epochs.truncate_from_end(local.log_end_offset)  # entries lie in [log start, log end)
         for s in [s for s in snapshots if s.offset < log_start]:
             (directory / snapshot_file_name(s)).unlink()
         log = cls(directory, clock, local, epochs, [s for s in snapshots if s.offset >= log_start], log_start)
@@ -553,6 +556,7 @@ class MetadataLog:
             self._high_watermark = max(self._high_watermark, new_start)
             self._write_checkpoints(epochs=False)  # the log start first: a crash from here on
             self._epochs.truncate_from_start(new_start)  # has the next open complete the rest
+            self._epochs.truncate_from_end(self.end_offset)  # as an open would (S == end: none)
             self._write_epoch_file()
             segs = self._local.segments
             doomed = [s for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset <= new_start]
