@@ -27,11 +27,15 @@ checkpoint file: it is rewritten (durably) before that checkpoint is (on roll an
 every truncation the lowered recovery point is checkpointed *before* segments change. On an
 unclean open, entries starting at or after the first segment that :class:`LocalLog` recovers are
 dropped and rebuilt from the recovered batches' headers; after a clean shutdown the file is
-trusted (and cut to the log's range). An unreadable file is rebuilt from every batch.
+trusted. An unreadable file is rebuilt from every batch. Entries always lie in
+``[log start, log end)``, in memory as after an open (Kafka keeps, in memory, an entry at the log
+start of an empty log; a reopen would drop it, so strom never keeps it).
 
-Truncation (:meth:`truncate_to`) is made durable at once (the cut segment and the directory are
-fsynced): otherwise a crash could bring back a later segment that the truncation deleted while
-the cut segment had meanwhile grown new batches over the same offsets.
+Truncation (:meth:`truncate_to`) is made durable at once: the directory is fsynced (later
+segments deleted) before the cut segment is. Otherwise a crash could bring back a later segment
+that the truncation deleted while the cut segment had meanwhile grown new batches over the same
+offsets. As a second line of defence, an open ends the log at the first gap between segments
+(:func:`_end_at_first_gap`; a Raft log has none, unlike a compacted partition).
 
 Log start and snapshots (Kafka's rules): :meth:`delete_before_snapshot` moves the log start
 offset to a snapshot's offset (checkpointed first), then deletes the segments wholly below it
