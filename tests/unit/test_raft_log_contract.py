@@ -356,6 +356,22 @@ def test_delete_before_snapshot_moves_the_log_start(harness: Harness) -> None:
     assert log.start_offset == 15
 
 
+def test_a_log_wholly_in_its_snapshot(harness: Harness) -> None:
+    log = harness.log
+    fill(log, [(1, 2), (3, 2)])
+    log.update_high_watermark(4)
+    log.create_snapshot(OffsetAndEpoch(4, 3), image(1))
+    log.delete_before_snapshot(OffsetAndEpoch(4, 3))
+    assert (log.start_offset, log.end_offset, log.last_fetched_epoch()) == (4, 4, 3)
+    assert log.flushed_offset == 4  # what lies before the log start is in the snapshot
+    assert log.truncate_to_latest_snapshot() is False  # the log is not behind it
+    assert log.end_offset_for_epoch(3) == OffsetAndEpoch(4, 3)
+    with pytest.raises(ValueError):
+        log.append_as_leader([b"x"], 2, T0)
+    fill(log, [(3, 1)])
+    assert epochs_of(log.read(4, 100)) == [(4, 4, 3)]
+
+
 def test_snapshot_past_the_log_end_restarts_the_log(harness: Harness) -> None:
     log = harness.log
     fill(log, [(1, 2), (2, 2)])

@@ -325,7 +325,8 @@ class MetadataLog:
 
     @property
     def flushed_offset(self) -> int:
-        return self._local.recovery_point
+        """The recovery point; at least the log start (what lies before it is in a snapshot)."""
+        return max(self._local.recovery_point, self._log_start)
 
     @property
     def high_watermark(self) -> int:
@@ -576,7 +577,7 @@ class MetadataLog:
 
     def _truncate_to_latest_snapshot(self) -> bool:
         latest = self.latest_snapshot_id()
-        last_epoch = self._epochs.latest_epoch or 0
+        last_epoch = self.last_fetched_epoch()
         if latest is None or not (
             latest.epoch > last_epoch or (latest.epoch == last_epoch and latest.offset > self.end_offset)
         ):
