@@ -486,7 +486,7 @@ class MetadataLog:
         if snapshot_id in self._snapshots:
             return
         if snapshot_id.offset < self._log_start or snapshot_id.epoch < 0:
-            raise ValueError(f"snapshot {snapshot_id} is below the log start offset {self._log_start}")
+            raise ValueError(f"invalid snapshot id {snapshot_id}: the log starts at {self._log_start}")
         batches = list(iter_batches(data))
         for pos, h in batches:
             verify_crc(data, pos, h)
