@@ -155,6 +155,21 @@ def test_append_at_a_lower_epoch_or_of_nothing_is_refused(harness: Harness) -> N
     assert epochs_of(everything(log)) == [(0, 0, 3), (1, 1, 3), (2, 2, 5)]
 
 
+def test_append_control_as_leader_places_a_prebuilt_batch(harness: Harness) -> None:
+    log = harness.log
+    fill(log, [(1, 2)])
+    marker = build_batch([(b"\x00\x00\x00\x02", b"leader-change", [], T0)], control=True,
+                         partition_leader_epoch=3)
+    assert log.append_control_as_leader(marker, 3) == AppendInfo(2, 2)
+    (_, h), = iter_batches(log.read(2, 100))
+    assert (h.base_offset, h.partition_leader_epoch, h.is_control) == (2, 3, True)
+    assert log.last_fetched_epoch() == 3
+    assert log.end_offset_for_epoch(1) == OffsetAndEpoch(2, 1)
+    with pytest.raises(ValueError):
+        log.append_control_as_leader(marker, 2)  # a lower epoch
+    assert log.end_offset == 3
+
+
 def test_append_as_follower_keeps_the_leaders_batches(harness: Harness) -> None:
     leader = harness.log
     fill(leader, [(1, 2), (1, 1), (4, 3)])

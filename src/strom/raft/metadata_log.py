@@ -84,6 +84,8 @@ from strom.protocol.records import (
     control_type,
     iter_batches,
     parse_header,
+    patch_base_offset,
+    patch_leader_epoch,
     verify_crc,
 )
 from strom.raft.log import AppendInfo, OffsetAndEpoch, RaftLog, RaftStorageError
@@ -373,6 +375,24 @@ class MetadataLog:
                             partition_leader_epoch=epoch)
         h = parse_header(batch)
         self._append(batch, [(0, h)])
+        return AppendInfo(base, h.last_offset)
+
+    def append_control_as_leader(self, batch: bytes, epoch: int) -> AppendInfo:
+        """Append one prebuilt batch (the LeaderChangeMessage of a new leader): its base offset
+        and leader epoch are patched (the CRC covers neither). ``batch`` must be exactly one
+        CRC-valid batch."""
+        self._check_open()
+        self._check_epoch(epoch)
+        found = _complete_batches(batch)
+        if len(found) != 1 or found[0][1].size != len(batch):
+            raise ValueError("append_control_as_leader takes exactly one whole batch")
+        verify_crc(batch, 0, found[0][1])
+        data = bytearray(batch)
+        base = self.end_offset
+        patch_base_offset(data, 0, base)
+        patch_leader_epoch(data, 0, epoch)
+        h = found[0][1]._replace(base_offset=base, partition_leader_epoch=epoch)
+        self._append(bytes(data), [(0, h)])
         return AppendInfo(base, h.last_offset)
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
