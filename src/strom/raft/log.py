@@ -13,6 +13,18 @@ acknowledges (by fetching from a higher offset) only what it flushed; the leader
 Errors: a corrupt or unreadable store raises :class:`RaftStorageError` from the constructor or
 the operation; nothing else is raised for valid arguments. Invalid arguments (appending at an epoch
 lower than the last one, truncating below the high watermark) raise ``ValueError``.
+
+Edge cases every implementation honours (``tests/unit/test_raft_log_contract.py`` checks them;
+added by branch ``raftlog``):
+
+* ``append_as_follower`` ignores a trailing partial batch (a fetch response cut at its size
+  limit) and is all or nothing: a batch that does not follow the previous one, goes down in
+  epoch or fails its CRC raises ``ValueError`` and nothing of the call is appended.
+* ``truncate_to`` removes the batch holding ``offset`` whole, so it raises ``ValueError`` when
+  that batch starts below the high watermark.
+* ``create_snapshot`` raises ``ValueError`` when ``data`` is not whole CRC-valid batches.
+* after a restart the high watermark is the latest snapshot's offset (if the log reaches it) or
+  ``start_offset``; ``flushed_offset`` is never below ``start_offset``.
 """
 
 from __future__ import annotations
