@@ -1,8 +1,8 @@
 """Random histories of the on-disk metadata log against a simple model, with power cuts anywhere.
 
-Operations: leader and follower appends (epochs going up now and then), flushes, high watermark
-moves, truncations (to a batch boundary at or above the high watermark), snapshots at committed
-batch boundaries, ``delete_before_snapshot``, a follower installing a snapshot past its log end
+Operations: leader, control (LeaderChangeMessage) and follower appends (epochs going up now and
+then), flushes, high watermark moves, truncations (to a batch boundary at or above the high
+watermark), snapshots at committed batch boundaries, ``delete_before_snapshot``, a follower installing a snapshot past its log end
 (``create_snapshot`` + ``truncate_to_latest_snapshot``), clean restarts, and power cuts
 (:class:`strom.testing.powerloss.PowerLossFS`: only fsynced content and fsynced directory entries
 survive; with ``torn`` the unsynced part of a file may survive whole, partly or sector by
@@ -44,6 +44,7 @@ leader = st.tuples(st.just("leader"), st.integers(1, 4), st.sampled_from([0, 0, 
 op = st.one_of(
     leader, leader, leader,
     st.tuples(st.just("follower"), st.integers(1, 3), st.sampled_from([0, 0, 1]), st.integers(1, 3)),
+    st.tuples(st.just("control"), st.sampled_from([0, 1])),  # a new leader's LeaderChangeMessage
     st.tuples(st.just("flush")),
     st.tuples(st.just("hw"), st.floats(0, 1)),
     st.tuples(st.just("commit")),  # flush, then the high watermark to the end (a leader's commit)
@@ -241,6 +242,16 @@ def apply_op(o: tuple[object, ...], log: MetadataLog, model: Model, allowed: All
         model.batches.extend(new)
         _, got = log_batches(log)
         assert got[-len(new):] == new, "the log holds other bytes than appended"
+    elif kind == "control":
+        epoch = log.last_fetched_epoch() + int(o[1])  # type: ignore[call-overload]
+        model.ts += 10
+        raw = build_batch([(b"\x00\x00\x00\x02", b"leader-change", [], model.ts)], control=True,
+                          partition_leader_epoch=epoch)
+        ((_, h),) = iter_batches(raw)
+        new_batch = (end, end, epoch, h.crc)
+        allowed.batches.add(new_batch)
+        log.append_control_as_leader(raw, epoch)
+        model.batches.append(new_batch)
     elif kind == "flush":
         log.flush()
         model.durable = log.end_offset
