@@ -2,8 +2,9 @@
 
 Operations: leader, control (LeaderChangeMessage) and follower appends (epochs going up now and
 then), flushes, high watermark moves, truncations (to a batch boundary at or above the high
-watermark), snapshots at committed batch boundaries, ``delete_before_snapshot``, a follower installing a snapshot past its log end
-(``create_snapshot`` + ``truncate_to_latest_snapshot``), clean restarts, and power cuts
+watermark), snapshots at committed batch boundaries, ``delete_before_snapshot``, a follower
+installing a snapshot past its log end (``create_snapshot`` + ``truncate_to_latest_snapshot``),
+clean restarts, and power cuts
 (:class:`strom.testing.powerloss.PowerLossFS`: only fsynced content and fsynced directory entries
 survive; with ``torn`` the unsynced part of a file may survive whole, partly or sector by
 sector), including cuts *inside* a later operation and inside the recovery that follows a cut.
