@@ -1,6 +1,7 @@
 """Background log maintenance: retention, delayed segment deletion, and the log cleaner.
 
-* Retention runs on the event loop every ``log.retention.check.interval.ms``: each partition
+* Retention runs on the event loop every ``log.retention.check.interval.ms`` (a periodic task of
+  the broker's :class:`~strom.scheduler.Scheduler`): each partition
   log's :meth:`PartitionLog.delete_old_segments` (cheap: header-free, renames only).
 * Removed segments are unlinked by a small task once ``file.delete.delay.ms`` has passed (each
   log's :meth:`PartitionLog.delete_expired_segments`), checked every second (or more often if a
@@ -24,7 +25,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import threading
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
 from ..log.errors import KafkaStorageError
+from ..scheduler import TaskHandle
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -50,13 +51,6 @@ def _conf(broker: Broker, name: str, default: Any, typ: type) -> Any:
         return typ(raw)
     except (TypeError, ValueError):
         return default
-
-
-async def _retention_loop(broker: Broker) -> None:
-    interval = max(1, int(_conf(broker, "log.retention.check.interval.ms", 300_000, int))) / 1000
-    while True:
-        await asyncio.sleep(interval)
-        run_retention(broker)
 
 
 def run_retention(broker: Broker) -> int:
@@ -87,24 +81,28 @@ def run_retention(broker: Broker) -> int:
     return removed
 
 
-async def _deleter_loop(broker: Broker) -> None:
-    while True:
-        delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
-        await asyncio.sleep(min([1000, *[max(10, d // 2) for d in delays]]) / 1000)
-        storage_log = broker.storage_log
-        for plog in list(broker.logs.values()):
-            if plog.pending_deletes:
-                tp = f"{plog.topic}-{plog.partition}"
-                try:
-                    plog.delete_expired_segments()
-                except (KafkaStorageError, OSError) as e:
-                    storage_log.failed("unlinking deleted segments of", tp, e,
-                                       "the files stay as *.deleted; retrying every second")
-                    continue
-                except Exception:
-                    log.exception("deleting old segments of %s failed", tp)
-                    continue
-                storage_log.ok("unlinking deleted segments of", tp)
+def _deleter_interval_ms(broker: Broker) -> int:
+    """Every second, or half the shortest ``file.delete.delay.ms`` of a log with pending deletes."""
+    delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
+    return min([1000, *[max(10, d // 2) for d in delays]])
+
+
+def run_deleter(broker: Broker) -> None:
+    """Unlink the removed segments whose ``file.delete.delay.ms`` has passed."""
+    storage_log = broker.storage_log
+    for plog in list(broker.logs.values()):
+        if plog.pending_deletes:
+            tp = f"{plog.topic}-{plog.partition}"
+            try:
+                plog.delete_expired_segments()
+            except (KafkaStorageError, OSError) as e:
+                storage_log.failed("unlinking deleted segments of", tp, e,
+                                   "the files stay as *.deleted; retrying every second")
+                continue
+            except Exception:
+                log.exception("deleting old segments of %s failed", tp)
+                continue
+            storage_log.ok("unlinking deleted segments of", tp)
 
 
 class CleanerThread:
@@ -183,20 +181,32 @@ class CleanerThread:
                 self.wakeup.clear()
 
 
-async def _cleaner_task(broker: Broker) -> None:
-    thread = CleanerThread(broker)
-    broker.log_cleaner = thread  # type: ignore[attr-defined]  # for tests and tools
-    thread.start()
-    try:
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        thread.stop()
+class _CleanerHandle:
+    """The cleaner thread as a cancellable task (cancel stops it at its next batch)."""
+
+    def __init__(self, thread: CleanerThread) -> None:
+        self.thread = thread
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.thread.stop()
 
 
-def start_log_tasks(broker: Broker) -> list[asyncio.Task[None]]:
-    """Called by :meth:`Broker.start`; the broker cancels the tasks on shutdown."""
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_retention_loop(broker)), loop.create_task(_deleter_loop(broker))]
+def start_log_tasks(broker: Broker) -> list[TaskHandle]:
+    """Called by :meth:`Broker.start`: retention and segment deletion as periodic tasks of the
+    broker's scheduler, and the cleaner thread; the broker cancels them on shutdown."""
+    sched = broker.scheduler
+    retention_ms = max(1, int(_conf(broker, "log.retention.check.interval.ms", 300_000, int)))
+    tasks: list[TaskHandle] = [
+        sched.schedule_periodic(retention_ms, lambda: run_retention(broker), name="log-retention"),
+        sched.schedule_periodic(lambda: _deleter_interval_ms(broker), lambda: run_deleter(broker),
+                                name="log-segment-deleter"),
+    ]
     if _conf(broker, "log.cleaner.enable", True, bool):
-        tasks.append(loop.create_task(_cleaner_task(broker)))
+        thread = CleanerThread(broker)
+        broker.log_cleaner = thread  # type: ignore[attr-defined]  # for tests and tools
+        thread.start()
+        tasks.append(_CleanerHandle(thread))
     return tasks
