@@ -13,8 +13,9 @@ Theory of operation
   before).
 * A *flush round* starts on the loop's next turn after an append: for each partition written
   since the last round it takes a :class:`~strom.log.partition_log.FlushPlan` (the segment files
-  holding offsets up to the log end; no system call), hands every plan to one worker thread
-  (``strom-coordinator-flush``) that fsyncs them, and when the thread is done, back on the loop,
+  holding offsets up to the log end; no system call), hands the plans to a few worker threads
+  (``strom-coordinator-flush``, 4: the partitions' fsyncs run side by side, which a file system
+  commits together) and when they are done, back on the loop,
   moves each log's recovery point, raises the HW of the coordinators' partitions, wakes
   fetches of those partitions and completes the waiters up to the synced offset. Only one round
   is in flight: what is appended meanwhile waits for the next round, so N concurrent commits to
@@ -69,12 +70,13 @@ COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__
 class CoordinatorPartitionWriter:
     """See the module doc."""
 
-    def __init__(self, broker: Broker, *, threaded: bool = True,
+    def __init__(self, broker: Broker, *, threaded: bool = True, flush_threads: int = 4,
                  hw_on_durable: frozenset[str] = COORDINATOR_TOPICS) -> None:
         self.broker = broker
         self.hw_on_durable = hw_on_durable
+        self.flush_threads = max(1, flush_threads)
         self._executor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-coordinator-flush")
+            ThreadPoolExecutor(max_workers=self.flush_threads, thread_name_prefix="strom-coordinator-flush")
             if threaded
             else None
         )
@@ -198,17 +200,24 @@ class CoordinatorPartitionWriter:
         if self._executor is None:
             self._round_done(plans, _sync_all([p for _tp, _l, p in plans]))
             return
+        # the partitions' fsyncs run side by side (a file system commits concurrent fsyncs
+        # together): plan i goes to thread i mod flush_threads
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, _sync_all, [p for _tp, _l, p in plans])
+        n = min(self.flush_threads, len(plans))
+        chunks = [[p for _tp, _l, p in plans[i::n]] for i in range(n)]
+        futs = [loop.run_in_executor(self._executor, _sync_all, chunk) for chunk in chunks]
 
-        def done(f: asyncio.Future[list[BaseException | None]]) -> None:
-            try:
-                results: list[BaseException | None] = f.result()
-            except BaseException as e:  # the executor was shut down (the broker stopping)
-                results = [e] * len(plans)
+        def done(_f: object) -> None:
+            per_chunk: list[list[BaseException | None]] = []
+            for f, chunk in zip(futs, chunks, strict=True):
+                try:
+                    per_chunk.append(f.result())
+                except BaseException as e:  # the executor was shut down (the broker stopping)
+                    per_chunk.append([e] * len(chunk))
+            results = [per_chunk[i % n][i // n] for i in range(len(plans))]
             self._round_done(plans, results)
 
-        fut.add_done_callback(done)
+        asyncio.gather(*futs, return_exceptions=True).add_done_callback(done)
 
     def _round_done(self, plans: list[tuple[TopicPartition, PartitionLog, FlushPlan]],
                     results: list[BaseException | None]) -> None:

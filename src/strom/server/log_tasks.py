@@ -10,7 +10,8 @@
   event loop; it synchronises with the loop only through each log's lock (see
   :mod:`strom.log.partition_log`). It cleans the filthiest compacted log, then backs off for
   ``log.cleaner.backoff.ms`` (default 15 s, Kafka's) when nothing is cleanable; its first round
-  waits ``strom.log.cleaner.initial.delay.ms`` (default 0; benchmarks use it). Set
+  waits ``strom.log.cleaner.initial.delay.ms`` (default 0; benchmarks use it). Both waits are
+  timed by the broker's scheduler (a task that wakes the thread). Set
   ``log.cleaner.enable=false`` to turn it off. Cancelling the returned task stops the thread at
   its next batch.
 * By default the cleaner's CPU work (offset map, recopy) runs in a child process
@@ -25,6 +26,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 import threading
@@ -125,12 +128,16 @@ class CleanerThread:
         )
         self.wakeup = threading.Event()
         self.thread = threading.Thread(target=self._run, name="strom-log-cleaner", daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the broker's, where its scheduler runs
+        self._backoff: TaskHandle | None = None
 
     def _io_max_bytes_per_second(self) -> float:
         rate = float(_conf(self.broker, "log.cleaner.io.max.bytes.per.second", NO_THROTTLE, float))
         return rate if rate > 0 else NO_THROTTLE
 
     def start(self) -> None:
+        with contextlib.suppress(RuntimeError):  # (no loop: the backoff is a plain timed wait)
+            self.loop = asyncio.get_running_loop()
         if not self.use_process:
             # In-thread cleaning is CPU-bound Python: with the default 5 ms GIL switch interval
             # the event loop could wait up to 5 ms for the GIL on every wake-up while it runs.
@@ -141,6 +148,28 @@ class CleanerThread:
     def stop(self) -> None:
         self.cleaner.stop.set()
         self.wakeup.set()
+        if self._backoff is not None:
+            self._backoff.cancel()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` in the cleaner thread, timed by the broker's scheduler (so on a
+        manual scheduler the cleaner runs when simulated time passes); True if stopping."""
+        loop = self.loop
+        ms = seconds * 1000
+
+        def arm() -> None:
+            self._backoff = self.broker.scheduler.schedule(ms, self.wakeup.set, name="log-cleaner-backoff")
+
+        try:
+            if loop is None or loop.is_closed():
+                raise RuntimeError("no event loop")
+            loop.call_soon_threadsafe(arm)
+        except RuntimeError:
+            self.wakeup.wait(seconds)
+        else:
+            self.wakeup.wait()
+        self.wakeup.clear()
+        return self.cleaner.stop.is_set()
 
     def _run(self) -> None:
         try:
@@ -155,7 +184,7 @@ class CleanerThread:
         except OSError:
             log.exception("starting the log cleaner's worker process failed")
         initial = int(_conf(self.broker, "strom.log.cleaner.initial.delay.ms", 0, int))
-        if initial > 0 and stop.wait(initial / 1000):
+        if initial > 0 and self._sleep(initial / 1000):
             return
         while not stop.is_set():
             cleaned = None
@@ -177,8 +206,7 @@ class CleanerThread:
             else:
                 self.broker.storage_log.ok("log cleaning", "round")
             if cleaned is None:
-                self.wakeup.wait(self.backoff_s)
-                self.wakeup.clear()
+                self._sleep(self.backoff_s)
 
 
 class _CleanerHandle:
