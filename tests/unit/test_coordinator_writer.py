@@ -212,3 +212,27 @@ def test_manual_scheduler_fires_in_due_order_and_repeats() -> None:
         assert sched.pending == 0
 
     asyncio.run(go())
+
+
+def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path) -> None:
+    async def go() -> None:
+        broker = Broker(_config(tmp_path / "data"))
+        await broker.start(listen=False)
+        try:
+            gc = broker.group_coordinator
+            plog = broker.logs[("__consumer_offsets", 0)]
+            r = await gc.txn_commit_offsets(
+                "g", producer_id=7, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                offsets={("t", 0): (42, -1, None)},
+            )
+            assert r == {("t", 0): E.NONE}
+            assert plog.high_watermark == plog.log_end_offset == plog.recovery_point  # durable
+            assert gc.has_pending_txn("g", ("t", 0))
+            await broker.write_markers(7, 0, True, [("__consumer_offsets", 0)])
+            assert not gc.has_pending_txn("g", ("t", 0))
+            assert gc.fetch_offsets("g", [("t", [0])])[1]["t"][0].offset == 42  # type: ignore[union-attr]
+            assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
+        finally:
+            await broker.stop()
+
+    asyncio.run(go())

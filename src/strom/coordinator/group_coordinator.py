@@ -436,9 +436,9 @@ class GroupCoordinator:
                 self._storage_failed(partition, e)
                 failed = coordinator_error(e)
                 eff.fail(failed)
-            else:
-                self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
         if not failed:
+            if eff.records:
+                self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
             eff.answer()
         self.timer.poke()
         return value, failed
@@ -696,14 +696,28 @@ class GroupCoordinator:
         records, out = self._offset_records(group_id, offsets, -1)
         if not records:
             return out
+        durable: Awaitable[None] | None = None
         async with self._lock(partition):
             try:
-                await self.storage.append_txn(partition, records, producer_id, producer_epoch)
+                write_txn = getattr(self.storage, "write_txn", None)
+                if write_txn is not None:  # appended now, durable later (outside the lock)
+                    durable = write_txn(partition, records, producer_id, producer_epoch)
+                else:
+                    await self.storage.append_txn(partition, records, producer_id, producer_epoch)
             except Exception as e:
                 self._storage_failed(partition, e)
                 code = coordinator_error(e)
                 return {tp: (code if err == 0 else err) for tp, err in out.items()}
+            # pending from the moment they are in the log: a marker replayed at load sees them too
             self.pending_txn.setdefault((partition, producer_id), []).extend(records)
+        if durable is not None:
+            try:
+                await durable
+            except Exception as e:
+                self._storage_failed(partition, e)
+                code = coordinator_error(e)
+                return {tp: (code if err == 0 else err) for tp, err in out.items()}
+        self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
         if g is None and group_id not in self.groups:
             self.groups[group_id] = self._new_classic(group_id)
         return out
