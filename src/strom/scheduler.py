@@ -127,28 +127,17 @@ class _Task:
         self._owner._arm(self, delay)
 
 
-class AsyncioScheduler:
-    """The broker's scheduler: timers of the running asyncio loop (``loop.call_later``), or of
-    ``loop`` if given (then it may be called from outside the loop's coroutines)."""
+class SchedulerBase:
+    """What both schedulers share; a subclass says how a task is armed (``_arm``) and disarmed."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._tasks: set[_Task] = set()
 
-    def _get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop if self._loop is not None else asyncio.get_running_loop()
-
     def _arm(self, task: _Task, delay_ms: float) -> None:
-        loop = self._get_loop()
-        if delay_ms > 0:
-            task.timer = loop.call_later(delay_ms / 1000, task.fire)
-        else:
-            task.timer = loop.call_soon(task.fire)
+        raise NotImplementedError
 
     def _disarm(self, task: _Task) -> None:
-        if task.timer is not None:
-            task.timer.cancel()
-            task.timer = None
+        raise NotImplementedError
 
     def schedule(self, delay_ms: float, fn: TaskFn, *, name: str = "") -> _Task:
         task = _Task(self, fn, None, name)
@@ -168,6 +157,30 @@ class AsyncioScheduler:
     def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+class AsyncioScheduler(SchedulerBase):
+    """The broker's scheduler: timers of the running asyncio loop (``loop.call_later``), or of
+    ``loop`` if given (then it may be called from outside the loop's coroutines)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop if self._loop is not None else asyncio.get_running_loop()
+
+    def _arm(self, task: _Task, delay_ms: float) -> None:
+        loop = self._get_loop()
+        if delay_ms > 0:
+            task.timer = loop.call_later(delay_ms / 1000, task.fire)
+        else:
+            task.timer = loop.call_soon(task.fire)
+
+    def _disarm(self, task: _Task) -> None:
+        if task.timer is not None:
+            task.timer.cancel()
+            task.timer = None
 
 
 class DeadlineTimer:

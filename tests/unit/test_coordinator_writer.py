@@ -4,9 +4,11 @@ the high watermark; concurrent commits share a flush; failures answer Kafka's er
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,16 @@ def _config(data: Path) -> BrokerConfig:
     })
 
 
+@contextlib.asynccontextmanager
+async def _started(data: Path) -> AsyncIterator[Broker]:
+    broker = Broker(_config(data))
+    await broker.start(listen=False)
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
 async def _commit(gc: GroupCoordinator, group: str, offset: int) -> dict[Any, int]:
     offsets = {("t", 0): (offset, -1, None)}
     return await gc.commit_offsets(group, member_id="", generation_id=-1, offsets=offsets)
@@ -56,9 +68,7 @@ def test_error_mapping_is_kafkas() -> None:
 
 def test_commits_are_answered_at_the_hw_which_follows_the_flush_thread(tmp_path: Path) -> None:
     async def go() -> None:
-        broker = Broker(_config(tmp_path / "data"))
-        await broker.start(listen=False)
-        try:
+        async with _started(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             plog = broker.logs[("__consumer_offsets", 0)]
             flush_threads: list[str] = []
@@ -81,17 +91,13 @@ def test_commits_are_answered_at_the_hw_which_follows_the_flush_thread(tmp_path:
             assert flush_threads and all(n.startswith("strom-coordinator-flush") for n in flush_threads)
             assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
             assert gc.fetch_offsets("g7", [("t", [0])])[1]["t"][0].offset == 7  # type: ignore[union-attr]
-        finally:
-            await broker.stop()
 
     asyncio.run(go())
 
 
 def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_path: Path) -> None:
     async def go() -> None:
-        broker = Broker(_config(tmp_path / "data"))
-        await broker.start(listen=False)
-        try:
+        async with _started(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             real_sync = coordinator_writer.sync_flush_plan
 
@@ -107,17 +113,13 @@ def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_pa
             assert plog.high_watermark < plog.log_end_offset  # never acknowledged, not visible
             assert await _commit(gc, "g", 2) == {("t", 0): E.NONE}
             assert plog.high_watermark == plog.log_end_offset
-        finally:
-            await broker.stop()
 
     asyncio.run(go())
 
 
 def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
     async def go() -> None:
-        broker = Broker(_config(tmp_path / "data"))
-        await broker.start(listen=False)
-        try:
+        async with _started(tmp_path / "data") as broker:
             writer = broker.coordinator_writer
             tp = ("__consumer_offsets", 0)
             broker.offline_partitions[tp] = broker.logs.pop(tp).directory.parent
@@ -125,17 +127,13 @@ def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
                 writer.append(tp, [(b"k", b"v")])
             assert coordinator_error(e.value) == E.NOT_COORDINATOR
             assert await _commit(broker.group_coordinator, "g", 1) == {("t", 0): E.NOT_COORDINATOR}
-        finally:
-            await broker.stop()
 
     asyncio.run(go())
 
 
 def test_transaction_markers_are_written_in_one_flush_round(tmp_path: Path) -> None:
     async def go() -> None:
-        broker = Broker(_config(tmp_path / "data"))
-        await broker.start(listen=False)
-        try:
+        async with _started(tmp_path / "data") as broker:
             await broker.create_topic_async("d", 4)
             before = broker.coordinator_writer.rounds
             await broker.write_markers(5, 0, True, [("d", p) for p in range(4)])
@@ -143,8 +141,6 @@ def test_transaction_markers_are_written_in_one_flush_round(tmp_path: Path) -> N
             for p in range(4):
                 plog = broker.logs[("d", p)]
                 assert plog.log_end_offset == 1 and plog.recovery_point == 1
-        finally:
-            await broker.stop()
 
     asyncio.run(go())
 
@@ -216,9 +212,7 @@ def test_manual_scheduler_fires_in_due_order_and_repeats() -> None:
 
 def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path) -> None:
     async def go() -> None:
-        broker = Broker(_config(tmp_path / "data"))
-        await broker.start(listen=False)
-        try:
+        async with _started(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             plog = broker.logs[("__consumer_offsets", 0)]
             r = await gc.txn_commit_offsets(
@@ -232,7 +226,5 @@ def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path)
             assert not gc.has_pending_txn("g", ("t", 0))
             assert gc.fetch_offsets("g", [("t", [0])])[1]["t"][0].offset == 42  # type: ignore[union-attr]
             assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
-        finally:
-            await broker.stop()
 
     asyncio.run(go())

@@ -13,20 +13,19 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable
 
 from ..clock import ManualClock
-from ..scheduler import TaskFn, _interval, _Task
+from ..scheduler import SchedulerBase, _Task
 
 
-class ManualScheduler:
+class ManualScheduler(SchedulerBase):
     def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
         self.clock = clock
-        self._tasks: set[_Task] = set()
         self._heap: list[tuple[int, int, _Task]] = []
         self._seq = itertools.count()
 
-    # the implementation hooks _Task uses
+    # how a task is armed: an entry in the heap (a cancelled task's entry is skipped when popped)
     def _arm(self, task: _Task, delay_ms: float) -> None:
         due = self.clock.monotonic_ms() + int(delay_ms)
         entry = (due, next(self._seq), task)
@@ -34,26 +33,7 @@ class ManualScheduler:
         heapq.heappush(self._heap, entry)
 
     def _disarm(self, task: _Task) -> None:
-        task.timer = None  # its heap entry is skipped when popped
-
-    def schedule(self, delay_ms: float, fn: TaskFn, *, name: str = "") -> _Task:
-        task = _Task(self, fn, None, name)
-        self._tasks.add(task)
-        self._arm(task, max(0.0, delay_ms))
-        return task
-
-    def schedule_periodic(
-        self, interval_ms: float | Callable[[], float], fn: TaskFn, *, initial_delay_ms: float | None = None,
-        name: str = "",
-    ) -> _Task:
-        task = _Task(self, fn, interval_ms, name)
-        self._tasks.add(task)
-        self._arm(task, _interval(interval_ms) if initial_delay_ms is None else max(0.0, initial_delay_ms))
-        return task
-
-    def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        task.timer = None
 
     # ------------------------------------------------------------------ driving
 
