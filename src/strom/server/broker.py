@@ -753,7 +753,6 @@ class Broker:
         partition: int,
         records: bytes | bytearray | memoryview,
         leader_epoch: int = 0,
-        flush: bool = False,
         from_coordinator: bool = False,
         prevalidated: bool = False,
         advance_hw: bool = True,
@@ -768,8 +767,6 @@ class Broker:
         except KafkaStorageError as e:
             self.note_storage_error(plog, e)
             raise
-        if flush:
-            plog.flush()
         if advance_hw:
             plog.update_high_watermark(plog.log_end_offset)
             self.purgatory.notify((topic, partition))
