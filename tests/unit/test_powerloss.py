@@ -104,8 +104,8 @@ async def _kill(broker: Broker) -> None:
     """Stop the broker as a power cut would: tasks and sockets gone, logs not flushed."""
     for srv in broker.servers:
         srv.close()
-    for t in broker._tasks:
-        t.cancel()
+    broker.scheduler.close()  # every timer and periodic task
+    broker.coordinator_writer.close()
     for plog in broker.logs.values():
         plog.close_without_flush()
 

@@ -8,7 +8,7 @@ import uuid
 from types import SimpleNamespace
 from typing import Any
 
-from strom.clock import ManualClock
+from strom.clock import ManualClock, RealClock
 from strom.coordinator.group_coordinator import GroupCoordinator
 from strom.coordinator.share_coordinator import ShareConfig, ShareCoordinator
 from strom.coordinator.storage import MemoryOffsetsStorage
@@ -51,6 +51,7 @@ def _broker(share_coord: ShareCoordinator, group_coord: GroupCoordinator) -> Any
         topics=topics,
         logs={},
         purgatory=FetchPurgatory(),
+        clock=RealClock(),
     )
 
 

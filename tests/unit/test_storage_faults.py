@@ -45,9 +45,9 @@ def test_flush_task_survives_storage_errors(tmp_path: Path, caplog: pytest.LogCa
     caplog.set_level(logging.INFO, "strom.storage")
 
     async def go() -> None:
-        task = asyncio.create_task(broker._flusher())
+        task = broker.scheduler.schedule_periodic(10, broker._flush_due)  # as Broker.start does
         for _ in range(500):
-            if len(calls) >= 6 or task.done():
+            if len(calls) >= 6 or task.cancelled:
                 break
             await asyncio.sleep(0.01)
         task.cancel()

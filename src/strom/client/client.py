@@ -22,7 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strom.client.connection import KafkaConnection
+from strom.client.connection import KafkaConnection, StreamOpener
 from strom.client.errors import KafkaConnectionError, KafkaError, KafkaProtocolError
 from strom.client.messages import ApiKey
 from strom.client.security import SecurityConfig
@@ -179,8 +179,10 @@ class Client:
         retries: int = 5,
         retry_backoff_ms: int = 100,
         security: SecurityConfig | None = None,
+        open_streams: StreamOpener | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.open_streams = open_streams  # None: sockets (see KafkaConnection)
         self.security = security or SecurityConfig()
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
@@ -219,6 +221,7 @@ class Client:
                 request_timeout=self.request_timeout,
                 connect_timeout=self.connect_timeout,
                 security=self.security,
+                open_streams=self.open_streams,
             )
             self._cache.connections[key] = conn
             return conn

@@ -32,7 +32,7 @@ import os
 import ssl
 import struct
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -67,6 +67,9 @@ def tls_failure(host: str, port: int, e: ssl.SSLError) -> str:
     return f"TLS handshake with {host}:{port} failed: {reason}"
 
 
+StreamOpener = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+
+
 class KafkaConnection:
     """A pipelined connection to one broker. Use :meth:`open` (connects and negotiates)."""
 
@@ -79,9 +82,12 @@ class KafkaConnection:
         request_timeout: float = 30.0,
         max_frame_bytes: int = 256 * 1024 * 1024,
         security: SecurityConfig | None = None,
+        open_streams: StreamOpener | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        # how to reach host:port; default asyncio.open_connection (strom.testing.network: in memory)
+        self.open_streams = open_streams
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_frame_bytes = max_frame_bytes
@@ -112,15 +118,19 @@ class KafkaConnection:
         request_timeout: float = 30.0,
         connect_timeout: float = 10.0,
         security: SecurityConfig | None = None,
+        open_streams: StreamOpener | None = None,
     ) -> KafkaConnection:
-        conn = cls(host, port, client_id=client_id, request_timeout=request_timeout, security=security)
+        conn = cls(host, port, client_id=client_id, request_timeout=request_timeout, security=security,
+                   open_streams=open_streams)
         await conn.connect(connect_timeout)
         return conn
 
     async def connect(self, timeout: float = 10.0) -> None:
         ctx = self.security.ssl_context()
         try:
-            if ctx is None:
+            if self.open_streams is not None:
+                opening = self.open_streams(self.host, self.port)
+            elif ctx is None:
                 opening = asyncio.open_connection(self.host, self.port)
             else:
                 opening = asyncio.open_connection(

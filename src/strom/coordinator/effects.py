@@ -8,8 +8,10 @@ and collects into an :class:`Effects`:
   :class:`Pending` values completed when a rebalance round ends, possibly by another request).
 
 The runtime appends the records first and only then delivers the completions, so nothing is
-acknowledged before it is durable (Kafka's ``CoordinatorResult(records, response)``). If the append
-fails, ``on_failure`` callbacks undo what must be undone and every completion becomes an error.
+acknowledged before it is durable (Kafka's ``CoordinatorResult(records, response)``): ``apply``
+once the records are appended and replayed, ``answer`` once they are durable (the HW reached
+them). If the append fails, ``on_failure`` callbacks undo what must be undone and every
+completion becomes an error; if only the flush fails, the completions fail (:meth:`Effects.fail`).
 """
 
 from __future__ import annotations
@@ -69,11 +71,28 @@ class Effects:
 
     def deliver(self) -> None:
         """The records are durable: apply what waited for them and answer."""
-        for cb in self.on_success:
+        self.apply()
+        self.answer()
+
+    def apply(self) -> None:
+        """The records were appended and replayed: run what completes the state change (under
+        the runtime's lock, before the next step)."""
+        callbacks, self.on_success = self.on_success, []
+        for cb in callbacks:
             cb()
+
+    def answer(self) -> None:
+        """The records are durable (the HW reached them): answer the pending requests."""
         completions, self.completions = self.completions, []
         for pending, value in completions:
             pending.set(value)
+
+    def fail(self, code: int) -> None:
+        """The records were appended but could not be made durable: answer ``code``, undo
+        nothing (the state is what the log holds)."""
+        completions, self.completions = self.completions, []
+        for pending, _value in completions:
+            pending.fail(code)
 
     def abort(self, code: int) -> None:
         """The append failed: undo and answer every pending request with ``code``."""

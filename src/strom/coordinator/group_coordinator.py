@@ -32,17 +32,17 @@ here), and converting back when the last consumer-protocol member leaves. A roll
 live group therefore needs the group to be emptied in between.
 
 Error contract: coordinator methods return Kafka error codes in their results and never raise
-for client input; storage failures become COORDINATOR_NOT_AVAILABLE (retriable).
+for client input; storage failures become Kafka's coordinator errors (retriable:
+NOT_COORDINATOR for KAFKA_STORAGE_ERROR, else COORDINATOR_NOT_AVAILABLE; see :mod:`.partition_writer`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -50,6 +50,7 @@ from ..clock import Clock, RealClock
 from ..config_schema import broker_default
 from ..protocol.errors import ErrorCode
 from ..rate_limited_log import RateLimitedLog
+from ..scheduler import AsyncioScheduler, DeadlineTimer, Scheduler
 from .classic import ClassicConfig, ClassicGroup, GroupState, JoinResult, SyncResult
 from .consumer import (
     Assignment,
@@ -61,6 +62,7 @@ from .consumer import (
     consumer_group_records,
 )
 from .effects import Effects, Pending
+from .partition_writer import coordinator_error
 from .records import (
     CONSUMER_GROUP_METADATA,
     CONSUMER_GROUP_PARTITION_METADATA,
@@ -153,6 +155,7 @@ class GroupCoordinator:
         *,
         run_timer: bool = True,
         new_member_id: Callable[[str], str] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.config = (
             config
@@ -168,8 +171,12 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.loading: set[int] = set(range(self.config.num_partitions))
         self._locks: dict[int, asyncio.Lock] = {}
-        self._timer: asyncio.Task[None] | None = None
-        self._wakeup: asyncio.Event | None = None
+        # the timer (session, rebalance and join timeouts; offsets expiry): one task of the
+        # scheduler, re-armed for the nearest deadline (at most a second away)
+        self.timer = DeadlineTimer(
+            scheduler if scheduler is not None else AsyncioScheduler(), self.clock.monotonic_ms, self.tick,
+            self.next_deadline, name="group coordinator timer",
+        )
         self._next_retention_check = 0
         # transactional offset commits awaiting their marker: (partition, producer id) -> records
         self.pending_txn: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
@@ -197,15 +204,10 @@ class GroupCoordinator:
             await asyncio.sleep(0)
         self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
         if self.run_timer:
-            self._wakeup = asyncio.Event()
-            self._timer = asyncio.create_task(self._timer_loop(), name="group-coordinator-timer")
+            self.timer.start()
 
     async def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+        self.timer.stop()
         for g in self.groups.values():
             if isinstance(g, ClassicGroup):
                 for m in g.members.values():
@@ -392,34 +394,59 @@ class GroupCoordinator:
     def _is_loading(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.loading
 
-    async def _run(self, group_id: str, step: Callable[[Effects], T]) -> tuple[T, bool]:
-        """Run a step under the partition lock, append its records, replay them, answer."""
+    async def _run(self, group_id: str, step: Callable[[Effects], T]) -> tuple[T, int]:
+        """Run a step under the partition lock, append its records and replay them; answer
+        once the records are durable (the HW reached them, :mod:`.partition_writer`). Returns
+        the step's value and NONE, or the error a failed write answers (Kafka's mapping,
+        :func:`.partition_writer.coordinator_error`).
+
+        The lock covers the step, the append (which does not wait for the disk) and the
+        replay, so the next step of the partition sees this one's state; the wait for the HW
+        happens outside it, so concurrent steps of one partition share a flush. A failed append
+        leaves the state as it was (``on_failure`` undoes the step); a failed flush after a
+        successful append answers the error but keeps the replayed state, which is what the log
+        holds."""
         partition = self.partition_for(group_id)
+        durable: Awaitable[None] | None = None
+        failed: int = ErrorCode.NONE
         async with self._lock(partition):
             eff = Effects()
             value = step(eff)
-            ok = True
             if eff.records:
                 try:
-                    await self.storage.append(partition, eff.records)
+                    write = getattr(self.storage, "write", None)
+                    if write is not None:
+                        durable = write(partition, eff.records)
+                    else:  # an OffsetsStorage without the two-phase write: durable on return
+                        await self.storage.append(partition, eff.records)
                 except Exception as e:  # storage failure: nothing acknowledged
-                    self.storage_log.failed(
-                        "append to", f"__consumer_offsets-{partition}", e,
-                        "answering COORDINATOR_NOT_AVAILABLE, group state unchanged; clients retry",
-                    )
-                    ok = False
+                    self._storage_failed(partition, e)
+                    failed = coordinator_error(e)
+                    eff.abort(failed)
                 else:
-                    self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
-                if ok:
                     for k, v in eff.records:
                         self._replay(k, v)
-            if ok:
-                eff.deliver()
-            else:
-                eff.abort(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if self._wakeup is not None:
-            self._wakeup.set()
-        return value, ok
+            if not failed:
+                eff.apply()
+        if durable is not None:
+            try:
+                await durable
+            except Exception as e:
+                self._storage_failed(partition, e)
+                failed = coordinator_error(e)
+                eff.fail(failed)
+        if not failed:
+            if eff.records:
+                self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
+            eff.answer()
+        self.timer.poke()
+        return value, failed
+
+    def _storage_failed(self, partition: int, e: BaseException) -> None:
+        self.storage_log.failed(
+            "append to", f"__consumer_offsets-{partition}", e,
+            f"answering {ErrorCode(coordinator_error(e)).name}; clients retry",
+        )
 
     @staticmethod
     async def _await(p: Pending[T]) -> T:
@@ -559,8 +586,8 @@ class GroupCoordinator:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
             return ErrorCode.NONE, g.leave(eff, members)
 
-        (top, errs), ok = await self._run(group_id, step)
-        return (top, errs) if ok else (ErrorCode.COORDINATOR_NOT_AVAILABLE, errs)
+        (top, errs), failed = await self._run(group_id, step)
+        return (top, errs) if not failed else (failed, errs)
 
     # ------------------------------------------------------------------ offsets
 
@@ -624,10 +651,10 @@ class GroupCoordinator:
             eff.records.extend(records)
             return out
 
-        result, ok = await self._run(group_id, step)
-        if not ok:
+        result, failed = await self._run(group_id, step)
+        if failed:
             return {
-                tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.NONE else e)
+                tp: (failed if e == ErrorCode.NONE else e)
                 for tp, e in result.items()
             }
         return result
@@ -668,16 +695,28 @@ class GroupCoordinator:
         records, out = self._offset_records(group_id, offsets, -1)
         if not records:
             return out
+        durable: Awaitable[None] | None = None
         async with self._lock(partition):
             try:
-                await self.storage.append_txn(partition, records, producer_id, producer_epoch)
+                write_txn = getattr(self.storage, "write_txn", None)
+                if write_txn is not None:  # appended now, durable later (outside the lock)
+                    durable = write_txn(partition, records, producer_id, producer_epoch)
+                else:
+                    await self.storage.append_txn(partition, records, producer_id, producer_epoch)
             except Exception as e:
-                self.storage_log.failed(
-                    "append to", f"__consumer_offsets-{partition}", e,
-                    "answering COORDINATOR_NOT_AVAILABLE to TxnOffsetCommit; clients retry",
-                )
-                return {tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE if e == 0 else e) for tp, e in out.items()}
+                self._storage_failed(partition, e)
+                code = coordinator_error(e)
+                return {tp: (code if err == 0 else err) for tp, err in out.items()}
+            # pending from the moment they are in the log: a marker replayed at load sees them too
             self.pending_txn.setdefault((partition, producer_id), []).extend(records)
+        if durable is not None:
+            try:
+                await durable
+            except Exception as e:
+                self._storage_failed(partition, e)
+                code = coordinator_error(e)
+                return {tp: (code if err == 0 else err) for tp, err in out.items()}
+        self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
         if g is None and group_id not in self.groups:
             self.groups[group_id] = self._new_classic(group_id)
         return out
@@ -760,9 +799,9 @@ class GroupCoordinator:
                     eff.records.append((encode_offset_commit_key(group_id, tp[0], tp[1]), None))
             return ErrorCode.NONE, out
 
-        (err, result), ok = await self._run(group_id, step)
-        if not ok:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+        (err, result), failed = await self._run(group_id, step)
+        if failed:
+            return failed, {}
         return err, result
 
     # ------------------------------------------------------------------ admin
@@ -833,8 +872,8 @@ class GroupCoordinator:
             self._delete_records(eff, group_id, g)
             return ErrorCode.NONE
 
-        err, ok = await self._run(group_id, step)
-        return err if ok else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        err, failed = await self._run(group_id, step)
+        return failed or err
 
     def _delete_records(self, eff: Effects, group_id: str, g: Group) -> None:
         for topic, partition in self.offsets.get(group_id, {}):
@@ -929,9 +968,9 @@ class GroupCoordinator:
             self._consumer_step(eff, group_id, live, work)
             return result
 
-        result, ok = await self._run(group_id, step)
-        if not ok:
-            return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "could not write the group's state")
+        result, failed = await self._run(group_id, step)
+        if failed:
+            return HeartbeatResult(failed, "could not write the group's state")
         return result
 
     def consumer_group_describe(self, group_id: str) -> dict[str, Any]:
@@ -1035,8 +1074,8 @@ class GroupCoordinator:
                     self._delete_records_group_only(eff, gid, g)
                 return len(expired)
 
-            n, ok = await self._run(gid, step)
-            if ok:
+            n, failed = await self._run(gid, step)
+            if not failed:
                 total += n
         return total
 
@@ -1047,16 +1086,4 @@ class GroupCoordinator:
         eff.records.append((encode_group_metadata_key(group_id), None))
         g.mark_dead(eff)
 
-    async def _timer_loop(self) -> None:
-        assert self._wakeup is not None
-        while True:
-            try:
-                await self.tick()
-            except Exception:  # keep the timer alive; a bug here must not stop every group
-                log.exception("group coordinator timer step failed")
-            nxt = self.next_deadline()
-            now = self.clock.monotonic_ms()
-            delay = 1.0 if nxt is None else min(max((nxt - now) / 1000.0, 0.005), 1.0)
-            self._wakeup.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), delay)
+

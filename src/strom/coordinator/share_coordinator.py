@@ -39,7 +39,6 @@ failures become COORDINATOR_NOT_AVAILABLE (retriable) with the state unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 import uuid
@@ -51,6 +50,7 @@ from ..clock import Clock, RealClock
 from ..config_schema import GROUP_CONFIGS, broker_default, to_config_string
 from ..protocol.errors import ErrorCode
 from ..rate_limited_log import RateLimitedLog
+from ..scheduler import AsyncioScheduler, DeadlineTimer, Scheduler
 from .records import RecordFormatError
 from .share_partition import AckType, AcquiredRange, RecordState, SharePartition
 from .share_records import (
@@ -181,6 +181,7 @@ class ShareCoordinator:
         group_config: Callable[[str], dict[str, str]] | None = None,
         notify: Callable[[uuid.UUID, int], None] | None = None,
         run_timer: bool = True,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.storage = storage
         self.logs = logs
@@ -198,8 +199,10 @@ class ShareCoordinator:
         # the state each share-partition's last snapshot holds (start, batches, state epoch)
         self._snapshot_base: dict[SPKey, tuple[int, list[tuple[int, int, int, int]], int]] = {}
         self._updates_since_snapshot: dict[SPKey, int] = {}
-        self._timer: asyncio.Task[None] | None = None
-        self._wakeup: asyncio.Event | None = None
+        self.timer = DeadlineTimer(
+            scheduler if scheduler is not None else AsyncioScheduler(), self.clock.monotonic_ms, self.expire,
+            self.next_deadline, name="share coordinator timer",
+        )
         self._background: set[asyncio.Task[None]] = set()
         # is a group id taken by another kind of group (classic/consumer)?
         self.other_group_exists: Callable[[str], bool] = lambda g: False
@@ -238,15 +241,10 @@ class ShareCoordinator:
         for group, _tid, _p in self.partitions:
             self.groups.setdefault(group, ShareGroup(group))
         if self.run_timer:
-            self._wakeup = asyncio.Event()
-            self._timer = asyncio.create_task(self._timer_loop(), name="share-coordinator-timer")
+            self.timer.start()
 
     async def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+        self.timer.stop()
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         k = decode_key(key)
@@ -494,8 +492,7 @@ class ShareCoordinator:
                 if (group_id, tid, p) not in self.partitions:
                     async with self._lock((group_id, tid, p)):
                         await self._ensure_partition((group_id, tid, p))
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self.timer.poke()
         return HeartbeatResult(
             ErrorCode.NONE, None, member_id, m.member_epoch, interval, sorted(target.items())
         )
@@ -657,8 +654,8 @@ class ShareCoordinator:
             ranges, ok = await self._mutate(key, op)
             if not ok:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, []
-        if ranges and self._wakeup is not None:
-            self._wakeup.set()
+        if ranges:
+            self.timer.poke()
         return ErrorCode.NONE, (data if ranges else None), ranges
 
     async def acknowledge(
@@ -718,20 +715,6 @@ class ShareCoordinator:
         ds = [d for sp in self.partitions.values() if (d := sp.next_deadline()) is not None]
         ds += [m.session_deadline for g in self.groups.values() for m in g.members.values()]
         return min(ds) if ds else None
-
-    async def _timer_loop(self) -> None:
-        assert self._wakeup is not None
-        while True:
-            try:
-                await self.expire()
-            except Exception:
-                log.exception("share coordinator timer step failed")
-            nxt = self.next_deadline()
-            now = self.clock.monotonic_ms()
-            delay = 1.0 if nxt is None else min(max((nxt - now) / 1000.0, 0.005), 1.0)
-            self._wakeup.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), delay)
 
     # ------------------------------------------------------------------ admin
 

@@ -6,7 +6,8 @@ simulations use :class:`MemoryOffsetsStorage`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Awaitable, Iterable
 from typing import NamedTuple, Protocol
 
 
@@ -22,6 +23,12 @@ class StoredEntry(NamedTuple):
 
 
 class OffsetsStorage(Protocol):
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        """Append now (no waiting for the disk; raises at once if the append fails) and return
+        the completion, done when the records are durable (the partition's HW reached them:
+        :mod:`.partition_writer`); it fails if they cannot be made durable."""
+        ...
+
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append key/value records (value None = tombstone); durable when it returns.
         Raises on failure (the coordinator then answers with an error and keeps no state)."""
@@ -44,13 +51,27 @@ class OffsetsStorage(Protocol):
 
 
 class MemoryOffsetsStorage:
-    """An in-memory OffsetsStorage. ``fail_next`` makes the next appends raise (fault tests)."""
+    """An in-memory OffsetsStorage. ``fail_next`` makes the next appends raise (fault tests);
+    ``durable`` (an :class:`asyncio.Event`), when set, holds every completion of :meth:`write`
+    until it is set (a flush that takes time); ``fail_flush`` makes the held ones fail."""
 
     def __init__(self) -> None:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.entries: dict[int, list[StoredEntry]] = {}
         self.fail_next = 0
         self.appends = 0
+        self.durable: asyncio.Event | None = None
+        self.fail_flush = False
+
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        self._append_now(partition, records)
+        return self._completion()
+
+    async def _completion(self) -> None:
+        if self.durable is not None:
+            await self.durable.wait()
+            if self.fail_flush:
+                raise OSError("injected flush failure")
 
     async def append_txn(
         self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
@@ -73,6 +94,9 @@ class MemoryOffsetsStorage:
         return list(entries)
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        self._append_now(partition, records)
+
+    def _append_now(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         if self.fail_next > 0:
             self.fail_next -= 1
             raise OSError("injected append failure")

@@ -13,7 +13,6 @@ producer with no open transaction is harmless), so a prepared transaction always
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 from ..clock import Clock
 from ..protocol.errors import ErrorCode, KafkaError
 from ..rate_limited_log import RateLimitedLog
+from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from .records import partition_for
 from .transaction import Markers, TransactionStateMachine, TxnMetadata, TxnResult, TxnState
 from .transaction_records import TxnRecordError, decode_key, decode_value, encode_key, encode_value
@@ -53,6 +53,7 @@ class TransactionCoordinator:
         max_timeout_ms: int = 900_000,
         id_expiration_ms: int = 604_800_000,
         abort_check_interval_ms: int = 10_000,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.clock = clock
         self.storage = storage
@@ -62,7 +63,8 @@ class TransactionCoordinator:
         self.abort_check_interval_ms = abort_check_interval_ms
         self.sm = TransactionStateMachine(clock, allocate_producer_id, max_timeout_ms)
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self.scheduler: Scheduler = scheduler if scheduler is not None else AsyncioScheduler()
+        self._task: TaskHandle | None = None  # the periodic timeout check
         self.loaded = False
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
@@ -86,23 +88,23 @@ class TransactionCoordinator:
             )
             async with self._lock:
                 await self._write_markers(res.markers)
-        self._task = asyncio.get_running_loop().create_task(self._timer())
+        self._task = self.scheduler.schedule_periodic(
+            self.abort_check_interval_ms, self._check_timeouts, name="transaction timeout check"
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._task = None
 
-    async def _timer(self) -> None:
-        while True:
-            await asyncio.sleep(self.abort_check_interval_ms / 1000)
-            try:
-                await self.abort_expired()
-            except KafkaError:
-                pass  # a storage failure, already reported (rate-limited); retried next round
-            except Exception:
-                log.exception("transaction timeout check failed")
+    async def _check_timeouts(self) -> None:
+        """Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``."""
+        try:
+            await self.abort_expired()
+        except KafkaError:
+            pass  # a storage failure, already reported (rate-limited); retried next round
+        except Exception:
+            log.exception("transaction timeout check failed")
 
     async def abort_expired(self) -> int:
         async with self._lock:

@@ -36,6 +36,7 @@ from strom.config import LogConfig
 from strom.durable_file import fsync_dir
 from strom.log.errors import CorruptIndexError, CorruptRecordError
 from strom.log.faults import crash_point
+from strom.log.file_cache import CachedFile
 from strom.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -273,6 +274,28 @@ class LocalLog:
             # new log) has a name only the directory's fsync makes durable
             fsync_dir(self.directory)
         self.recovery_point = upto
+        self.last_flush_ms = self.clock.monotonic_ms()
+
+    def flush_plan(self) -> tuple[int, list[CachedFile], Path | None]:
+        """What :meth:`flush` would sync, for a flush done in another thread: the offset it
+        makes durable, the segment files to fsync and the directory to fsync (a segment new
+        since the last flush), or nothing. Cheap: no system call."""
+        upto = self.log_end_offset
+        if upto <= self.recovery_point:
+            return upto, [], None
+        files: list[CachedFile] = []
+        new_segment = False
+        for seg in self.segments[self.segment_index_for(self.recovery_point):]:
+            if seg.base_offset >= upto:
+                break
+            files.append(seg.log_file)
+            new_segment = new_segment or seg.base_offset >= self.recovery_point
+        return upto, files, (self.directory if new_segment else None)
+
+    def flush_done(self, upto: int) -> None:
+        """A flush planned by :meth:`flush_plan` is durable: move the recovery point."""
+        if upto > self.recovery_point:
+            self.recovery_point = min(upto, self.log_end_offset)
         self.last_flush_ms = self.clock.monotonic_ms()
 
     # ------------------------------------------------------------------ read

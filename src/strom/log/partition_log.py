@@ -80,7 +80,7 @@ from strom.log.errors import (
     RecordListTooLargeError,
 )
 from strom.log.faults import crash_point
-from strom.log.file_cache import note_fd_exhaustion
+from strom.log.file_cache import CachedFile, note_fd_exhaustion
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
@@ -97,7 +97,10 @@ from strom.protocol.records import (
     verify_crc,
 )
 
-__all__ = ["AppendInfo", "FetchData", "FileRegion", "PartitionLog", "SegmentInfo", "partition_dir"]
+__all__ = [
+    "AppendInfo", "FetchData", "FileRegion", "FlushPlan", "PartitionLog", "SegmentInfo", "partition_dir",
+    "sync_flush_plan",
+]
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
@@ -654,6 +657,26 @@ class PartitionLog:
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.topic}-{self.partition} failed: {e}") from e
 
+    def plan_flush(self) -> FlushPlan | None:
+        """The first half of a flush done off the event loop (the coordinators' flusher): what
+        is appended now, to be synced by :func:`sync_flush_plan` in another thread and then
+        recorded by :meth:`finish_flush`. None: nothing unflushed. Appends may go on meanwhile
+        (the next plan covers them); the log's lock is held only to read the segment list."""
+        if self.closed:
+            raise KafkaStorageError(f"{self.topic}-{self.partition} is closed")
+        with self.lock:
+            upto, files, directory = self._local.flush_plan()
+        if not files:
+            return None
+        return FlushPlan(upto, files, directory)
+
+    def finish_flush(self, plan: FlushPlan) -> None:
+        """:func:`sync_flush_plan` succeeded: the recovery point moves to the plan's offset."""
+        if self.closed:
+            return
+        with self.lock:
+            self._local.flush_done(plan.upto)
+
     def flush_if_due(self) -> None:
         """Flush if ``flush.ms`` has passed (injected clock) since the last flush and there is
         unflushed data."""
@@ -953,3 +976,29 @@ class PartitionLog:
         return (f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"hw={self.high_watermark}, leo={self.log_end_offset})")
 
+
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """What one off-loop flush syncs (see :meth:`PartitionLog.plan_flush`)."""
+
+    upto: int
+    files: list[CachedFile]
+    directory: Path | None
+
+
+def sync_flush_plan(plan: FlushPlan) -> None:
+    """fsync a plan's files (any thread; descriptors are pinned per call by the file cache). A
+    file closed since the plan was made belonged to a segment that was deleted or replaced by a
+    cleaned copy (which the cleaner made durable itself): skipped. Raises KafkaStorageError."""
+    try:
+        for f in plan.files:
+            try:
+                f.flush()
+            except OSError:
+                if f.closed:
+                    continue
+                raise
+        if plan.directory is not None:
+            fsync_dir(plan.directory)
+    except OSError as e:
+        raise KafkaStorageError(f"flush up to offset {plan.upto} failed: {e}") from e

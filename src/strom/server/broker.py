@@ -36,14 +36,13 @@ import shutil
 import signal
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
-from ..coordinator.storage import StoredEntry
 from ..durable_file import fsync_dir, replace_file
 from ..log.errors import KafkaStorageError, LogError
 from ..log.file_cache import FILE_CACHE, default_capacity
@@ -59,16 +58,10 @@ from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
-from ..protocol.records import (
-    CONTROL_COMMIT,
-    build_batch,
-    build_control_batch,
-    control_type,
-    decode_batch_records,
-    iter_batches,
-)
 from ..rate_limited_log import RateLimitedLog
+from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
+from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .log_dir_mover import LogDirMover, remove_tree
 from .purgatory import FetchPurgatory
 
@@ -117,59 +110,6 @@ class ProducerIdManager:
         pid = self._next
         self._next += 1
         return pid
-
-
-class InternalTopicStorage:
-    """Key/value record storage of a coordinator over an internal compacted topic
-    (``__consumer_offsets``, ``__transaction_state``), on the real partition logs."""
-
-    def __init__(self, broker: Broker, topic: str = OFFSETS_TOPIC) -> None:
-        self.broker = broker
-        self.topic = topic
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        now = self.broker.clock.time_ms()
-        batch = build_batch([(k, v, [], now) for k, v in records])
-        self.broker.append(self.topic, partition, batch, flush=True)
-
-    async def append_txn(
-        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
-    ) -> None:
-        now = self.broker.clock.time_ms()
-        batch = build_batch(
-            [(k, v, [], now) for k, v in records],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=True,
-        )
-        self.broker.append(self.topic, partition, batch, flush=True, from_coordinator=True)
-
-    def read_entries(self, partition: int) -> Iterator[StoredEntry]:
-        """Every record from the log start, with transactional records and markers marked."""
-        plog = self.broker.logs.get((self.topic, partition))
-        if plog is None:
-            return
-        offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            data = plog.read_bytes(offset, 1 << 20, max_offset=plog.log_end_offset)
-            if not data:
-                break
-            for pos, h in iter_batches(data):
-                if h.is_control:
-                    if h.records_count:  # (the cleaner empties a marker it keeps for its epoch)
-                        commit = control_type(data, pos, h) == CONTROL_COMMIT
-                        yield StoredEntry(None, None, h.producer_id, True, commit)
-                else:
-                    for rec in decode_batch_records(data, pos, h):
-                        if rec.offset >= offset and rec.key is not None:
-                            yield StoredEntry(rec.key, rec.value, h.producer_id, h.is_transactional)
-                offset = h.next_offset
-
-    def read_all(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
-        """Non-transactional records only (what the transaction coordinator's topic holds)."""
-        for e in self.read_entries(partition):
-            if e.key is not None and not e.transactional:
-                yield e.key, e.value
 
 
 class BrokerLogView:
@@ -221,9 +161,11 @@ def _iso_duration_ms(text: str) -> int:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None, scheduler: Scheduler | None = None,
+                 *, threaded_flush: bool = True) -> None:
         self.config = config
         self.clock: Clock = clock or RealClock()
+        self.scheduler: Scheduler = scheduler if scheduler is not None else AsyncioScheduler()
         self.node_id = config.node_id
         self.advertised = config.advertised()
         # log.dirs: the first holds the broker-level files (topic registry, producer id blocks,
@@ -246,7 +188,9 @@ class Broker:
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
         self.topics = TopicRegistry(self.log_dir)
         self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self.purgatory = FetchPurgatory()
+        self.purgatory = FetchPurgatory(self.scheduler)
+        # the coordinators' appends: durable off the event loop, answered at the HW
+        self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[Listener] = []
@@ -255,7 +199,7 @@ class Broker:
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
         self.share_coordinator: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._timers: list[TaskHandle] = []  # periodic tasks on the scheduler (cancelled by stop())
         self._stopping = asyncio.Event()
         self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
         self._creation_abort = threading.Event()  # set by stop(): creation workers give up
@@ -357,12 +301,9 @@ class Broker:
             log.critical("the first log dir %s holds the broker's metadata: stopping the broker", d)
             self.fatal.set()
 
-    async def _log_dir_checker(self) -> None:
-        interval = max(10, int(self.config["strom.log.dir.check.interval.ms"])) / 1000
-        while True:
-            await asyncio.sleep(interval)
-            for d in self.online_dirs():
-                self.check_log_dir(d)
+    def _check_log_dirs(self) -> None:
+        for d in self.online_dirs():
+            self.check_log_dir(d)
 
     def _load_partitions(self) -> None:
         """Find every partition of the registry in the online dirs (see
@@ -452,7 +393,9 @@ class Broker:
             compact = {"cleanup.policy": "compact"}
             self.create_topic(name, self.config[partitions_key], compact)
 
-    async def start(self) -> None:
+    async def start(self, *, listen: bool = True) -> None:
+        """Open everything and serve; ``listen=False``: no sockets (clients come through
+        :mod:`strom.testing.network`)."""
         from .handlers import load_all
         from .log_tasks import start_log_tasks
         from .network import start_listeners
@@ -475,7 +418,8 @@ class Broker:
         from ..coordinator.transaction_coordinator import TransactionCoordinator
 
         self.group_coordinator = GroupCoordinator(
-            config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
+            config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC),
+            scheduler=self.scheduler,
         )
         self.group_coordinator.group_configs = self.group_config
         # consumer-group records name topics by id: let the coordinator resolve every known one
@@ -495,13 +439,19 @@ class Broker:
             abort_check_interval_ms=self.config[
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms"
             ],
+            scheduler=self.scheduler,
         )
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
-        self.servers = await start_listeners(self)
-        self._tasks.append(loop.create_task(self._flusher()))
-        self._tasks.append(loop.create_task(self._log_dir_checker()))
-        self._tasks.extend(start_log_tasks(self))
+        if listen:
+            self.servers = await start_listeners(self)
+        fms = self.config["log.flush.interval.ms"]
+        self._timers.append(self.scheduler.schedule_periodic(
+            fms if 0 < fms < 1000 else 1000, self._flush_due, name="log-flusher"))
+        self._timers.append(self.scheduler.schedule_periodic(
+            max(10, int(self.config["strom.log.dir.check.interval.ms"])), self._check_log_dirs,
+            name="log-dir-checker"))
+        self._timers.extend(start_log_tasks(self))
         log.info(
             "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
             self.node_id,
@@ -543,28 +493,23 @@ class Broker:
             clock=self.clock,
             group_config=self.group_config,
             notify=notify,
+            scheduler=self.scheduler,
         )
         self.share_coordinator.other_group_exists = other_group_exists
         await self.share_coordinator.start()
 
-    async def _flusher(self) -> None:
-        interval = 1.0
-        fms = self.config["log.flush.interval.ms"]
-        if 0 < fms < 1000:
-            interval = fms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            storage_log = self.storage_log
-            for plog in list(self.logs.values()):
-                try:
-                    plog.flush_if_due()
-                except (KafkaStorageError, OSError) as e:
-                    # before, a KafkaStorageError ended this task silently: no flush ever again
-                    storage_log.failed("flush of", f"{plog.topic}-{plog.partition}", e,
-                                       f"the data stays unflushed; retrying every {interval:g} s")
-                    continue
-                if storage_log.failing:
-                    storage_log.ok("flush of", f"{plog.topic}-{plog.partition}")
+    def _flush_due(self) -> None:
+        """``log.flush.interval.ms``/``flush.ms``: flush the logs whose flush is due."""
+        storage_log = self.storage_log
+        for plog in list(self.logs.values()):
+            try:
+                plog.flush_if_due()
+            except (KafkaStorageError, OSError) as e:
+                storage_log.failed("flush of", f"{plog.topic}-{plog.partition}", e,
+                                   "the data stays unflushed; retrying at the next check")
+                continue
+            if storage_log.failing:
+                storage_log.ok("flush of", f"{plog.topic}-{plog.partition}")
 
     async def stop(self) -> None:
         self._creation_abort.set()
@@ -572,12 +517,13 @@ class Broker:
             srv.close()
         for conn in list(self.connections):
             conn.close()
-        for t in self._tasks:
-            t.cancel()
+        for h in self._timers:
+            h.cancel()
         for coord in (self.share_coordinator, self.txn_coordinator, self.group_coordinator):
             if coord is not None:
                 with contextlib.suppress(Exception):
                     await coord.stop()
+        self.coordinator_writer.close()
         # every log unsynced, one sync, the clean-shutdown markers, one more sync: with ten
         # thousand partitions, ~8 fsyncs per log would take minutes
         closed: list[PartitionLog] = []
@@ -807,19 +753,23 @@ class Broker:
     async def write_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
     ) -> None:
-        """Write a transaction marker (control batch) to each partition, durably; offsets
-        partitions also complete the group coordinator's pending transactional offsets."""
-        batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.clock.time_ms())
+        """Write a transaction marker (control batch) to each partition, durably (one flush
+        round for all of them, :mod:`strom.server.coordinator_writer`); offsets partitions also
+        complete the group coordinator's pending transactional offsets."""
         partitions = list(partitions)
         offline = [f"{t}-{p}" for t, p in partitions if (t, p) in self.offline_partitions]
         if offline:  # the markers wait for the partition (its dir failed), as Kafka's do for a leader
             raise KafkaStorageError(f"transaction markers cannot be written: {', '.join(offline)} offline")
-        for topic, partition in partitions:
-            if (topic, partition) not in self.logs:
-                continue  # deleted since it joined the transaction
-            self.append(topic, partition, batch, flush=True, from_coordinator=True)
-            if topic == OFFSETS_TOPIC:
-                await self.group_coordinator.complete_txn(partition, producer_id, commit)
+        writer = self.coordinator_writer
+        written = [
+            (tp, writer.append_marker(tp, producer_id, producer_epoch, commit))
+            for tp in partitions
+            if tp in self.logs  # (not: deleted since it joined the transaction)
+        ]
+        for tp, end in written:
+            await writer.await_offset(tp, end)
+            if tp[0] == OFFSETS_TOPIC:
+                await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
 
     def append(
         self,
@@ -827,10 +777,12 @@ class Broker:
         partition: int,
         records: bytes | bytearray | memoryview,
         leader_epoch: int = 0,
-        flush: bool = False,
         from_coordinator: bool = False,
         prevalidated: bool = False,
+        advance_hw: bool = True,
     ) -> Any:
+        """Append to a partition's log. ``advance_hw=False``: the caller moves the HW (the
+        coordinators' partitions, whose HW follows durability: :mod:`.coordinator_writer`)."""
         plog = self.logs[(topic, partition)]
         try:
             info = plog.append_as_leader(
@@ -839,10 +791,9 @@ class Broker:
         except KafkaStorageError as e:
             self.note_storage_error(plog, e)
             raise
-        if flush:
-            plog.flush()
-        plog.update_high_watermark(plog.log_end_offset)
-        self.purgatory.notify((topic, partition))
+        if advance_hw:
+            plog.update_high_watermark(plog.log_end_offset)
+            self.purgatory.notify((topic, partition))
         return info
 
 

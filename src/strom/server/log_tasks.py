@@ -1,6 +1,7 @@
 """Background log maintenance: retention, delayed segment deletion, and the log cleaner.
 
-* Retention runs on the event loop every ``log.retention.check.interval.ms``: each partition
+* Retention runs on the event loop every ``log.retention.check.interval.ms`` (a periodic task of
+  the broker's :class:`~strom.scheduler.Scheduler`): each partition
   log's :meth:`PartitionLog.delete_old_segments` (cheap: header-free, renames only).
 * Removed segments are unlinked by a small task once ``file.delete.delay.ms`` has passed (each
   log's :meth:`PartitionLog.delete_expired_segments`), checked every second (or more often if a
@@ -9,7 +10,8 @@
   event loop; it synchronises with the loop only through each log's lock (see
   :mod:`strom.log.partition_log`). It cleans the filthiest compacted log, then backs off for
   ``log.cleaner.backoff.ms`` (default 15 s, Kafka's) when nothing is cleanable; its first round
-  waits ``strom.log.cleaner.initial.delay.ms`` (default 0; benchmarks use it). Set
+  waits ``strom.log.cleaner.initial.delay.ms`` (default 0; benchmarks use it). Both waits are
+  timed by the broker's scheduler (a task that wakes the thread). Set
   ``log.cleaner.enable=false`` to turn it off. Cancelling the returned task stops the thread at
   its next batch.
 * By default the cleaner's CPU work (offset map, recopy) runs in a child process
@@ -25,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import threading
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..config_schema import BROKER_CONFIGS
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
 from ..log.errors import KafkaStorageError
+from ..scheduler import TaskHandle
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -54,13 +58,6 @@ def _conf(broker: Broker, name: str, typ: type, default: Any = None) -> Any:
         return typ(raw)
     except (TypeError, ValueError):
         return default
-
-
-async def _retention_loop(broker: Broker) -> None:
-    interval = max(1, int(_conf(broker, "log.retention.check.interval.ms", int))) / 1000
-    while True:
-        await asyncio.sleep(interval)
-        run_retention(broker)
 
 
 def run_retention(broker: Broker) -> int:
@@ -91,24 +88,28 @@ def run_retention(broker: Broker) -> int:
     return removed
 
 
-async def _deleter_loop(broker: Broker) -> None:
-    while True:
-        delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
-        await asyncio.sleep(min([1000, *[max(10, d // 2) for d in delays]]) / 1000)
-        storage_log = broker.storage_log
-        for plog in list(broker.logs.values()):
-            if plog.pending_deletes:
-                tp = f"{plog.topic}-{plog.partition}"
-                try:
-                    plog.delete_expired_segments()
-                except (KafkaStorageError, OSError) as e:
-                    storage_log.failed("unlinking deleted segments of", tp, e,
-                                       "the files stay as *.deleted; retrying every second")
-                    continue
-                except Exception:
-                    log.exception("deleting old segments of %s failed", tp)
-                    continue
-                storage_log.ok("unlinking deleted segments of", tp)
+def _deleter_interval_ms(broker: Broker) -> int:
+    """Every second, or half the shortest ``file.delete.delay.ms`` of a log with pending deletes."""
+    delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
+    return min([1000, *[max(10, d // 2) for d in delays]])
+
+
+def run_deleter(broker: Broker) -> None:
+    """Unlink the removed segments whose ``file.delete.delay.ms`` has passed."""
+    storage_log = broker.storage_log
+    for plog in list(broker.logs.values()):
+        if plog.pending_deletes:
+            tp = f"{plog.topic}-{plog.partition}"
+            try:
+                plog.delete_expired_segments()
+            except (KafkaStorageError, OSError) as e:
+                storage_log.failed("unlinking deleted segments of", tp, e,
+                                   "the files stay as *.deleted; retrying every second")
+                continue
+            except Exception:
+                log.exception("deleting old segments of %s failed", tp)
+                continue
+            storage_log.ok("unlinking deleted segments of", tp)
 
 
 class CleanerThread:
@@ -131,12 +132,16 @@ class CleanerThread:
         )
         self.wakeup = threading.Event()
         self.thread = threading.Thread(target=self._run, name="strom-log-cleaner", daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the broker's, where its scheduler runs
+        self._backoff: TaskHandle | None = None
 
     def _io_max_bytes_per_second(self) -> float:
         rate = float(_conf(self.broker, "log.cleaner.io.max.bytes.per.second", float))
         return rate if rate > 0 else NO_THROTTLE
 
     def start(self) -> None:
+        with contextlib.suppress(RuntimeError):  # (no loop: the backoff is a plain timed wait)
+            self.loop = asyncio.get_running_loop()
         if not self.use_process:
             # In-thread cleaning is CPU-bound Python: with the default 5 ms GIL switch interval
             # the event loop could wait up to 5 ms for the GIL on every wake-up while it runs.
@@ -147,6 +152,28 @@ class CleanerThread:
     def stop(self) -> None:
         self.cleaner.stop.set()
         self.wakeup.set()
+        if self._backoff is not None:
+            self._backoff.cancel()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` in the cleaner thread, timed by the broker's scheduler (so on a
+        manual scheduler the cleaner runs when simulated time passes); True if stopping."""
+        loop = self.loop
+        ms = seconds * 1000
+
+        def arm() -> None:
+            self._backoff = self.broker.scheduler.schedule(ms, self.wakeup.set, name="log-cleaner-backoff")
+
+        try:
+            if loop is None or loop.is_closed():
+                raise RuntimeError("no event loop")
+            loop.call_soon_threadsafe(arm)
+        except RuntimeError:
+            self.wakeup.wait(seconds)
+        else:
+            self.wakeup.wait()
+        self.wakeup.clear()
+        return self.cleaner.stop.is_set()
 
     def _run(self) -> None:
         try:
@@ -161,7 +188,7 @@ class CleanerThread:
         except OSError:
             log.exception("starting the log cleaner's worker process failed")
         initial = int(_conf(self.broker, "strom.log.cleaner.initial.delay.ms", int, 0))
-        if initial > 0 and stop.wait(initial / 1000):
+        if initial > 0 and self._sleep(initial / 1000):
             return
         while not stop.is_set():
             cleaned = None
@@ -183,24 +210,35 @@ class CleanerThread:
             else:
                 self.broker.storage_log.ok("log cleaning", "round")
             if cleaned is None:
-                self.wakeup.wait(self.backoff_s)
-                self.wakeup.clear()
+                self._sleep(self.backoff_s)
 
 
-async def _cleaner_task(broker: Broker) -> None:
-    thread = CleanerThread(broker)
-    broker.log_cleaner = thread  # type: ignore[attr-defined]  # for tests and tools
-    thread.start()
-    try:
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        thread.stop()
+class _CleanerHandle:
+    """The cleaner thread as a cancellable task (cancel stops it at its next batch)."""
+
+    def __init__(self, thread: CleanerThread) -> None:
+        self.thread = thread
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.thread.stop()
 
 
-def start_log_tasks(broker: Broker) -> list[asyncio.Task[None]]:
-    """Called by :meth:`Broker.start`; the broker cancels the tasks on shutdown."""
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_retention_loop(broker)), loop.create_task(_deleter_loop(broker))]
+def start_log_tasks(broker: Broker) -> list[TaskHandle]:
+    """Called by :meth:`Broker.start`: retention and segment deletion as periodic tasks of the
+    broker's scheduler, and the cleaner thread; the broker cancels them on shutdown."""
+    sched = broker.scheduler
+    retention_ms = max(1, int(_conf(broker, "log.retention.check.interval.ms", int)))
+    tasks: list[TaskHandle] = [
+        sched.schedule_periodic(retention_ms, lambda: run_retention(broker), name="log-retention"),
+        sched.schedule_periodic(lambda: _deleter_interval_ms(broker), lambda: run_deleter(broker),
+                                name="log-segment-deleter"),
+    ]
     if _conf(broker, "log.cleaner.enable", bool):
-        tasks.append(loop.create_task(_cleaner_task(broker)))
+        thread = CleanerThread(broker)
+        broker.log_cleaner = thread  # type: ignore[attr-defined]  # for tests and tools
+        thread.start()
+        tasks.append(_CleanerHandle(thread))
     return tasks

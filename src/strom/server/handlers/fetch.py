@@ -9,7 +9,6 @@ on; a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import struct
 import uuid
@@ -236,20 +235,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse:
     results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
     if total < min_bytes and not any_error and max_wait_ms > 0:
         purgatory = ctx.broker.purgatory
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
+        clock = ctx.broker.clock
+        deadline = clock.monotonic_ms() + max_wait_ms
         tps = [(t.name, p.partition) for t in results for p in t.partitions]
         while True:
-            remaining = deadline - loop.time()
+            remaining = deadline - clock.monotonic_ms()
             if remaining <= 0:
                 break
-            ev = purgatory.watch(tps)
-            try:
-                await asyncio.wait_for(ev.wait(), remaining)
-            except TimeoutError:
-                pass
-            finally:
-                purgatory.unwatch(ev, tps)
+            await purgatory.wait(tps, remaining)
             _release(results)
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:

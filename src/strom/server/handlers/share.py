@@ -13,7 +13,6 @@ nothing was acquired the request waits up to ``max_wait`` for new data or releas
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from typing import Any
@@ -239,8 +238,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
     max_records = max(int(getattr(request, "max_records", 500) or 500), 1)
     max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
     max_wait_ms = _ms(request.max_wait)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_wait_ms / 1000
+    clock = ctx.broker.clock
+    deadline = clock.monotonic_ms() + max_wait_ms
     for tid, p in sorted(session.partitions, key=lambda x: (str(x[0]), x[1])):
         perr = _partition_error(ctx, tid, p)
         if perr != ErrorCode.NONE:
@@ -277,7 +276,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
             bytes_total += len(data)
             if bytes_total >= max_bytes:
                 break
-        remaining = deadline - loop.time()
+        remaining = deadline - clock.monotonic_ms()
         if acquired_total or remaining <= 0 or not session.partitions:
             break
         if (group, member) not in coord.sessions:
@@ -287,14 +286,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
             info = ctx.broker.topics.by_id.get(tid)
             if info is not None:
                 tps.append((info.name, p))
-        purgatory = ctx.broker.purgatory
-        ev = purgatory.watch(tps)
-        try:
-            await asyncio.wait_for(ev.wait(), min(remaining, 0.5))
-        except TimeoutError:
-            pass
-        finally:
-            purgatory.unwatch(ev, tps)
+        await ctx.broker.purgatory.wait(tps, min(remaining, 500))
     return {**base, "responses": _responses(results), "node_endpoints": _node_endpoints(ctx)}
 
 

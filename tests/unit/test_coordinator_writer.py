@@ -1,0 +1,230 @@
+"""The coordinators' partition writer: appends at once, durable off the event loop, answered at
+the high watermark; concurrent commits share a flush; failures answer Kafka's errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strom.clock import ManualClock
+from strom.config import BrokerConfig
+from strom.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from strom.coordinator.partition_writer import CoordinatorWriteError, coordinator_error
+from strom.coordinator.storage import MemoryOffsetsStorage
+from strom.log.errors import KafkaStorageError
+from strom.protocol.errors import ErrorCode as E
+from strom.server import coordinator_writer
+from strom.server.broker import Broker
+from strom.testing.scheduler import ManualScheduler
+
+
+def _config(data: Path) -> BrokerConfig:
+    return BrokerConfig.from_sources(None, {
+        "log.dirs": str(data),
+        "listeners": "PLAINTEXT://127.0.0.1:19092",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "log.cleaner.enable": "false",
+    })
+
+
+@contextlib.asynccontextmanager
+async def _started(data: Path) -> AsyncIterator[Broker]:
+    broker = Broker(_config(data))
+    await broker.start(listen=False)
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+async def _commit(gc: GroupCoordinator, group: str, offset: int) -> dict[Any, int]:
+    offsets = {("t", 0): (offset, -1, None)}
+    return await gc.commit_offsets(group, member_id="", generation_id=-1, offsets=offsets)
+
+
+def test_error_mapping_is_kafkas() -> None:
+    def code(c: int) -> int:
+        return coordinator_error(CoordinatorWriteError(c))
+
+    assert code(E.KAFKA_STORAGE_ERROR) == E.NOT_COORDINATOR
+    assert code(E.NOT_LEADER_OR_FOLLOWER) == E.NOT_COORDINATOR
+    assert code(E.UNKNOWN_TOPIC_OR_PARTITION) == E.COORDINATOR_NOT_AVAILABLE
+    assert code(E.REQUEST_TIMED_OUT) == E.COORDINATOR_NOT_AVAILABLE
+    assert code(E.MESSAGE_TOO_LARGE) == E.UNKNOWN_SERVER_ERROR
+    assert code(E.RECORD_LIST_TOO_LARGE) == E.UNKNOWN_SERVER_ERROR
+    assert code(E.COORDINATOR_LOAD_IN_PROGRESS) == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert coordinator_error(OSError("anything else")) == E.COORDINATOR_NOT_AVAILABLE
+
+
+def test_commits_are_answered_at_the_hw_which_follows_the_flush_thread(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            gc = broker.group_coordinator
+            plog = broker.logs[("__consumer_offsets", 0)]
+            flush_threads: list[str] = []
+            real_sync = coordinator_writer.sync_flush_plan
+
+            def sync(plan: Any) -> None:
+                flush_threads.append(threading.current_thread().name)
+                assert plog.high_watermark < plan.upto  # not visible before it is durable
+                real_sync(plan)
+
+            coordinator_writer.sync_flush_plan = sync  # type: ignore[assignment]
+            try:
+                before = broker.coordinator_writer.rounds
+                results = await asyncio.gather(*(_commit(gc, f"g{i}", i) for i in range(50)))
+            finally:
+                coordinator_writer.sync_flush_plan = real_sync  # type: ignore[assignment]
+            assert all(r == {("t", 0): E.NONE} for r in results)
+            rounds = broker.coordinator_writer.rounds - before
+            assert 1 <= rounds <= 2, rounds  # 50 concurrent commits, one or two fsyncs
+            assert flush_threads and all(n.startswith("strom-coordinator-flush") for n in flush_threads)
+            assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
+            assert gc.fetch_offsets("g7", [("t", [0])])[1]["t"][0].offset == 7  # type: ignore[union-attr]
+
+    asyncio.run(go())
+
+
+def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            gc = broker.group_coordinator
+            real_sync = coordinator_writer.sync_flush_plan
+
+            def enospc(plan: Any) -> None:
+                raise KafkaStorageError(f"flush failed: {os.strerror(errno.ENOSPC)}")
+
+            coordinator_writer.sync_flush_plan = enospc  # type: ignore[assignment]
+            try:
+                assert await _commit(gc, "g", 1) == {("t", 0): E.NOT_COORDINATOR}
+            finally:
+                coordinator_writer.sync_flush_plan = real_sync  # type: ignore[assignment]
+            plog = broker.logs[("__consumer_offsets", 0)]
+            assert plog.high_watermark < plog.log_end_offset  # never acknowledged, not visible
+            assert await _commit(gc, "g", 2) == {("t", 0): E.NONE}
+            assert plog.high_watermark == plog.log_end_offset
+
+    asyncio.run(go())
+
+
+def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            writer = broker.coordinator_writer
+            tp = ("__consumer_offsets", 0)
+            broker.offline_partitions[tp] = broker.logs.pop(tp).directory.parent
+            with pytest.raises(CoordinatorWriteError) as e:
+                writer.append(tp, [(b"k", b"v")])
+            assert coordinator_error(e.value) == E.NOT_COORDINATOR
+            assert await _commit(broker.group_coordinator, "g", 1) == {("t", 0): E.NOT_COORDINATOR}
+
+    asyncio.run(go())
+
+
+def test_transaction_markers_are_written_in_one_flush_round(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            await broker.create_topic_async("d", 4)
+            before = broker.coordinator_writer.rounds
+            await broker.write_markers(5, 0, True, [("d", p) for p in range(4)])
+            assert broker.coordinator_writer.rounds - before == 1
+            for p in range(4):
+                plog = broker.logs[("d", p)]
+                assert plog.log_end_offset == 1 and plog.recovery_point == 1
+
+    asyncio.run(go())
+
+
+def test_group_coordinator_answers_only_once_durable_and_batches() -> None:
+    """Concurrent steps of one partition are appended (and replayed) before any is durable:
+    the lock is not held across the wait, so they share one flush."""
+
+    async def go() -> None:
+        storage = MemoryOffsetsStorage()
+        storage.durable = asyncio.Event()
+        gc = GroupCoordinator(CoordinatorConfig(num_partitions=1), ManualClock(), storage, run_timer=False)
+        await gc.start()
+        tasks = [asyncio.ensure_future(_commit(gc, f"g{i}", i)) for i in range(5)]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(storage.partitions[0]) == 5  # all appended
+        assert not any(t.done() for t in tasks)  # none answered before the flush
+        storage.durable.set()
+        assert [await t for t in tasks] == [{("t", 0): E.NONE}] * 5
+
+        storage.durable = asyncio.Event()
+        storage.fail_flush = True
+        task = asyncio.ensure_future(_commit(gc, "g0", 99))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        storage.durable.set()
+        assert await task == {("t", 0): E.COORDINATOR_NOT_AVAILABLE}
+
+    asyncio.run(go())
+
+
+def test_manual_scheduler_fires_in_due_order_and_repeats() -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        seen: list[tuple[str, int]] = []
+
+        def rec(name: str) -> Any:
+            return lambda: seen.append((name, clock.monotonic_ms()))
+
+        sched.schedule(30, rec("b"))
+        sched.schedule(10, rec("a"))
+        sched.schedule(30, rec("c"))  # same due time: in the order scheduled
+        periodic = sched.schedule_periodic(25, rec("p"))
+        cancelled = sched.schedule(5, rec("x"))
+        cancelled.cancel()
+        assert sched.advance(60) == 5
+        assert seen == [("a", 10), ("p", 25), ("b", 30), ("c", 30), ("p", 50)]
+        assert clock.monotonic_ms() == 60
+        periodic.cancel()
+        assert sched.advance(100) == 0
+
+        async def slow() -> None:
+            seen.append(("s", clock.monotonic_ms()))
+
+        seen.clear()
+        sched.schedule_periodic(10, slow)
+        sched.advance(10)
+        await sched.settle()
+        sched.advance(10)
+        await sched.settle()
+        assert seen == [("s", 170), ("s", 180)]  # every 10 ms from t=160
+        sched.close()
+        assert sched.pending == 0
+
+    asyncio.run(go())
+
+
+def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            gc = broker.group_coordinator
+            plog = broker.logs[("__consumer_offsets", 0)]
+            r = await gc.txn_commit_offsets(
+                "g", producer_id=7, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                offsets={("t", 0): (42, -1, None)},
+            )
+            assert r == {("t", 0): E.NONE}
+            assert plog.high_watermark == plog.log_end_offset == plog.recovery_point  # durable
+            assert gc.has_pending_txn("g", ("t", 0))
+            await broker.write_markers(7, 0, True, [("__consumer_offsets", 0)])
+            assert not gc.has_pending_txn("g", ("t", 0))
+            assert gc.fetch_offsets("g", [("t", [0])])[1]["t"][0].offset == 42  # type: ignore[union-attr]
+            assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
+
+    asyncio.run(go())
