@@ -263,7 +263,8 @@ class DevCluster:
         ]
         for s in self.specs:
             lines.append(
-                f"  node {s.node_id}: broker {HOST}:{s.port}  controller {HOST}:{s.controller_port}  log {s.log_path}"
+                f"  node {s.node_id}: broker {HOST}:{s.port}  controller {HOST}:{s.controller_port}"
+                f"  log {s.log_path}"
             )
         lines.append("Ctrl-C stops all nodes.")
         return lines

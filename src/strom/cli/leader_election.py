@@ -97,7 +97,8 @@ def partitions_of(args: argparse.Namespace) -> list[TopicPartition] | None:
     chosen = [args.topic is not None, args.all_topic_partitions, args.path_to_json_file is not None]
     if sum(chosen) != 1:
         raise CommandError(
-            "One and only one of the following options is required: topic, all-topic-partitions, path-to-json-file",
+            "One and only one of the following options is required: "
+            "topic, all-topic-partitions, path-to-json-file",
             2,
         )
     if args.topic is not None and args.partition is None:
