@@ -29,6 +29,7 @@ from strom.cli.formatting import (
     unescape,
 )
 from strom.client.client import EARLIEST, LATEST, Client, ProduceInput, TopicMetadata, now_ms
+from strom.client.cluster_admin import LIST_PARTITION_REASSIGNMENTS, list_partition_reassignments
 from strom.client.errors import KafkaConnectionError, KafkaError
 from strom.client.security import SecurityConfig
 from strom.config import parse_properties
@@ -146,14 +147,32 @@ async def _describe(client: Client, args: argparse.Namespace) -> int:
     else:
         md = await client.metadata(None)
         selected = [t for _, t in sorted(md.topics.items()) if not (args.exclude_internal and t.is_internal)]
+    moving = await _ongoing_reassignments(client, [t.name for t in selected])
     for t in selected:
         try:
             configs = await client.describe_configs(t.name)
         except KafkaError:
             configs = {}
-        for line in describe_lines(t, configs):
+        for line in describe_lines(t, configs, moving.get(t.name)):
             print(line)
     return 0
+
+
+async def _ongoing_reassignments(
+    client: Client, topics: list[str]
+) -> dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """``{topic: {partition: (adding, removing)}}`` of ongoing reassignments, as Kafka's
+    describe asks ListPartitionReassignments; empty from a broker that does not answer it."""
+    if not topics or not (await client.any_connection()).supports(LIST_PARTITION_REASSIGNMENTS):
+        return {}
+    try:
+        ongoing = await list_partition_reassignments(client)
+    except KafkaError:
+        return {}
+    out: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    for (topic, p), r in ongoing.items():
+        out.setdefault(topic, {})[p] = (r.adding, r.removing)
+    return out
 
 
 async def _delete(client: Client, args: argparse.Namespace) -> int:

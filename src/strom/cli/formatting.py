@@ -216,8 +216,13 @@ class MessageFormatter:
         return out + self.line_separator if self.print_value else out
 
 
-def describe_lines(topic: TopicMetadata, configs: Mapping[str, str | None]) -> list[str]:
-    """kafka-topics.sh --describe output for one topic."""
+def describe_lines(
+    topic: TopicMetadata,
+    configs: Mapping[str, str | None],
+    reassignments: Mapping[int, tuple[Sequence[int], Sequence[int]]] | None = None,
+) -> list[str]:
+    """kafka-topics.sh --describe output for one topic. ``reassignments`` maps a partition with
+    an ongoing reassignment to its (adding, removing) replicas, shown as Kafka shows them."""
     cfg = ",".join(f"{k}={'' if v is None else v}" for k, v in configs.items())
     lines = [
         f"Topic: {topic.name}\tTopicId: {topic_id_str(topic.topic_id)}\t"
@@ -230,6 +235,10 @@ def describe_lines(topic: TopicMetadata, configs: Mapping[str, str | None]) -> l
             f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}\t"
             f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
         )
+        moving = (reassignments or {}).get(p.partition)
+        if moving is not None:
+            line += f"\tAdding Replicas: {','.join(map(str, moving[0]))}"
+            line += f"\tRemoving Replicas: {','.join(map(str, moving[1]))}"
         if p.offline_replicas:
             line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
         lines.append(line)
