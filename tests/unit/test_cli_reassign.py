@@ -138,9 +138,9 @@ def test_rack_aware_placement_alternates_racks() -> None:
 
 def test_placement_errors() -> None:
     rnd = random.Random(1)
-    with pytest.raises(CommandError, match="Replication factor: 3 larger than available brokers: 2."):
+    with pytest.raises(CommandError, match=r"Replication factor: 3 larger than available brokers: 2\."):
         assign_replicas_to_brokers([(1, None), (2, None)], 1, 3, rnd)
-    with pytest.raises(CommandError, match="Number of partitions must be larger than 0."):
+    with pytest.raises(CommandError, match=r"Number of partitions must be larger than 0\."):
         assign_replicas_to_brokers([(1, None)], 0, 1, rnd)
     with pytest.raises(CommandError, match="Not all brokers have rack information"):
         assign_replicas_to_brokers([(1, "a"), (2, None)], 1, 1, rnd)
