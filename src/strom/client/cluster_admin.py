@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -42,11 +43,22 @@ __all__ = [
     "ReplicaState",
     "TopicPartition",
     "alter_partition_reassignments",
+    "alter_reassignments_request",
+    "alter_results_from",
+    "cluster_from",
     "describe_cluster",
+    "describe_cluster_request",
     "describe_quorum",
+    "describe_quorum_request",
     "elect_leaders",
+    "elect_leaders_request",
+    "election_results_from",
     "list_partition_reassignments",
+    "list_reassignments_request",
+    "quorum_info_from",
+    "reassignments_from",
     "require",
+    "tp_str",
 ]
 
 ELECT_LEADERS = 43
@@ -155,11 +167,16 @@ async def describe_quorum(client: Client) -> QuorumInfo:
     """The state of the ``__cluster_metadata`` quorum (Kafka's ``Admin.describeMetadataQuorum``)."""
     conn = await client.any_connection()
     version = require(conn, DESCRIBE_QUORUM)
-    resp = await conn.request(
-        DESCRIBE_QUORUM,
-        {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]},
-        version=version,
-    )
+    resp = await conn.request(DESCRIBE_QUORUM, describe_quorum_request(), version=version)
+    return quorum_info_from(resp)
+
+
+def describe_quorum_request() -> dict[str, Any]:
+    return {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}
+
+
+def quorum_info_from(resp: Any) -> QuorumInfo:
+    """A decoded DescribeQuorumResponse (any version) as :class:`QuorumInfo`."""
     _raise(int(resp.error_code), getattr(resp, "error_message", None), "describe quorum")
     for t in resp.topics:
         for p in t.partitions:
@@ -197,31 +214,29 @@ async def describe_cluster(client: Client, *, include_fenced_brokers: bool = Tru
     conn = await client.any_connection()
     version = require(conn, DESCRIBE_CLUSTER)
     resp = await conn.request(
-        DESCRIBE_CLUSTER,
-        {
-            "include_cluster_authorized_operations": False,
-            "endpoint_type": 1,
-            "include_fenced_brokers": include_fenced_brokers,
-        },
-        version=version,
+        DESCRIBE_CLUSTER, describe_cluster_request(include_fenced_brokers), version=version
     )
+    return cluster_from(resp)
+
+
+def describe_cluster_request(include_fenced_brokers: bool) -> dict[str, Any]:
+    return {
+        "include_cluster_authorized_operations": False,
+        "endpoint_type": 1,  # brokers
+        "include_fenced_brokers": include_fenced_brokers,
+    }
+
+
+def cluster_from(resp: Any) -> ClusterDescription:
+    """A decoded DescribeClusterResponse (any version) as :class:`ClusterDescription`."""
     _raise(int(resp.error_code), getattr(resp, "error_message", None), "describe cluster")
-    brokers = tuple(
-        sorted(
-            (
-                BrokerInfo(
-                    int(b.broker_id),
-                    str(b.host),
-                    int(b.port),
-                    b.rack,
-                    bool(getattr(b, "is_fenced", False)),
-                )
-                for b in resp.brokers
-            ),
-            key=lambda b: b.node_id,
-        )
+    brokers = [
+        BrokerInfo(int(b.broker_id), str(b.host), int(b.port), b.rack, bool(getattr(b, "is_fenced", False)))
+        for b in resp.brokers
+    ]
+    return ClusterDescription(
+        resp.cluster_id, int(resp.controller_id), tuple(sorted(brokers, key=lambda b: b.node_id))
     )
-    return ClusterDescription(resp.cluster_id, int(resp.controller_id), brokers)
 
 
 async def elect_leaders(
@@ -234,23 +249,37 @@ async def elect_leaders(
     """Elect leaders (``PREFERRED`` or ``UNCLEAN``) of ``partitions`` (``None``: every partition
     the controller finds eligible). Per partition ``None`` or the error (ELECTION_NOT_NEEDED
     when the right leader already leads)."""
+    body = elect_leaders_request(election_type, partitions, timeout_ms)
+    conn = await client.any_connection()
+    version = require(conn, ELECT_LEADERS)
+    resp = await conn.request(
+        ELECT_LEADERS, body, version=version, timeout=client.request_timeout + timeout_ms / 1000
+    )
+    return election_results_from(resp)
+
+
+def elect_leaders_request(
+    election_type: str, partitions: Iterable[TopicPartition] | None, timeout_ms: int
+) -> dict[str, Any]:
+    """ValueError for an election type other than PREFERRED/UNCLEAN."""
     kind = ELECTION_TYPES.get(election_type.upper())
     if kind is None:
         raise ValueError(f"unknown election type {election_type!r}: PREFERRED or UNCLEAN")
-    conn = await client.any_connection()
-    version = require(conn, ELECT_LEADERS)
     topic_partitions = None
     if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in partitions:
-            by_topic.setdefault(topic, []).append(p)
-        topic_partitions = [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())]
-    resp = await conn.request(
-        ELECT_LEADERS,
-        {"election_type": kind, "topic_partitions": topic_partitions, "timeout": timeout_ms},
-        version=version,
-        timeout=client.request_timeout + timeout_ms / 1000,
-    )
+        topic_partitions = [{"topic": t, "partitions": ps} for t, ps in _by_topic(partitions).items()]
+    return {"election_type": kind, "topic_partitions": topic_partitions, "timeout": timeout_ms}
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
+    return {t: sorted(ps) for t, ps in sorted(by_topic.items())}
+
+
+def election_results_from(resp: Any) -> dict[TopicPartition, KafkaError | None]:
+    """A decoded ElectLeadersResponse: per partition ``None`` or the error."""
     _raise(int(getattr(resp, "error_code", 0)), None, "elect leaders")
     out: dict[TopicPartition, KafkaError | None] = {}
     for r in resp.replica_election_results:
@@ -270,21 +299,32 @@ async def alter_partition_reassignments(
     the error."""
     conn = await client.any_connection()
     version = require(conn, ALTER_PARTITION_REASSIGNMENTS)
+    resp = await conn.request(
+        ALTER_PARTITION_REASSIGNMENTS,
+        alter_reassignments_request(reassignments, timeout_ms),
+        version=version,
+        timeout=client.request_timeout + timeout_ms / 1000,
+    )
+    return alter_results_from(resp)
+
+
+def alter_reassignments_request(
+    reassignments: Mapping[TopicPartition, Sequence[int] | None], timeout_ms: int
+) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, object]]] = {}
     for (topic, p), replicas in sorted(reassignments.items()):
         by_topic.setdefault(topic, []).append(
             {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
         )
-    resp = await conn.request(
-        ALTER_PARTITION_REASSIGNMENTS,
-        {
-            "timeout": timeout_ms,
-            "allow_replication_factor_change": True,
-            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-        },
-        version=version,
-        timeout=client.request_timeout + timeout_ms / 1000,
-    )
+    return {
+        "timeout": timeout_ms,
+        "allow_replication_factor_change": True,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+    }
+
+
+def alter_results_from(resp: Any) -> dict[TopicPartition, KafkaError | None]:
+    """A decoded AlterPartitionReassignmentsResponse: per partition ``None`` or the error."""
     _raise(int(resp.error_code), getattr(resp, "error_message", None), "alter partition reassignments")
     out: dict[TopicPartition, KafkaError | None] = {}
     for t in resp.responses:
@@ -303,15 +343,23 @@ async def list_partition_reassignments(
     """Ongoing reassignments (of ``partitions``, or all when ``None``)."""
     conn = await client.any_connection()
     version = require(conn, LIST_PARTITION_REASSIGNMENTS)
+    resp = await conn.request(
+        LIST_PARTITION_REASSIGNMENTS, list_reassignments_request(partitions, timeout_ms), version=version
+    )
+    return reassignments_from(resp)
+
+
+def list_reassignments_request(
+    partitions: Iterable[TopicPartition] | None, timeout_ms: int
+) -> dict[str, Any]:
     topics = None
     if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in partitions:
-            by_topic.setdefault(topic, []).append(p)
-        topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by_topic.items())]
-    resp = await conn.request(
-        LIST_PARTITION_REASSIGNMENTS, {"timeout": timeout_ms, "topics": topics}, version=version
-    )
+        topics = [{"name": t, "partition_indexes": ps} for t, ps in _by_topic(partitions).items()]
+    return {"timeout": timeout_ms, "topics": topics}
+
+
+def reassignments_from(resp: Any) -> dict[TopicPartition, PartitionReassignment]:
+    """A decoded ListPartitionReassignmentsResponse."""
     _raise(int(resp.error_code), getattr(resp, "error_message", None), "list partition reassignments")
     return {
         (str(t.name), int(p.partition_index)): PartitionReassignment(
