@@ -89,6 +89,16 @@ def test_topics_describe_shows_leader_replicas_isr(broker: BrokerProcess) -> Non
         assert line == f"\tTopic: described\tPartition: {p}\tLeader: {me}\tReplicas: {me}\tIsr: {me}"
 
 
+def test_topics_describe_report_options_on_a_healthy_node(broker: BrokerProcess) -> None:
+    create_topic(broker, "healthy", 2)
+    b = ["topics", "--bootstrap-server", broker.bootstrap, "describe", "--topic", "healthy"]
+    assert ok(*b, "--under-replicated-partitions") == ""
+    assert ok(*b, "--unavailable-partitions") == ""
+    # min.insync.replicas defaults to 1 and each ISR is the one replica
+    at_min = ok(*b, "--at-min-isr-partitions").splitlines()
+    assert [line.split("\t")[2] for line in at_min] == ["Partition: 0", "Partition: 1"]
+
+
 def test_reassign_generate_proposes_a_placement_on_the_listed_brokers(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:

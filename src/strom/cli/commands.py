@@ -23,6 +23,7 @@ from strom.cli.formatting import (
     LineError,
     LineReader,
     MessageFormatter,
+    PartitionFilter,
     describe_lines,
     parse_properties_args,
     partition_for_key,
@@ -148,12 +149,25 @@ async def _describe(client: Client, args: argparse.Namespace) -> int:
         md = await client.metadata(None)
         selected = [t for _, t in sorted(md.topics.items()) if not (args.exclude_internal and t.is_internal)]
     moving = await _ongoing_reassignments(client, [t.name for t in selected])
+    only = PartitionFilter(
+        under_replicated=args.under_replicated_partitions,
+        unavailable=args.unavailable_partitions,
+        under_min_isr=args.under_min_isr_partitions,
+        at_min_isr=args.at_min_isr_partitions,
+    )
+    live = set(md.brokers)
     for t in selected:
         try:
             configs = await client.describe_configs(t.name)
         except KafkaError:
             configs = {}
-        for line in describe_lines(t, configs, moving.get(t.name)):
+        min_isr = 1
+        if only.under_min_isr or only.at_min_isr:
+            with contextlib.suppress(KafkaError, ValueError, TypeError):
+                all_configs = await client.describe_configs(t.name, only_overrides=False)
+                min_isr = int(all_configs.get("min.insync.replicas") or 1)
+        lines = describe_lines(t, configs, moving.get(t.name), only=only, live_brokers=live, min_isr=min_isr)
+        for line in lines:
             print(line)
     return 0
 

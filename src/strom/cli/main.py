@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--if-not-exists", action="store_true", help="create: no error if it exists")
     topics.add_argument("--if-exists", action="store_true", help="describe/alter/delete: no error if absent")
     topics.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
+    for flag, what in (
+        ("under-replicated-partitions", "partitions whose ISR is smaller than their replicas"),
+        ("unavailable-partitions", "partitions without a live leader"),
+        ("under-min-isr-partitions", "partitions whose ISR is below min.insync.replicas"),
+        ("at-min-isr-partitions", "partitions whose ISR is exactly min.insync.replicas"),
+    ):
+        topics.add_argument(f"--{flag}", action="store_true", help=f"describe: only {what}")
 
     produce = sub.add_parser("produce", help="send stdin lines as records (like kafka-console-producer.sh)")
     _add_bootstrap(produce)
