@@ -27,6 +27,11 @@ NODE = (
     "if sys.argv[2] == 'stubborn': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "pathlib.Path(sys.argv[1]).with_name('pid').write_text(str(os.getpid()))\n"
     "if sys.argv[2] == 'die': sys.exit(3)\n"
+    "if sys.argv[2] == 'listen':\n"
+    "    import re, socket\n"
+    "    cfg = pathlib.Path(sys.argv[1]).read_text()\n"
+    "    port = int(re.search(r'PLAINTEXT://127.0.0.1:(\\d+)', cfg).group(1))\n"
+    "    srv = socket.socket(); srv.bind(('127.0.0.1', port)); srv.listen()\n"
     "time.sleep(600)\n"
 )
 DRIVER = (
@@ -36,7 +41,8 @@ DRIVER = (
     "from strom.cli.dev_cluster import DevCluster, run_cluster\n"
     "node, mode = sys.argv[3], sys.argv[4]\n"
     "def serve(p):\n"
-    "    return [sys.executable, '-c', node, str(p), mode if p.parent.name == 'node-2' else 'sleep']\n"
+    "    mine = mode == 'listen' or p.parent.name == 'node-2'\n"
+    "    return [sys.executable, '-c', node, str(p), mode if mine else 'sleep']\n"
     "c = DevCluster(Path(sys.argv[1]), int(sys.argv[2]), format_command=None, serve_command=serve,\n"
     "               shutdown_timeout=5)\n"
     "try:\n"
@@ -217,3 +223,19 @@ def test_no_orphans_when_the_command_is_sigkilled(tmp_path: Path) -> None:
         for p in ps:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_the_command_says_when_every_node_listens(tmp_path: Path) -> None:
+    drv = _driver(tmp_path, 2, mode="listen")
+    try:
+        assert drv.stdout is not None
+        lines = [drv.stdout.readline() for _ in range(7)]
+        assert lines[-1].strip() == "all 2 node(s) are listening", lines
+        ps = pids(tmp_path / "d", 2)
+        drv.send_signal(signal.SIGTERM)
+        assert drv.wait(20) == 0
+    finally:
+        if drv.poll() is None:
+            drv.kill()
+            drv.wait()
+    assert not any(alive(p) for p in ps)

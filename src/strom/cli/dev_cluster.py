@@ -6,7 +6,8 @@ one CONTROLLER listener each, every node with ``controller.quorum.voters`` namin
 writes ``D/node-<id>/server.properties``. It then formats every node's directories with one
 random cluster id (``strom storage format -t <id> -c <file>``, as kafka-storage.sh), starts one
 ``strom serve <file>`` per node with its output in ``D/node-<id>/server.log`` (nothing noisy on
-the terminal), and prints the cluster id, the bootstrap servers and the controller ports.
+the terminal), and prints the cluster id, the bootstrap servers and the controller ports, then
+"all N node(s) are listening" once every broker port accepts connections.
 
 Stopping: Ctrl-C (SIGINT) or SIGTERM stops every node — SIGTERM first (a broker's graceful
 shutdown), SIGKILL for any still running after ``--shutdown-timeout-ms`` — and waits for each, so
@@ -270,6 +271,14 @@ class DevCluster:
         return lines
 
 
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.05):
+            return True
+    except OSError:
+        return False
+
+
 class _Stop(Exception):
     pass
 
@@ -288,7 +297,12 @@ def run_cluster(cluster: DevCluster, out: TextIO = sys.stdout, poll_interval: fl
             cluster.start()
             for line in cluster.summary():
                 print(line, file=out, flush=True)
+            waiting = [s.port for s in cluster.specs]
             while True:
+                if waiting:
+                    waiting = [port for port in waiting if not _listening(port)]
+                    if not waiting:
+                        print(f"all {cluster.n} node(s) are listening", file=out, flush=True)
                 dead = cluster.exited()
                 if dead:
                     node, rc = dead[0]
