@@ -210,16 +210,8 @@ def _replica(r: object) -> ReplicaState:
 
 
 async def describe_cluster(client: Client, *, include_fenced_brokers: bool = True) -> ClusterDescription:
-    """Cluster id, active controller and brokers (with ``broker.rack`` and, from v2, fencing).
-    From a broker without DescribeCluster, as Kafka's AdminClient, the answer comes from
-    Metadata (which lists only live brokers, so none is shown fenced)."""
+    """Cluster id, active controller and brokers (with ``broker.rack`` and, from v2, fencing)."""
     conn = await client.any_connection()
-    if not conn.supports(DESCRIBE_CLUSTER):
-        md = await client.metadata([])
-        brokers = (BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in md.brokers.values())
-        return ClusterDescription(
-            md.cluster_id, md.controller_id, tuple(sorted(brokers, key=lambda b: b.node_id))
-        )
     version = require(conn, DESCRIBE_CLUSTER)
     resp = await conn.request(
         DESCRIBE_CLUSTER, describe_cluster_request(include_fenced_brokers), version=version
