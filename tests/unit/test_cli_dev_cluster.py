@@ -110,6 +110,14 @@ def test_plan_writes_one_config_per_node_with_all_voters(tmp_path: Path) -> None
     assert (again.cluster_id, again.specs) == (c.cluster_id, c.specs)
 
 
+def test_plan_refuses_reusing_a_directory_with_another_cluster_size(tmp_path: Path) -> None:
+    DevCluster(tmp_path, 3, format_command=None).plan()
+    with pytest.raises(CommandError, match="another size; use --nodes 3"):
+        DevCluster(tmp_path, 2, format_command=None).plan()
+    with pytest.raises(CommandError, match="not empty"):
+        DevCluster(tmp_path, 4, format_command=None).plan()
+
+
 def test_plan_refuses_a_foreign_directory_and_bad_arguments(tmp_path: Path) -> None:
     (tmp_path / "junk").write_text("x")
     with pytest.raises(CommandError, match="not empty"):

@@ -149,6 +149,11 @@ class DevCluster:
         if id_file.exists() and all(p.exists() for p in existing):
             self.cluster_id = id_file.read_text().strip()
             self.specs = [self._spec_from(p, i) for i, p in enumerate(existing, 1)]
+            if self._voters_of(existing[0]) != self.n:
+                raise CommandError(
+                    f"--dir {self.base_dir} holds a dev cluster of another size; use --nodes "
+                    f"{self._voters_of(existing[0])} or another --dir"
+                )
             return False
         if any(self.base_dir.iterdir()):
             raise CommandError(f"--dir {self.base_dir} is not empty and holds no {self.n}-node dev cluster")
@@ -190,12 +195,21 @@ class DevCluster:
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _spec_from(path: Path, node_id: int) -> NodeSpec:
+    def _props(path: Path) -> dict[str, str]:
         props = {}
         for line in path.read_text().splitlines():
             if "=" in line and not line.startswith("#"):
                 k, v = line.split("=", 1)
                 props[k.strip()] = v.strip()
+        return props
+
+    @classmethod
+    def _voters_of(cls, path: Path) -> int:
+        return len([v for v in cls._props(path).get("controller.quorum.voters", "").split(",") if v])
+
+    @classmethod
+    def _spec_from(cls, path: Path, node_id: int) -> NodeSpec:
+        props = cls._props(path)
         try:
             listeners = dict(
                 (name, int(addr.rsplit(":", 1)[1]))
