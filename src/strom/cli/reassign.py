@@ -500,7 +500,8 @@ async def _execute(client: Client, args: argparse.Namespace) -> int:
     ongoing = await list_partition_reassignments(client, timeout_ms=args.timeout)
     if ongoing and not args.additional:
         raise CommandError(CANNOT_EXECUTE_MESSAGE)
-    known = {b.node_id for b in (await describe_cluster(client, include_fenced_brokers=True)).brokers}
+    # as Kafka: the brokers DescribeCluster lists by default, i.e. not fenced ones
+    known = {b.node_id for b in (await describe_cluster(client, include_fenced_brokers=False)).brokers}
     for replicas in proposed.values():
         for b in replicas:
             if b not in known:
@@ -516,7 +517,7 @@ async def _execute(client: Client, args: argparse.Namespace) -> int:
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
     results = await alter_partition_reassignments(
-        client, {tp: r for tp, r in proposed.items()}, timeout_ms=args.timeout
+        client, dict(proposed), timeout_ms=args.timeout
     )
     errors = {tp: e for tp, e in results.items() if e is not None}
     if errors:
