@@ -2,7 +2,7 @@
 start, print, stop everything on SIGINT/SIGTERM, stop the rest when one node dies, no orphans even
 when the command itself is SIGKILLed. The nodes here are stand-in processes (``sleep`` in
 Python) that record their pid; the real ``strom serve`` nodes are exercised in
-``tests/integration/test_cli_cluster_tools.py`` once multi-node serving works."""
+``tests/integration/test_cli_cluster_tools_broker.py`` once multi-node serving works."""
 
 from __future__ import annotations
 
