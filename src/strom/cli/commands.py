@@ -23,12 +23,14 @@ from strom.cli.formatting import (
     LineError,
     LineReader,
     MessageFormatter,
+    PartitionFilter,
     describe_lines,
     parse_properties_args,
     partition_for_key,
     unescape,
 )
 from strom.client.client import EARLIEST, LATEST, Client, ProduceInput, TopicMetadata, now_ms
+from strom.client.cluster_admin import LIST_PARTITION_REASSIGNMENTS, list_partition_reassignments
 from strom.client.errors import KafkaConnectionError, KafkaError
 from strom.client.security import SecurityConfig
 from strom.config import parse_properties
@@ -146,14 +148,45 @@ async def _describe(client: Client, args: argparse.Namespace) -> int:
     else:
         md = await client.metadata(None)
         selected = [t for _, t in sorted(md.topics.items()) if not (args.exclude_internal and t.is_internal)]
+    moving = await _ongoing_reassignments(client, [t.name for t in selected])
+    only = PartitionFilter(
+        under_replicated=args.under_replicated_partitions,
+        unavailable=args.unavailable_partitions,
+        under_min_isr=args.under_min_isr_partitions,
+        at_min_isr=args.at_min_isr_partitions,
+    )
+    live = set(md.brokers)
     for t in selected:
         try:
             configs = await client.describe_configs(t.name)
         except KafkaError:
             configs = {}
-        for line in describe_lines(t, configs):
+        min_isr = 1
+        if only.under_min_isr or only.at_min_isr:
+            with contextlib.suppress(KafkaError, ValueError, TypeError):
+                all_configs = await client.describe_configs(t.name, only_overrides=False)
+                min_isr = int(all_configs.get("min.insync.replicas") or 1)
+        lines = describe_lines(t, configs, moving.get(t.name), only=only, live_brokers=live, min_isr=min_isr)
+        for line in lines:
             print(line)
     return 0
+
+
+async def _ongoing_reassignments(
+    client: Client, topics: list[str]
+) -> dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """``{topic: {partition: (adding, removing)}}`` of ongoing reassignments, as Kafka's
+    describe asks ListPartitionReassignments; empty from a broker that does not answer it."""
+    if not topics or not (await client.any_connection()).supports(LIST_PARTITION_REASSIGNMENTS):
+        return {}
+    try:
+        ongoing = await list_partition_reassignments(client)
+    except KafkaError:
+        return {}
+    out: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    for (topic, p), r in ongoing.items():
+        out.setdefault(topic, {})[p] = (r.adding, r.removing)
+    return out
 
 
 async def _delete(client: Client, args: argparse.Namespace) -> int:

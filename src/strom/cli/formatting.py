@@ -7,10 +7,10 @@ Everything here works on bytes and plain values; no I/O. Error contract: :class:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from strom.client.client import TopicMetadata, topic_id_str
+from strom.client.client import PartitionMetadata, TopicMetadata, topic_id_str
 from strom.client.partitioner import murmur2, partition_for_key
 from strom.protocol.records import Record
 
@@ -18,6 +18,7 @@ __all__ = [
     "LineError",
     "LineReader",
     "MessageFormatter",
+    "PartitionFilter",
     "describe_lines",
     "murmur2",
     "parse_properties_args",
@@ -216,23 +217,63 @@ class MessageFormatter:
         return out + self.line_separator if self.print_value else out
 
 
-def describe_lines(topic: TopicMetadata, configs: Mapping[str, str | None]) -> list[str]:
-    """kafka-topics.sh --describe output for one topic."""
+@dataclass(frozen=True)
+class PartitionFilter:
+    """kafka-topics.sh --describe's report options. With any of them set, only the partitions
+    matching at least one are printed, without the topic line."""
+
+    under_replicated: bool = False
+    unavailable: bool = False
+    under_min_isr: bool = False
+    at_min_isr: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.under_replicated or self.unavailable or self.under_min_isr or self.at_min_isr
+
+    def matches(self, p: PartitionMetadata, live_brokers: Collection[int], min_isr: int) -> bool:
+        has_leader = p.leader >= 0
+        return (
+            (self.under_replicated and len(p.isr) < len(p.replicas))
+            or (self.unavailable and (not has_leader or p.leader not in live_brokers))
+            or (self.under_min_isr and (not has_leader or min_isr > len(p.isr)))
+            or (self.at_min_isr and min_isr == len(p.isr))
+        )
+
+
+def describe_lines(
+    topic: TopicMetadata,
+    configs: Mapping[str, str | None],
+    reassignments: Mapping[int, tuple[Sequence[int], Sequence[int]]] | None = None,
+    *,
+    only: PartitionFilter | None = None,
+    live_brokers: Collection[int] = (),
+    min_isr: int = 1,
+) -> list[str]:
+    """kafka-topics.sh --describe output for one topic. ``reassignments`` maps a partition with
+    an ongoing reassignment to its (adding, removing) replicas, shown as Kafka shows them;
+    ``only`` selects partitions as the report options do (see :class:`PartitionFilter`)."""
     cfg = ",".join(f"{k}={'' if v is None else v}" for k, v in configs.items())
     lines = [
         f"Topic: {topic.name}\tTopicId: {topic_id_str(topic.topic_id)}\t"
         f"PartitionCount: {len(topic.partitions)}\tReplicationFactor: {topic.replication_factor}\t"
         f"Configs: {cfg}"
     ]
+    if only is not None and only.active:
+        lines = []
     for p in topic.partitions.values():
+        if only is not None and only.active and not only.matches(p, live_brokers, min_isr):
+            continue
         leader = str(p.leader) if p.leader >= 0 else "none"
         line = (
             f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}\t"
             f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
         )
+        moving = (reassignments or {}).get(p.partition)
+        if moving is not None:
+            line += f"\tAdding Replicas: {','.join(map(str, moving[0]))}"
+            line += f"\tRemoving Replicas: {','.join(map(str, moving[1]))}"
         if p.offline_replicas:
             line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
         lines.append(line)
     return lines
-
-

@@ -1,5 +1,6 @@
 """The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
-``records``, ``dump-log``.
+``records``, ``dump-log``, and the cluster tools ``metadata-quorum``, ``cluster``,
+``leader-election``, ``reassign-partitions``, ``dev-cluster``.
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
 ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
@@ -21,9 +22,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from strom.cli import commands, dump_log
+from strom.cli import cluster_tools, commands, dump_log
 from strom.cli import configs as cli_configs
+from strom.cli import dev_cluster as cli_dev_cluster
 from strom.cli import groups as cli_groups
+from strom.cli import leader_election as cli_leader_election
+from strom.cli import reassign as cli_reassign
 from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
@@ -96,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--if-not-exists", action="store_true", help="create: no error if it exists")
     topics.add_argument("--if-exists", action="store_true", help="describe/alter/delete: no error if absent")
     topics.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
+    for flag, what in (
+        ("under-replicated-partitions", "partitions whose ISR is smaller than their replicas"),
+        ("unavailable-partitions", "partitions without a live leader"),
+        ("under-min-isr-partitions", "partitions whose ISR is below min.insync.replicas"),
+        ("at-min-isr-partitions", "partitions whose ISR is exactly min.insync.replicas"),
+    ):
+        topics.add_argument(f"--{flag}", action="store_true", help=f"describe: only {what}")
 
     produce = sub.add_parser("produce", help="send stdin lines as records (like kafka-console-producer.sh)")
     _add_bootstrap(produce)
@@ -156,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli_groups.add_parser(sub, _add_bootstrap)
     cli_share_groups.add_parser(sub, _add_bootstrap)
     cli_transactions.add_parser(sub, _add_bootstrap)
+    cluster_tools.add_parsers(sub, _add_bootstrap)
+    cli_leader_election.add_parser(sub, _add_bootstrap)
+    cli_reassign.add_parser(sub, _add_bootstrap)
+    cli_dev_cluster.add_parser(sub)
     return parser
 
 
@@ -304,6 +319,16 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_share_groups.share_groups(args))
         if args.command == "transactions":
             return asyncio.run(cli_transactions.transactions(args))
+        if args.command == "metadata-quorum":
+            return asyncio.run(cluster_tools.metadata_quorum(args))
+        if args.command == "cluster":
+            return asyncio.run(cluster_tools.cluster(args))
+        if args.command == "leader-election":
+            return asyncio.run(cli_leader_election.leader_election(args))
+        if args.command == "reassign-partitions":
+            return asyncio.run(cli_reassign.reassign_partitions(args))
+        if args.command == "dev-cluster":
+            return cli_dev_cluster.dev_cluster(args)
         if args.command == "dump-log":
             return dump_log.run(args)
         if args.command == "produce":
