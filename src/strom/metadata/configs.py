@@ -480,7 +480,7 @@ def refresh_logs(broker: Broker, topic: str | None = None) -> None:
             continue
         lc = broker.log_config(info)
         for p in range(info.partitions):
-            plog = broker.logs.get((info.name, p))
+            plog = broker.replica_manager.get_log(info.name, p)
             if plog is not None:
                 plog.update_config(lc)
 

@@ -63,7 +63,7 @@ def run_retention(broker: Broker) -> int:
     """One retention pass over every log; returns the number of segments removed."""
     removed = 0
     storage_log = broker.storage_log
-    for plog in list(broker.logs.values()):
+    for plog in list(broker.replica_manager.logs.values()):
         try:
             n = plog.delete_old_segments()
         except (KafkaStorageError, OSError) as e:
@@ -89,10 +89,11 @@ def run_retention(broker: Broker) -> int:
 
 async def _deleter_loop(broker: Broker) -> None:
     while True:
-        delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
+        logs = broker.replica_manager.logs
+        delays = [p.config.file_delete_delay_ms for p in list(logs.values()) if p.pending_deletes]
         await asyncio.sleep(min([1000, *[max(10, d // 2) for d in delays]]) / 1000)
         storage_log = broker.storage_log
-        for plog in list(broker.logs.values()):
+        for plog in list(logs.values()):
             if plog.pending_deletes:
                 tp = f"{plog.topic}-{plog.partition}"
                 try:
@@ -163,7 +164,7 @@ class CleanerThread:
             cleaned = None
             try:
                 self.cleaner.set_io_max_bytes_per_second(self._io_max_bytes_per_second())
-                logs = list(self.broker.logs.values())
+                logs = list(self.broker.replica_manager.logs.values())
                 known = {(p.topic, p.partition) for p in logs}
                 for tp in [tp for tp in self.cleaner.checkpoint.offsets if tp not in known]:
                     self.cleaner.forget(tp)
