@@ -207,6 +207,7 @@ def test_acks_all_waits_for_the_high_watermark(broker: Broker, monkeypatch: pyte
 
     (late,) = append(rm, [("t", 0, batch(1))], acks=-1, timeout_ms=30)
     assert late.error_code == E.REQUEST_TIMED_OUT
+    assert not rm._hw_waiters  # the timed-out waiter is gone
     (leader_only,) = append(rm, [("t", 0, batch(1))], acks=1)
     assert leader_only.error_code == E.NONE and leader_only.base_offset == 1
 
@@ -219,6 +220,15 @@ def test_acks_all_waits_for_the_high_watermark(broker: Broker, monkeypatch: pyte
 
     (r,) = asyncio.run(caught_up())
     assert r.error_code == E.NONE and r.base_offset == 2
+
+    async def dir_failed() -> Any:
+        task = asyncio.ensure_future(rm.append_records([("t", 0, batch(1))], acks=-1, timeout_ms=5000))
+        await asyncio.sleep(0.01)
+        rm.mark_log_dir_offline(plog.directory.parent, "EIO")
+        return await task
+
+    (gone,) = asyncio.run(dir_failed())
+    assert gone.error_code == E.KAFKA_STORAGE_ERROR and not rm._hw_waiters
 
 
 # ------------------------------------------------------------------ reads and offsets

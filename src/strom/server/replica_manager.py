@@ -428,7 +428,7 @@ class ReplicaManager:
     ) -> None:
         """acks=-1: each appended partition completes once its HW passes the append (Kafka's
         DelayedProduce); REQUEST_TIMED_OUT after ``timeout_ms``."""
-        waits: list[tuple[int, asyncio.Future[None]]] = []
+        waits: list[tuple[int, TopicPartition, asyncio.Future[None]]] = []
         for slot, topic, partition, _records, _walk in pending:
             r = results[slot]
             if r.error_code != ErrorCode.NONE:
@@ -438,16 +438,24 @@ class ReplicaManager:
                 continue  # a single node: the HW is the log end offset, so always here
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._hw_waiters.setdefault((topic, partition), []).append((r.last_offset + 1, fut))
-            waits.append((slot, fut))
+            waits.append((slot, (topic, partition), fut))
         if not waits:
             return
-        await asyncio.wait([f for _s, f in waits], timeout=max(timeout_ms, 0) / 1000)
-        for slot, fut in waits:
-            if not fut.done():
-                fut.cancel()
-                results[slot] = PartitionResponse(ErrorCode.REQUEST_TIMED_OUT)
-            elif (exc := fut.exception()) is not None:
-                results[slot] = PartitionResponse(getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        try:
+            await asyncio.wait([f for _s, _tp, f in waits], timeout=max(timeout_ms, 0) / 1000)
+        finally:  # timed out, or the request was cancelled: the waiters go
+            for slot, tp, fut in waits:
+                if not fut.done():
+                    fut.cancel()
+                    results[slot] = PartitionResponse(ErrorCode.REQUEST_TIMED_OUT)
+                    left = [w for w in self._hw_waiters.get(tp, ()) if w[1] is not fut]
+                    if left:
+                        self._hw_waiters[tp] = left
+                    else:
+                        self._hw_waiters.pop(tp, None)
+                elif not fut.cancelled() and (exc := fut.exception()) is not None:
+                    code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                    results[slot] = PartitionResponse(code)
 
     def _high_watermark_advanced(self, tp: TopicPartition, hw: int) -> None:
         waiters = self._hw_waiters.get(tp)
