@@ -57,7 +57,7 @@ from ..log.errors import KafkaStorageError, LogError
 from ..log.local_log import EMPTY_FETCH, FetchData
 from ..log.log_dirs import META_FILE, discover, next_log_dirs, parse_partition_dir
 from ..log.partition_log import AppendInfo, PartitionLog
-from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo
+from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, validate_topic_name
 from ..protocol.errors import ErrorCode
 from ..protocol.records import BATCH_OVERHEAD, parse_header
 from ..rate_limited_log import RateLimitedLog
@@ -77,6 +77,7 @@ _DIR_FAILURE_ERRNOS = _DEVICE_ERRNOS | {errno.ENOENT, errno.ENOTDIR, errno.EACCE
 # ListOffsets special timestamps
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+MAX_PREFERRED = 10_000  # remembered destinations of partitions not created yet (hostile clients)
 
 
 class AppendOrigin(enum.Enum):
@@ -112,6 +113,19 @@ class PartitionState:
     high_watermark: int
     last_stable_offset: int
     log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirReplica:
+    """A log of this broker in a log dir, for DescribeLogDirs: ``is_future`` for the copy a
+    move is making, whose ``offset_lag`` is how far it is behind the current log end offset."""
+
+    log_dir: Path
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int
+    is_future: bool = False
 
 
 @dataclass(slots=True)
@@ -786,6 +800,65 @@ class ReplicaManager:
                 except Exception:
                     log.exception("closing %s-%d failed", plog.topic, plog.partition)
             os.sync()
+
+    # ------------------------------------------------------------------ log dir admin
+    def log_dir_replicas(self) -> list[LogDirReplica]:
+        """Every log here, current ones then future ones, by partition (DescribeLogDirs)."""
+        out = [
+            # Kafka's lag of a leader: 0 (its HW never passes its log end)
+            LogDirReplica(plog.directory.parent, topic, p, plog.size_bytes,
+                          max(plog.high_watermark - plog.log_end_offset, 0))
+            for (topic, p), plog in sorted(self.logs.items())
+        ]
+        for (topic, p), mv in sorted(self.mover.moves.items()):
+            cur = self.logs.get((topic, p))
+            lag = max(cur.log_end_offset - mv.future.log_end_offset, 0) if cur is not None else 0
+            out.append(LogDirReplica(mv.dest, topic, p, mv.future.size_bytes, lag, True))
+        return out
+
+    def log_dir_usage(self, d: Path) -> tuple[int, int] | None:
+        """(total, usable) bytes of the log dir's file system, -1 each if unknown; None for a
+        failed dir (a dir that cannot be measured is checked, and may fail)."""
+        if d in self.offline_dirs:
+            return None
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            self.check_log_dir(d)
+            return -1, -1
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    def alter_replica_log_dir(self, topic: str, partition: int, dest: Path) -> int:
+        """AlterReplicaLogDirs for one partition (Kafka's ``alterReplicaLogDirs``): start moving
+        it to the log dir ``dest``, or remember ``dest`` for a partition not created yet. The
+        error: KAFKA_STORAGE_ERROR when ``dest`` or the partition is offline, or another dir
+        is; REPLICA_NOT_AVAILABLE for a partition not here; else NONE."""
+        if dest in self.offline_dirs:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        tp = (topic, partition)
+        if tp in self.offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        plog = self.logs.get(tp)
+        if plog is None:
+            try:
+                validate_topic_name(topic)
+                if partition >= 0 and (tp in self.preferred_dirs or len(self.preferred_dirs) < MAX_PREFERRED):
+                    self.preferred_dirs[tp] = dest  # Kafka's maybeUpdatePreferredLogDir
+            except TopicError:
+                pass
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if self.offline_dirs and plog.directory.parent != dest:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        try:
+            self.mover.start_move(topic, partition, dest)
+        except KeyError:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        except (LogError, OSError) as e:
+            self.storage_log.failed("starting the move of", f"{topic}-{partition}", e,
+                                    "answering KAFKA_STORAGE_ERROR")
+            self.check_log_dir(dest)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE
 
     # ------------------------------------------------------------------ log dir failures
     def check_log_dir(self, d: Path) -> bool:
