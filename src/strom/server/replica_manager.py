@@ -31,7 +31,9 @@ Theory of operation
 * **Log dirs.** A device error (:meth:`note_storage_error`) or a failed check
   (:meth:`check_log_dir`, also periodic) takes a dir offline (:meth:`mark_log_dir_offline`):
   its partitions leave ``logs`` for ``offline_partitions``. The first dir holds the broker's
-  metadata; its failure calls ``halt``.
+  metadata; its failure calls ``halt``. DescribeLogDirs and AlterReplicaLogDirs ask
+  :meth:`log_dir_replicas`, :meth:`log_dir_usage` and :meth:`alter_replica_log_dir` (moves:
+  :mod:`strom.server.log_dir_mover`).
 """
 
 from __future__ import annotations
