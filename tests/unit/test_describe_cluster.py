@@ -14,12 +14,15 @@ from strom.protocol.codec import build, encode_response, request_type, response_
 from strom.protocol.errors import ErrorCode as E
 from strom.server.context import RequestContext
 from strom.server.handlers import load_all
+from strom.server.metadata_cache import RegistryMetadataCache
 
 REGISTRY = load_all()
 
 
 def _call(version: int, **fields: Any) -> dict[str, Any]:
-    broker = SimpleNamespace(advertised=("127.0.0.1", 9092), node_id=1, cluster_id="c")
+    registry: Any = SimpleNamespace(topics={}, by_id={}, version=0)
+    cache = RegistryMetadataCache(registry, 1, "c", lambda _l: ("127.0.0.1", 9092))
+    broker = SimpleNamespace(node_id=1, metadata_cache=cache)
     ctx = RequestContext(60, version, 1, "client", "127.0.0.1", "c1", broker)  # type: ignore[arg-type]
     req = build(request_type(60, version), {"include_cluster_authorized_operations": False, **fields})
     result = asyncio.run(REGISTRY[60](ctx, req))

@@ -12,6 +12,7 @@ import pytest
 from strom.clock import ManualClock
 from strom.coordinator.classic import ClassicConfig
 from strom.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
+from strom.metadata.topics import TopicInfo
 from strom.protocol.api_versions import KAFKA_API_RANGES
 from strom.protocol.codec import build, encode_response, request_type, response_type
 from strom.server.context import RequestContext
@@ -19,6 +20,7 @@ from strom.server.handlers import (
     REGISTRY,
     groups,  # noqa: F401  (registers the handlers)
 )
+from strom.server.metadata_cache import RegistryMetadataCache
 
 TID = uuid.UUID(int=5)
 
@@ -73,16 +75,12 @@ REQUESTS: dict[int, dict[str, Any]] = {
 
 
 def _ctx(coord: GroupCoordinator, key: int, version: int) -> RequestContext:
-    topics = SimpleNamespace(
-        get=lambda n: SimpleNamespace(topic_id=TID, partitions=2, name="t") if n == "t" else None,
-        by_id={TID: SimpleNamespace(name="t")},
-    )
+    info = TopicInfo("t", TID, 2)
+    registry: Any = SimpleNamespace(topics={"t": info}, by_id={TID: info}, version=0)
     broker = SimpleNamespace(
         group_coordinator=coord,
-        advertised=("127.0.0.1", 9092),
         node_id=1,
-        topic_partitions=lambda t: 2 if t == "t" else None,
-        topics=topics,
+        metadata_cache=RegistryMetadataCache(registry, 1, "c", lambda _l: ("127.0.0.1", 9092)),
     )
     return RequestContext(key, version, 1, "client", "127.0.0.1", "c1", broker)  # type: ignore[arg-type]
 

@@ -127,7 +127,7 @@ def test_partitions_spread_and_found_again(tmp_path: Path) -> None:
 
     async def first(b: Broker) -> None:
         await b.create_topic_async("t", 7)
-        counts = b.dir_partition_counts()
+        counts = b.replica_manager.dir_partition_counts()
         assert max(counts.values()) - min(counts.values()) <= 1  # the internal topics count too
         produce(b, "t", 3, 5)
         where.update({tp: plog.directory.parent for tp, plog in b.logs.items()})
@@ -151,12 +151,12 @@ def test_move_while_producing_then_swap(tmp_path: Path) -> None:
         src = plog.directory.parent
         dest = next(d for d in dirs if d != src)
         produce(b, "t", 0, 200)
-        b.mover.start_move("t", 0, dest)
-        assert ("t", 0) in b.mover.moves
+        b.replica_manager.mover.start_move("t", 0, dest)
+        assert ("t", 0) in b.replica_manager.mover.moves
         for i in range(20):  # produce goes on while the future log copies
             produce(b, "t", 0, 5, tag=f"late{i}")
             await asyncio.sleep(0)
-        while b.mover.moves:
+        while b.replica_manager.mover.moves:
             await asyncio.sleep(0.01)
         new = b.logs[("t", 0)]
         assert new.directory == dest / "t-0" and new.log_end_offset == 300 and new.high_watermark == 300
@@ -177,8 +177,8 @@ def test_restart_midway_resumes_the_move(tmp_path: Path) -> None:
         src = b.logs[("t", 0)].directory.parent
         state["dest"] = next(d for d in dirs if d != src)
         produce(b, "t", 0, 50)
-        b.mover.start_move("t", 0, state["dest"])
-        mv = b.mover.moves[("t", 0)]
+        b.replica_manager.mover.start_move("t", 0, state["dest"])
+        mv = b.replica_manager.mover.moves[("t", 0)]
         assert mv.task is not None
         mv.task.cancel()  # the broker stops with the copy half done
         cur = b.logs[("t", 0)]
@@ -189,7 +189,7 @@ def test_restart_midway_resumes_the_move(tmp_path: Path) -> None:
     assert any(n.endswith("-future") for n in os.listdir(state["dest"]))
 
     async def second(b: Broker) -> None:
-        while b.mover.moves:
+        while b.replica_manager.mover.moves:
             await asyncio.sleep(0.01)
         assert b.logs[("t", 0)].directory.parent == state["dest"]
         assert values(b, "t", 0) == list(range(50))
@@ -207,8 +207,8 @@ def test_crash_between_the_swap_renames(tmp_path: Path) -> None:
         dest = next(d for d in dirs if d != src)
         state.update(src=src, dest=dest)
         produce(b, "t", 0, 30)
-        b.mover.start_move("t", 0, dest)
-        mv = b.mover.moves[("t", 0)]
+        b.replica_manager.mover.start_move("t", 0, dest)
+        mv = b.replica_manager.mover.moves[("t", 0)]
         assert mv.task is not None
         mv.task.cancel()
         cur = b.logs[("t", 0)]
@@ -237,10 +237,11 @@ def test_failed_dir_takes_only_its_partitions_offline(tmp_path: Path) -> None:
         on_first = [tp for tp, plog in b.logs.items() if plog.directory.parent == dirs[0] and tp[0] == "t"]
         assert on_second and on_first
         shutil.rmtree(dirs[1])  # the disk is gone
-        assert not b.check_log_dir(dirs[1])
-        assert dirs[1] in b.offline_dirs and not b.fatal.is_set()
+        assert not b.replica_manager.check_log_dir(dirs[1])
+        assert dirs[1] in b.replica_manager.offline_dirs and not b.fatal.is_set()
         for tp in on_second:
-            assert tp not in b.logs and b.partition_error(*tp) == ErrorCode.KAFKA_STORAGE_ERROR
+            assert tp not in b.logs
+            assert b.replica_manager.partition_error(*tp) == ErrorCode.KAFKA_STORAGE_ERROR
         for tp in on_first:
             produce(b, *tp, 3)
             assert b.logs[tp].log_end_offset == 3
@@ -261,10 +262,11 @@ def test_failed_dir_takes_only_its_partitions_offline(tmp_path: Path) -> None:
 
 def _offline_at_start(bad: Path) -> Callable[[Broker], Awaitable[None]]:
     async def check(b: Broker) -> None:
-        assert bad in b.offline_dirs
-        offline = [tp for tp in b.offline_partitions if tp[0] == "t"]
-        assert offline and all(b.partition_error(*tp) == ErrorCode.KAFKA_STORAGE_ERROR for tp in offline)
-        assert all(("t", p) in b.logs or ("t", p) in b.offline_partitions for p in range(4))
+        assert bad in b.replica_manager.offline_dirs
+        offline = [tp for tp in b.replica_manager.offline_partitions if tp[0] == "t"]
+        rm = b.replica_manager
+        assert offline and all(rm.partition_error(*tp) == ErrorCode.KAFKA_STORAGE_ERROR for tp in offline)
+        assert all(("t", p) in b.logs or ("t", p) in b.replica_manager.offline_partitions for p in range(4))
 
     return check
 
@@ -280,8 +282,8 @@ def test_future_ahead_of_current_is_copied_again(tmp_path: Path) -> None:
         src = b.logs[("t", 0)].directory.parent
         state["dest"] = next(d for d in dirs if d != src)
         produce(b, "t", 0, 10)
-        b.mover.start_move("t", 0, state["dest"])
-        mv = b.mover.moves[("t", 0)]
+        b.replica_manager.mover.start_move("t", 0, state["dest"])
+        mv = b.replica_manager.mover.moves[("t", 0)]
         assert mv.task is not None
         mv.task.cancel()
         cur = b.logs[("t", 0)]
@@ -295,7 +297,7 @@ def test_future_ahead_of_current_is_copied_again(tmp_path: Path) -> None:
     run_broker(dirs, first)
 
     async def second(b: Broker) -> None:
-        while b.mover.moves:
+        while b.replica_manager.mover.moves:
             await asyncio.sleep(0.01)
         plog = b.logs[("t", 0)]
         assert plog.directory.parent == state["dest"] and plog.log_end_offset == 10
@@ -309,7 +311,7 @@ def test_first_dir_failure_stops_the_broker(tmp_path: Path) -> None:
 
     async def go(b: Broker) -> None:
         shutil.rmtree(dirs[0])
-        assert not b.check_log_dir(dirs[0])
+        assert not b.replica_manager.check_log_dir(dirs[0])
         assert b.fatal.is_set()
 
     run_broker(dirs, go)
@@ -342,11 +344,12 @@ def test_device_error_on_append_takes_the_dir_offline(
         fail(errno.ENOSPC)
         with pytest.raises(KafkaStorageError):
             produce(b, *tps[dirs[1]], 1)
-        assert not b.offline_dirs  # a full disk is not a failed one
+        assert not b.replica_manager.offline_dirs  # a full disk is not a failed one
         fail(errno.EIO)
         with pytest.raises(KafkaStorageError):
             produce(b, *tps[dirs[1]], 1)
-        assert dirs[1] in b.offline_dirs and tps[dirs[1]] in b.offline_partitions
+        rm = b.replica_manager
+        assert dirs[1] in rm.offline_dirs and tps[dirs[1]] in rm.offline_partitions
         produce(b, *tps[dirs[0]], 2)
 
     run_broker(dirs, go)
@@ -356,8 +359,8 @@ def test_preferred_dir_for_a_partition_not_created_yet(tmp_path: Path) -> None:
     dirs = dirs_of(tmp_path, 3)
 
     async def go(b: Broker) -> None:
-        b.preferred_dirs[("later", 0)] = dirs[2]
-        b.preferred_dirs[("later", 1)] = dirs[2]
+        b.replica_manager.preferred_dirs[("later", 0)] = dirs[2]
+        b.replica_manager.preferred_dirs[("later", 1)] = dirs[2]
         await b.create_topic_async("later", 2)
         assert all(b.logs[("later", p)].directory.parent == dirs[2] for p in range(2))
 
@@ -375,8 +378,8 @@ def test_future_log_kept_while_its_current_dir_is_offline(tmp_path: Path) -> Non
         dest = next(d for d in dirs if d not in (src, dirs[0]))
         state.update(src=src, dest=dest)
         produce(b, "t", 0, 10)
-        b.mover.start_move("t", 0, dest)
-        mv = b.mover.moves[("t", 0)]
+        b.replica_manager.mover.start_move("t", 0, dest)
+        mv = b.replica_manager.mover.moves[("t", 0)]
         assert mv.task is not None
         mv.task.cancel()
         state["future"] = mv.future.directory
@@ -386,8 +389,9 @@ def test_future_log_kept_while_its_current_dir_is_offline(tmp_path: Path) -> Non
     state["src"].write_text("the disk is gone")
 
     async def second(b: Broker) -> None:
-        assert state["src"] in b.offline_dirs
-        assert b.partition_error("t", 0) == ErrorCode.KAFKA_STORAGE_ERROR and ("t", 0) not in b.logs
+        assert state["src"] in b.replica_manager.offline_dirs
+        assert b.replica_manager.partition_error("t", 0) == ErrorCode.KAFKA_STORAGE_ERROR
+        assert ("t", 0) not in b.logs
         assert state["future"].is_dir()  # not promoted (incomplete), not deleted
 
     run_broker(dirs, second)
@@ -403,9 +407,9 @@ def test_out_of_descriptors_is_not_a_failed_dir(tmp_path: Path, monkeypatch: pyt
             raise OSError(errno.EMFILE, "Too many open files")
 
         monkeypatch.setattr(os, "listdir", listdir)
-        assert b.check_log_dir(dirs[1])
+        assert b.replica_manager.check_log_dir(dirs[1])
         monkeypatch.undo()
-        assert not b.offline_dirs
+        assert not b.replica_manager.offline_dirs
 
     run_broker(dirs, go)
 

@@ -12,6 +12,7 @@ from strom.clock import ManualClock, RealClock
 from strom.coordinator.group_coordinator import GroupCoordinator
 from strom.coordinator.share_coordinator import ShareConfig, ShareCoordinator
 from strom.coordinator.storage import MemoryOffsetsStorage
+from strom.metadata.topics import TopicInfo
 from strom.protocol.api_versions import KAFKA_API_RANGES
 from strom.protocol.codec import build, encode_response, request_type, response_type
 from strom.protocol.errors import ErrorCode
@@ -21,6 +22,7 @@ from strom.server.handlers import (
     groups,  # noqa: F401  (registers the handlers)
     share,  # noqa: F401
 )
+from strom.server.metadata_cache import RegistryMetadataCache
 from strom.server.purgatory import FetchPurgatory
 
 TID = uuid.UUID(int=5)
@@ -41,16 +43,16 @@ class Logs:
 
 
 def _broker(share_coord: ShareCoordinator, group_coord: GroupCoordinator) -> Any:
-    info = SimpleNamespace(topic_id=TID, partitions=2, name="t", internal=False)
-    topics = SimpleNamespace(get=lambda n: info if n == "t" else None, by_id={TID: info})
+    info = TopicInfo("t", TID, 2)
+    registry: Any = SimpleNamespace(topics={"t": info}, by_id={TID: info}, version=0)
     return SimpleNamespace(
         share_coordinator=share_coord,
         group_coordinator=group_coord,
-        advertised=("127.0.0.1", 9092),
         node_id=1,
-        topics=topics,
-        logs={},
-        purgatory=FetchPurgatory(),
+        metadata_cache=RegistryMetadataCache(registry, 1, "c", lambda _l: ("127.0.0.1", 9092)),
+        replica_manager=SimpleNamespace(
+            logs={}, get_log=lambda _t, _p: None, is_online=lambda _t, _p: False, purgatory=FetchPurgatory()
+        ),
         clock=RealClock(),
     )
 

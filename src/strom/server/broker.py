@@ -1,4 +1,14 @@
-"""The broker process: owns the logs, the topic registry, coordinators and listeners.
+"""The broker process, a composition root: it builds the components and wires them together.
+
+* :class:`~strom.server.metadata_cache.MetadataCache` (``metadata_cache``): what handlers know
+  of the cluster (topics, partition leadership, brokers), today over the topic registry.
+* :class:`~strom.server.replica_manager.ReplicaManager` (``replica_manager``): the partition
+  logs, appends, reads, offsets, log dirs and their failures, the one answer for a partition
+  that cannot be served here.
+* the group, transaction and share coordinators, over internal topics of the replica manager;
+  the listeners; the producer id blocks.
+* topic lifecycle (create, grow, delete), kept here behind a few methods until a controller
+  owns it: the registry (``topics``) and the partitions' logs change together.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
@@ -6,9 +16,11 @@ coordinator (which replays ``__consumer_offsets``), then listen.
 
 Log dirs (``log.dirs``, :mod:`strom.log.log_dirs`): the first holds the broker-level files;
 partitions are spread over the dirs (fewest first); AlterReplicaLogDirs moves them
-(:mod:`strom.server.log_dir_mover`). A dir that fails (:meth:`Broker.check_log_dir`, every
-``strom.log.dir.check.interval.ms`` and at a device error) is offline until a restart: its
-partitions leave ``logs`` for ``offline_partitions`` and answer KAFKA_STORAGE_ERROR.
+(:mod:`strom.server.log_dir_mover`). A dir that fails
+(:meth:`ReplicaManager.check_log_dir <strom.server.replica_manager.ReplicaManager.check_log_dir>`,
+every ``strom.log.dir.check.interval.ms`` and at a device error) is offline until a restart: its
+partitions leave the replica manager's ``logs`` for ``offline_partitions`` and answer
+KAFKA_STORAGE_ERROR; a failure of the first dir stops the broker (``fatal``).
 
 Shutdown (SIGTERM/SIGINT): stop accepting, close connections, stop coordinators, flush
 and close every log cleanly so the next start skips recovery.
@@ -17,8 +29,8 @@ Creating partitions (CreateTopics, CreatePartitions: :meth:`Broker.create_topic_
 :meth:`Broker.add_partitions_async`) is file-system work, about a millisecond per partition:
 it runs in a worker thread so other clients are served meanwhile, and is atomic. A topic being
 created is invisible (metadata, produce and fetch do not know it) but its name is taken (a
-second creation gets TOPIC_ALREADY_EXISTS); it is published in the registry and ``logs`` only
-once every partition exists. A creation that fails midway (ENOSPC, EMFILE ...) deletes what it
+second creation gets TOPIC_ALREADY_EXISTS); it is published in the registry and the replica
+manager only once every partition exists. A creation that fails midway (ENOSPC, EMFILE ...) deletes what it
 made and answers KAFKA_STORAGE_ERROR; a partition directory the registry does not know is the
 leftover of a creation interrupted by a crash, and is removed before the partition is made
 again. ``strom.broker.max.partitions`` caps the partitions of the broker (POLICY_VIOLATION).
@@ -28,26 +40,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
 import os
-import shutil
 import signal
 import threading
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
-from ..durable_file import fsync_dir, replace_file
-from ..log.errors import KafkaStorageError, LogError
+from ..durable_file import replace_file
+from ..log.errors import KafkaStorageError
 from ..log.file_cache import FILE_CACHE, default_capacity
-from ..log.log_dirs import META_FILE, discover, load_meta, next_log_dirs, parse_partition_dir
-from ..log.partition_log import PartitionLog
+from ..log.log_dirs import load_meta
+from ..log.partition_log import AppendInfo, PartitionLog
 from ..metadata.configs import (
     ConfigResourceError,
     DynamicBrokerConfigs,
@@ -62,8 +71,8 @@ from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
-from .log_dir_mover import LogDirMover, remove_tree
-from .purgatory import FetchPurgatory
+from .metadata_cache import RegistryMetadataCache
+from .replica_manager import ReplicaManager, delete_logs
 
 if TYPE_CHECKING:
     from .listener import Listener
@@ -72,10 +81,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# errors of the device under a log dir: the dir goes offline (not ENOSPC, EMFILE: see check_log_dir)
-_DEVICE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
-# what the periodic check takes for a failed dir: the above, or the dir gone or unreadable
-_DIR_FAILURE_ERRNOS = _DEVICE_ERRNOS | {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ESTALE}
 TXN_TOPIC = "__transaction_state"
 SHARE_STATE_TOPIC = "__share_group_state"
 
@@ -119,17 +124,17 @@ class BrokerLogView:
         self.broker = broker
 
     def _plog(self, topic_id: uuid.UUID, partition: int) -> PartitionLog:
-        info = self.broker.topics.by_id.get(topic_id)
+        info = self.broker.metadata_cache.topic_by_id(topic_id)
         if info is None:
             raise KeyError(topic_id)
-        return self.broker.logs[(info.name, partition)]
+        return self.broker.replica_manager.logs[(info.name, partition)]
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        info = self.broker.topics.by_id.get(topic_id)
+        info = self.broker.metadata_cache.topic_by_id(topic_id)
         return info.name if info is not None else None
 
     def partitions(self, topic_id: uuid.UUID) -> int | None:
-        info = self.broker.topics.by_id.get(topic_id)
+        info = self.broker.metadata_cache.topic_by_id(topic_id)
         return info.partitions if info is not None else None
 
     def log_start_offset(self, topic_id: uuid.UUID, partition: int) -> int:
@@ -178,17 +183,27 @@ class Broker:
         meta = load_meta(self.log_dirs, self.node_id, str(config["cluster.id"]))
         self.cluster_id = meta.cluster_id
         self.directory_ids: dict[Path, uuid.UUID] = meta.directory_ids
-        # failed log dirs (Kafka's offline dirs) -> why; their partitions are offline until restart
-        self.offline_dirs: dict[Path, str] = dict(meta.offline)
-        # partitions of the registry that are on a failed dir (None: not found, maybe there)
-        self.offline_partitions: dict[tuple[str, int], Path | None] = {}
-        # AlterReplicaLogDirs for a partition not created yet (Kafka's preferred log dir)
-        self.preferred_dirs: dict[tuple[str, int], Path] = {}
-        self.mover = LogDirMover(self)
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
-        self.topics = TopicRegistry(self.log_dir)
-        self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self.purgatory = FetchPurgatory(self.scheduler)
+        self.topics = TopicRegistry(self.log_dir)  # topic lifecycle's store (handlers: metadata_cache)
+        # partitions on failed log dirs: the replica manager keeps them, the metadata cache
+        # answers leader -1 for them (what a controller learns from log dir failure reports)
+        offline_partitions: dict[tuple[str, int], Path | None] = {}
+        self.metadata_cache = RegistryMetadataCache(
+            self.topics, self.node_id, self.cluster_id, config.advertised, offline_partitions
+        )
+        self.replica_manager = ReplicaManager(
+            node_id=self.node_id,
+            config=config,
+            clock=self.clock,
+            metadata_cache=self.metadata_cache,
+            log_dirs=self.log_dirs,
+            offline_dirs=dict(meta.offline),
+            offline_partitions=offline_partitions,
+            log_config=self.log_config,
+            storage_log=self.storage_log,
+            halt=self.fatal.set,
+            scheduler=self.scheduler,
+        )
         # the coordinators' appends: durable off the event loop, answered at the HW
         self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
         self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
@@ -202,19 +217,7 @@ class Broker:
         self._timers: list[TaskHandle] = []  # periodic tasks on the scheduler (cancelled by stop())
         self._stopping = asyncio.Event()
         self._creating: dict[str, int] = {}  # topics being created or grown -> partitions being made
-        self._creation_abort = threading.Event()  # set by stop(): creation workers give up
         self._grow_lock = asyncio.Lock()  # one CreatePartitions at a time
-        # Record-by-record validation of produced batches (compressed, or for a compacted topic)
-        # runs here, off the event loop (Kafka does it on its num.io.threads request handlers).
-        # Each walk holds a few MB at most (strom.protocol.batch_validation), so the pool's size
-        # bounds that memory; more threads than cores would only contend for the GIL.
-        self.validation_executor = ThreadPoolExecutor(
-            max_workers=max(1, min(config["num.io.threads"], os.cpu_count() or 1, 4)),
-            thread_name_prefix="strom-validate",
-        )
-        # per partition, the completion of the last produce append waiting for its validation:
-        # appends to a partition happen in the order the requests got here (see handlers.produce)
-        self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
         # config and security state, in the first log dir: dynamic broker configs (applied to
         # config.values at once), group configs, SASL settings and SCRAM credentials
         self.dynamic_configs = DynamicBrokerConfigs.load(self.log_dir, self.node_id)
@@ -222,138 +225,26 @@ class Broker:
         self.group_configs = GroupConfigStore.open(self.log_dir)
         self.sasl = SaslState(config.values, self.log_dir)
 
+    # ------------------------------------------------------------------ compatibility (tests)
+    @property
+    def logs(self) -> dict[tuple[str, int], PartitionLog]:
+        """The replica manager's partition logs (tests read them here)."""
+        return self.replica_manager.logs
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+        flush: bool = False,
+        from_coordinator: bool = False,
+    ) -> AppendInfo:
+        """One partition's append (tests): :meth:`ReplicaManager.append_to_leader`."""
+        return self.replica_manager.append_to_leader(
+            topic, partition, records, flush=flush, from_coordinator=from_coordinator
+        )
+
     # ------------------------------------------------------------------ lifecycle
-    # ------------------------------------------------------------------ log dirs
-    def online_dirs(self) -> list[Path]:
-        return [d for d in self.log_dirs if d not in self.offline_dirs]
-
-    def dir_partition_counts(self) -> dict[Path, int]:
-        """Partitions (current and future logs) per log dir, for placement."""
-        counts = dict.fromkeys(self.log_dirs, 0)
-        for plog in list(self.logs.values()):
-            d = plog.directory.parent
-            counts[d] = counts.get(d, 0) + 1
-        for mv in list(self.mover.moves.values()):
-            counts[mv.dest] = counts.get(mv.dest, 0) + 1
-        return counts
-
-    def partition_error(self, topic: str, partition: int) -> int:
-        """The error for a partition without a log: KAFKA_STORAGE_ERROR if its dir failed."""
-        if (topic, partition) in self.offline_partitions:
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-    def check_log_dir(self, d: Path) -> bool:
-        """Is the log dir ``d`` still usable? Gone, unreadable or read-only takes it offline
-        (:meth:`mark_log_dir_offline`). A full disk is not a failure here: appends answer
-        KAFKA_STORAGE_ERROR and succeed again once space is freed (Kafka instead takes the
-        dir offline at ENOSPC too)."""
-        if d in self.offline_dirs:
-            return False
-        try:
-            if not os.path.isdir(d):
-                raise FileNotFoundError(errno.ENOENT, "log dir is gone", str(d))
-            os.listdir(d)
-            with contextlib.suppress(FileNotFoundError):  # removed by hand: rewritten at start
-                (d / META_FILE).read_bytes()
-            if os.statvfs(d).f_flag & os.ST_RDONLY:
-                raise OSError(errno.EROFS, "read-only file system", str(d))
-        except OSError as e:
-            if e.errno not in _DIR_FAILURE_ERRNOS:  # out of descriptors or memory: not the disk
-                return True
-            self.mark_log_dir_offline(d, f"{type(e).__name__}: {e}")
-            return False
-        return True
-
-    def note_storage_error(self, plog: PartitionLog, exc: BaseException) -> None:
-        """An I/O error on ``plog``: an error of the device (EIO, EROFS ...) takes its dir
-        offline at once, as Kafka's LogDirFailureChannel does for any IOException; for the
-        others (a full disk, out of descriptors) the dir is only checked."""
-        d = plog.directory.parent
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, OSError):
-            cause = cause.__cause__
-        if isinstance(cause, OSError) and cause.errno in _DEVICE_ERRNOS:
-            self.mark_log_dir_offline(d, f"{type(cause).__name__}: {cause}")
-        else:
-            self.check_log_dir(d)
-
-    def mark_log_dir_offline(self, d: Path, reason: str) -> None:
-        """Kafka's ``LogDirFailureChannel``/``handleLogDirFailure``: the dir's partitions go
-        offline (KAFKA_STORAGE_ERROR for them), moves into it stop, every other dir keeps
-        serving. The first dir holds the broker's metadata: its failure stops the broker, as
-        Kafka halts when its metadata log dir fails."""
-        if d in self.offline_dirs:
-            return
-        self.offline_dirs[d] = reason
-        log.error("log dir %s failed (%s): its partitions are offline until a restart", d, reason)
-        self.mover.cancel_into(d)
-        for tp, plog in list(self.logs.items()):
-            if plog.directory.parent != d:
-                continue
-            del self.logs[tp]
-            self.mover.cancel(tp)
-            with contextlib.suppress(Exception):
-                plog.close_without_flush()
-            self.offline_partitions[tp] = d
-            self.purgatory.notify(tp)
-        if d == self.log_dir:
-            log.critical("the first log dir %s holds the broker's metadata: stopping the broker", d)
-            self.fatal.set()
-
-    def _check_log_dirs(self) -> None:
-        for d in self.online_dirs():
-            self.check_log_dir(d)
-
-    def _load_partitions(self) -> None:
-        """Find every partition of the registry in the online dirs (see
-        :mod:`strom.log.log_dirs`), finish swaps a crash interrupted, open the logs."""
-        online = self.online_dirs()
-        found = discover(online)
-        leftovers = found.deleted
-        doomed_tps = {(p[0], p[1]) for p in map(parse_partition_dir, (x.name for x in leftovers)) if p}
-        resume: list[tuple[str, int, Path]] = []
-        for tp, path in sorted(found.future.items()):
-            if tp in found.current:
-                resume.append((tp[0], tp[1], path))
-            elif self.topics.get(tp[0]) is not None and tp not in doomed_tps and self.offline_dirs:
-                # the current log may be on the failed dir: keep the future log as it is
-                self.offline_partitions[tp] = None
-            elif self.topics.get(tp[0]) is not None:
-                # the swap's second rename is missing (the first renamed the current log to
-                # -delete): the future log was complete; it becomes the current log. Without
-                # the -delete dir (the current log lost by hand) it is the best copy left
-                final = path.parent / f"{tp[0]}-{tp[1]}"
-                log.info("finishing the move of %s-%d into %s (interrupted%s)", tp[0], tp[1], path.parent,
-                         " after the old copy was set aside" if tp in doomed_tps else ", no current log")
-                os.rename(path, final)
-                fsync_dir(path.parent)
-                found.current[tp] = path.parent
-            else:
-                leftovers.append(path)
-        for info in list(self.topics.topics.values()):
-            for p in range(info.partitions):
-                tp = (info.name, p)
-                d = found.current.get(tp)
-                if d is None:
-                    if self.offline_dirs:  # it may be on the failed dir: do not make it empty
-                        self.offline_partitions[tp] = None
-                        continue
-                    d = next_log_dirs(online, self.dir_partition_counts())[0]
-                if d in self.offline_dirs:
-                    self.offline_partitions[tp] = d
-                    continue
-                try:
-                    self._open_partition(info, p, d)
-                except KafkaStorageError as e:
-                    if d == self.log_dir:
-                        raise ConfigError(f"cannot open {info.name}-{p} in the first log dir: {e}") from e
-                    self.mark_log_dir_offline(d, str(e))
-        for topic, p, path in resume:
-            if (topic, p) in self.logs and path.parent not in self.offline_dirs:
-                self.mover.resume(topic, p, path)
-        if leftovers:
-            asyncio.get_running_loop().run_in_executor(None, _remove_trees, leftovers)
 
     def log_config(self, info: TopicInfo) -> LogConfig:
         defaults = self.config.topic_defaults()
@@ -372,20 +263,13 @@ class Broker:
                 continue
             lc = self.log_config(info)
             for p in range(info.partitions):
-                plog = self.logs.get((info.name, p))
+                plog = self.replica_manager.get_log(info.name, p)
                 if plog is not None:
                     plog.update_config(lc)
 
     def group_config(self, group: str) -> dict[str, str]:
         """The effective group configs of ``group`` (what its coordinator uses)."""
         return group_effective(self.config, self.group_configs, group)
-
-    def _open_partition(self, info: TopicInfo, partition: int, log_dir: Path) -> PartitionLog:
-        d = log_dir / f"{info.name}-{partition}"
-        plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
-        plog.update_high_watermark(plog.log_end_offset)
-        self.logs[(info.name, partition)] = plog
-        return plog
 
     def _ensure_internal_topic(self, name: str, partitions_key: str) -> None:
         """Create a compacted internal topic on first start (partition count from config)."""
@@ -412,7 +296,7 @@ class Broker:
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         )
-        self._load_partitions()
+        self.replica_manager.load_logs(self.topics.topics.values())
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
         from ..coordinator.group_coordinator import GroupCoordinator
         from ..coordinator.transaction_coordinator import TransactionCoordinator
@@ -446,19 +330,21 @@ class Broker:
         if listen:
             self.servers = await start_listeners(self)
         fms = self.config["log.flush.interval.ms"]
+        flush_ms = fms if 0 < fms < 1000 else 1000
         self._timers.append(self.scheduler.schedule_periodic(
-            fms if 0 < fms < 1000 else 1000, self._flush_due, name="log-flusher"))
+            flush_ms, lambda: self.replica_manager.flush_due_logs(flush_ms / 1000), name="log-flusher"))
         self._timers.append(self.scheduler.schedule_periodic(
-            max(10, int(self.config["strom.log.dir.check.interval.ms"])), self._check_log_dirs,
+            max(10, int(self.config["strom.log.dir.check.interval.ms"])), self.replica_manager.check_log_dirs,
             name="log-dir-checker"))
         self._timers.extend(start_log_tasks(self))
+        rm = self.replica_manager
         log.info(
             "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
             self.node_id,
             self.cluster_id,
             ",".join(str(d) for d in self.log_dirs),
-            f" (offline: {','.join(str(d) for d in self.offline_dirs)})" if self.offline_dirs else "",
-            len(self.logs),
+            f" (offline: {','.join(str(d) for d in rm.offline_dirs)})" if rm.offline_dirs else "",
+            len(rm.logs),
         )
 
     def on_connection_closed(self, connection_id: str) -> None:
@@ -476,9 +362,9 @@ class Broker:
         share_cfg.num_partitions = self.topics.topics[SHARE_STATE_TOPIC].partitions
 
         def notify(topic_id: uuid.UUID, partition: int) -> None:
-            info = self.topics.by_id.get(topic_id)
+            info = self.metadata_cache.topic_by_id(topic_id)
             if info is not None:
-                self.purgatory.notify((info.name, partition))
+                self.replica_manager.purgatory.notify((info.name, partition))
 
         def other_group_exists(group_id: str) -> bool:
             g = self.group_coordinator.groups.get(group_id) if self.group_coordinator else None
@@ -498,21 +384,9 @@ class Broker:
         self.share_coordinator.other_group_exists = other_group_exists
         await self.share_coordinator.start()
 
-    def _flush_due(self) -> None:
-        """``log.flush.interval.ms``/``flush.ms``: flush the logs whose flush is due."""
-        storage_log = self.storage_log
-        for plog in list(self.logs.values()):
-            try:
-                plog.flush_if_due()
-            except (KafkaStorageError, OSError) as e:
-                storage_log.failed("flush of", f"{plog.topic}-{plog.partition}", e,
-                                   "the data stays unflushed; retrying at the next check")
-                continue
-            if storage_log.failing:
-                storage_log.ok("flush of", f"{plog.topic}-{plog.partition}")
 
     async def stop(self) -> None:
-        self._creation_abort.set()
+        self.replica_manager.stopping.set()  # partition creation workers give up
         for srv in self.servers:
             srv.close()
         for conn in list(self.connections):
@@ -524,25 +398,7 @@ class Broker:
                 with contextlib.suppress(Exception):
                     await coord.stop()
         self.coordinator_writer.close()
-        # every log unsynced, one sync, the clean-shutdown markers, one more sync: with ten
-        # thousand partitions, ~8 fsyncs per log would take minutes
-        closed: list[PartitionLog] = []
-        self.validation_executor.shutdown(wait=False, cancel_futures=True)
-        self.mover.close()
-        for plog in self.logs.values():
-            try:
-                plog.close(sync=False)
-                closed.append(plog)
-            except Exception:
-                log.exception("closing %s-%d failed", plog.topic, plog.partition)
-        if closed:
-            os.sync()
-            for plog in closed:
-                try:
-                    plog.mark_clean_shutdown()
-                except Exception:
-                    log.exception("closing %s-%d failed", plog.topic, plog.partition)
-            os.sync()
+        self.replica_manager.shutdown()
         log.info("strom broker %d stopped cleanly", self.node_id)
 
     # ------------------------------------------------------------------ topics
@@ -570,52 +426,13 @@ class Broker:
 
     def _check_partition_cap(self, more: int) -> None:
         cap = self.config["strom.broker.max.partitions"]
-        have = len(self.logs) + sum(self._creating.values())
+        have = len(self.replica_manager.logs) + sum(self._creating.values())
         if cap >= 0 and have + more > cap:
             raise TopicError(
                 ErrorCode.POLICY_VIOLATION,
                 f"Creating {more} partitions would exceed the broker's limit of {cap} partitions "
                 f"(strom.broker.max.partitions); {have} exist.",
             )
-
-    def _make_partition_logs(self, info: TopicInfo, partitions: range, abort: threading.Event | None = None
-                             ) -> list[PartitionLog]:
-        """Create the logs of ``partitions`` (in a worker thread); all or nothing."""
-        made: list[PartitionLog] = []
-        config = self.log_config(info)
-        online = self.online_dirs()
-        if not online:
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
-        counts = self.dir_partition_counts()
-        try:
-            for p in partitions:
-                if self._creation_abort.is_set() or (abort is not None and abort.is_set()):
-                    raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"creating '{info.name}' was abandoned")
-                for other in online:  # not in the registry: left by a creation a crash interrupted
-                    stale = other / f"{info.name}-{p}"
-                    if stale.exists():
-                        shutil.rmtree(stale)
-                pref = self.preferred_dirs.pop((info.name, p), None)
-                log_dir = pref if pref in online else next_log_dirs(online, counts)[0]
-                counts[log_dir] = counts.get(log_dir, 0) + 1
-                plog = PartitionLog.open(log_dir / f"{info.name}-{p}", info.name, p, config, self.clock)
-                made.append(plog)
-            for used in {plog.directory.parent for plog in made}:
-                fsync_dir(used)
-        except BaseException as e:
-            _delete_logs(made)
-            if isinstance(e, OSError | LogError):
-                raise TopicError(
-                    ErrorCode.KAFKA_STORAGE_ERROR,
-                    f"creating partitions of topic '{info.name}' failed: {e}",
-                ) from e
-            raise
-        return made
-
-    def _publish_logs(self, info: TopicInfo, first: int, logs: list[PartitionLog]) -> None:
-        for p, plog in enumerate(logs, first):
-            plog.update_high_watermark(plog.log_end_offset)
-            self.logs[(info.name, p)] = plog
 
     async def _in_worker(self, fn: Any, *args: Any) -> list[PartitionLog]:
         """Run ``fn(*args, abort)`` in a thread. If the caller is cancelled (its client left),
@@ -632,7 +449,7 @@ class Broker:
                 made: list[PartitionLog] = await fut  # finished before it saw the abort
             except Exception:
                 raise asyncio.CancelledError from None  # it stopped and removed its partitions
-            await asyncio.to_thread(_delete_logs, made)
+            await asyncio.to_thread(delete_logs, made)
             raise
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
@@ -640,7 +457,7 @@ class Broker:
         auto-creation use :meth:`create_topic_async`."""
         configs = self._check_new_topic(name, partitions, configs)
         pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
-        logs = self._make_partition_logs(pending, range(partitions))
+        logs = self.replica_manager.make_partition_logs(pending, range(partitions))
         return self._register_topic(name, partitions, configs, logs)
 
     async def create_topic_async(
@@ -659,7 +476,7 @@ class Broker:
         self._creating[name] = partitions
         try:
             pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
-            logs = await self._in_worker(self._make_partition_logs, pending, range(partitions))
+            logs = await self._in_worker(self.replica_manager.make_partition_logs, pending, range(partitions))
             info = self._register_topic(name, partitions, configs, logs)
         except TopicError as e:
             if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
@@ -675,11 +492,11 @@ class Broker:
         try:
             info = self.topics.create(name, partitions, configs)
         except BaseException as e:
-            _delete_logs(logs)
+            delete_logs(logs)
             if isinstance(e, OSError):
                 raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
             raise
-        self._publish_logs(info, 0, logs)
+        self.replica_manager.add_partitions(info, 0, logs)
         log.info("created topic %s with %d partitions", name, partitions)
         return info
 
@@ -696,18 +513,19 @@ class Broker:
             self._check_partition_cap(count - current)
             self._creating[name] = count - current
             try:
-                logs = await self._in_worker(self._make_partition_logs, info, range(current, count))
+                make = self.replica_manager.make_partition_logs
+                logs = await self._in_worker(make, info, range(current, count))
             finally:
                 self._creating.pop(name, None)
             if self.topics.get(name) is not info:  # deleted meanwhile
-                _delete_logs(logs)
+                delete_logs(logs)
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted.")
             try:
                 self.topics.set_partitions(name, count)
             except OSError as e:
-                _delete_logs(logs)
+                delete_logs(logs)
                 raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
-            self._publish_logs(info, current, logs)
+            self.replica_manager.add_partitions(info, current, logs)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -718,12 +536,7 @@ class Broker:
         if info.internal:
             raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
         self.topics.delete(name)
-        for p in range(info.partitions):
-            self.mover.cancel((name, p))
-            self.offline_partitions.pop((name, p), None)
-            plog = self.logs.pop((name, p), None)
-            if plog is not None:
-                plog.delete()
+        self.replica_manager.remove_partitions(name, info.partitions)
         if self.share_coordinator is not None:  # share groups forget the topic's share-partitions
             self.share_coordinator.topic_deleted(info.topic_id)
         log.info("deleted topic %s", name)
@@ -741,14 +554,6 @@ class Broker:
                 return self.topics.get(name)
             raise
 
-    def topic_partitions(self, topic: str) -> int | None:
-        info = self.topics.get(topic)
-        return info.partitions if info else None
-
-    def log_end_offset(self, topic: str, partition: int) -> int:
-        plog = self.logs.get((topic, partition))
-        return plog.high_watermark if plog else -1
-
     # ------------------------------------------------------------------ data path
     async def write_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
@@ -757,59 +562,20 @@ class Broker:
         round for all of them, :mod:`strom.server.coordinator_writer`); offsets partitions also
         complete the group coordinator's pending transactional offsets."""
         partitions = list(partitions)
-        offline = [f"{t}-{p}" for t, p in partitions if (t, p) in self.offline_partitions]
+        rm = self.replica_manager
+        offline = [f"{t}-{p}" for t, p in partitions if (t, p) in rm.offline_partitions]
         if offline:  # the markers wait for the partition (its dir failed), as Kafka's do for a leader
             raise KafkaStorageError(f"transaction markers cannot be written: {', '.join(offline)} offline")
         writer = self.coordinator_writer
         written = [
             (tp, writer.append_marker(tp, producer_id, producer_epoch, commit))
             for tp in partitions
-            if tp in self.logs  # (not: deleted since it joined the transaction)
+            if rm.is_online(*tp)  # (not: deleted since it joined the transaction)
         ]
         for tp, end in written:
             await writer.await_offset(tp, end)
             if tp[0] == OFFSETS_TOPIC:
                 await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
-
-    def append(
-        self,
-        topic: str,
-        partition: int,
-        records: bytes | bytearray | memoryview,
-        leader_epoch: int = 0,
-        from_coordinator: bool = False,
-        prevalidated: bool = False,
-        advance_hw: bool = True,
-    ) -> Any:
-        """Append to a partition's log. ``advance_hw=False``: the caller moves the HW (the
-        coordinators' partitions, whose HW follows durability: :mod:`.coordinator_writer`)."""
-        plog = self.logs[(topic, partition)]
-        try:
-            info = plog.append_as_leader(
-                records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
-            )
-        except KafkaStorageError as e:
-            self.note_storage_error(plog, e)
-            raise
-        if advance_hw:
-            plog.update_high_watermark(plog.log_end_offset)
-            self.purgatory.notify((topic, partition))
-        return info
-
-
-def _delete_logs(logs: list[PartitionLog]) -> None:
-    """Remove partitions that were never published (best effort)."""
-    for plog in logs:
-        try:
-            plog.delete()
-        except Exception as e:
-            log.warning("removing unpublished partition %s-%d failed: %s", plog.topic, plog.partition, e)
-
-
-def _remove_trees(paths: list[Path]) -> None:
-    """Delete leftover directories (``-delete``, abandoned ``-future``) in a worker thread."""
-    for path in paths:
-        remove_tree(path)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -133,7 +133,7 @@ class CoordinatorPartitionWriter:
         return fut
 
     def high_watermark(self, tp: TopicPartition) -> int:
-        plog = self.broker.logs.get(tp)
+        plog = self.broker.replica_manager.logs.get(tp)
         return plog.high_watermark if plog is not None else -1
 
     def register_listener(self, tp: TopicPartition, listener: HighWatermarkListener) -> None:
@@ -150,11 +150,11 @@ class CoordinatorPartitionWriter:
         if self._closed:
             raise CoordinatorWriteError(ErrorCode.NOT_COORDINATOR, "the broker is stopping")
         topic, partition = tp
-        if tp not in self.broker.logs:
-            code = self.broker.partition_error(topic, partition)
+        if tp not in self.broker.replica_manager.logs:
+            code = self.broker.replica_manager.partition_error(topic, partition)
             raise CoordinatorWriteError(code, f"{topic}-{partition} is not available")
         try:
-            info = self.broker.append(
+            info = self.broker.replica_manager.append_to_leader(
                 topic, partition, batch, from_coordinator=from_coordinator,
                 advance_hw=topic not in self.hw_on_durable,
             )
@@ -179,9 +179,9 @@ class CoordinatorPartitionWriter:
         tps, self._dirty = self._dirty, set()
         plans: list[tuple[TopicPartition, PartitionLog, FlushPlan]] = []
         for tp in sorted(tps):
-            plog = self.broker.logs.get(tp)
+            plog = self.broker.replica_manager.logs.get(tp)
             if plog is None:
-                code = self.broker.partition_error(*tp)
+                code = self.broker.replica_manager.partition_error(*tp)
                 self._fail(tp, None, CoordinatorWriteError(code, f"{tp[0]}-{tp[1]} is offline"))
                 continue
             try:
@@ -224,7 +224,7 @@ class CoordinatorPartitionWriter:
         self._in_flight = False
         storage_log = self.broker.storage_log
         for (tp, plog, plan), exc in zip(plans, results, strict=True):
-            if exc is None and self.broker.logs.get(tp) is plog:
+            if exc is None and self.broker.replica_manager.logs.get(tp) is plog:
                 plog.finish_flush(plan)
                 self._advance(tp, plog, plan.upto)
                 if storage_log.failing:
@@ -236,7 +236,7 @@ class CoordinatorPartitionWriter:
                                "failing the coordinator writes it covered; the next write retries")
             if isinstance(exc, KafkaStorageError | OSError):
                 with contextlib.suppress(Exception):
-                    self.broker.note_storage_error(plog, exc)
+                    self.broker.replica_manager.note_storage_error(plog, exc)
             self._fail(tp, plan.upto, CoordinatorWriteError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
         if self._dirty:
             self._kick()
@@ -246,8 +246,7 @@ class CoordinatorPartitionWriter:
             return
         self._durable[tp] = offset
         if tp[0] in self.hw_on_durable and offset > plog.high_watermark:
-            plog.update_high_watermark(offset)
-            self.broker.purgatory.notify(tp)
+            self.broker.replica_manager.advance_high_watermark(plog, offset)
         q = self._waiting.get(tp)
         if q is not None:
             q.complete_upto(offset)
@@ -322,7 +321,7 @@ class InternalTopicStorage:
 
     def read_entries(self, partition: int) -> Iterator[StoredEntry]:
         """Every record from the log start, with transactional records and markers marked."""
-        plog = self.broker.logs.get((self.topic, partition))
+        plog = self.broker.replica_manager.logs.get((self.topic, partition))
         if plog is None:
             return
         offset = plog.log_start_offset

@@ -48,7 +48,7 @@ from ..log.partition_log import HIGH_WATERMARK_FILE, LOG_START_FILE, PartitionLo
 from ..protocol.records import iter_batches
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("strom.log_dir_mover")
 
@@ -71,8 +71,8 @@ class FutureMove:
 class LogDirMover:
     """The moves under way, by partition. Everything runs on the event loop."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
         self.moves: dict[tuple[str, int], FutureMove] = {}
         self.swapped = 0  # moves finished since start (tests, metrics)
 
@@ -80,9 +80,9 @@ class LogDirMover:
     def start_move(self, topic: str, partition: int, dest: Path) -> None:
         """Begin moving the (online) partition to the online log dir ``dest``; a no-op if it is
         there already or on its way there. Raises KafkaStorageError."""
-        broker = self.broker
+        rm = self.replica_manager
         tp = (topic, partition)
-        cur = broker.logs[tp]
+        cur = rm.logs[tp]
         mv = self.moves.get(tp)
         if mv is not None:
             if mv.dest == dest:
@@ -90,7 +90,7 @@ class LogDirMover:
             self.cancel(tp)
         if cur.directory.parent == dest:
             return
-        info = broker.topics.get(topic)
+        info = rm.metadata_cache.topic(topic)
         if info is None:
             raise KeyError(tp)
         start = self._first_batch_offset(cur)
@@ -98,7 +98,7 @@ class LogDirMover:
         try:
             path.mkdir()
             _write_checkpoint(path / LOG_START_FILE, topic, partition, start)
-            future = PartitionLog.open(path, topic, partition, broker.log_config(info), broker.clock)
+            future = PartitionLog.open(path, topic, partition, rm.log_config(info), rm.clock)
         except (OSError, LogError) as e:
             shutil.rmtree(path, ignore_errors=True)
             raise KafkaStorageError(f"cannot create the future log {path}: {e}") from e
@@ -107,14 +107,14 @@ class LogDirMover:
 
     def resume(self, topic: str, partition: int, path: Path) -> None:
         """At start: go on with the move whose future log is at ``path``."""
-        broker = self.broker
-        info = broker.topics.get(topic)
-        cur = broker.logs.get((topic, partition))
+        rm = self.replica_manager
+        info = rm.metadata_cache.topic(topic)
+        cur = rm.logs.get((topic, partition))
         if info is None or cur is None:
             remove_tree(path)
             return
         try:
-            future = PartitionLog.open(path, topic, partition, broker.log_config(info), broker.clock)
+            future = PartitionLog.open(path, topic, partition, rm.log_config(info), rm.clock)
         except LogError as e:
             log.warning("discarding the future log %s: %s", path, e)
             remove_tree(path)
@@ -175,8 +175,8 @@ class LogDirMover:
 
     def _restart_future(self, mv: FutureMove, cur: PartitionLog) -> None:
         """Throw the future log away and start it again at the current log start."""
-        broker = self.broker
-        info = broker.topics.get(mv.topic)
+        rm = self.replica_manager
+        info = rm.metadata_cache.topic(mv.topic)
         if info is None:
             raise KeyError(mv.tp)
         mv.future.delete()
@@ -184,16 +184,16 @@ class LogDirMover:
         path = mv.dest / future_dir_name(mv.topic, mv.partition)
         path.mkdir()
         _write_checkpoint(path / LOG_START_FILE, mv.topic, mv.partition, start)
-        mv.future = PartitionLog.open(path, mv.topic, mv.partition, broker.log_config(info), broker.clock)
+        mv.future = PartitionLog.open(path, mv.topic, mv.partition, rm.log_config(info), rm.clock)
 
     async def _copy(self, mv: FutureMove) -> None:
-        broker = self.broker
+        rm = self.replica_manager
         failing: PartitionLog = mv.future  # the log whose I/O an error comes from
         try:
             while True:
                 if self.moves.get(mv.tp) is not mv:
                     return
-                cur = broker.logs.get(mv.tp)
+                cur = rm.logs.get(mv.tp)
                 if cur is None or cur.closed:
                     self.cancel(mv.tp)
                     return
@@ -214,7 +214,7 @@ class LogDirMover:
                     await asyncio.sleep(0.05)
                     continue
                 fut.append_as_follower(data)
-                rate = broker.config["replica.alter.log.dirs.io.max.bytes.per.second"]
+                rate = rm.config["replica.alter.log.dirs.io.max.bytes.per.second"]
                 await asyncio.sleep(len(data) / rate if 0 < rate < (1 << 62) else 0)
         except asyncio.CancelledError:
             raise
@@ -223,16 +223,16 @@ class LogDirMover:
             # whether a directory failed (and then take its partitions offline)
             log.error("moving %s-%d to %s failed: %s; the partition stays where it was",
                       mv.topic, mv.partition, mv.dest, e)
-            broker.note_storage_error(failing, e)
+            rm.note_storage_error(failing, e)
             if self.moves.get(mv.tp) is mv:
-                self.cancel(mv.tp, delete=mv.dest not in broker.offline_dirs)
+                self.cancel(mv.tp, delete=mv.dest not in rm.offline_dirs)
 
     def _swap(self, mv: FutureMove, cur: PartitionLog) -> None:
         """Step 3 of the module docstring; no await in here."""
-        broker = self.broker
+        rm = self.replica_manager
         tp = mv.tp
         fut = mv.future
-        info = broker.topics.get(mv.topic)
+        info = rm.metadata_cache.topic(mv.topic)
         if info is None:
             raise KeyError(tp)
         src_dir = cur.directory.parent
@@ -252,7 +252,7 @@ class LogDirMover:
             fsync_dir(src_dir)
             os.rename(fut.directory, final)
             fsync_dir(mv.dest)
-            new = PartitionLog.open(final, mv.topic, mv.partition, broker.log_config(info), broker.clock)
+            new = PartitionLog.open(final, mv.topic, mv.partition, rm.log_config(info), rm.clock)
         except (OSError, LogError) as e:
             # undo what can be undone and keep serving from the current log
             log.error("swapping %s-%d into %s failed: %s; it stays in %s", mv.topic, mv.partition,
@@ -260,15 +260,15 @@ class LogDirMover:
             if renamed and not cur.directory.exists():
                 with contextlib.suppress(OSError):
                     os.rename(doomed, cur.directory)
-            broker.logs[tp] = PartitionLog.open(cur.directory, mv.topic, mv.partition,
-                                                broker.log_config(info), broker.clock)
-            broker.logs[tp].update_high_watermark(hw)
+            rm.logs[tp] = PartitionLog.open(cur.directory, mv.topic, mv.partition,
+                                                rm.log_config(info), rm.clock)
+            rm.logs[tp].update_high_watermark(hw)
             raise
         new.update_high_watermark(max(hw, new.high_watermark))
-        broker.logs[tp] = new
+        rm.logs[tp] = new
         self.moves.pop(tp, None)
         self.swapped += 1
-        broker.purgatory.notify(tp)
+        rm.purgatory.notify(tp)
         log.info("moved %s-%d from %s to %s (offsets %d..%d)", mv.topic, mv.partition, src_dir, mv.dest,
                  new.log_start_offset, new.log_end_offset)
         asyncio.get_running_loop().run_in_executor(None, remove_tree, doomed)

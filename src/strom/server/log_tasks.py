@@ -64,7 +64,7 @@ def run_retention(broker: Broker) -> int:
     """One retention pass over every log; returns the number of segments removed."""
     removed = 0
     storage_log = broker.storage_log
-    for plog in list(broker.logs.values()):
+    for plog in list(broker.replica_manager.logs.values()):
         try:
             n = plog.delete_old_segments()
         except (KafkaStorageError, OSError) as e:
@@ -90,14 +90,15 @@ def run_retention(broker: Broker) -> int:
 
 def _deleter_interval_ms(broker: Broker) -> int:
     """Every second, or half the shortest ``file.delete.delay.ms`` of a log with pending deletes."""
-    delays = [p.config.file_delete_delay_ms for p in list(broker.logs.values()) if p.pending_deletes]
+    logs = list(broker.replica_manager.logs.values())
+    delays = [p.config.file_delete_delay_ms for p in logs if p.pending_deletes]
     return min([1000, *[max(10, d // 2) for d in delays]])
 
 
 def run_deleter(broker: Broker) -> None:
     """Unlink the removed segments whose ``file.delete.delay.ms`` has passed."""
     storage_log = broker.storage_log
-    for plog in list(broker.logs.values()):
+    for plog in list(broker.replica_manager.logs.values()):
         if plog.pending_deletes:
             tp = f"{plog.topic}-{plog.partition}"
             try:
@@ -194,7 +195,7 @@ class CleanerThread:
             cleaned = None
             try:
                 self.cleaner.set_io_max_bytes_per_second(self._io_max_bytes_per_second())
-                logs = list(self.broker.logs.values())
+                logs = list(self.broker.replica_manager.logs.values())
                 known = {(p.topic, p.partition) for p in logs}
                 for tp in [tp for tp in self.cleaner.checkpoint.offsets if tp not in known]:
                     self.cleaner.forget(tp)

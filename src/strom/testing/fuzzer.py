@@ -312,11 +312,11 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
         for i in range(frames):
             if i % 1000 == 0:  # the seed topics back, the fuzzed ones gone (disk and descriptors)
                 try:
-                    for name, info in list(broker.topics.topics.items()):
-                        if not info.internal and name not in SEED_TOPICS:
-                            broker.delete_topic(name)
+                    for info in list(broker.metadata_cache.topics()):
+                        if not info.internal and info.name not in SEED_TOPICS:
+                            broker.delete_topic(info.name)
                     for name, (partitions, configs) in SEED_TOPICS.items():
-                        if name not in broker.topics.topics and not broker.is_being_created(name):
+                        if broker.metadata_cache.topic(name) is None and not broker.is_being_created(name):
                             broker.create_topic(name, partitions, configs)
                 except Exception as e:  # the broker is in a state it cannot leave: report, stop
                     detail = f"topic reset failed: {e!r}"

@@ -9,7 +9,6 @@ from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
-from .metadata import advertised_endpoint
 
 
 @handler(19)
@@ -81,7 +80,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
         items = [(n, None) for n in request.topic_names]
     for name, tid in items:
         if name is None and tid is not None:
-            info = broker.topics.by_id.get(tid)
+            info = broker.metadata_cache.topic_by_id(tid)
             if info is None:
                 out.append(
                     {
@@ -117,7 +116,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
     (KRaft hides the controllers). An endpoint type other than brokers is refused as Kafka does:
     UNSUPPORTED_ENDPOINT_TYPE for an unknown one, MISMATCHED_ENDPOINT_TYPE for controllers
     (INVALID_REQUEST on v0, which has no such codes)."""
-    broker = ctx.broker
+    cache = ctx.broker.metadata_cache
     endpoint_type = int(getattr(request, "endpoint_type", _ENDPOINT_BROKER))
     v0 = ctx.api_version == 0
     if endpoint_type not in (_ENDPOINT_BROKER, _ENDPOINT_CONTROLLER):
@@ -133,16 +132,16 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
             "error_message": "The request was sent to an endpoint of type BROKER, "
             "but we wanted an endpoint of type CONTROLLER",
         }
-    host, port = advertised_endpoint(ctx)
     return {
         "throttle_time": 0,
         "error_code": 0,
         "error_message": None,
         "endpoint_type": _ENDPOINT_BROKER,
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "cluster_id": cache.cluster_id(),
+        "controller_id": cache.controller_id(),
         "brokers": [
-            {"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
+            for b in cache.alive_brokers(ctx.session.listener)
         ],
         "cluster_authorized_operations": -2147483648,
     }

@@ -17,6 +17,7 @@ from ...metadata import group_configs
 from ...metadata.topics import TopicError, TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
 from ..context import RequestContext
+from ..metadata_cache import PartitionMetadata
 from . import handler
 
 log = logging.getLogger("strom.configs")
@@ -51,7 +52,7 @@ def _keys(res: Any) -> list[str] | None:
 
 
 def _topic(ctx: RequestContext, name: str) -> TopicInfo:
-    info = ctx.broker.topics.get(name)
+    info = ctx.broker.metadata_cache.topic(name)
     if info is None:
         raise cfg.ConfigResourceError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
@@ -291,7 +292,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
         if counts[name] > 1:
             fail(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
             continue
-        info = broker.topics.get(name)
+        info = broker.metadata_cache.topic(name)
         if info is None:
             fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
             continue
@@ -342,18 +343,18 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
 # ------------------------------------------------------------------------------ DescribeTopicPartitions
 
 
-def _dtp_partition(nid: int, p: int, offline: bool = False) -> dict[str, Any]:
-    """``offline``: on a failed log dir (no leader, as in Metadata)."""
+def _dtp_partition(pm: PartitionMetadata) -> dict[str, Any]:
+    """A partition on a failed log dir has no leader (as in Metadata)."""
     return {
-        "error_code": ErrorCode.LEADER_NOT_AVAILABLE if offline else 0,
-        "partition_index": p,
-        "leader_id": -1 if offline else nid,
-        "leader_epoch": 0,
-        "replica_nodes": [nid],
-        "isr_nodes": [nid],
+        "error_code": 0 if pm.has_leader else ErrorCode.LEADER_NOT_AVAILABLE,
+        "partition_index": pm.partition,
+        "leader_id": pm.leader_id,
+        "leader_epoch": pm.leader_epoch,
+        "replica_nodes": list(pm.replicas),
+        "isr_nodes": list(pm.isr),
         "eligible_leader_replicas": [],
         "last_known_elr": [],
-        "offline_replicas": [nid] if offline else [],
+        "offline_replicas": list(pm.offline_replicas),
     }
 
 
@@ -361,11 +362,13 @@ def _dtp_partition(nid: int, p: int, offline: bool = False) -> dict[str, Any]:
 async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Topics sorted by name, starting at the cursor; at most ``response_partition_limit``
     partitions in all, with ``next_cursor`` naming the first one left out."""
-    broker = ctx.broker
-    nid = broker.node_id
+    cache = ctx.broker.metadata_cache
     # Kafka caps the client's limit at max.request.partition.size.limit (2000)
     limit = min(max(1, int(getattr(request, "response_partition_limit", 2000) or 2000)), 2000)
-    names = sorted({str(t.name) for t in request.topics}) if request.topics else sorted(broker.topics.topics)
+    names = (
+        sorted({str(t.name) for t in request.topics}) if request.topics
+        else sorted(info.name for info in cache.topics())
+    )
     cursor = getattr(request, "cursor", None)
     start_topic, start_part = (str(cursor.topic_name), int(cursor.partition_index)) if cursor else (None, 0)
     if start_part < 0:  # Kafka refuses it (InvalidRequestException): every topic gets the error
@@ -385,7 +388,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
         if start_topic is not None and name < start_topic:
             continue
         first = start_part if name == start_topic else 0
-        info = broker.topics.get(name)
+        info = cache.topic(name)
         if info is None:
             topics_out.append(
                 {
@@ -402,7 +405,8 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
             next_cursor = {"topic_name": name, "partition_index": first}
             break
         last = min(info.partitions, first + remaining)
-        parts = [_dtp_partition(nid, p, (name, p) in broker.offline_partitions) for p in range(first, last)]
+        found = (cache.partition(name, p) for p in range(first, last))
+        parts = [_dtp_partition(pm) for pm in found if pm is not None]
         remaining -= len(parts)
         topics_out.append(
             {
@@ -431,28 +435,27 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
     current epoch ends at the log end offset; an epoch newer than any known answers -1/-1; an
     older one the start of the first known epoch. ``current_leader_epoch`` newer than ours is
     UNKNOWN_LEADER_EPOCH, older FENCED_LEADER_EPOCH."""
-    broker = ctx.broker
+    rm = ctx.broker.replica_manager
     topics_out = []
     for t in request.topics:
         name = str(t.topic)
-        info = broker.topics.get(name)
         parts = []
         for p in t.partitions:
             idx = int(p.partition)
             entry: dict[str, Any] = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
-            plog = broker.logs.get((name, idx)) if info is not None else None
+            state, error = rm.partition_state(name, idx)
             current = int(getattr(p, "current_leader_epoch", -1))
             requested = int(p.leader_epoch)
-            if plog is None:
-                entry["error_code"] = broker.partition_error(name, idx)
+            if state is None:
+                entry["error_code"] = error
             elif current > LEADER_EPOCH:
                 entry["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
             elif 0 <= current < LEADER_EPOCH:
                 entry["error_code"] = ErrorCode.FENCED_LEADER_EPOCH
             elif requested == LEADER_EPOCH:
-                entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
+                entry.update(leader_epoch=LEADER_EPOCH, end_offset=state.log_end_offset)
             elif 0 <= requested < LEADER_EPOCH:
-                entry.update(leader_epoch=requested, end_offset=plog.log_start_offset)
+                entry.update(leader_epoch=requested, end_offset=state.log_start_offset)
             parts.append(entry)
         topics_out.append({"topic": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics_out}

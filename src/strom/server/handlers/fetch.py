@@ -132,6 +132,8 @@ def _read_partitions(
 ) -> tuple[list[TopicResult], int, bool]:
     """One pass over the requested partitions. Returns (results, bytes, any_error)."""
     broker = ctx.broker
+    rm = broker.replica_manager
+    cache = broker.metadata_cache
     results: list[TopicResult] = []
     total = 0
     any_error = False
@@ -141,73 +143,51 @@ def _read_partitions(
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
-            info = broker.topics.by_id.get(tid)
+            info = cache.topic_by_id(tid)
             name = info.name if info else ""
         else:
             name = str(ft.topic)
-            info = broker.topics.get(name)
+            info = cache.topic(name)
             tid = info.topic_id if info else uuid.UUID(int=0)
         tres = TopicResult(name, tid, [])
         results.append(tres)
         for fp in ft.partitions:
             pr = PartitionResult(fp.partition)
             tres.partitions.append(pr)
-            plog = broker.logs.get((name, fp.partition)) if info is not None else None
-            if plog is None:
-                pr.error_code = (
-                    ErrorCode.UNKNOWN_TOPIC_ID
-                    if (version >= 13 and info is None)
-                    else broker.partition_error(name, fp.partition)  # its log dir may have failed
-                )
-                any_error = True
-                continue
-            hw = plog.high_watermark
-            lso = plog.last_stable_offset
-            pr.high_watermark = hw
-            pr.last_stable_offset = lso
-            pr.log_start_offset = plog.log_start_offset
-            upper = hw
-            if isolation == 1:  # read_committed: up to the last stable offset, with aborted txns
-                upper = lso
-                pr.aborted = [
-                    (a.producer_id, a.first_offset) for a in plog.collect_aborted(fp.fetch_offset, lso)
-                ]
-            offset = fp.fetch_offset
-            if offset < plog.log_start_offset or offset > plog.log_end_offset:
-                pr.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            if version >= 13 and info is None:
+                pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 any_error = True
                 continue
             limit = min(fp.partition_max_bytes, budget - total)
-            if offset >= upper or (limit <= 0 and not first_data):
-                continue
-            try:
-                data = plog.read(offset, max(limit, 0), max_offset=upper, min_one_message=first_data)
-                if data.size and (
-                    data.size < COPY_BELOW_BYTES or fds_held + len(data.regions) > MAX_FDS_PER_RESPONSE
-                ):
-                    try:
-                        pr.raw = data.read_bytes()
-                    finally:
-                        data.close()
-            except Exception as e:
-                code = getattr(e, "error_code", None)
-                pr.error_code = code if code is not None else ErrorCode.KAFKA_STORAGE_ERROR
-                if pr.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
-                    broker.storage_log.failed("read from", f"{name}-{fp.partition}", e,
-                                              "answering KAFKA_STORAGE_ERROR for the partition")
-                    broker.note_storage_error(plog, e)  # a failed device takes its log dir offline
+            r = rm.read(name, fp.partition, fp.fetch_offset, limit, isolation_level=isolation,
+                        min_one_message=first_data)
+            pr.error_code = r.error_code
+            pr.high_watermark = r.high_watermark
+            pr.last_stable_offset = r.last_stable_offset
+            pr.log_start_offset = r.log_start_offset
+            pr.aborted = r.aborted
+            if r.error_code != ErrorCode.NONE:
                 any_error = True
                 continue
-            if broker.storage_log.failing:
-                broker.storage_log.ok("read from", f"{name}-{fp.partition}")
-            if data.size:
-                if pr.raw is None:
-                    # duplicates owned by the read: the response owns them until written (network._send)
-                    pr.regions = list(data.regions)
-                    fds_held += len(pr.regions)
-                pr.size = data.size
-                total += data.size
-                first_data = False
+            data = r.records
+            if not data.size:
+                continue
+            if data.size < COPY_BELOW_BYTES or fds_held + len(data.regions) > MAX_FDS_PER_RESPONSE:
+                try:
+                    pr.raw = data.read_bytes()
+                except Exception as e:
+                    pr.error_code = rm.read_failed(name, fp.partition, e)
+                    any_error = True
+                    continue
+                finally:
+                    data.close()
+            else:
+                # duplicates owned by the read: the response owns them until written (network._send)
+                pr.regions = list(data.regions)
+                fds_held += len(pr.regions)
+            pr.size = data.size
+            total += data.size
+            first_data = False
     return results, total, any_error
 
 
@@ -234,7 +214,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse:
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
     if total < min_bytes and not any_error and max_wait_ms > 0:
-        purgatory = ctx.broker.purgatory
+        purgatory = ctx.broker.replica_manager.purgatory
         clock = ctx.broker.clock
         deadline = clock.monotonic_ms() + max_wait_ms
         tps = [(t.name, p.partition) for t in results for p in t.partitions]

@@ -196,7 +196,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, A
     order: list[tuple[str, list[int]]] = []
     for t in request.topics:
         name = str(t.name)
-        count = broker.topic_partitions(name)
+        count = broker.metadata_cache.num_partitions(name)
         parts = []
         for p in t.partitions:
             tp = (name, int(p.partition_index))
@@ -349,7 +349,7 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, A
     errors: dict[tuple[str, int], int] = {}
     for t in request.topics:
         name = str(t.name)
-        count = broker.topic_partitions(name)
+        count = broker.metadata_cache.num_partitions(name)
         for p in t.partitions:
             tp = (name, int(p.partition_index))
             if count is None or not 0 <= tp[1] < count:
@@ -445,17 +445,17 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
             "heartbeat_interval": 0,
             "assignment": None,
         }
-    topics = ctx.broker.topics
+    cache = ctx.broker.metadata_cache
 
     def resolve(name: str) -> tuple[uuid.UUID, int] | None:
-        info = topics.get(name)
+        info = cache.topic(name)
         return (info.topic_id, info.partitions) if info is not None else None
 
     owned: dict[str, set[int]] | None = None
     if request.topic_partitions is not None:
         owned = {}
         for tp in request.topic_partitions:
-            info = topics.by_id.get(tp.topic_id)
+            info = cache.topic_by_id(tp.topic_id)
             if info is not None:
                 owned.setdefault(info.name, set()).update(int(p) for p in tp.partitions)
     names = request.subscribed_topic_names
@@ -474,8 +474,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         client_host=_client_host(ctx),
         resolve=resolve,
         catalog=TopicCatalog(
-            getattr(topics, "version", 0),
-            lambda: [n for n, info in getattr(topics, "topics", {}).items() if not info.internal],
+            cache.topics_version(),
+            lambda: [info.name for info in cache.topics() if not info.internal],
         ),
     )
     return heartbeat_response(result)

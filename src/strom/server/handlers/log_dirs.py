@@ -21,8 +21,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...log.errors import LogError
-from ...metadata.topics import TopicError, validate_topic_name
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
@@ -44,48 +42,34 @@ def _find_dir(dirs: list[Path], path: str) -> Path | None:
     return None
 
 
-MAX_PREFERRED = 10_000  # remembered destinations of partitions not created yet (hostile clients)
-
-
 @handler(35)
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    broker = ctx.broker
+    rm = ctx.broker.replica_manager
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}
         for t in request.topics:
             wanted.setdefault(str(t.topic), set()).update(int(p) for p in t.partitions)
-    per_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in broker.log_dirs}
-
-    def add(d: Path, topic: str, p: int, size: int, lag: int, future: bool) -> None:
-        if wanted is not None and p not in wanted.get(topic, ()):
-            return
-        per_dir.setdefault(d, {}).setdefault(topic, []).append(
-            {"partition_index": p, "partition_size": size, "offset_lag": lag, "is_future_key": future}
-        )
-
-    for (topic, p), plog in sorted(broker.logs.items()):
-        lag = max(plog.high_watermark - plog.log_end_offset, 0)  # Kafka's: 0 for a leader
-        add(plog.directory.parent, topic, p, plog.size_bytes, lag, False)
-    for (topic, p), mv in sorted(broker.mover.moves.items()):
-        cur = broker.logs.get((topic, p))
-        lag = max(cur.log_end_offset - mv.future.log_end_offset, 0) if cur is not None else 0
-        add(mv.dest, topic, p, mv.future.size_bytes, lag, True)
+    per_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in rm.log_dirs}
+    for r in rm.log_dir_replicas():
+        if wanted is not None and r.partition not in wanted.get(r.topic, ()):
+            continue
+        per_dir.setdefault(r.log_dir, {}).setdefault(r.topic, []).append({
+            "partition_index": r.partition,
+            "partition_size": r.size,
+            "offset_lag": r.offset_lag,
+            "is_future_key": r.is_future,
+        })
     results = []
-    for d in broker.log_dirs:
-        if d in broker.offline_dirs:
+    for d in rm.log_dirs:
+        usage = rm.log_dir_usage(d)
+        if usage is None:
             results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": _abs(d), "topics": [],
                             "total_bytes": -1, "usable_bytes": -1})
             continue
-        total = usable = -1
-        try:
-            st = os.statvfs(d)
-            total = st.f_blocks * st.f_frsize
-            usable = st.f_bavail * st.f_frsize
-        except OSError:
-            broker.check_log_dir(d)
+        total, usable = usage
         results.append({
-            "error_code": ErrorCode.KAFKA_STORAGE_ERROR if d in broker.offline_dirs else 0,
+            "error_code": ErrorCode.KAFKA_STORAGE_ERROR if d in rm.offline_dirs else 0,
             "log_dir": _abs(d),
             "topics": [{"name": t, "partitions": parts} for t, parts in sorted(per_dir.get(d, {}).items())],
             "total_bytes": total,
@@ -94,45 +78,19 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[st
     return {"throttle_time": 0, "error_code": 0, "results": results}
 
 
-def _alter_one(broker: Any, dest: Path | None, topic: str, p: int) -> int:
-    if dest is None:
-        return ErrorCode.LOG_DIR_NOT_FOUND
-    if dest in broker.offline_dirs:
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    tp = (topic, p)
-    if tp in broker.offline_partitions:
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    if tp not in broker.logs:
-        try:
-            validate_topic_name(topic)
-            if p >= 0 and (tp in broker.preferred_dirs or len(broker.preferred_dirs) < MAX_PREFERRED):
-                broker.preferred_dirs[tp] = dest  # Kafka's maybeUpdatePreferredLogDir
-        except TopicError:
-            pass
-        return ErrorCode.REPLICA_NOT_AVAILABLE
-    if broker.offline_dirs and broker.logs[tp].directory.parent != dest:
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    try:
-        broker.mover.start_move(topic, p, dest)
-    except KeyError:
-        return ErrorCode.REPLICA_NOT_AVAILABLE
-    except (LogError, OSError) as e:
-        broker.storage_log.failed("starting the move of", f"{topic}-{p}", e, "answering KAFKA_STORAGE_ERROR")
-        broker.check_log_dir(dest)
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    return ErrorCode.NONE
-
-
 @handler(34)
 async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    broker = ctx.broker
+    rm = ctx.broker.replica_manager
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for entry in request.dirs:
-        dest = _find_dir(broker.log_dirs, str(entry.path))
+        dest = _find_dir(rm.log_dirs, str(entry.path))
         for t in entry.topics:
             name = str(t.name)
             for p in t.partitions:
-                code = _alter_one(broker, dest, name, int(p))
+                if dest is None:
+                    code: int = ErrorCode.LOG_DIR_NOT_FOUND
+                else:
+                    code = rm.alter_replica_log_dir(name, int(p), dest)
                 by_topic.setdefault(name, []).append({"partition_index": int(p), "error_code": code})
     return {
         "throttle_time": 0,

@@ -1,4 +1,4 @@
-"""Metadata (3): brokers, controller, topics and partition leadership (single node: this one)."""
+"""Metadata (3): brokers, controller, topics and partition leadership, from the metadata cache."""
 
 from __future__ import annotations
 
@@ -12,43 +12,32 @@ from . import handler
 
 
 def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
-    """The (host, port) advertised for the listener the request came in on (Kafka answers each
-    listener's clients with that listener's address)."""
-    config = getattr(ctx.broker, "config", None)
-    if config is None:  # a stand-in broker (unit tests) with only the default address
-        host, port = ctx.broker.advertised
-        return host, port
-    endpoint: tuple[str, int] = config.advertised(ctx.session.listener)
-    return endpoint
+    """The (host, port) this broker advertises for the listener the request came in on (Kafka
+    answers each listener's clients with that listener's address)."""
+    node = ctx.broker.metadata_cache.alive_broker(ctx.broker.node_id, ctx.session.listener)
+    assert node is not None  # this broker is alive
+    return node.host, node.port
 
 
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
-    nid = ctx.broker.node_id
     # a partition on a failed log dir has no leader (Kafka's controller takes the replica
     # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas)
-    offline = ctx.broker.offline_partitions
-    return [
-        {
-            "error_code": 0,
+    cache = ctx.broker.metadata_cache
+    out = []
+    for p in range(info.partitions):
+        pm = cache.partition(info.name, p)
+        if pm is None:  # not reached: ``info`` and the cache are read in one step
+            continue
+        out.append({
+            "error_code": 0 if pm.has_leader else ErrorCode.LEADER_NOT_AVAILABLE,
             "partition_index": p,
-            "leader_id": nid,
-            "leader_epoch": 0,
-            "replica_nodes": [nid],
-            "isr_nodes": [nid],
-            "offline_replicas": [],
-        }
-        if not offline or (info.name, p) not in offline
-        else {
-            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
-            "partition_index": p,
-            "leader_id": -1,
-            "leader_epoch": 0,
-            "replica_nodes": [nid],
-            "isr_nodes": [nid],
-            "offline_replicas": [nid],
-        }
-        for p in range(info.partitions)
-    ]
+            "leader_id": pm.leader_id,
+            "leader_epoch": pm.leader_epoch,
+            "replica_nodes": list(pm.replicas),
+            "isr_nodes": list(pm.isr),
+            "offline_replicas": list(pm.offline_replicas),
+        })
+    return out
 
 
 def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
@@ -104,12 +93,12 @@ async def _answer_auto_created(
 @handler(3)
 async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
+    cache = broker.metadata_cache
     version = ctx.api_version
-    host, port = advertised_endpoint(ctx)
     topics_out: list[dict[str, Any]] = []
     requested = request.topics
     if requested is None or (version == 0 and not requested):
-        topics_out = [topic_entry(ctx, t) for t in broker.topics.topics.values()]
+        topics_out = [topic_entry(ctx, t) for t in cache.topics()]
     else:
         auto = getattr(request, "allow_auto_topic_creation", True)
         creating: dict[str, tuple[int, asyncio.Future[TopicInfo | None]]] = {}
@@ -120,7 +109,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             # for the topic ids of its assignment with an empty name, not a null one; Kafka looks
             # up every topic that carries a non-zero id
             if not name and tid is not None and tid.int != 0:
-                info = broker.topics.by_id.get(tid)
+                info = cache.topic_by_id(tid)
                 if info is None:
                     topics_out.append(
                         {
@@ -134,7 +123,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     topics_out.append(topic_entry(ctx, info))
                 continue
             name = str(name)
-            info = broker.topics.get(name)
+            info = cache.topic(name)
             if info is None:
                 try:
                     validate_topic_name(name)
@@ -165,9 +154,12 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
         # which a single node never needs
         "error_code": ErrorCode.NONE,
-        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "brokers": [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in cache.alive_brokers(ctx.session.listener)
+        ],
+        "cluster_id": cache.cluster_id(),
+        "controller_id": cache.controller_id(),
         "topics": topics_out,
         "cluster_authorized_operations": -2147483648,
     }

@@ -23,7 +23,6 @@ from ...protocol.records import iter_batches
 from ..context import RequestContext
 from . import handler
 from .groups import heartbeat_response
-from .metadata import advertised_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +58,10 @@ def _ms(value: Any) -> int:
 @handler(76)
 async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    topics = ctx.broker.topics
+    cache = ctx.broker.metadata_cache
 
     def resolve(name: str) -> tuple[uuid.UUID, int] | None:
-        info = topics.get(name)
+        info = cache.topic(name)
         return (info.topic_id, info.partitions) if info is not None and not info.internal else None
 
     names = request.subscribed_topic_names
@@ -93,15 +92,17 @@ def _leader(ctx: RequestContext) -> dict[str, int]:
 
 
 def _node_endpoints(ctx: RequestContext) -> list[dict[str, Any]]:
-    host, port = advertised_endpoint(ctx)
-    return [{"node_id": ctx.broker.node_id, "host": host, "port": port, "rack": None}]
+    return [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in ctx.broker.metadata_cache.alive_brokers(ctx.session.listener)
+    ]
 
 
 def _partition_error(ctx: RequestContext, topic_id: uuid.UUID | None, partition: int) -> int:
-    info = ctx.broker.topics.by_id.get(topic_id) if topic_id is not None else None
+    info = ctx.broker.metadata_cache.topic_by_id(topic_id) if topic_id is not None else None
     if info is None:
         return ErrorCode.UNKNOWN_TOPIC_ID
-    if (info.name, partition) not in ctx.broker.logs:
+    if not ctx.broker.replica_manager.is_online(info.name, partition):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return ErrorCode.NONE
 
@@ -130,7 +131,7 @@ async def _apply_acks(
 
 
 def _reader(ctx: RequestContext, name: str, partition: int, budget: int, isolation: str) -> Any:
-    plog = ctx.broker.logs.get((name, partition))
+    plog = ctx.broker.replica_manager.get_log(name, partition)
 
     def read(offset: int) -> tuple[bytes, int, list[tuple[int, int]]] | None:
         if plog is None:
@@ -250,8 +251,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
         for tid, p in sorted(session.partitions, key=lambda x: (str(x[0]), x[1])):
             if acquired_total >= max_records:
                 break
-            info = ctx.broker.topics.by_id.get(tid)
-            if info is None or (info.name, p) not in ctx.broker.logs:
+            info = ctx.broker.metadata_cache.topic_by_id(tid)
+            if info is None or not ctx.broker.replica_manager.is_online(info.name, p):
                 continue
             read = _reader(ctx, info.name, p, max_bytes - bytes_total, isolation)
             code, data, ranges = await coord.acquire(
@@ -283,10 +284,10 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
             break  # the session closed meanwhile
         tps = []
         for tid, p in session.partitions:
-            info = ctx.broker.topics.by_id.get(tid)
+            info = ctx.broker.metadata_cache.topic_by_id(tid)
             if info is not None:
                 tps.append((info.name, p))
-        await ctx.broker.purgatory.wait(tps, min(remaining, 500))
+        await ctx.broker.replica_manager.purgatory.wait(tps, min(remaining, 500))
     return {**base, "responses": _responses(results), "node_endpoints": _node_endpoints(ctx)}
 
 
@@ -346,18 +347,18 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
         if g.topics is None:  # every topic-partition the group has state for
             wanted: dict[str, list[int]] = {}
             for (tid, p), _sp in sorted(state.items(), key=lambda x: (str(x[0][0]), x[0][1])):
-                info = broker.topics.by_id.get(tid)
+                info = broker.metadata_cache.topic_by_id(tid)
                 if info is not None:
                     wanted.setdefault(info.name, []).append(p)
         else:
             wanted = {str(t.topic_name): [int(p) for p in t.partitions] for t in g.topics}
         for name, parts in wanted.items():
-            info = broker.topics.get(name)
+            info = broker.metadata_cache.topic(name)
             tid = info.topic_id if info is not None else uuid.UUID(int=0)
             out_parts = []
             for p in parts:
                 sp = state.get((tid, p))
-                plog = broker.logs.get((name, p))
+                plog = broker.replica_manager.get_log(name, p)
                 if info is None or plog is None:
                     out_parts.append(
                         {
@@ -412,11 +413,11 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
     topic_results: list[dict[str, Any]] = []
     tids: list[uuid.UUID | None] = []
     for t in request.topics:
-        info = broker.topics.get(str(t.topic_name))
+        info = broker.metadata_cache.topic(str(t.topic_name))
         parts = []
         for p in t.partitions:
             pi = int(p.partition_index)
-            if info is None or (info.name, pi) not in broker.logs:
+            if info is None or not broker.replica_manager.is_online(info.name, pi):
                 parts.append(
                     {
                         "partition_index": pi,
@@ -453,7 +454,7 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
     known: list[uuid.UUID] = []
     out: list[dict[str, Any]] = []
     for t in request.topics:
-        info = broker.topics.get(str(t.topic_name))
+        info = broker.metadata_cache.topic(str(t.topic_name))
         if info is None:
             out.append(
                 {

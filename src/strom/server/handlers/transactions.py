@@ -29,10 +29,11 @@ def _known_partitions(
 ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], int]]:
     ok: list[tuple[str, int]] = []
     bad: dict[tuple[str, int], int] = {}
+    rm = ctx.broker.replica_manager
     for t in topics:
         name = str(t.name)
         for p in t.partitions:
-            if (name, p) in ctx.broker.logs:
+            if rm.is_online(name, p):
                 ok.append((name, int(p)))
             else:
                 bad[(name, int(p))] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -188,17 +189,18 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> dict[st
 
 @handler(61)
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    rm = ctx.broker.replica_manager
     topics = []
     for t in request.topics:
         name = str(t.name)
         parts = []
         for p in t.partition_indexes:
-            plog = ctx.broker.logs.get((name, p))
+            plog, error = rm.leader_log_or_error(name, p)
             if plog is None:
                 parts.append(
                     {
                         "partition_index": p,
-                        "error_code": ctx.broker.partition_error(name, p),
+                        "error_code": error,
                         "error_message": None,
                         "active_producers": [],
                     }

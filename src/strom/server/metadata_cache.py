@@ -1,0 +1,180 @@
+"""The broker's read-only view of cluster metadata (Kafka's ``MetadataCache``).
+
+Handlers ask it what the cluster looks like: which topics exist (by name and by id), how many
+partitions each has, who leads a partition at which epoch with which replicas and ISR, which
+brokers are alive at which endpoints, who the controller is, the cluster id. They never read
+the topic registry or the broker's fields for that.
+
+:class:`MetadataCache` is the interface (a protocol); :class:`RegistryMetadataCache` is today's
+single-node implementation over the :class:`~strom.metadata.topics.TopicRegistry`: this node
+leads every partition at epoch 0 and is its only replica, and a partition on a failed log dir has
+no leader (leader -1, this node among its offline replicas), as Kafka's controller answers once
+a broker reports the dir offline. A KRaft metadata image will implement the same interface;
+the :class:`~strom.server.replica_manager.ReplicaManager` decides NOT_LEADER_OR_FOLLOWER from
+:meth:`MetadataCache.leader_id`, so replication only has to change what the cache says.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..metadata.topics import TopicInfo, TopicRegistry
+
+TopicPartition = tuple[str, int]
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    """An alive broker as clients of one listener see it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """Leadership of one partition (Kafka's ``PartitionRegistration`` / ``LeaderAndIsr``)."""
+
+    topic: str
+    partition: int
+    leader_id: int  # NO_LEADER (-1) when no replica can lead
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader_id != NO_LEADER
+
+
+class MetadataCache(Protocol):
+    """What a handler may ask about the cluster. Every method answers from memory."""
+
+    def cluster_id(self) -> str: ...
+
+    def controller_id(self) -> int: ...
+
+    def alive_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        """The alive brokers with the endpoints of ``listener`` (default: the first listener)."""
+        ...
+
+    def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None: ...
+
+    def topics(self) -> Iterable[TopicInfo]:
+        """Every topic, in creation order."""
+        ...
+
+    def topics_version(self) -> int:
+        """A number that moves whenever a topic is created or deleted (Kafka: the metadata
+        image's offset); consumer groups resolve their regular expressions again when it does."""
+        ...
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    def num_partitions(self, topic: str) -> int | None:
+        """The partition count, or None for a topic that does not exist."""
+        ...
+
+    def contains(self, topic: str, partition: int) -> bool: ...
+
+    def partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        """Leader, epoch, replicas and ISR of the partition; None if it does not exist."""
+        ...
+
+    def leader_id(self, topic: str, partition: int) -> int | None:
+        """The partition's leader (NO_LEADER if none), None if it does not exist (hot path)."""
+        ...
+
+
+class RegistryMetadataCache:
+    """:class:`MetadataCache` of a single node, over the topic registry.
+
+    ``endpoint(listener)`` gives this node's advertised (host, port) for a listener;
+    ``offline_replicas`` holds the partitions whose replica here is on a failed log dir (the
+    replica manager's ``offline_partitions``: what a controller learns from the broker's log
+    dir failure reports).
+    """
+
+    LEADER_EPOCH = 0  # one leader, never elected again (until replication)
+
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        node_id: int,
+        cluster_id: str,
+        endpoint: Callable[[str | None], tuple[str, int]],
+        offline_replicas: Container[TopicPartition] = frozenset(),
+        rack: str | None = None,
+    ) -> None:
+        self._registry = registry
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._endpoint = endpoint
+        self._offline = offline_replicas
+        self._rack = rack
+        self._replicas = (node_id,)
+
+    # ------------------------------------------------------------------ cluster
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def controller_id(self) -> int:
+        # KRaft brokers hide the controllers: clients are given a live broker as controller
+        return self._node_id
+
+    def alive_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        host, port = self._endpoint(listener)
+        return [BrokerNode(self._node_id, host, port, self._rack)]
+
+    def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
+        if node_id != self._node_id:
+            return None
+        return self.alive_brokers(listener)[0]
+
+    # ------------------------------------------------------------------ topics
+    def topics(self) -> Iterable[TopicInfo]:
+        return list(self._registry.topics.values())
+
+    def topics_version(self) -> int:
+        return self._registry.version
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._registry.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._registry.by_id.get(topic_id)
+
+    def num_partitions(self, topic: str) -> int | None:
+        info = self._registry.topics.get(topic)
+        return info.partitions if info is not None else None
+
+    def contains(self, topic: str, partition: int) -> bool:
+        info = self._registry.topics.get(topic)
+        return info is not None and 0 <= partition < info.partitions
+
+    # ------------------------------------------------------------------ partitions
+    def partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        if not self.contains(topic, partition):
+            return None
+        nid = self._node_id
+        if (topic, partition) in self._offline:
+            return PartitionMetadata(topic, partition, NO_LEADER, self.LEADER_EPOCH, self._replicas,
+                                     self._replicas, self._replicas)
+        return PartitionMetadata(topic, partition, nid, self.LEADER_EPOCH, self._replicas, self._replicas)
+
+    def leader_id(self, topic: str, partition: int) -> int | None:
+        info = self._registry.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        offline = self._offline
+        return NO_LEADER if offline and (topic, partition) in offline else self._node_id
