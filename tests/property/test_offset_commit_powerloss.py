@@ -41,7 +41,7 @@ def _crash(broker: Broker) -> None:
     """Stop as a power cut would: no flush, no checkpoint, no clean-shutdown marker."""
     broker.scheduler.close()
     broker.coordinator_writer.close()  # waits for a flush in progress (the model is one thread's)
-    broker.validation_executor.shutdown(wait=False, cancel_futures=True)
+    broker.replica_manager.validation_executor.shutdown(wait=False, cancel_futures=True)
     for plog in broker.logs.values():
         with contextlib.suppress(Exception):
             plog.close_without_flush()

@@ -122,7 +122,7 @@ def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
         async with _started(tmp_path / "data") as broker:
             writer = broker.coordinator_writer
             tp = ("__consumer_offsets", 0)
-            broker.offline_partitions[tp] = broker.logs.pop(tp).directory.parent
+            broker.replica_manager.offline_partitions[tp] = broker.logs.pop(tp).directory.parent
             with pytest.raises(CoordinatorWriteError) as e:
                 writer.append(tp, [(b"k", b"v")])
             assert coordinator_error(e.value) == E.NOT_COORDINATOR

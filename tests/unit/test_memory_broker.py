@@ -56,9 +56,9 @@ def test_broker_on_manual_clock_scheduler_and_memory_network(tmp_path: Path) -> 
             waiting = asyncio.ensure_future(client.fetch("t", 0, 2, max_wait_ms=500))
             for _ in range(200):  # until the broker parks it in the purgatory
                 await asyncio.sleep(0)
-                if broker.purgatory._watchers.get(("t", 0)):
+                if broker.replica_manager.purgatory._watchers.get(("t", 0)):
                     break
-            assert broker.purgatory._watchers.get(("t", 0))
+            assert broker.replica_manager.purgatory._watchers.get(("t", 0))
             sched.advance(499)
             await sched.settle()
             assert not waiting.done()
@@ -88,7 +88,7 @@ def test_long_poll_is_woken_by_a_produce_before_its_timeout(tmp_path: Path) -> N
             waiting = asyncio.ensure_future(client.fetch("t", 0, 0, max_wait_ms=10_000))
             for _ in range(200):
                 await asyncio.sleep(0)
-                if broker.purgatory._watchers.get(("t", 0)):
+                if broker.replica_manager.purgatory._watchers.get(("t", 0)):
                     break
             await producer.produce("t", 0, [(None, b"x", [], -1)])
             result = await asyncio.wait_for(waiting, 5)

@@ -332,7 +332,7 @@ class Broker:
         fms = self.config["log.flush.interval.ms"]
         flush_ms = fms if 0 < fms < 1000 else 1000
         self._timers.append(self.scheduler.schedule_periodic(
-            flush_ms, lambda: self.replica_manager.flush_due_logs(flush_ms / 1000), name="log-flusher"))
+            flush_ms, self._flush_due, name="log-flusher"))
         self._timers.append(self.scheduler.schedule_periodic(
             max(10, int(self.config["strom.log.dir.check.interval.ms"])), self.replica_manager.check_log_dirs,
             name="log-dir-checker"))
@@ -384,6 +384,11 @@ class Broker:
         self.share_coordinator.other_group_exists = other_group_exists
         await self.share_coordinator.start()
 
+
+    def _flush_due(self) -> None:
+        """``log.flush.interval.ms``/``flush.ms``: flush the logs whose flush is due."""
+        fms = self.config["log.flush.interval.ms"]
+        self.replica_manager.flush_due_logs((fms if 0 < fms < 1000 else 1000) / 1000)
 
     async def stop(self) -> None:
         self.replica_manager.stopping.set()  # partition creation workers give up
