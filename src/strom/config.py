@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .metadata.quorum_config import KRaftConfig, QuorumConfigError, parse_listener_names
 from .security.session import SECURITY_PROTOCOLS
 
 
@@ -163,6 +164,48 @@ BROKER_DEFAULTS: dict[str, tuple[type, Any]] = {
     "sasl.jaas.config": (str, ""),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
     "sasl.server.max.receive.size": (int, 524288),
+    # KRaft (strom.metadata.quorum_config; Kafka's KRaftConfigs/QuorumConfig names and defaults).
+    # Kafka requires process.roles; strom's default is the zero set-up node: broker and controller
+    # in one process, with no voters configured a quorum of itself (no controller listener needed)
+    "process.roles": (str, "broker,controller"),
+    "controller.listener.names": (str, ""),
+    "controller.quorum.voters": (str, ""),
+    "controller.quorum.bootstrap.servers": (str, ""),
+    "controller.quorum.election.timeout.ms": (int, 1000),
+    "controller.quorum.fetch.timeout.ms": (int, 2000),
+    "controller.quorum.election.backoff.max.ms": (int, 1000),
+    "controller.quorum.request.timeout.ms": (int, 2000),
+    "controller.quorum.append.linger.ms": (int, 25),
+    "controller.quorum.retry.backoff.ms": (int, 20),
+    "broker.heartbeat.interval.ms": (int, 2000),
+    "broker.session.timeout.ms": (int, 9000),
+    "initial.broker.registration.timeout.ms": (int, 60000),
+    # where __cluster_metadata lives; empty: the first of log.dirs (Kafka's default)
+    "metadata.log.dir": (str, ""),
+    "metadata.log.segment.bytes": (int, 1073741824),
+    "metadata.log.segment.ms": (int, 604800000),
+    "metadata.max.retention.bytes": (int, 104857600),
+    "metadata.max.retention.ms": (int, 604800000),
+    "metadata.log.max.record.bytes.between.snapshots": (int, 20971520),
+    "metadata.log.max.snapshot.interval.ms": (int, 3600000),
+    "metadata.max.idle.interval.ms": (int, 500),
+    "broker.rack": (str, ""),
+    "auto.leader.rebalance.enable": (bool, True),
+    "leader.imbalance.check.interval.seconds": (int, 300),
+    "leader.imbalance.per.broker.percentage": (int, 10),
+    "unclean.leader.election.enable": (bool, False),
+    "controlled.shutdown.enable": (bool, True),
+}
+
+# name -> least value (Kafka's ConfigDef ``atLeast`` validators of the keys above)
+_AT_LEAST: dict[str, int] = {
+    "metadata.log.segment.bytes": 12,  # Records.LOG_OVERHEAD
+    "metadata.log.max.record.bytes.between.snapshots": 1,
+    "metadata.log.max.snapshot.interval.ms": 0,
+    "metadata.max.idle.interval.ms": 0,
+    "min.insync.replicas": 1,
+    "leader.imbalance.check.interval.seconds": 1,
+    "leader.imbalance.per.broker.percentage": 0,
 }
 
 # Topic config name -> broker synonym it defaults to (Kafka's LogConfig mapping).
@@ -264,6 +307,7 @@ class BrokerConfig:
     _advertised_cache: tuple[tuple[str, str], dict[str, tuple[str, int]]] | None = field(
         default=None, repr=False, compare=False
     )
+    _kraft: KRaftConfig | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_sources(
@@ -307,10 +351,22 @@ class BrokerConfig:
             raise ConfigError("log.segment.bytes must be at least 14")
         if self.values["num.partitions"] < 1:
             raise ConfigError("num.partitions must be at least 1")
+        for name, least in _AT_LEAST.items():
+            if self.values[name] < least:
+                raise ConfigError(
+                    f"Invalid value {self.values[name]} for configuration {name}: "
+                    f"Value must be at least {least}"
+                )
+        if "node.id" in self.explicit and "broker.id" in self.explicit and (
+            self.values["node.id"] != self.values["broker.id"]
+        ):
+            raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
         canonical = [os.path.realpath(d) for d in self.log_dirs]
         if len(set(canonical)) < len(canonical):  # Kafka's LogManager check
             raise ConfigError(f"Duplicate log directory found: {','.join(str(d) for d in self.log_dirs)}")
         self.advertised_listeners()
+        self._kraft = None
+        self.kraft()
         from .security.tls import validate_tls_configs
 
         validate_tls_configs(self)
@@ -330,6 +386,24 @@ class BrokerConfig:
         if "broker.id" in self.explicit and "node.id" not in self.explicit:
             nid = self.values["broker.id"]
         return nid
+
+    def kraft(self) -> KRaftConfig:
+        """The KRaft settings (``process.roles``, ``controller.quorum.voters`` ...), checked
+        together as Kafka's ``KafkaConfig`` checks them (:mod:`strom.metadata.quorum_config`)."""
+        if self._kraft is None:
+            try:
+                self._kraft = KRaftConfig.parse(
+                    self.values, self.node_id, self.listeners(), self.security_protocol_map()
+                )
+            except QuorumConfigError as e:
+                raise ConfigError(str(e)) from None
+        return self._kraft
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """``metadata.log.dir``, by default the first of :attr:`log_dirs` (Kafka's rule)."""
+        text = str(self.values.get("metadata.log.dir") or "").strip()
+        return Path(text) if text else self.log_dirs[0]
 
     @property
     def log_dir(self) -> Path:
@@ -388,6 +462,11 @@ class BrokerConfig:
                     f"{proto!r} (one of {', '.join(SECURITY_PROTOCOLS)})"
                 )
             out[name] = proto
+        if "listener.security.protocol.map" not in self.explicit:
+            # Kafka's effectiveListenerSecurityProtocolMap: with the map left at its default,
+            # each controller listener it does not name is PLAINTEXT
+            for name in parse_listener_names(self.values.get("controller.listener.names")):
+                out.setdefault(name, "PLAINTEXT")
         return out
 
     def listener_protocols(self) -> list[tuple[str, str, str, int]]:
@@ -422,10 +501,15 @@ class BrokerConfig:
         return out
 
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
-        """(host, port) clients of ``listener`` (default: the first listener) connect to."""
+        """(host, port) clients of ``listener`` (default: the first listener that is not a
+        controller listener, as Kafka's broker endpoints leave those out) connect to."""
         adv = self.advertised_listeners()
         if listener is not None and listener in adv:
             return adv[listener]
+        controllers = parse_listener_names(self.values.get("controller.listener.names"))
+        for name, endpoint in adv.items():
+            if name not in controllers:
+                return endpoint
         return next(iter(adv.values()))
 
     def topic_defaults(self) -> dict[str, Any]:
