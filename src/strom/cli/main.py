@@ -1,10 +1,11 @@
-"""The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
-``records``, ``dump-log``.
+"""The ``strom`` command: ``serve``, ``storage``, ``topics``, ``produce``, ``consume``,
+``configs``, ``records``, ``dump-log``.
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
 ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
-``kafka-delete-records.sh``, ``kafka-dump-log.sh``). Commands other than ``serve`` and
-``dump-log`` are thin over :mod:`strom.client` and work against any Kafka-compatible broker.
+``kafka-delete-records.sh``, ``kafka-dump-log.sh``, ``kafka-storage.sh``). Commands other
+than ``serve``, ``storage`` and ``dump-log`` are thin over :mod:`strom.client` and work
+against any Kafka-compatible broker.
 
 Exit codes: 0 success, 1 runtime error (broker unreachable, Kafka error ...), 2 usage or
 configuration error, 130 interrupted. Expected errors print one line on stderr, no traceback.
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from strom.cli import commands, dump_log
+from strom.cli import commands, dump_log, storage
 from strom.cli import configs as cli_configs
 from strom.cli import groups as cli_groups
 from strom.cli import share_groups as cli_share_groups
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="override a config (repeatable)"
     )
 
+    storage.add_parser(sub)
     topics = sub.add_parser(
         "topics", help="create, list, describe, alter, delete topics (like kafka-topics.sh)"
     )
@@ -304,6 +306,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_share_groups.share_groups(args))
         if args.command == "transactions":
             return asyncio.run(cli_transactions.transactions(args))
+        if args.command == "storage":
+            return storage.run(args)
         if args.command == "dump-log":
             return dump_log.run(args)
         if args.command == "produce":
