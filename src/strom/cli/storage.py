@@ -89,9 +89,7 @@ def _format(args: argparse.Namespace, config: BrokerConfig, sink: TextIO) -> int
     cluster_id = str(args.cluster_id).strip()
     given = config.explicit.get("cluster.id")
     if given is not None and str(given) != cluster_id:
-        raise CommandError(
-            f"cluster.id {given} set in the config differs from --cluster-id {cluster_id}", 2
-        )
+        raise CommandError(f"cluster.id {given} set in the config differs from --cluster-id {cluster_id}", 2)
     if args.standalone:
         if not kraft.is_controller:
             raise CommandError("You can only use --standalone on a controller.", 2)
@@ -103,7 +101,10 @@ def _format(args: argparse.Namespace, config: BrokerConfig, sink: TextIO) -> int
             )
     try:
         result = format_dirs(
-            config.log_dirs, config.metadata_log_dir, kraft.node_id, cluster_id,
+            config.log_dirs,
+            config.metadata_log_dir,
+            kraft.node_id,
+            cluster_id,
             ignore_formatted=args.ignore_formatted,
         )
     except ConfigError as e:

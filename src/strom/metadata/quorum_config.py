@@ -84,9 +84,7 @@ def parse_process_roles(text: Any) -> frozenset[str]:
     """``process.roles`` -> {"broker"} | {"controller"} | both (Kafka's ``parseProcessRoles``)."""
     roles = _csv(text)
     if not roles:
-        raise QuorumConfigError(
-            f"{ROLES_KEY} is empty: it must be broker, controller or broker,controller"
-        )
+        raise QuorumConfigError(f"{ROLES_KEY} is empty: it must be broker, controller or broker,controller")
     for role in roles:
         if role not in (BROKER_ROLE, CONTROLLER_ROLE):
             raise QuorumConfigError(
