@@ -161,8 +161,8 @@ def _info(config: BrokerConfig, sink: TextIO) -> int:
             print(f"  {d}", file=sink)
         print("", file=sink)
     if first is not None:
-        shown = dict(sorted(_props(first).items()))
-        print("Found metadata: {" + ", ".join(f"{k}={v}" for k, v in shown.items()) + "}", file=sink)
+        shown = ", ".join(f"{k}={v}" for k, v in first.properties().items())
+        print("Found metadata: {" + shown + "}", file=sink)
         print("", file=sink)
     if problems:
         print("Found problem:" if len(problems) == 1 else "Found problems:", file=sink)
@@ -172,7 +172,3 @@ def _info(config: BrokerConfig, sink: TextIO) -> int:
         return 1
     return 0
 
-
-def _props(meta: MetaProperties) -> dict[str, str]:
-    text = meta.to_text()
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))

@@ -140,10 +140,8 @@ class MetaProperties:
                 raise ValueError(f"Unable to read directory.id in {path} as a Uuid: {e}") from None
         return cls(version, props.get("cluster.id") or None, node_id, directory_id)
 
-    def to_text(self, now: float | None = None) -> str:
-        """Kafka's layout (``java.util.Properties.store`` with an empty comment: a ``#`` line,
-        then the date, then the keys)."""
-        stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(now))
+    def properties(self) -> dict[str, str]:
+        """The keys and values of the file, sorted by key."""
         props: dict[str, str] = {"version": str(self.version)}
         if self.cluster_id is not None:
             props["cluster.id"] = self.cluster_id
@@ -151,7 +149,13 @@ class MetaProperties:
             props["node.id" if self.version == 1 else "broker.id"] = str(self.node_id)
         if self.directory_id is not None:
             props["directory.id"] = format_uuid(self.directory_id)
-        return "#\n#" + stamp + "\n" + "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+        return dict(sorted(props.items()))
+
+    def to_text(self, now: float | None = None) -> str:
+        """Kafka's layout (``java.util.Properties.store`` with an empty comment: a ``#`` line,
+        then the date, then the keys)."""
+        stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(now))
+        return "#\n#" + stamp + "\n" + "".join(f"{k}={v}\n" for k, v in self.properties().items())
 
 
 def read_meta_properties(path: Path) -> MetaProperties | None:

@@ -228,14 +228,13 @@ class Broker:
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
         # a node of a multi-node quorum (controller.quorum.voters set) starts only on dirs that
         # `strom storage format` formatted, as in Kafka; the zero set-up node formats its own
-        explicit_cluster_id = config.explicit.get("cluster.id")
         meta = load_meta(
             self.log_dirs,
             self.node_id,
             str(config["cluster.id"]),
             metadata_dir=config.metadata_log_dir,
             require_formatted=bool(config.kraft().voters),
-            config_cluster_id=None if explicit_cluster_id is None else str(explicit_cluster_id),
+            config_cluster_id=config.explicit.get("cluster.id"),
         )
         self.cluster_id = meta.cluster_id
         self.directory_ids: dict[Path, uuid.UUID] = meta.directory_ids
