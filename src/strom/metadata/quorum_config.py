@@ -167,14 +167,14 @@ class KRaftConfig:
     controller_listener_names: tuple[str, ...]
     # the entries of ``listeners`` named in controller.listener.names: (name, host, port)
     controller_listeners: tuple[tuple[str, str, int], ...]
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    election_backoff_max_ms: int = 1000
-    request_timeout_ms: int = 2000
-    append_linger_ms: int = 25
-    retry_backoff_ms: int = 20
-    broker_heartbeat_interval_ms: int = 2000
-    broker_session_timeout_ms: int = 9000
+    election_timeout_ms: int
+    fetch_timeout_ms: int
+    election_backoff_max_ms: int
+    request_timeout_ms: int
+    append_linger_ms: int
+    retry_backoff_ms: int
+    broker_heartbeat_interval_ms: int
+    broker_session_timeout_ms: int
 
     @property
     def is_broker(self) -> bool:
@@ -212,13 +212,14 @@ class KRaftConfig:
         listeners: Sequence[tuple[str, str, int]],
         protocol_map: Mapping[str, str],
     ) -> KRaftConfig:
-        """Parse and check the KRaft settings of ``values`` (a broker config's typed values),
-        given the node id and the already parsed ``listeners`` (name, host, port) and
+        """Parse and check the KRaft settings of ``values`` (a broker config's typed values,
+        every key of ``strom.config.BROKER_DEFAULTS`` present: the defaults live there), given
+        the node id and the already parsed ``listeners`` (name, host, port) and
         ``listener.security.protocol.map``. Raises :class:`QuorumConfigError`."""
-        roles = parse_process_roles(values.get(ROLES_KEY, "broker,controller"))
-        voters = parse_voters(values.get(VOTERS_KEY, ""))
-        bootstrap = parse_bootstrap_servers(values.get(BOOTSTRAP_KEY, ""))
-        names = parse_listener_names(values.get(CONTROLLER_LISTENERS_KEY, ""))
+        roles = parse_process_roles(values[ROLES_KEY])
+        voters = parse_voters(values[VOTERS_KEY])
+        bootstrap = parse_bootstrap_servers(values[BOOTSTRAP_KEY])
+        names = parse_listener_names(values[CONTROLLER_LISTENERS_KEY])
         listener_names = [name for name, _h, _p in listeners]
         cfg = cls(
             node_id=node_id,
@@ -227,14 +228,14 @@ class KRaftConfig:
             bootstrap_servers=bootstrap,
             controller_listener_names=names,
             controller_listeners=tuple(lst for lst in listeners if lst[0] in names),
-            election_timeout_ms=int(values.get("controller.quorum.election.timeout.ms", 1000)),
-            fetch_timeout_ms=int(values.get("controller.quorum.fetch.timeout.ms", 2000)),
-            election_backoff_max_ms=int(values.get("controller.quorum.election.backoff.max.ms", 1000)),
-            request_timeout_ms=int(values.get("controller.quorum.request.timeout.ms", 2000)),
-            append_linger_ms=int(values.get("controller.quorum.append.linger.ms", 25)),
-            retry_backoff_ms=int(values.get("controller.quorum.retry.backoff.ms", 20)),
-            broker_heartbeat_interval_ms=int(values.get("broker.heartbeat.interval.ms", 2000)),
-            broker_session_timeout_ms=int(values.get("broker.session.timeout.ms", 9000)),
+            election_timeout_ms=int(values["controller.quorum.election.timeout.ms"]),
+            fetch_timeout_ms=int(values["controller.quorum.fetch.timeout.ms"]),
+            election_backoff_max_ms=int(values["controller.quorum.election.backoff.max.ms"]),
+            request_timeout_ms=int(values["controller.quorum.request.timeout.ms"]),
+            append_linger_ms=int(values["controller.quorum.append.linger.ms"]),
+            retry_backoff_ms=int(values["controller.quorum.retry.backoff.ms"]),
+            broker_heartbeat_interval_ms=int(values["broker.heartbeat.interval.ms"]),
+            broker_session_timeout_ms=int(values["broker.session.timeout.ms"]),
         )
         cfg._validate(listener_names, protocol_map)
         return cfg
