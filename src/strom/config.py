@@ -26,6 +26,7 @@ from .config_schema import (
     parse_value,
     resolve_topic_defaults,
 )
+from .metadata.quorum_config import KRaftConfig, QuorumConfigError, parse_listener_names
 from .security.sasl import validate_sasl_config
 from .security.session import SECURITY_PROTOCOLS
 from .security.tls import validate_tls_configs
@@ -86,6 +87,7 @@ class BrokerConfig:
     _advertised_cache: tuple[tuple[str, str], dict[str, tuple[str, int]]] | None = field(
         default=None, repr=False, compare=False
     )
+    _kraft: KRaftConfig | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_sources(
@@ -121,10 +123,16 @@ class BrokerConfig:
         several configs: log dirs, listeners, TLS and SASL settings. Raises ConfigError."""
         for name, d in BROKER_CONFIGS.items():
             d.validate(self.values[name])
+        if "node.id" in self.explicit and "broker.id" in self.explicit and (
+            self.values["node.id"] != self.values["broker.id"]
+        ):
+            raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
         canonical = [os.path.realpath(d) for d in self.log_dirs]
         if len(set(canonical)) < len(canonical):  # Kafka's LogManager check
             raise ConfigError(f"Duplicate log directory found: {','.join(str(d) for d in self.log_dirs)}")
         self.advertised_listeners()
+        self._kraft = None
+        self.kraft()
         validate_tls_configs(self)
         validate_sasl_config(self.values)
 
@@ -140,6 +148,24 @@ class BrokerConfig:
         if "broker.id" in self.explicit and "node.id" not in self.explicit:
             nid = self.values["broker.id"]
         return nid
+
+    def kraft(self) -> KRaftConfig:
+        """The KRaft settings (``process.roles``, ``controller.quorum.voters`` ...), checked
+        together as Kafka's ``KafkaConfig`` checks them (:mod:`strom.metadata.quorum_config`)."""
+        if self._kraft is None:
+            try:
+                self._kraft = KRaftConfig.parse(
+                    self.values, self.node_id, self.listeners(), self.security_protocol_map()
+                )
+            except QuorumConfigError as e:
+                raise ConfigError(str(e)) from None
+        return self._kraft
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """``metadata.log.dir``, by default the first of :attr:`log_dirs` (Kafka's rule)."""
+        text = str(self.values.get("metadata.log.dir") or "").strip()
+        return Path(text) if text else self.log_dirs[0]
 
     @property
     def log_dir(self) -> Path:
@@ -198,6 +224,11 @@ class BrokerConfig:
                     f"{proto!r} (one of {', '.join(SECURITY_PROTOCOLS)})"
                 )
             out[name] = proto
+        if "listener.security.protocol.map" not in self.explicit:
+            # Kafka's effectiveListenerSecurityProtocolMap: with the map left at its default,
+            # each controller listener it does not name is PLAINTEXT
+            for name in parse_listener_names(self.values.get("controller.listener.names")):
+                out.setdefault(name, "PLAINTEXT")
         return out
 
     def listener_protocols(self) -> list[tuple[str, str, str, int]]:
@@ -232,10 +263,15 @@ class BrokerConfig:
         return out
 
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
-        """(host, port) clients of ``listener`` (default: the first listener) connect to."""
+        """(host, port) clients of ``listener`` (default: the first listener that is not a
+        controller listener, as Kafka's broker endpoints leave those out) connect to."""
         adv = self.advertised_listeners()
         if listener is not None and listener in adv:
             return adv[listener]
+        controllers = parse_listener_names(self.values.get("controller.listener.names"))
+        for name, endpoint in adv.items():
+            if name not in controllers:
+                return endpoint
         return next(iter(adv.values()))
 
     def topic_defaults(self) -> dict[str, Any]:

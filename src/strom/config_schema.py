@@ -431,6 +431,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("sasl.jaas.config", _PW, ""),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
     _c("sasl.server.max.receive.size", _INT, 524288),
+    # KRaft (strom.metadata.quorum_config; Kafka's KRaftConfigs/QuorumConfig names and defaults).
+    # Kafka requires process.roles; strom's default is the zero set-up node: broker and controller
+    # in one process, with no voters configured a quorum of itself (no controller listener needed)
+    _c("process.roles", _LIST, "broker,controller"),
+    _c("controller.listener.names", _STR, ""),
+    _c("controller.quorum.voters", _LIST, ""),
+    _c("controller.quorum.bootstrap.servers", _LIST, ""),
+    _c("controller.quorum.election.timeout.ms", _INT, 1000),
+    _c("controller.quorum.fetch.timeout.ms", _INT, 2000),
+    _c("controller.quorum.election.backoff.max.ms", _INT, 1000),
+    _c("controller.quorum.request.timeout.ms", _INT, 2000),
+    _c("controller.quorum.append.linger.ms", _INT, 25),
+    _c("controller.quorum.retry.backoff.ms", _INT, 20),
+    _c("broker.heartbeat.interval.ms", _INT, 2000),
+    _c("broker.session.timeout.ms", _INT, 9000),
+    _c("initial.broker.registration.timeout.ms", _INT, 60000),
+    # where __cluster_metadata lives; empty: the first of log.dirs (Kafka's default)
+    _c("metadata.log.dir", _STR, ""),
+    _c("metadata.log.segment.bytes", _INT, 1073741824, AtLeast(12)),  # Records.LOG_OVERHEAD
+    _c("metadata.log.segment.ms", _LONG, 604800000),
+    _c("metadata.max.retention.bytes", _LONG, 104857600),
+    _c("metadata.max.retention.ms", _LONG, 604800000),
+    _c("metadata.log.max.record.bytes.between.snapshots", _LONG, 20971520, AtLeast(1)),
+    _c("metadata.log.max.snapshot.interval.ms", _LONG, 3600000, AtLeast(0)),
+    _c("metadata.max.idle.interval.ms", _INT, 500, AtLeast(0)),
+    _c("broker.rack", _STR, ""),
+    _c("auto.leader.rebalance.enable", _BOOL, True),
+    _c("leader.imbalance.check.interval.seconds", _LONG, 300, AtLeast(1)),
+    _c("leader.imbalance.per.broker.percentage", _INT, 10, AtLeast(0)),
+    _c("unclean.leader.election.enable", _BOOL, False, dynamic=_CW),
+    _c("controlled.shutdown.enable", _BOOL, True),
 )
 
 

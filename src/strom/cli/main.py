@@ -1,11 +1,13 @@
 """The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
 ``records``, ``dump-log``, and the cluster tools ``metadata-quorum``, ``cluster``,
-``leader-election``, ``reassign-partitions``, ``dev-cluster``.
+``leader-election``, ``reassign-partitions``, ``dev-cluster``, and ``storage``
+(``kafka-storage.sh``).
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
 ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
-``kafka-delete-records.sh``, ``kafka-dump-log.sh``). Commands other than ``serve`` and
-``dump-log`` are thin over :mod:`strom.client` and work against any Kafka-compatible broker.
+``kafka-delete-records.sh``, ``kafka-dump-log.sh``, ``kafka-storage.sh``). Commands other
+than ``serve``, ``storage`` and ``dump-log`` are thin over :mod:`strom.client` and work
+against any Kafka-compatible broker.
 
 Exit codes: 0 success, 1 runtime error (broker unreachable, Kafka error ...), 2 usage or
 configuration error, 130 interrupted. Expected errors print one line on stderr, no traceback.
@@ -22,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from strom.cli import cluster_tools, commands, dump_log
+from strom.cli import cluster_tools, commands, dump_log, storage
 from strom.cli import configs as cli_configs
 from strom.cli import dev_cluster as cli_dev_cluster
 from strom.cli import groups as cli_groups
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="override a config (repeatable)"
     )
 
+    storage.add_parser(sub)
     topics = sub.add_parser(
         "topics", help="create, list, describe, alter, delete topics (like kafka-topics.sh)"
     )
@@ -329,6 +332,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_reassign.reassign_partitions(args))
         if args.command == "dev-cluster":
             return cli_dev_cluster.dev_cluster(args)
+        if args.command == "storage":
+            return storage.run(args)
         if args.command == "dump-log":
             return dump_log.run(args)
         if args.command == "produce":

@@ -180,7 +180,16 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
-        meta = load_meta(self.log_dirs, self.node_id, str(config["cluster.id"]))
+        # a node of a multi-node quorum (controller.quorum.voters set) starts only on dirs that
+        # `strom storage format` formatted, as in Kafka; the zero set-up node formats its own
+        meta = load_meta(
+            self.log_dirs,
+            self.node_id,
+            str(config["cluster.id"]),
+            metadata_dir=config.metadata_log_dir,
+            require_formatted=bool(config.kraft().voters),
+            config_cluster_id=config.explicit.get("cluster.id"),
+        )
         self.cluster_id = meta.cluster_id
         self.directory_ids: dict[Path, uuid.UUID] = meta.directory_ids
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
