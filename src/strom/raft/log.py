@@ -96,6 +96,13 @@ class RaftLog(Protocol):
         """Append one batch holding ``records`` (record values, null keys) at ``end_offset``."""
         ...
 
+    def append_control_as_leader(self, batch: bytes, epoch: int) -> AppendInfo:
+        """Append one control batch the state machine built (Kafka's LeaderChangeMessage, built
+        with ``build_batch(control=True, partition_leader_epoch=epoch)``); its base offset is
+        patched to ``end_offset`` (no CRC change: the CRC does not cover it). Added to the
+        contract by branch ``raft``: ``append_as_leader`` can only write data records."""
+        ...
+
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
         """Append batches as they came from the leader (their offsets must start at
         ``end_offset``). ``None`` when ``batches`` holds no complete batch."""
