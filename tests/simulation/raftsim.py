@@ -265,8 +265,8 @@ class Cluster:
                 _, _, action = heapq.heappop(self._queue)
                 action()
             self.stats.events += 1
-            self.maybe_snapshot()
             self.check()
+            self.maybe_snapshot()
 
     def maybe_snapshot(self) -> None:
         if not self.snapshot_every:

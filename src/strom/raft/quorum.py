@@ -399,7 +399,16 @@ class RaftNode:
 
     def _to_unattached(self, now_ms: int, epoch: int) -> None:
         self._persist(ElectionState(epoch))
-        deadline = self._election_deadline(now_ms) if self.config.is_voter else None
+        st = self.state
+        deadline: int | None
+        if not self.config.is_voter:
+            deadline = None
+        elif isinstance(st, Unattached | Voted | Candidate) and st.election_deadline is not None:
+            # Kafka keeps the running election timer: a stream of Vote requests that bump the
+            # epoch (a candidate whose log is behind) must not keep everyone from standing.
+            deadline = st.election_deadline
+        else:
+            deadline = self._election_deadline(now_ms)
         self._set_state(Unattached(epoch, deadline))
 
     def _to_voted(self, now_ms: int, epoch: int, candidate: int) -> None:
