@@ -389,6 +389,10 @@ class RaftNode:
             raise RaftStateError(f"epoch going back from {self.state.epoch} to {state.epoch}")
         self.state = state
         self._wake = True  # parked fetches are answered by the new state
+        # Requests of the old state are moot (Kafka's RequestManager.resetAll): their answers
+        # will be ignored, and the new state's requests go out at once.
+        self._inflight.clear()
+        self._retry_at.clear()
         self._notify_leader()
 
     def _notify_leader(self) -> None:
