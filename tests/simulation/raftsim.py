@@ -39,6 +39,22 @@ class InvariantViolation(AssertionError):
     pass
 
 
+@dataclass
+class Totals:
+    """Over every cluster of this process (printed at the end of a pytest run)."""
+
+    runs: int = 0
+    events: int = 0
+    checks: int = 0
+    messages: int = 0
+    kills: int = 0
+    unflushed_lost: int = 0
+    elections: int = 0
+
+
+TOTALS = Totals()
+
+
 class HashChainListener:
     """The replicated state machine: a hash chain over committed batches."""
 
@@ -100,6 +116,7 @@ class Stats:
     checks: int = 0
     kills: int = 0
     appends: int = 0
+    unflushed_lost: int = 0  # records a kill took from a log's unflushed tail
 
 
 class Cluster:
@@ -139,8 +156,11 @@ class Cluster:
         self.leaders_checked: set[tuple[int, int]] = set()
         self.append_counter = 0
         self._request_life: dict[tuple[int, int, int], int] = {}
+        self._deadlines: dict[int, int] = {}  # cached next_deadline() per node
         for nid in self.nodes:
             self.start(nid)
+        TOTALS.runs += 1
+        self._totals_added = False
 
     # ---------------------------------------------------------------- world
     def fail(self, what: str) -> None:
@@ -157,8 +177,15 @@ class Cluster:
         node = self.nodes[nid]
         node.incarnation += 1
         node.listener = HashChainListener(self, nid)
-        node.raft = RaftNode(node.config, node.log, node.store, node.listener,
-                             random.Random(self.seed * 7919 + nid * 131 + node.incarnation), self.now)
+        node.raft = RaftNode(
+            node.config,
+            node.log,
+            node.store,
+            node.listener,
+            random.Random(self.seed * 7919 + nid * 131 + node.incarnation),
+            self.now,
+        )
+        self._deadlines.pop(nid, None)
         self.last_hw[nid] = node.log.high_watermark
         self.checked_to[nid] = node.log.start_offset
 
@@ -166,14 +193,22 @@ class Cluster:
         node = self.nodes[nid]
         if node.raft is None:
             return
+        self.stats.unflushed_lost += node.log.end_offset - node.log.flushed_offset
         node.raft = None
         node.listener = None
+        self._deadlines.pop(nid, None)
         node.log.crash()
         self.stats.kills += 1
 
     def restart(self, nid: int) -> None:
         if self.nodes[nid].raft is None:
             self.start(nid)
+
+    def resign(self, nid: int) -> None:
+        raft = self.nodes[nid].raft
+        if raft is not None:
+            self._deadlines.pop(nid, None)
+            raft.resign(self.now)
 
     def partition(self, *groups: list[int]) -> None:
         self.groups = {nid: i + 1 for i, g in enumerate(groups) for nid in g}
@@ -203,8 +238,9 @@ class Cluster:
                 inc = self.nodes[src].incarnation  # the requester's life
             else:
                 inc = self._request_life.pop((src, o.destination, o.correlation_id), -1)
-            self.schedule(self.now + delay, self._deliverer(src, inc, o.destination,
-                                                            o.correlation_id, o.message))
+            self.schedule(
+                self.now + delay, self._deliverer(src, inc, o.destination, o.correlation_id, o.message)
+            )
 
     def _deliverer(self, src: int, inc: int, dst: int, cid: int, msg: RaftMessage) -> Callable[[], None]:
         def deliver() -> None:
@@ -216,6 +252,7 @@ class Cluster:
                 self._request_life[(dst, src, cid)] = inc
             elif node.incarnation != inc:
                 return  # the answer to a request of the node's previous life: that connection is gone
+            self._deadlines.pop(dst, None)
             self.send(dst, node.raft.handle(self.now, src, cid, msg))
 
         return deliver
@@ -230,6 +267,7 @@ class Cluster:
                 node = self.rng.choice(ls)
                 self.append_counter += 1
                 assert node.raft is not None
+                self._deadlines.pop(node.node_id, None)
                 try:
                     node.raft.append(self.now, [f"{self.seed}:{self.append_counter}".encode()])
                     self.stats.appends += 1
@@ -250,7 +288,9 @@ class Cluster:
             t_n, node = 2**62, None
             for n in self.alive():
                 assert n.raft is not None
-                d = n.raft.next_deadline()
+                d = self._deadlines.get(n.node_id)
+                if d is None:
+                    d = self._deadlines[n.node_id] = n.raft.next_deadline()
                 if d < t_n:
                     t_n, node = d, n
             t = min(t_q, t_n)
@@ -260,6 +300,7 @@ class Cluster:
             self.now = max(self.now, t)
             if node is not None and t_n <= t_q:
                 assert node.raft is not None
+                self._deadlines.pop(node.node_id, None)
                 self.send(node.node_id, node.raft.poll(self.now))
             else:
                 _, _, action = heapq.heappop(self._queue)
@@ -318,15 +359,19 @@ class Cluster:
 
     def check_leader_completeness(self, n: SimNode) -> None:
         if n.log.end_offset < self.committed_end:
-            self.fail(f"leader {n.node_id} misses committed data: log ends at {n.log.end_offset}, "
-                      f"committed up to {self.committed_end}")
+            self.fail(
+                f"leader {n.node_id} misses committed data: log ends at {n.log.end_offset}, "
+                f"committed up to {self.committed_end}"
+            )
         for base, _nxt, _epoch, data in n.log.batches_from(n.log.start_offset):
             if base >= self.committed_end:
                 break
             known = self.committed.get(base)
             if known is None or known[1] != data:
-                self.fail(f"leader {n.node_id} of epoch {n.raft.epoch if n.raft else -1} "
-                          f"holds another batch at committed offset {base}")
+                self.fail(
+                    f"leader {n.node_id} of epoch {n.raft.epoch if n.raft else -1} "
+                    f"holds another batch at committed offset {base}"
+                )
 
     def check_log(self, n: SimNode, start: int, end: int) -> None:
         """Batches of ``n`` in [start, end) (``end``: its high watermark) against the committed
@@ -346,6 +391,16 @@ class Cluster:
             else:
                 self.fail(f"node {n.node_id}: batch at {base} does not align with committed batches")
 
+    def add_totals(self) -> None:
+        if not self._totals_added:
+            self._totals_added = True
+            TOTALS.events += self.stats.events
+            TOTALS.checks += self.stats.checks
+            TOTALS.messages += self.stats.messages
+            TOTALS.kills += self.stats.kills
+            TOTALS.unflushed_lost += self.stats.unflushed_lost
+            TOTALS.elections += len(self.epoch_leader)
+
     # ---------------------------------------------------------------- liveness
     def settle(self, within_ms: int = 20_000) -> None:
         """Heal, restart everyone, and require a leader that commits a new record everywhere."""
@@ -361,16 +416,21 @@ class Cluster:
                 continue
             if target is None:
                 try:
+                    self._deadlines.pop(leader.node_id, None)
                     target = leader.raft.append(self.now, [b"settle"]) + 1
                 except NotLeaderError:
                     continue
             if all(n.raft is not None and n.raft.applied_offset >= target for n in self.nodes.values()):
                 self.check_all()
+                self.add_totals()
                 return
             if leader.log.end_offset < target:
                 target = None  # the record was lost with a leader change; try again
-        states = {n.node_id: (n.raft.state_name, n.raft.epoch, n.raft.applied_offset)
-                  for n in self.nodes.values() if n.raft}
+        states = {
+            n.node_id: (n.raft.state_name, n.raft.epoch, n.raft.applied_offset)
+            for n in self.nodes.values()
+            if n.raft
+        }
         self.fail(f"no progress within {within_ms} ms after healing: {states}, target {target}")
 
 

@@ -181,8 +181,14 @@ def snapshot_catch_up(seed: int) -> Cluster:
 
 def chaos(seed: int) -> Cluster:
     """Everything at random: kills, restarts, partitions, loss, snapshots, an observer."""
-    c = Cluster(seed, voters=c_voters(seed), observers=seed % 2, max_delay_ms=40, drop_rate=0.05,
-                snapshot_every=60 if seed % 3 == 0 else 0)
+    c = Cluster(
+        seed,
+        voters=c_voters(seed),
+        observers=seed % 2,
+        max_delay_ms=40,
+        drop_rate=0.05,
+        snapshot_every=60 if seed % 3 == 0 else 0,
+    )
     c.client(interval_ms=15)
     for _ in range(12):
         c.run_for(c.rng.randint(50, 2_000))
@@ -201,8 +207,8 @@ def chaos(seed: int) -> Cluster:
             c.heal()
         else:
             leader = c.leader()
-            if leader is not None and leader.raft is not None:
-                leader.raft.resign(c.now)
+            if leader is not None:
+                c.resign(leader.node_id)
     c.settle()
     return c
 

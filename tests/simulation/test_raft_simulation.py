@@ -24,7 +24,9 @@ REGRESSIONS = {
 
 
 @pytest.mark.simulation
-@pytest.mark.parametrize(("name", "seed"), sorted(REGRESSIONS), ids=[f"{n}-{s}" for n, s in sorted(REGRESSIONS)])
+@pytest.mark.parametrize(
+    ("name", "seed"), sorted(REGRESSIONS), ids=[f"{n}-{s}" for n, s in sorted(REGRESSIONS)]
+)
 def test_regression_seed(name: str, seed: int) -> None:
     SCENARIOS[name](seed)
 

@@ -25,7 +25,14 @@ from strom.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from strom.raft.quorum import CommittedBatch, LeaderAndEpoch, NotLeaderError, RaftConfig, RaftNode, RaftStateError
+from strom.raft.quorum import (
+    CommittedBatch,
+    LeaderAndEpoch,
+    NotLeaderError,
+    RaftConfig,
+    RaftNode,
+    RaftStateError,
+)
 from strom.testing.raft import MemoryQuorumStateStore, MemoryRaftLog
 
 VOTERS = frozenset({1, 2, 3})
@@ -178,7 +185,7 @@ def test_transition(state: str, inp: str) -> None:
         out = node.handle(10, 3, 99, message)
         resp = next((o.message for o in out if o.destination == 3 and o.correlation_id == 99), None)
         assert check is not None
-        kind, error, *granted = check  # type: ignore[misc]
+        _kind, error, *granted = check  # type: ignore[misc]
         assert resp is not None, out
         assert resp.error_code == error  # type: ignore[union-attr]
         if granted:
@@ -223,7 +230,9 @@ def test_append_on_a_follower_raises() -> None:
 
 
 def _fetch(node: RaftNode, replica: int, offset: int, epoch: int, now: int = 10) -> FetchResponse:
-    out = node.handle(now, replica, 1000 + offset, FetchRequest(replica, node.epoch, offset, epoch, max_wait_ms=0))
+    out = node.handle(
+        now, replica, 1000 + offset, FetchRequest(replica, node.epoch, offset, epoch, max_wait_ms=0)
+    )
     resp = answer(out, replica)
     assert isinstance(resp, FetchResponse)
     return resp
@@ -294,8 +303,12 @@ def test_a_follower_below_the_log_start_downloads_the_snapshot_in_chunks() -> No
 def test_a_stale_response_is_ignored() -> None:
     follower, flog, _, _ = make_node(ElectionState(5, 1, None), node_id=2, history=False)
     follower.poll(0)
-    follower.handle(1, 1, 12345, FetchResponse(Errors.NONE, 0, 0, current_leader=LeaderIdAndEpoch(1, 5),
-                                               records=b"garbage"))
+    follower.handle(
+        1,
+        1,
+        12345,
+        FetchResponse(Errors.NONE, 0, 0, current_leader=LeaderIdAndEpoch(1, 5), records=b"garbage"),
+    )
     assert flog.end_offset == 0
 
 

@@ -263,7 +263,9 @@ class RaftNode:
         elif stored.voted_id is not None and config.is_voter:
             self.state = Voted(stored.epoch, stored.voted_id, self._election_deadline(now_ms))
         else:
-            self.state = Unattached(stored.epoch, self._election_deadline(now_ms) if config.is_voter else None)
+            self.state = Unattached(
+                stored.epoch, self._election_deadline(now_ms) if config.is_voter else None
+            )
         self._stored = stored
         self._notify_leader()
 
@@ -300,8 +302,14 @@ class RaftNode:
     def handle(self, now_ms: int, sender: int, correlation_id: int, message: RaftMessage) -> list[Outbound]:
         """Handle one arriving request or response; return what to send."""
         out: list[Outbound] = []
-        if isinstance(message, VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest
-                      | FetchRequest | FetchSnapshotRequest):
+        if isinstance(
+            message,
+            VoteRequest
+            | BeginQuorumEpochRequest
+            | EndQuorumEpochRequest
+            | FetchRequest
+            | FetchSnapshotRequest,
+        ):
             response = self._handle_request(now_ms, sender, correlation_id, message)
             if response is not None:
                 out.append(Outbound(sender, correlation_id, response))
@@ -323,8 +331,9 @@ class RaftNode:
         if self._wake:
             return -1
         st = self.state
-        if (isinstance(st, Unattached) and st.election_deadline is not None) or isinstance(st, Voted):
-            cands.append(st.election_deadline)
+        if isinstance(st, Unattached | Voted):
+            if st.election_deadline is not None:
+                cands.append(st.election_deadline)
         elif isinstance(st, Candidate):
             cands.append(st.backoff_until if st.backoff_until is not None else st.election_deadline)
         elif isinstance(st, Follower):
@@ -369,7 +378,11 @@ class RaftNode:
             raise ValueError(f"snapshot {snapshot_id} is not in the committed, applied log")
         end = self.log.end_offset_for_epoch(snapshot_id.epoch)
         before = self.log.end_offset_for_epoch(snapshot_id.epoch - 1)
-        if end.epoch != snapshot_id.epoch or end.offset < snapshot_id.offset or before.offset >= snapshot_id.offset:
+        if (
+            end.epoch != snapshot_id.epoch
+            or end.offset < snapshot_id.offset
+            or before.offset >= snapshot_id.offset
+        ):
             raise ValueError(f"snapshot {snapshot_id}: the log has another epoch at that offset")
         self.log.create_snapshot(snapshot_id, data)
         self.log.delete_before_snapshot(snapshot_id)
@@ -522,7 +535,10 @@ class RaftNode:
         if req.candidate_epoch > self.epoch:
             self._to_unattached(now_ms, req.candidate_epoch)
         st = self.state
-        log_ok = (req.last_offset_epoch, req.last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset)
+        log_ok = (req.last_offset_epoch, req.last_offset) >= (
+            self.log.last_fetched_epoch(),
+            self.log.end_offset,
+        )
         if isinstance(st, Unattached):
             granted = log_ok
             if granted:
@@ -552,9 +568,12 @@ class RaftNode:
         if isinstance(st, Follower) and st.leader_id == req.leader_id and self.config.is_voter:
             succ = req.preferred_successors
             pos = succ.index(self.config.node_id) if self.config.node_id in succ else len(succ)
-            backoff = 0 if pos == 0 else min(
-                self.config.election_backoff_max_ms, self.config.retry_backoff_ms * (2**pos)
-            ) + self.rng.randrange(self.config.retry_backoff_ms)
+            backoff = (
+                0
+                if pos == 0
+                else min(self.config.election_backoff_max_ms, self.config.retry_backoff_ms * (2**pos))
+                + self.rng.randrange(self.config.retry_backoff_ms)
+            )
             st.fetch_deadline = min(st.fetch_deadline, now_ms + backoff)
         cur = self._current_leader()
         return EndQuorumEpochResponse(Errors.NONE, cur.leader_id, cur.leader_epoch)
@@ -584,7 +603,10 @@ class RaftNode:
             or req.last_fetched_epoch < snap.epoch
         ):
             return FetchResponse(
-                Errors.NONE, log.high_watermark, log.start_offset, current_leader=current,
+                Errors.NONE,
+                log.high_watermark,
+                log.start_offset,
+                current_leader=current,
                 snapshot_id=SnapshotId(snap.offset, snap.epoch),
             )
         if req.fetch_offset < log.start_offset:
@@ -592,7 +614,10 @@ class RaftNode:
         end = log.end_offset_for_epoch(req.last_fetched_epoch)
         if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
             return FetchResponse(
-                Errors.NONE, log.high_watermark, log.start_offset, current_leader=current,
+                Errors.NONE,
+                log.high_watermark,
+                log.start_offset,
+                current_leader=current,
                 diverging_epoch=EpochEndOffset(end.epoch, end.offset),
             )
         replica.end_offset = req.fetch_offset
@@ -600,12 +625,18 @@ class RaftNode:
         if req.fetch_offset >= log.end_offset and not moved and may_park and req.max_wait_ms > 0:
             self._parked[sender] = _Parked(correlation_id, req, now_ms + req.max_wait_ms)
             return None
-        records = log.read(req.fetch_offset, self.config.fetch_max_bytes) if req.fetch_offset < log.end_offset else b""
+        records = (
+            log.read(req.fetch_offset, self.config.fetch_max_bytes)
+            if req.fetch_offset < log.end_offset
+            else b""
+        )
         return FetchResponse(
             Errors.NONE, log.high_watermark, log.start_offset, current_leader=current, records=records
         )
 
-    def _handle_fetch_snapshot(self, now_ms: int, sender: int, req: FetchSnapshotRequest) -> FetchSnapshotResponse:
+    def _handle_fetch_snapshot(
+        self, now_ms: int, sender: int, req: FetchSnapshotRequest
+    ) -> FetchSnapshotResponse:
         def error(code: Errors) -> FetchSnapshotResponse:
             return FetchSnapshotResponse(code, req.snapshot_id, self._current_leader())
 
@@ -635,7 +666,11 @@ class RaftNode:
         elif isinstance(resp, BeginQuorumEpochResponse):
             if not self._maybe_transition(now_ms, resp.leader_id, resp.leader_epoch):
                 st = self.state
-                if isinstance(st, Leader) and resp.error_code == Errors.NONE and resp.leader_epoch == st.epoch:
+                if (
+                    isinstance(st, Leader)
+                    and resp.error_code == Errors.NONE
+                    and resp.leader_epoch == st.epoch
+                ):
                     st.begin_acked.add(sender)
                 else:
                     self._retry_at[sender] = now_ms + self.config.retry_backoff_ms
@@ -669,7 +704,9 @@ class RaftNode:
                 st.backoff_until = now_ms + self._backoff(st.retries)
 
     def _backoff(self, retries: int) -> int:
-        cap = min(self.config.election_backoff_max_ms, self.config.retry_backoff_ms * 2 ** min(retries + 1, 20))
+        cap = min(
+            self.config.election_backoff_max_ms, self.config.retry_backoff_ms * 2 ** min(retries + 1, 20)
+        )
         return self.rng.randrange(cap + 1)
 
     def _handle_fetch_response(self, now_ms: int, sender: int, resp: FetchResponse) -> None:
@@ -709,10 +746,13 @@ class RaftNode:
     def _handle_fetch_snapshot_response(self, now_ms: int, sender: int, resp: FetchSnapshotResponse) -> None:
         st = self.state
         if resp.error_code != Errors.NONE:
-            if not self._maybe_transition(now_ms, resp.current_leader.leader_id, resp.current_leader.leader_epoch):
+            if not self._maybe_transition(
+                now_ms, resp.current_leader.leader_id, resp.current_leader.leader_epoch
+            ):
                 self._retry_at[sender] = now_ms + self.config.retry_backoff_ms
                 if isinstance(st, Follower) and resp.error_code in (
-                    Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE
+                    Errors.SNAPSHOT_NOT_FOUND,
+                    Errors.POSITION_OUT_OF_RANGE,
                 ):
                     st.snapshot = None  # fetch again: the leader names its current snapshot
             return
@@ -751,8 +791,10 @@ class RaftNode:
     def _check_quorum_deadline(self, st: Leader) -> int:
         """When check-quorum fails unless more fetches come: 1.5 x fetch timeout after the
         last fetch of the majority's least recent member."""
-        others = sorted((st.replicas[v].last_fetch_ms for v in self.config.voters if v != self.config.node_id),
-                        reverse=True)
+        others = sorted(
+            (st.replicas[v].last_fetch_ms for v in self.config.voters if v != self.config.node_id),
+            reverse=True,
+        )
         needed = self.config.majority - 1
         if needed == 0:
             return 2**62
@@ -766,11 +808,19 @@ class RaftNode:
             for pos, h in iter_batches(data):
                 if h.next_offset > hw:
                     break
-                records = () if h.is_control else tuple(
-                    r.value or b"" for r in decode_batch_records(data, pos, h)
+                records = (
+                    () if h.is_control else tuple(r.value or b"" for r in decode_batch_records(data, pos, h))
                 )
-                batches.append(CommittedBatch(h.base_offset, h.last_offset, h.partition_leader_epoch,
-                                              h.max_timestamp, records, h.is_control))
+                batches.append(
+                    CommittedBatch(
+                        h.base_offset,
+                        h.last_offset,
+                        h.partition_leader_epoch,
+                        h.max_timestamp,
+                        records,
+                        h.is_control,
+                    )
+                )
             if not batches:
                 return
             self.listener.handle_commit(batches)
@@ -844,7 +894,9 @@ class RaftNode:
         for sender, parked in list(self._parked.items()):
             if wake or parked.deadline <= now_ms:
                 del self._parked[sender]
-                resp = self._handle_fetch(now_ms, sender, parked.correlation_id, parked.request, may_park=False)
+                resp = self._handle_fetch(
+                    now_ms, sender, parked.correlation_id, parked.request, may_park=False
+                )
                 if resp is not None:
                     out.append(Outbound(sender, parked.correlation_id, resp))
         self._wake = False
@@ -860,8 +912,9 @@ class RaftNode:
                 continue
             msg: RaftMessage
             if isinstance(st, Candidate):
-                msg = VoteRequest(st.epoch, me, self.log.last_fetched_epoch(), self.log.end_offset,
-                                  self.config.cluster_id)
+                msg = VoteRequest(
+                    st.epoch, me, self.log.last_fetched_epoch(), self.log.end_offset, self.config.cluster_id
+                )
             elif isinstance(st, Leader):
                 msg = BeginQuorumEpochRequest(me, st.epoch, self.config.cluster_id)
             elif isinstance(st, Resigned):
@@ -869,19 +922,44 @@ class RaftNode:
             elif isinstance(st, Follower):
                 if st.snapshot is not None:
                     dl = st.snapshot
-                    msg = FetchSnapshotRequest(me, st.epoch, dl.snapshot_id, len(dl.data),
-                                               self.config.snapshot_chunk_bytes, self.config.cluster_id)
+                    msg = FetchSnapshotRequest(
+                        me,
+                        st.epoch,
+                        dl.snapshot_id,
+                        len(dl.data),
+                        self.config.snapshot_chunk_bytes,
+                        self.config.cluster_id,
+                    )
                 else:
-                    msg = FetchRequest(me, st.epoch, self.log.end_offset, self.log.last_fetched_epoch(),
-                                       self.log.start_offset, self.config.fetch_max_bytes,
-                                       self.config.fetch_max_wait_ms, self.config.cluster_id)
+                    msg = FetchRequest(
+                        me,
+                        st.epoch,
+                        self.log.end_offset,
+                        self.log.last_fetched_epoch(),
+                        self.log.start_offset,
+                        self.config.fetch_max_bytes,
+                        self.config.fetch_max_wait_ms,
+                        self.config.cluster_id,
+                    )
             else:
                 continue
             self._send(now_ms, out, dest, msg)
         if isinstance(st, Unattached) and not self.config.is_voter and self._discovery_at <= now_ms:
             if not self._inflight:
                 dest = self.rng.choice(sorted(self.config.voters))
-                self._send(now_ms, out, dest, FetchRequest(
-                    me, st.epoch, self.log.end_offset, self.log.last_fetched_epoch(), self.log.start_offset,
-                    self.config.fetch_max_bytes, 0, self.config.cluster_id))
+                self._send(
+                    now_ms,
+                    out,
+                    dest,
+                    FetchRequest(
+                        me,
+                        st.epoch,
+                        self.log.end_offset,
+                        self.log.last_fetched_epoch(),
+                        self.log.start_offset,
+                        self.config.fetch_max_bytes,
+                        0,
+                        self.config.cluster_id,
+                    ),
+                )
             self._discovery_at = now_ms + self.config.observer_discovery_ms

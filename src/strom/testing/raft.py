@@ -110,8 +110,12 @@ class MemoryRaftLog:
             if header.partition_leader_epoch < self.last_fetched_epoch():
                 raise ValueError("batch epoch goes backwards")
             self._batches.append(
-                _Batch(header.base_offset, header.next_offset, header.partition_leader_epoch,
-                       bytes(batches[pos : pos + header.size]))
+                _Batch(
+                    header.base_offset,
+                    header.next_offset,
+                    header.partition_leader_epoch,
+                    bytes(batches[pos : pos + header.size]),
+                )
             )
             if first < 0:
                 first = header.base_offset
