@@ -179,6 +179,22 @@ def snapshot_catch_up(seed: int) -> Cluster:
     return c
 
 
+def stale_leader_snapshot(seed: int) -> Cluster:
+    """A leader cut off keeps taking appends until check-quorum; the majority moves on and
+    snapshots. Back, the old leader's log reaches past the new snapshot with an older epoch."""
+    c = Cluster(seed, voters=3, max_delay_ms=10, snapshot_every=30, snapshot_chunk_bytes=48)
+    c.client(interval_ms=5)
+    c.run_for(c.rng.randint(1_000, 3_000))
+    leader = c.leader()
+    if leader is not None:
+        rest = [n for n in c.nodes if n != leader.node_id]
+        c.partition([leader.node_id], rest)
+        c.run_for(c.rng.randint(1_000, 6_000))
+        c.heal()
+    c.settle()
+    return c
+
+
 def chaos(seed: int) -> Cluster:
     """Everything at random: kills, restarts, partitions, loss, snapshots, an observer."""
     c = Cluster(
@@ -225,5 +241,6 @@ SCENARIOS: dict[str, Callable[[int], Cluster]] = {
     "unflushed-tail": unflushed_tail,
     "observers": observers,
     "snapshot-catch-up": snapshot_catch_up,
+    "stale-leader-snapshot": stale_leader_snapshot,
     "chaos": chaos,
 }

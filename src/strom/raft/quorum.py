@@ -769,9 +769,11 @@ class RaftNode:
         snap = OffsetAndEpoch(dl.snapshot_id.end_offset, dl.snapshot_id.epoch)
         data = bytes(dl.data)
         self.log.create_snapshot(snap, data)
-        if self.log.truncate_to_latest_snapshot():
-            self.listener.handle_load_snapshot(snap, data)
-            self._applied = snap.offset
+        if not self.log.truncate_to_latest_snapshot():
+            # the leader sends a snapshot id only to a log behind it (by offset or by epoch)
+            raise RaftStateError(f"snapshot {snap} is not ahead of the log (end {self.log.end_offset})")
+        self.listener.handle_load_snapshot(snap, data)
+        self._applied = snap.offset
 
     # ------------------------------------------------------------------ leader bookkeeping
     def _update_leader_hw(self, st: Leader) -> bool:

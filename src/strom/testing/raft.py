@@ -169,7 +169,12 @@ class MemoryRaftLog:
 
     def truncate_to_latest_snapshot(self) -> bool:
         snap = self.latest_snapshot_id()
-        if snap is None or snap.offset < self.end_offset:
+        # Kafka's rule: the log restarts at the snapshot when the snapshot is ahead of it, by
+        # offset or by epoch (a log that reaches past the snapshot with an older epoch diverges
+        # from it, and everything of it below the snapshot is committed history it replaces).
+        if snap is None or snap.offset <= self._start_offset:
+            return False
+        if not (snap.offset >= self.end_offset or snap.epoch > self.last_fetched_epoch()):
             return False
         self._batches = []
         self._start_offset = snap.offset
