@@ -250,6 +250,8 @@ class RaftNode:
         if snap is not None:
             data = log.read_snapshot(snap)
             if data is not None and snap.offset >= log.start_offset:
+                if log.high_watermark < snap.offset <= log.end_offset:
+                    log.update_high_watermark(snap.offset)  # a snapshot holds only committed data
                 listener.handle_load_snapshot(snap, data)
                 self._applied = snap.offset
         stored = store.read() or ElectionState(0)
