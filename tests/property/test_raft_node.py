@@ -42,6 +42,7 @@ events = st.one_of(
     st.tuples(st.just("fetch"), peers, epochs, st.integers(0, 4), st.integers(0, 6)),
     st.tuples(st.just("vote-response"), peers, epochs, st.booleans()),
     st.tuples(st.just("fetch-response"), epochs),
+    st.tuples(st.just("grant"), peers),
     st.tuples(st.just("tick"), st.integers(0, 3000)),
     st.tuples(st.just("append"), st.integers(1, 3)),
 )
@@ -88,6 +89,9 @@ def test_node_stays_legal(script: list[tuple[object, ...]], seed: int) -> None:
         elif kind == "vote-response":
             _, sender, epoch, ok = ev
             msg = VoteResponse(Errors.NONE, -1, int(epoch), bool(ok))  # type: ignore[call-overload]
+        elif kind == "grant":  # a peer grants the node's current candidacy (if it is one)
+            sender = int(ev[1])  # type: ignore[call-overload]
+            msg = VoteResponse(Errors.NONE, -1, node.epoch, True)
         elif kind == "fetch-response":
             epoch = int(ev[1])  # type: ignore[call-overload]
             sender = leader_of(epoch)

@@ -126,6 +126,7 @@ class Cluster:
         voters: int = 3,
         observers: int = 0,
         drop_rate: float = 0.0,
+        duplicate_rate: float = 0.0,
         max_delay_ms: int = 10,
         snapshot_every: int = 0,
         snapshot_chunk_bytes: int = 64,
@@ -134,6 +135,7 @@ class Cluster:
         self.rng = random.Random(seed)
         self.now = 0
         self.drop_rate = drop_rate
+        self.duplicate_rate = duplicate_rate
         self.max_delay_ms = max_delay_ms
         self.snapshot_every = snapshot_every
         self._queue: list[tuple[int, int, Callable[[], None]]] = []
@@ -238,9 +240,10 @@ class Cluster:
                 inc = self.nodes[src].incarnation  # the requester's life
             else:
                 inc = self._request_life.pop((src, o.destination, o.correlation_id), -1)
-            self.schedule(
-                self.now + delay, self._deliverer(src, inc, o.destination, o.correlation_id, o.message)
-            )
+            deliver = self._deliverer(src, inc, o.destination, o.correlation_id, o.message)
+            self.schedule(self.now + delay, deliver)
+            if self.rng.random() < self.duplicate_rate:  # the same message again, later
+                self.schedule(self.now + delay + self.rng.randint(0, self.max_delay_ms), deliver)
 
     def _deliverer(self, src: int, inc: int, dst: int, cid: int, msg: RaftMessage) -> Callable[[], None]:
         def deliver() -> None:

@@ -203,6 +203,7 @@ def chaos(seed: int) -> Cluster:
         observers=seed % 2,
         max_delay_ms=40,
         drop_rate=0.05,
+        duplicate_rate=0.03,
         snapshot_every=60 if seed % 3 == 0 else 0,
     )
     c.client(interval_ms=15)
