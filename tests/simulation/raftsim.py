@@ -92,6 +92,12 @@ class HashChainListener:
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
+        raft = self.cluster.nodes[self.node_id].raft
+        if leader.leader_id == self.node_id and raft is not None:
+            start = getattr(raft.state, "epoch_start_offset", None)
+            if start is None or self.offset < start:
+                self.cluster.fail(f"node {self.node_id} told it leads before applying up to {start}")
+            self.cluster.stats.leader_notices += 1
 
     def snapshot_data(self) -> bytes:
         return build_batch([(None, self.chain, [], 0)])
@@ -117,6 +123,7 @@ class Stats:
     kills: int = 0
     appends: int = 0
     unflushed_lost: int = 0  # records a kill took from a log's unflushed tail
+    leader_notices: int = 0
 
 
 class Cluster:

@@ -145,7 +145,10 @@ class RaftListener(Protocol):
 
     def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None: ...
 
-    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        """Any change of leader or epoch. When this node becomes leader it is told only after
+        its listener has applied every batch before the leader's epoch."""
+        ...
 
 
 # --------------------------------------------------------------------------- states
@@ -411,6 +414,11 @@ class RaftNode:
         self._notify_leader()
 
     def _notify_leader(self) -> None:
+        st = self.state
+        if isinstance(st, Leader) and self._applied < st.epoch_start_offset:
+            # Kafka tells a new leader's listener only once it has applied everything before its
+            # epoch: an active controller then acts on the whole committed history.
+            return
         current = LeaderAndEpoch(self.leader_id, self.epoch)
         if current != self._notified:
             self._notified = current
