@@ -336,3 +336,19 @@ def test_memory_log_crash_loses_the_unflushed_tail() -> None:
     assert log.end_offset == 1 and log.high_watermark == 0
     assert log.end_offset_for_epoch(1) == OffsetAndEpoch(1, 1)
     assert log.end_offset_for_epoch(0) == OffsetAndEpoch(0, 0)
+
+
+def test_a_request_from_another_cluster_is_refused_and_changes_nothing() -> None:
+    log = MemoryRaftLog()
+    store = MemoryQuorumStateStore()
+    node = RaftNode(RaftConfig(1, VOTERS, cluster_id="abc"), log, store, Recorder(), random.Random(1), 0)
+    for msg in (
+        VoteRequest(9, 2, 9, 9, cluster_id="xyz"),
+        BeginQuorumEpochRequest(2, 9, cluster_id="xyz"),
+        FetchRequest(2, 0, 0, 0, cluster_id="xyz"),
+    ):
+        resp = answer(node.handle(0, 2, 5, msg), 2)
+        assert resp.error_code == Errors.INCONSISTENT_CLUSTER_ID  # type: ignore[union-attr]
+    assert node.epoch == 0 and store.read() is None
+    resp = answer(node.handle(0, 2, 6, VoteRequest(9, 2, 9, 9, cluster_id="abc")), 2)
+    assert isinstance(resp, VoteResponse) and resp.vote_granted

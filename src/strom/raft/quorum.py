@@ -521,6 +521,13 @@ class RaftNode:
     def _handle_request(
         self, now_ms: int, sender: int, correlation_id: int, req: RaftMessage
     ) -> RaftMessage | None:
+        cluster_id = getattr(req, "cluster_id", None)
+        if (
+            cluster_id is not None
+            and self.config.cluster_id is not None
+            and cluster_id != self.config.cluster_id
+        ):
+            return self._error_response(req, Errors.INCONSISTENT_CLUSTER_ID)
         if isinstance(req, VoteRequest):
             return self._handle_vote(now_ms, req)
         if isinstance(req, BeginQuorumEpochRequest):
@@ -532,6 +539,18 @@ class RaftNode:
         if isinstance(req, FetchSnapshotRequest):
             return self._handle_fetch_snapshot(now_ms, sender, req)
         raise TypeError(f"not a request: {req!r}")
+
+    def _error_response(self, req: RaftMessage, error: Errors) -> RaftMessage:
+        cur = self._current_leader()
+        if isinstance(req, VoteRequest):
+            return VoteResponse(error, cur.leader_id, cur.leader_epoch, False)
+        if isinstance(req, BeginQuorumEpochRequest):
+            return BeginQuorumEpochResponse(error, cur.leader_id, cur.leader_epoch)
+        if isinstance(req, EndQuorumEpochRequest):
+            return EndQuorumEpochResponse(error, cur.leader_id, cur.leader_epoch)
+        if isinstance(req, FetchSnapshotRequest):
+            return FetchSnapshotResponse(error, req.snapshot_id, cur)
+        return FetchResponse(error, current_leader=cur)
 
     def _vote_response(self, error: Errors, granted: bool) -> VoteResponse:
         cur = self._current_leader()
