@@ -195,6 +195,21 @@ def stale_leader_snapshot(seed: int) -> Cluster:
     return c
 
 
+def slow_network(seed: int) -> Cluster:
+    """Delays up to well past the request and fetch timeouts' fractions, loss and duplicates:
+    answers arrive late, out of order and twice; a leader is killed in the middle."""
+    c = Cluster(seed, voters=5, max_delay_ms=700, drop_rate=0.1, duplicate_rate=0.05)
+    c.client(interval_ms=30)
+    c.run_for(10_000)
+    leader = c.leader()
+    if leader is not None:
+        c.kill(leader.node_id)
+    c.run_for(10_000)
+    c.max_delay_ms, c.drop_rate, c.duplicate_rate = 10, 0.0, 0.0
+    c.settle(within_ms=30_000)
+    return c
+
+
 def chaos(seed: int) -> Cluster:
     """Everything at random: kills, restarts, partitions, loss, snapshots, an observer."""
     c = Cluster(
@@ -243,5 +258,6 @@ SCENARIOS: dict[str, Callable[[int], Cluster]] = {
     "observers": observers,
     "snapshot-catch-up": snapshot_catch_up,
     "stale-leader-snapshot": stale_leader_snapshot,
+    "slow-network": slow_network,
     "chaos": chaos,
 }
