@@ -133,6 +133,5 @@ class RaftLog(Protocol):
         ...
 
     def truncate_to_latest_snapshot(self) -> bool:
-        """A follower that fetched a snapshot ahead of its log (past its end offset, or of a
-        later epoch than its last batch): the log restarts at it. False if nothing changed."""
+        """A follower that fetched a snapshot past its log end: the log restarts at it."""
         ...

@@ -3,7 +3,9 @@
 :class:`MemoryRaftLog` implements :class:`strom.raft.log.RaftLog` on a list of real RecordBatch v2
 byte strings (``partitionLeaderEpoch`` = the appending leader's epoch) and honours the durability
 contract literally: :meth:`MemoryRaftLog.crash` (a kill of the node) drops every batch at or after
-``flushed_offset`` and forgets the high watermark, as a process restart would. Snapshots are
+``flushed_offset`` and forgets the high watermark, as a process restart would. Edge cases follow
+the contract as Kafka has them (``end_offset_for_epoch`` below every epoch, an existing snapshot
+id, a high watermark moved backwards: ignored). Snapshots are
 kept as whole byte strings, so they survive a crash once created (``create_snapshot`` is
 durable, like Kafka's snapshot file that is renamed into place after being written).
 
@@ -53,11 +55,8 @@ class MemoryRaftLog:
         return self._high_watermark
 
     def update_high_watermark(self, offset: int) -> None:
-        if offset < self._high_watermark:
-            raise ValueError(f"high watermark {offset} below {self._high_watermark}")
-        if offset > self.end_offset:
-            raise ValueError(f"high watermark {offset} past the log end {self.end_offset}")
-        self._high_watermark = offset
+        # the contract: clamped to the log end, a move backwards is ignored
+        self._high_watermark = max(self._high_watermark, min(offset, self.end_offset))
 
     def last_fetched_epoch(self) -> int:
         if self._batches:
@@ -66,19 +65,21 @@ class MemoryRaftLog:
         return snap.epoch if snap is not None else 0
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        snap = self.latest_snapshot_id()
-        if snap is not None and snap.offset == self._start_offset:
-            base = OffsetAndEpoch(self._start_offset, snap.epoch)  # the snapshot ends the epoch
-        else:
-            base = OffsetAndEpoch(self._start_offset, 0)
-        if base.epoch > epoch:
-            return OffsetAndEpoch(-1, -1)  # older than anything this log still knows
-        found_epoch = base.epoch
+        # Kafka's KafkaMetadataLog.endOffsetForEpoch over its leader-epoch cache
+        if not self._batches:
+            return OffsetAndEpoch(self.end_offset, self.last_fetched_epoch())
+        floor: int | None = None
         for batch in self._batches:
             if batch.epoch > epoch:
-                return OffsetAndEpoch(batch.base_offset, found_epoch)
-            found_epoch = batch.epoch
-        return OffsetAndEpoch(self.end_offset, found_epoch)
+                if floor is not None:
+                    return OffsetAndEpoch(batch.base_offset, floor)
+                # below every epoch of the log: the oldest snapshot's id if the log starts at it
+                snap = min(self._snapshots) if self._snapshots else None
+                if snap is not None and snap.offset == batch.base_offset == self._start_offset:
+                    return snap
+                return OffsetAndEpoch(batch.base_offset, epoch)
+            floor = batch.epoch
+        return OffsetAndEpoch(self.end_offset, self._batches[-1].epoch)
 
     # -- data
     def append_as_leader(self, records: list[bytes], epoch: int, timestamp_ms: int) -> AppendInfo:
@@ -139,9 +140,7 @@ class MemoryRaftLog:
     def truncate_to(self, offset: int) -> None:
         if offset < self._high_watermark:
             raise ValueError(f"truncation to {offset} below the high watermark {self._high_watermark}")
-        self._batches = [b for b in self._batches if b.next_offset <= offset]
-        if self._batches and self._batches[-1].next_offset != offset and offset < self.end_offset:
-            raise ValueError(f"truncation offset {offset} is inside a batch")
+        self._batches = [b for b in self._batches if b.next_offset <= offset]  # a batch holding it goes
         self._flushed_offset = min(self._flushed_offset, self.end_offset)
 
     def flush(self) -> None:
@@ -152,29 +151,31 @@ class MemoryRaftLog:
         return max(self._snapshots) if self._snapshots else None
 
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self._snapshots[snapshot_id] = data
+        if snapshot_id.offset < self._start_offset:
+            raise ValueError(f"snapshot {snapshot_id} below the log start {self._start_offset}")
+        self._snapshots.setdefault(snapshot_id, data)
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes | None:
         return self._snapshots.get(snapshot_id)
 
     def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
-        if snapshot_id not in self._snapshots:
-            raise ValueError(f"no snapshot {snapshot_id}")
-        if snapshot_id.offset > self._high_watermark:
-            raise ValueError("snapshot past the high watermark")
+        if snapshot_id not in self._snapshots or snapshot_id.offset <= self._start_offset:
+            return
         self._batches = [b for b in self._batches if b.base_offset >= snapshot_id.offset]
-        self._start_offset = max(self._start_offset, snapshot_id.offset)
+        self._start_offset = snapshot_id.offset
+        self._flushed_offset = max(self._flushed_offset, self._start_offset)
         for old in [s for s in self._snapshots if s < snapshot_id]:
             del self._snapshots[old]
 
     def truncate_to_latest_snapshot(self) -> bool:
         snap = self.latest_snapshot_id()
-        # Kafka's rule: the log restarts at the snapshot when the snapshot is ahead of it, by
-        # offset or by epoch (a log that reaches past the snapshot with an older epoch diverges
-        # from it, and everything of it below the snapshot is committed history it replaces).
         if snap is None or snap.offset <= self._start_offset:
             return False
-        if not (snap.offset >= self.end_offset or snap.epoch > self.last_fetched_epoch()):
+        # Kafka's rule: the log restarts at a snapshot of a later epoch than its last batch (it
+        # diverges from the snapshot, and below it holds only history the snapshot replaces), or
+        # of the same epoch past its end.
+        last = self.last_fetched_epoch()
+        if not (snap.epoch > last or (snap.epoch == last and snap.offset > self.end_offset)):
             return False
         self._batches = []
         self._start_offset = snap.offset
@@ -186,9 +187,14 @@ class MemoryRaftLog:
 
     # -- faults
     def crash(self) -> None:
-        """The node was killed: everything not flushed is gone, the high watermark is forgotten."""
+        """The node was killed: everything not flushed is gone, the high watermark is forgotten
+        (it restarts at the latest snapshot, committed by definition, or the log start)."""
         self._batches = [b for b in self._batches if b.next_offset <= self._flushed_offset]
-        self._high_watermark = self._start_offset
+        snap = self.latest_snapshot_id()
+        hw = self._start_offset
+        if snap is not None and self._start_offset <= snap.offset <= self.end_offset:
+            hw = snap.offset
+        self._high_watermark = hw
 
     def batches_from(self, offset: int) -> list[tuple[int, int, int, bytes]]:
         """(base offset, next offset, epoch, bytes) of the batches ending after ``offset``."""
