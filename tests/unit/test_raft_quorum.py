@@ -352,3 +352,44 @@ def test_a_request_from_another_cluster_is_refused_and_changes_nothing() -> None
     assert node.epoch == 0 and store.read() is None
     resp = answer(node.handle(0, 2, 6, VoteRequest(9, 2, 9, 9, cluster_id="abc")), 2)
     assert isinstance(resp, VoteResponse) and resp.vote_granted
+
+
+def test_an_observer_never_votes_never_stands_and_finds_the_leader() -> None:
+    node, _log, store, rec = make_node(None, node_id=4, history=False)
+    resp = answer(node.handle(0, 2, 1, VoteRequest(3, 2, 9, 9)), 2)
+    assert isinstance(resp, VoteResponse) and not resp.vote_granted
+    assert resp.error_code == Errors.INCONSISTENT_VOTER_SET
+    out = node.poll(100_000)
+    assert node.state_name == "Unattached" and node.epoch == 0  # never a candidate
+    ask = [o for o in out if isinstance(o.message, FetchRequest)]
+    assert len(ask) == 1 and ask[0].destination in VOTERS  # asks a voter who leads
+    told = FetchResponse(Errors.FENCED_LEADER_EPOCH, current_leader=LeaderIdAndEpoch(2, 7))
+    out = node.handle(100_001, ask[0].destination, ask[0].correlation_id, told)
+    assert (node.state_name, node.epoch, node.leader_id) == ("Follower", 7, 2)
+    assert store.read() == ElectionState(7, 2, None)
+    assert rec.leaders[-1] == LeaderAndEpoch(2, 7)
+    fetch = answer(out, 2)
+    assert isinstance(fetch, FetchRequest) and fetch.replica_id == 4
+    node.poll(200_000)  # the leader went silent: back to looking, still never a candidate
+    assert node.state_name == "Unattached" and node.epoch == 7
+
+
+def test_check_quorum_keeps_a_leader_a_majority_fetches_from() -> None:
+    node, *_ = make_leader()
+    node.poll(100)
+    for now in range(500, 20_000, 500):
+        _fetch(node, 2, 2, 5, now=now)  # node 3 never fetches; 1 + 2 are a majority of 3
+        node.poll(now)
+        assert node.is_leader
+    node.poll(20_000 + 3_000)  # nobody for 1.5 x fetch timeout
+    assert node.state_name == "Resigned"
+
+
+def test_observers_fetches_do_not_count_towards_the_high_watermark() -> None:
+    node, *_ = make_leader()
+    node.poll(100)  # leader flushed [0, 2)
+    _fetch(node, 4, 2, 5)
+    _fetch(node, 5, 2, 5)
+    assert node.high_watermark == 0  # two observers at 2, but no voter other than the leader
+    _fetch(node, 3, 2, 5)
+    assert node.high_watermark == 2
