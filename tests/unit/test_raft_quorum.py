@@ -32,6 +32,7 @@ from strom.raft.quorum import (
     RaftConfig,
     RaftNode,
     RaftStateError,
+    ReplicaInfo,
 )
 from strom.testing.raft import MemoryQuorumStateStore, MemoryRaftLog
 
@@ -393,3 +394,17 @@ def test_observers_fetches_do_not_count_towards_the_high_watermark() -> None:
     assert node.high_watermark == 0  # two observers at 2, but no voter other than the leader
     _fetch(node, 3, 2, 5)
     assert node.high_watermark == 2
+
+
+def test_describe_quorum_on_the_leader() -> None:
+    node, *_ = make_leader()
+    node.poll(100)
+    _fetch(node, 2, 2, 5, now=200)
+    _fetch(node, 7, 1, 3, now=300)  # an observer
+    info = node.describe_quorum(400)
+    assert (info.leader_id, info.leader_epoch, info.high_watermark) == (1, 5, 2)
+    assert info.current_voters == (ReplicaInfo(1, 2, 400), ReplicaInfo(2, 2, 200), ReplicaInfo(3, -1, -1))
+    assert info.observers == (ReplicaInfo(7, 1, 300),)
+    follower, *_ = make_node(ElectionState(5, 1, None), node_id=2)
+    with pytest.raises(NotLeaderError):
+        follower.describe_quorum(0)

@@ -151,6 +151,26 @@ class RaftListener(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica in DescribeQuorum (Kafka's ``ReplicaState``): -1 where unknown."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    """What the leader answers DescribeQuorum with (``kafka-metadata-quorum.sh describe``)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    current_voters: tuple[ReplicaInfo, ...]
+    observers: tuple[ReplicaInfo, ...]
+
+
 # --------------------------------------------------------------------------- states
 
 
@@ -302,6 +322,25 @@ class RaftNode:
     @property
     def applied_offset(self) -> int:
         return self._applied
+
+    def describe_quorum(self, now_ms: int) -> QuorumInfo:
+        """DescribeQuorum, answered by the leader: voters (the leader itself with its flushed
+        offset, fetched "now") and the observers that fetched in this epoch. Raises
+        :class:`NotLeaderError` elsewhere (Kafka answers NOT_LEADER_OR_FOLLOWER)."""
+        st = self.state
+        if not isinstance(st, Leader):
+            raise NotLeaderError(f"node {self.config.node_id} is {self.state_name} in epoch {self.epoch}")
+        me = self.config.node_id
+
+        def info(rid: int) -> ReplicaInfo:
+            if rid == me:
+                return ReplicaInfo(me, self.log.flushed_offset, now_ms)
+            r = st.replicas.get(rid, ReplicaState())
+            return ReplicaInfo(rid, r.end_offset, r.last_fetch_ms if r.end_offset >= 0 else -1)
+
+        voters = tuple(info(v) for v in sorted(self.config.voters))
+        observers = tuple(info(o) for o in sorted(st.replicas) if o not in self.config.voters)
+        return QuorumInfo(me, st.epoch, self.log.high_watermark, voters, observers)
 
     # ------------------------------------------------------------------ driver API
     def handle(self, now_ms: int, sender: int, correlation_id: int, message: RaftMessage) -> list[Outbound]:
