@@ -41,7 +41,7 @@ class InvariantViolation(AssertionError):
 
 @dataclass
 class Totals:
-    """Over every cluster of this process (printed at the end of a pytest run)."""
+    """Over every cluster of this process that ran to a settled end (printed after pytest)."""
 
     runs: int = 0
     events: int = 0
@@ -168,7 +168,6 @@ class Cluster:
         self._deadlines: dict[int, int] = {}  # cached next_deadline() per node
         for nid in self.nodes:
             self.start(nid)
-        TOTALS.runs += 1
         self._totals_added = False
 
     # ---------------------------------------------------------------- world
@@ -404,6 +403,7 @@ class Cluster:
     def add_totals(self) -> None:
         if not self._totals_added:
             self._totals_added = True
+            TOTALS.runs += 1
             TOTALS.events += self.stats.events
             TOTALS.checks += self.stats.checks
             TOTALS.messages += self.stats.messages
