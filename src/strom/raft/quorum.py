@@ -44,6 +44,10 @@ fetches from it), **Resigned** (a leader that gave up its epoch and waits for a 
 One request is in flight per destination; a response is accepted only with that request's
 correlation id, and any request times out after ``request_timeout_ms``.
 
+Not (yet) here: KIP-996 pre-vote (a node that rejoins with a higher epoch still disrupts a healthy
+leader once, as in KIP-595), KIP-853 dynamic voters (the voter set is static, from
+``controller.quorum.voters``), the leader's append accumulator (each ``append`` is one batch).
+
 Errors: invalid use raises :class:`NotLeaderError` (append on a non-leader) or ``ValueError``
 (a snapshot id that is not committed). :class:`RaftStateError` means the protocol's safety was
 broken (two leaders in one epoch seen by this node): a bug, never an expected outcome.
