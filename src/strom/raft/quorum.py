@@ -788,8 +788,7 @@ class RaftNode:
             if not changed:
                 self._retry_at[sender] = now_ms + self.config.retry_backoff_ms
             return
-        if self._maybe_transition(now_ms, cur.leader_id, cur.leader_epoch):
-            pass
+        self._maybe_transition(now_ms, cur.leader_id, cur.leader_epoch)  # e.g. an observer finds its leader
         st = self.state
         if not (isinstance(st, Follower) and st.leader_id == sender and st.epoch == cur.leader_epoch):
             return
