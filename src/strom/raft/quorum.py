@@ -42,7 +42,10 @@ fetches from it), **Resigned** (a leader that gave up its epoch and waits for a 
    node starting from a snapshot, or downloading one, first gets ``handle_load_snapshot``.
 
 One request is in flight per destination; a response is accepted only with that request's
-correlation id, and any request times out after ``request_timeout_ms``.
+correlation id, and any request times out after ``request_timeout_ms`` (a Fetch after its
+``max_wait_ms`` plus a quarter of that, so that one lost answer does not outlast the fetch
+timeout: Kafka's TCP connections report a lost answer as a disconnect, the simulation's network
+just drops it).
 
 Not (yet) here: KIP-996 pre-vote (a node that rejoins with a higher epoch still disrupts a healthy
 leader once, as in KIP-595), KIP-853 dynamic voters (the voter set is static, from
@@ -264,7 +267,7 @@ class RaftNode:
         self.listener = listener
         self.rng = rng
         self._next_correlation = 1
-        self._inflight: dict[int, tuple[int, int]] = {}  # destination -> (correlation id, sent at)
+        self._inflight: dict[int, tuple[int, int]] = {}  # destination -> (correlation id, expiry)
         self._retry_at: dict[int, int] = {}
         self._parked: dict[int, _Parked] = {}
         self._wake = False  # something to do at the next poll (parked fetches to complete)
@@ -395,7 +398,7 @@ class RaftNode:
         if self._flush_deadline is not None:
             cands.append(self._flush_deadline)
         cands.extend(p.deadline for p in self._parked.values())
-        cands.extend(sent + self.config.request_timeout_ms for _, sent in self._inflight.values())
+        cands.extend(expires for _, expires in self._inflight.values())
         for dest in self._wanted_destinations():
             if dest not in self._inflight:
                 cands.append(self._retry_at.get(dest, -1))
@@ -916,13 +919,18 @@ class RaftNode:
     def _send(self, now_ms: int, out: list[Outbound], dest: int, message: RaftMessage) -> None:
         cid = self._next_correlation
         self._next_correlation += 1
-        self._inflight[dest] = (cid, now_ms)
+        timeout = self.config.request_timeout_ms
+        if isinstance(message, FetchRequest):
+            # A long-polled fetch that has not come back by its wait plus a margin is lost: retry
+            # well before the fetch timeout, or one lost answer would start an election.
+            timeout = min(timeout, message.max_wait_ms + self.config.request_timeout_ms // 4)
+        self._inflight[dest] = (cid, now_ms + timeout)
         out.append(Outbound(dest, cid, message))
 
     def _drive(self, now_ms: int, out: list[Outbound]) -> list[Outbound]:
         cfg = self.config
-        for dest, (_cid, sent) in list(self._inflight.items()):
-            if sent + cfg.request_timeout_ms <= now_ms:
+        for dest, (_cid, expires) in list(self._inflight.items()):
+            if expires <= now_ms:
                 del self._inflight[dest]
                 self._retry_at[dest] = now_ms + cfg.retry_backoff_ms
         if self._flush_deadline is not None and self._flush_deadline <= now_ms:
