@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from strom.protocol.records import build_batch
 from strom.raft.log import ElectionState, OffsetAndEpoch
 from strom.raft.messages import (
     BeginQuorumEpochRequest,
@@ -276,7 +277,8 @@ def test_a_follower_below_the_log_start_downloads_the_snapshot_in_chunks() -> No
     leader.poll(100)
     _fetch(leader, 2, 2, 5)
     assert leader.high_watermark == 2
-    leader.create_snapshot(OffsetAndEpoch(2, 5), b"S" * 10)
+    image = build_batch([(None, b"image", [], 0)])  # a snapshot is record batches
+    leader.create_snapshot(OffsetAndEpoch(2, 5), image)
     assert llog.start_offset == 2
     resp = _fetch(leader, 3, 0, 0)
     assert resp.snapshot_id == SnapshotId(2, 5)
@@ -294,9 +296,9 @@ def test_a_follower_below_the_log_start_downloads_the_snapshot_in_chunks() -> No
         out = follower.handle(now, 1, out[0].correlation_id, chunk)
         chunks += 1
         now += 1
-    assert chunks == 3  # 10 bytes in chunks of 4
+    assert chunks == -(-len(image) // 4)  # in chunks of 4 bytes
     assert rec.snapshots == [OffsetAndEpoch(2, 5)]
-    assert flog.start_offset == 2 and flog.read_snapshot(OffsetAndEpoch(2, 5)) == b"S" * 10
+    assert flog.start_offset == 2 and flog.read_snapshot(OffsetAndEpoch(2, 5)) == image
     req = answer(out, 1)
     assert isinstance(req, FetchRequest) and (req.fetch_offset, req.last_fetched_epoch) == (2, 5)
 

@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strom.protocol.records import build_batch, iter_batches, patch_base_offset
+from strom.protocol.records import (
+    BATCH_OVERHEAD,
+    build_batch,
+    iter_batches,
+    parse_header,
+    patch_base_offset,
+    verify_crc,
+)
 from strom.raft.log import AppendInfo, ElectionState, OffsetAndEpoch
 
 
@@ -66,20 +73,30 @@ class MemoryRaftLog:
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         # Kafka's KafkaMetadataLog.endOffsetForEpoch over its leader-epoch cache
-        if not self._batches:
+        found = self._end_offset_for(epoch)
+        if found is None:
             return OffsetAndEpoch(self.end_offset, self.last_fetched_epoch())
+        earliest = min(self._snapshots) if self._snapshots else None
+        if earliest is not None and found.offset == earliest.offset and found.epoch < epoch:
+            return earliest  # the epoch's start went with the log before the oldest snapshot
+        return found
+
+    def _end_offset_for(self, epoch: int) -> OffsetAndEpoch | None:
+        """Kafka's LeaderEpochFileCache.endOffsetFor over (epoch, start offset) entries."""
+        entries: list[tuple[int, int]] = []
+        for b in self._batches:
+            if not entries or entries[-1][0] != b.epoch:
+                entries.append((b.epoch, b.base_offset))
+        if epoch < 0 or not entries or epoch > entries[-1][0]:
+            return None
+        if epoch == entries[-1][0]:
+            return OffsetAndEpoch(self.end_offset, epoch)
         floor: int | None = None
-        for batch in self._batches:
-            if batch.epoch > epoch:
-                if floor is not None:
-                    return OffsetAndEpoch(batch.base_offset, floor)
-                # below every epoch of the log: the oldest snapshot's id if the log starts at it
-                snap = min(self._snapshots) if self._snapshots else None
-                if snap is not None and snap.offset == batch.base_offset == self._start_offset:
-                    return snap
-                return OffsetAndEpoch(batch.base_offset, epoch)
-            floor = batch.epoch
-        return OffsetAndEpoch(self.end_offset, self._batches[-1].epoch)
+        for e, start in entries:
+            if e > epoch:
+                return OffsetAndEpoch(start, epoch if floor is None else floor)
+            floor = e
+        return None  # unreachable: epoch < the latest entry
 
     # -- data
     def append_as_leader(self, records: list[bytes], epoch: int, timestamp_ms: int) -> AppendInfo:
@@ -104,13 +121,23 @@ class MemoryRaftLog:
         return AppendInfo(header.base_offset, header.last_offset)
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
-        first = last = -1
-        for pos, header in iter_batches(batches):
-            if header.base_offset != self.end_offset:
-                raise ValueError(f"batch at {header.base_offset}, log ends at {self.end_offset}")
-            if header.partition_leader_epoch < self.last_fetched_epoch():
+        # all or nothing: every complete batch is checked (offsets contiguous from the log end,
+        # CRC, epochs not going down) before any is appended; a trailing partial batch is ignored
+        pending: list[_Batch] = []
+        end, epoch = self.end_offset, self.last_fetched_epoch()
+        pos = 0
+        while len(batches) - pos >= BATCH_OVERHEAD:
+            header = parse_header(batches, pos)
+            if header.magic != 2 or header.size < BATCH_OVERHEAD:
+                raise ValueError(f"not a v2 record batch at position {pos}")
+            if pos + header.size > len(batches):
+                break  # a fetch response may end with part of a batch
+            verify_crc(batches, pos, header)
+            if header.base_offset != end:
+                raise ValueError(f"batch at {header.base_offset}, log ends at {end}")
+            if header.partition_leader_epoch < epoch:
                 raise ValueError("batch epoch goes backwards")
-            self._batches.append(
+            pending.append(
                 _Batch(
                     header.base_offset,
                     header.next_offset,
@@ -118,10 +145,12 @@ class MemoryRaftLog:
                     bytes(batches[pos : pos + header.size]),
                 )
             )
-            if first < 0:
-                first = header.base_offset
-            last = header.last_offset
-        return AppendInfo(first, last) if first >= 0 else None
+            end, epoch = header.next_offset, header.partition_leader_epoch
+            pos += header.size
+        if not pending:
+            return None
+        self._batches.extend(pending)
+        return AppendInfo(pending[0].base_offset, pending[-1].next_offset - 1)
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         if not self._start_offset <= offset <= self.end_offset:
@@ -138,9 +167,15 @@ class MemoryRaftLog:
         return b"".join(out)
 
     def truncate_to(self, offset: int) -> None:
-        if offset < self._high_watermark:
-            raise ValueError(f"truncation to {offset} below the high watermark {self._high_watermark}")
-        self._batches = [b for b in self._batches if b.next_offset <= offset]  # a batch holding it goes
+        if offset >= self.end_offset:
+            return
+        keep = [b for b in self._batches if b.next_offset <= offset]  # a batch holding it goes whole
+        cut = keep[-1].next_offset if keep else self._start_offset
+        if cut < self._high_watermark:
+            raise ValueError(
+                f"truncation to {offset} removes offsets below the high watermark {self._high_watermark}"
+            )
+        self._batches = keep
         self._flushed_offset = min(self._flushed_offset, self.end_offset)
 
     def flush(self) -> None:
@@ -153,6 +188,8 @@ class MemoryRaftLog:
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
         if snapshot_id.offset < self._start_offset:
             raise ValueError(f"snapshot {snapshot_id} below the log start {self._start_offset}")
+        for pos, header in iter_batches(data):  # record batches (CorruptRecordError is a ValueError)
+            verify_crc(data, pos, header)
         self._snapshots.setdefault(snapshot_id, data)
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes | None:
@@ -186,10 +223,19 @@ class MemoryRaftLog:
         return True
 
     # -- faults
+    def restart(self) -> None:
+        """A clean close and reopen: everything is flushed; the high watermark, not persisted,
+        restarts at the latest snapshot or the log start."""
+        self.flush()
+        self._reset_high_watermark()
+
     def crash(self) -> None:
         """The node was killed: everything not flushed is gone, the high watermark is forgotten
         (it restarts at the latest snapshot, committed by definition, or the log start)."""
         self._batches = [b for b in self._batches if b.next_offset <= self._flushed_offset]
+        self._reset_high_watermark()
+
+    def _reset_high_watermark(self) -> None:
         snap = self.latest_snapshot_id()
         hw = self._start_offset
         if snap is not None and self._start_offset <= snap.offset <= self.end_offset:
