@@ -28,6 +28,7 @@ from strom.security.sasl import (
     PlainExchange,
     SaslAuthenticationError,
     SaslSettings,
+    SaslState,
     ScramExchange,
     parse_jaas_config,
 )
@@ -278,6 +279,7 @@ class _FakeBroker:
         self.config = config
         self.log_dir = log_dir
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), RealClock())
+        self.sasl = SaslState(config.values, log_dir)
 
 
 def _broker(tmp_path: Path, **overrides: str) -> Any:
@@ -447,7 +449,7 @@ def test_alter_describe_scram_credentials_and_authenticate(tmp_path: Path) -> No
         (92, "Cannot describe SCRAM credentials for the same user twice in a single request: alice")
     ]
     # a fresh broker state (restart) reads the persisted credentials; SCRAM login works
-    sasl_handlers._STATES.clear()
+    broker.sasl = SaslState(broker.config.values, broker.log_dir)
     session = ConnectionSession.for_listener("SASL_PLAINTEXT", "SASL_PLAINTEXT")
     _run(
         sasl_handlers.handle_sasl_handshake(

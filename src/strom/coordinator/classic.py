@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..clock import Clock
+from ..config_schema import broker_default
 from ..protocol.errors import ErrorCode
 from .effects import Effects, Pending
 from .records import (
@@ -76,10 +77,10 @@ class IllegalStateTransition(RuntimeError):
 
 @dataclass(frozen=True)
 class ClassicConfig:
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
-    initial_rebalance_delay_ms: int = 3000
-    max_size: int = 2147483647
+    min_session_timeout_ms: int = broker_default("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = broker_default("group.max.session.timeout.ms")
+    initial_rebalance_delay_ms: int = broker_default("group.initial.rebalance.delay.ms")
+    max_size: int = broker_default("group.max.size")
 
 
 @dataclass

@@ -67,6 +67,7 @@ from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any
 
 from ..clock import Clock
+from ..config_schema import broker_default
 from ..protocol.errors import ErrorCode
 from .records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
@@ -105,11 +106,11 @@ STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
 
 @dataclass(frozen=True)
 class ConsumerConfig:
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = broker_default("group.consumer.session.timeout.ms")
+    heartbeat_interval_ms: int = broker_default("group.consumer.heartbeat.interval.ms")
     assignors: tuple[str, ...] = ASSIGNORS
-    max_size: int = 2147483647
-    regex_refresh_interval_ms: int = 600000  # group.consumer.regex.refresh.interval.ms
+    max_size: int = 2147483647  # Kafka's group.consumer.max.size (not a strom config)
+    regex_refresh_interval_ms: int = broker_default("group.consumer.regex.refresh.interval.ms")
     regex_min_refresh_interval_ms: int = 10000  # Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..clock import Clock, RealClock
+from ..config_schema import broker_default
 from ..protocol.errors import ErrorCode
 from ..rate_limited_log import RateLimitedLog
 from .classic import ClassicConfig, ClassicGroup, GroupState, JoinResult, SyncResult
@@ -101,44 +102,42 @@ class OffsetAndMetadata:
 
 @dataclass
 class CoordinatorConfig:
-    num_partitions: int = 50
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_check_interval_ms: int = 600000
+    num_partitions: int = broker_default("offsets.topic.num.partitions")
+    offsets_retention_ms: int = broker_default("offsets.retention.minutes") * 60000
+    retention_check_interval_ms: int = broker_default("offsets.retention.check.interval.ms")
     classic: ClassicConfig = field(default_factory=ClassicConfig)
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
 
     @classmethod
     def from_broker(cls, cfg: Any) -> CoordinatorConfig:
-        def get(name: str, default: Any) -> Any:
+        def get(name: str) -> Any:
             try:
                 v = cfg[name]
             except (KeyError, TypeError):
-                return default
-            return default if v is None else v
+                return broker_default(name)
+            return broker_default(name) if v is None else v
 
         assignors = tuple(
-            a.strip().lower()
-            for a in str(get("group.consumer.assignors", "uniform,range")).split(",")
-            if a.strip()
+            a.strip().lower() for a in str(get("group.consumer.assignors")).split(",") if a.strip()
         )
         # Kafka accepts class names too; keep the known short names.
         known = tuple(a.rsplit(".", 1)[-1].replace("assignor", "") or a for a in assignors)
         known = tuple(a for a in known if a in ("uniform", "range")) or ("uniform", "range")
         return cls(
-            num_partitions=int(get("offsets.topic.num.partitions", 50)),
-            offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
-            retention_check_interval_ms=int(get("offsets.retention.check.interval.ms", 600000)),
+            num_partitions=int(get("offsets.topic.num.partitions")),
+            offsets_retention_ms=int(get("offsets.retention.minutes")) * 60000,
+            retention_check_interval_ms=int(get("offsets.retention.check.interval.ms")),
             classic=ClassicConfig(
-                min_session_timeout_ms=int(get("group.min.session.timeout.ms", 6000)),
-                max_session_timeout_ms=int(get("group.max.session.timeout.ms", 1800000)),
-                initial_rebalance_delay_ms=int(get("group.initial.rebalance.delay.ms", 3000)),
-                max_size=int(get("group.max.size", 2147483647)),
+                min_session_timeout_ms=int(get("group.min.session.timeout.ms")),
+                max_session_timeout_ms=int(get("group.max.session.timeout.ms")),
+                initial_rebalance_delay_ms=int(get("group.initial.rebalance.delay.ms")),
+                max_size=int(get("group.max.size")),
             ),
             consumer=ConsumerConfig(
-                session_timeout_ms=int(get("group.consumer.session.timeout.ms", 45000)),
-                heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", 5000)),
+                session_timeout_ms=int(get("group.consumer.session.timeout.ms")),
+                heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms")),
                 assignors=known,
-                regex_refresh_interval_ms=int(get("group.consumer.regex.refresh.interval.ms", 600000)),
+                regex_refresh_interval_ms=int(get("group.consumer.regex.refresh.interval.ms")),
             ),
         )
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..clock import Clock, RealClock
+from ..config_schema import GROUP_CONFIGS, broker_default, to_config_string
 from ..protocol.errors import ErrorCode
 from ..rate_limited_log import RateLimitedLog
 from .records import RecordFormatError
@@ -129,36 +130,33 @@ class HeartbeatResult:
 
 @dataclass
 class ShareConfig:
-    num_partitions: int = 50
-    max_size: int = 200
-    snapshot_every: int = 500
-    enabled: bool = True
+    num_partitions: int = broker_default("share.coordinator.state.topic.num.partitions")
+    max_size: int = broker_default("group.share.max.size")
+    snapshot_every: int = broker_default("share.coordinator.snapshot.update.records.per.snapshot")
+    enabled: bool = broker_default("group.share.enable")
 
     @classmethod
     def from_broker(cls, cfg: Any) -> ShareConfig:
-        def get(name: str, default: Any) -> Any:
+        def get(name: str) -> Any:
             try:
                 v = cfg[name]
             except (KeyError, TypeError):
-                return default
-            return default if v is None else v
+                return broker_default(name)
+            return broker_default(name) if v is None else v
 
         return cls(
-            num_partitions=int(get("share.coordinator.state.topic.num.partitions", 50)),
-            max_size=int(get("group.share.max.size", 200)),
-            snapshot_every=max(int(get("share.coordinator.snapshot.update.records.per.snapshot", 500)), 1),
-            enabled=bool(get("group.share.enable", True)),
+            num_partitions=int(get("share.coordinator.state.topic.num.partitions")),
+            max_size=int(get("group.share.max.size")),
+            snapshot_every=max(int(get("share.coordinator.snapshot.update.records.per.snapshot")), 1),
+            enabled=bool(get("group.share.enable")),
         )
 
 
+# a share group's configs without a group-config source (the defaults of Kafka's GroupConfig)
 DEFAULT_GROUP_CONFIG = {
-    "share.session.timeout.ms": "45000",
-    "share.heartbeat.interval.ms": "5000",
-    "share.record.lock.duration.ms": "30000",
-    "share.delivery.count.limit": "5",
-    "share.partition.max.record.locks": "2000",
-    "share.auto.offset.reset": "latest",
-    "share.isolation.level": "read_uncommitted",
+    name: to_config_string(d.default) or ""
+    for name, d in GROUP_CONFIGS.items()
+    if name.startswith("share.")
 }
 
 

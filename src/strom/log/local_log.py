@@ -377,6 +377,22 @@ class LocalLog:
         for seg in self.segments:
             seg.close_handles()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (Kafka's
+        ``truncateFullyAndStartAt``: a Raft follower that installed a snapshot past its log end).
+        Segments go last to first, so a crash part-way leaves a prefix of the old log; the new
+        segment's name is durable when this returns."""
+        for seg in reversed(self.segments):
+            seg.delete()
+        seg = LogSegment.open(self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
+                              max_index_size=self.config.segment_index_bytes, clock=self.clock)
+        seg.recover()  # a fresh (empty) segment: this only resets state and creates the files
+        self.segments = [seg]
+        self._bases = [offset]
+        self.log_end_offset = offset
+        self.recovery_point = offset
+        fsync_dir(self.directory)
+
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= ``offset`` (whole batches: the batch holding ``offset`` goes)."""
         if offset >= self.log_end_offset:

@@ -14,11 +14,16 @@ A config's value comes from the first source that sets it, in Kafka's order:
 Synonyms list every source that sets the value, most specific first (what ``kafka-configs.sh``
 prints as ``synonyms={...}``); the entry's own source is the first synonym's.
 
-Topic overrides live in the topic registry. Dynamic broker configs are kept in
+Names, types, defaults, validators, synonyms, which broker configs are dynamic and which are
+sensitive: :mod:`strom.config_schema`.
+
+Topic overrides live in the topic registry. Dynamic broker configs
+(:class:`DynamicBrokerConfigs`, which the broker loads when it is made and owns) are kept in
 ``strom-dynamic-configs.json`` in the log dir, replaced atomically (temp file, fsync, rename,
 fsync of the directory). They are applied to ``broker.config.values`` (what the rest of the broker
-reads) and pushed into every open partition log, so a change takes effect without restart.
-:func:`ensure_loaded` (or :func:`apply_dynamic_broker_configs` at broker start) loads them.
+reads) and pushed into every open partition log, so a change takes effect without restart
+(:func:`apply_dynamic_broker_configs`, also at broker start). The functions here take the broker
+as a :class:`ConfigHost`: this module does not import the server.
 
 Error contract: :class:`ConfigResourceError` (a :class:`KafkaError`) with INVALID_CONFIG for an
 unknown name, a value of the wrong type or out of range, or a broker config that cannot change at
@@ -30,23 +35,33 @@ from __future__ import annotations
 
 import json
 import math
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..config import BROKER_DEFAULTS, TOPIC_SYNONYMS, TOPIC_TYPES, ConfigError, LogConfig
+from ..config import BrokerConfig, LogConfig
+from ..config_schema import (
+    BROKER_CONFIGS,
+    INT_MAX,
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    ConfigType,
+    DynamicScope,
+    looks_sensitive,
+    parse_value,
+    to_config_string,
+)
 from ..durable_file import replace_file
 from ..protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from ..server.broker import Broker
-    from .topics import TopicInfo
+from .topics import TopicInfo, TopicRegistry
 
 __all__ = [
     "ConfigEntry",
+    "ConfigHost",
     "ConfigResourceError",
     "ConfigSource",
     "ConfigType",
@@ -60,7 +75,6 @@ __all__ = [
     "broker_scope",
     "describe_broker",
     "describe_topic",
-    "ensure_loaded",
     "incremental_changes",
     "is_sensitive",
 ]
@@ -88,19 +102,6 @@ class ConfigSource(IntEnum):
     DYNAMIC_GROUP_CONFIG = 8
 
 
-class ConfigType(IntEnum):
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
 class OpType(IntEnum):
     SET = 0
     DELETE = 1
@@ -120,239 +121,98 @@ def _bad_request(message: str) -> ConfigResourceError:
     return ConfigResourceError(ErrorCode.INVALID_REQUEST, message)
 
 
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
-
 # ------------------------------------------------------------------------------ definitions
+# (all in strom.config_schema; these are views of it)
 
-TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {
-    "cleanup.policy": ConfigType.LIST,
-    "compression.type": ConfigType.STRING,
-    "delete.retention.ms": ConfigType.LONG,
-    "file.delete.delay.ms": ConfigType.LONG,
-    "flush.messages": ConfigType.LONG,
-    "flush.ms": ConfigType.LONG,
-    "index.interval.bytes": ConfigType.INT,
-    "max.compaction.lag.ms": ConfigType.LONG,
-    "max.message.bytes": ConfigType.INT,
-    "message.timestamp.type": ConfigType.STRING,
-    "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
-    "min.compaction.lag.ms": ConfigType.LONG,
-    "min.insync.replicas": ConfigType.INT,
-    "retention.bytes": ConfigType.LONG,
-    "retention.ms": ConfigType.LONG,
-    "segment.bytes": ConfigType.INT,
-    "segment.index.bytes": ConfigType.INT,
-    "segment.ms": ConfigType.LONG,
-}
-assert set(TOPIC_CONFIG_TYPES) == set(TOPIC_TYPES)
-
-# Inclusive lower bounds (Kafka's ConfigDef ``atLeast``); DOUBLE bounds are (lo, hi).
-_TOPIC_MIN: dict[str, int] = {
-    "segment.bytes": 14,
-    "segment.ms": 1,
-    "segment.index.bytes": 4,
-    "index.interval.bytes": 0,
-    "flush.messages": 1,
-    "flush.ms": 0,
-    "retention.ms": -1,
-    "max.message.bytes": 0,
-    "file.delete.delay.ms": 0,
-    "min.compaction.lag.ms": 0,
-    "max.compaction.lag.ms": 1,
-    "delete.retention.ms": 0,
-    "min.insync.replicas": 1,
-    "group.consumer.regex.refresh.interval.ms": 10000,  # Kafka: atLeast(10 * 1000)
-}
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "cleanup.policy": ("compact", "delete"),
-    "log.cleanup.policy": ("compact", "delete"),
-    "compression.type": ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
-    "message.timestamp.type": ("CreateTime", "LogAppendTime"),
-    "log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
-}
-
-# Broker configs that change at runtime (Kafka's DynamicLogConfig set, restricted to what strom
-# has): the log.* synonyms of topic configs. Everything else is read-only.
-BROKER_SYNONYM_GROUPS: dict[str, tuple[str, ...]] = {
-    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
-}
+TOPIC_CONFIG_TYPES: dict[str, ConfigType] = {name: d.config_type for name, d in TOPIC_CONFIGS.items()}
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    set(TOPIC_SYNONYMS.values())
-    | {
-        "log.retention.minutes",
-        "log.retention.hours",
-        "log.roll.hours",
-        "log.cleaner.io.max.bytes.per.second",
-    }
+    name for name, d in BROKER_CONFIGS.items() if d.dynamic is not DynamicScope.READ_ONLY
 )
-# Built-in defaults that stand for "not set" (Kafka shows them as null).
-_NULL_DEFAULTS = frozenset(
-    {"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.flush.interval.ms"}
-)
-_LIST_BROKER_CONFIGS = frozenset(
-    {"listeners", "advertised.listeners", "log.dirs", "log.cleanup.policy", "group.consumer.assignors"}
-)
-_INT_MS_BROKER_CONFIGS = frozenset(
-    {
-        "group.initial.rebalance.delay.ms",
-        "group.min.session.timeout.ms",
-        "group.max.session.timeout.ms",
-        "group.consumer.session.timeout.ms",
-        "group.consumer.heartbeat.interval.ms",
-        "group.consumer.regex.refresh.interval.ms",
-        "transaction.max.timeout.ms",
-        "transactional.id.expiration.ms",
-        "producer.id.expiration.ms",
-    }
-)
-_LONG_BROKER_CONFIGS = frozenset({"log.flush.interval.messages", "log.retention.bytes"})
-_BROKER_MIN: dict[str, int] = {
-    "message.max.bytes": 0,
-    "log.segment.bytes": 14,
-    "log.roll.ms": 1,
-    "log.roll.hours": 1,
-    "log.index.size.max.bytes": 4,
-    "log.index.interval.bytes": 0,
-    "log.flush.interval.messages": 1,
-    "log.flush.interval.ms": 0,
-    "log.retention.ms": -1,
-    "log.retention.minutes": -1,
-    "log.retention.hours": -1,
-    "log.segment.delete.delay.ms": 0,
-    "log.cleaner.min.compaction.lag.ms": 0,
-    "log.cleaner.max.compaction.lag.ms": 1,
-    "log.cleaner.delete.retention.ms": 0,
-    "min.insync.replicas": 1,
-    "group.consumer.regex.refresh.interval.ms": 10000,  # Kafka: atLeast(10 * 1000)
-}
 
 
 def is_sensitive(name: str) -> bool:
-    """Kafka's PASSWORD-typed configs and anything that looks like a secret."""
-    low = name.lower()
-    return any(
-        w in low for w in ("password", "secret", "jaas.config", "credentials", "token", "ssl.keystore.key")
-    )
+    """Sensitive broker configs (Kafka's PASSWORD type), and any unknown name that looks like a
+    secret (``listener.name.<l>.ssl.keystore.password``)."""
+    d = BROKER_CONFIGS.get(name)
+    return d.sensitive if d is not None else looks_sensitive(name)
 
 
 def broker_config_type(name: str) -> ConfigType:
-    if is_sensitive(name):
-        return ConfigType.PASSWORD
-    spec = BROKER_DEFAULTS.get(name)
-    if spec is None:
-        return ConfigType.UNKNOWN
-    typ = spec[0]
-    if typ is bool:
-        return ConfigType.BOOLEAN
-    if typ is float:
-        return ConfigType.DOUBLE
-    if typ is int:
-        if name in _LONG_BROKER_CONFIGS or (name.endswith(".ms") and name not in _INT_MS_BROKER_CONFIGS):
-            return ConfigType.LONG
-        return ConfigType.INT
-    return ConfigType.LIST if name in _LIST_BROKER_CONFIGS else ConfigType.STRING
+    d = BROKER_CONFIGS.get(name)
+    if d is not None:
+        return d.config_type
+    return ConfigType.PASSWORD if looks_sensitive(name) else ConfigType.UNKNOWN
 
 
 # ------------------------------------------------------------------------------ values
 
 
-def to_config_string(value: Any) -> str | None:
-    """A typed value as Kafka prints it (``ConfigDef.convertToString``)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-def normalize_value(name: str, ctype: ConfigType, raw: str | None, minimum: int | None = None) -> str:
+def normalize_value(d: ConfigDef, raw: str | None) -> str:
     """Check ``raw`` against the config's type, range and allowed values; return it in canonical
     form (what is stored and described). Raises INVALID_CONFIG."""
+    name, ctype = d.name, d.config_type
     if raw is None:
         raise _invalid(f"Null value not supported for config {name}")
     text = raw.strip()
+    value: Any
     if ctype in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
         try:
-            n = int(text)
+            value = int(text)
         except ValueError:
             raise _invalid(
                 f"Invalid value {raw} for configuration {name}: Not a number of type {ctype.name}"
             ) from None
         hi = {ConfigType.INT: INT_MAX, ConfigType.SHORT: 2**15 - 1}.get(ctype, LONG_MAX)
-        lo = -hi - 1
-        if not lo <= n <= hi:
+        if not -hi - 1 <= value <= hi:
             raise _invalid(f"Invalid value {raw} for configuration {name}: Not a number of type {ctype.name}")
-        if minimum is not None and n < minimum:
-            raise _invalid(f"Invalid value {raw} for configuration {name}: Value must be at least {minimum}")
-        return str(n)
-    if ctype is ConfigType.DOUBLE:
+        canonical = str(value)
+    elif ctype is ConfigType.DOUBLE:
         try:
-            f = float(text)
+            value = float(text)
         except ValueError:
             raise _invalid(
                 f"Invalid value {raw} for configuration {name}: Not a number of type DOUBLE"
             ) from None
-        if not math.isfinite(f):
+        if not math.isfinite(value):
             raise _invalid(f"Invalid value {raw} for configuration {name}: Not a number of type DOUBLE")
-        if name in ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio") and not 0.0 <= f <= 1.0:
-            raise _invalid(f"Invalid value {raw} for configuration {name}: Value must be between 0 and 1")
-        return repr(f)
-    if ctype is ConfigType.BOOLEAN:
-        low = text.lower()
-        if low not in ("true", "false"):
+        canonical = repr(value)
+    elif ctype is ConfigType.BOOLEAN:
+        canonical = text.lower()
+        if canonical not in ("true", "false"):
             raise _invalid(
                 f"Invalid value {raw} for configuration {name}: Expected value to be either true or false"
             )
-        return low
-    choices = _CHOICES.get(name)
-    if ctype is ConfigType.LIST:
-        items = [s.strip() for s in text.split(",") if s.strip()]
-        if choices is not None:
-            # an empty list is valid (Kafka's ValidList checks only the items): for cleanup.policy
-            # it means neither retention nor compaction (see LogConfig.cleanup_policies)
-            for item in items:
-                if item not in choices:
-                    raise _invalid(
-                        f"Invalid value {item} for configuration {name}: String must be one of: "
-                        + ", ".join(choices)
-                    )
-        return ",".join(dict.fromkeys(items))
-    if choices is not None and text not in choices:
-        raise _invalid(
-            f"Invalid value {raw} for configuration {name}: String must be one of: " + ", ".join(choices)
-        )
-    return text
+        value = canonical == "true"
+    elif ctype is ConfigType.LIST:
+        # an empty list is valid (Kafka's ValidList checks only the items): for cleanup.policy
+        # it means neither retention nor compaction (see LogConfig.cleanup_policies)
+        value = canonical = ",".join(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    else:
+        value = canonical = text
+    if d.validator is not None:  # strictly: a "not set" sentinel cannot be set explicitly
+        try:
+            d.validator.validate(name, value, raw)
+        except ConfigError as e:
+            raise _invalid(str(e)) from None
+    return canonical
 
 
 def normalize_topic_value(name: str, raw: str | None) -> str:
-    ctype = TOPIC_CONFIG_TYPES.get(name)
-    if ctype is None:
+    d = TOPIC_CONFIGS.get(name)
+    if d is None:
         raise _invalid(f"Unknown topic config name: {name}")
-    return normalize_value(name, ctype, raw, _TOPIC_MIN.get(name))
+    return normalize_value(d, raw)
 
 
 def normalize_broker_value(name: str, raw: str | None) -> str:
-    if name not in BROKER_DEFAULTS:
+    d = BROKER_CONFIGS.get(name)
+    if d is None:
         raise _invalid(f"Unknown broker config name: {name}")
-    return normalize_value(name, broker_config_type(name), raw, _BROKER_MIN.get(name))
+    return normalize_value(d, raw)
 
 
 def _typed_broker_value(name: str, text: str) -> Any:
-    typ = BROKER_DEFAULTS[name][0]
-    if typ is bool:
-        return text == "true"
-    if typ is int:
-        return int(text)
-    if typ is float:
-        return float(text)
-    return text
+    return parse_value(name, BROKER_CONFIGS[name].python_type, text)
 
 
 # ------------------------------------------------------------------------------ describe
@@ -428,34 +288,38 @@ class DynamicBrokerConfigs:
         return self.default if default else self.per_broker
 
 
-_STATES: weakref.WeakKeyDictionary[Broker, DynamicBrokerConfigs] = weakref.WeakKeyDictionary()
+class ConfigHost(Protocol):
+    """What the config model needs of the broker: its config, its dynamic configs (which it owns
+    and loads at construction), the topic registry, and the log configs of its topics."""
+
+    config: BrokerConfig
+    node_id: int
+    dynamic_configs: DynamicBrokerConfigs
+    topics: TopicRegistry
+
+    def log_config(self, info: TopicInfo) -> LogConfig: ...
+
+    def refresh_log_configs(self, topic: str | None = None) -> None:
+        """Push the current effective log config into open partition logs (all, or one
+        topic's)."""
+        ...
 
 
-def ensure_loaded(broker: Broker) -> DynamicBrokerConfigs:
-    """The broker's dynamic configs, loaded from the log dir and applied on first use."""
-    state = _STATES.get(broker)
-    if state is None:
-        state = DynamicBrokerConfigs.load(broker.log_dir, broker.node_id)
-        _STATES[broker] = state
-        if state.default or state.per_broker:
-            _apply(broker, state)
-    return state
+def apply_dynamic_broker_configs(host: ConfigHost) -> None:
+    """Apply the dynamic broker configs to ``host.config.values`` and its open logs. Call at
+    startup, before partition logs are opened (they take their defaults from those values)."""
+    host.config.values.update(_effective_values(host.config, host.dynamic_configs))
+    host.refresh_log_configs()
 
 
-def apply_dynamic_broker_configs(broker: Broker) -> None:
-    """Load persisted dynamic broker configs into ``broker.config.values``. Call at startup,
-    before partition logs are opened (they take their defaults from those values)."""
-    ensure_loaded(broker)
+def _static_value(config: BrokerConfig, name: str) -> Any:
+    if name in config.explicit:
+        return config.explicit[name]
+    d = BROKER_CONFIGS.get(name)
+    return d.default if d else None
 
 
-def _static_value(broker: Broker, name: str) -> Any:
-    if name in broker.config.explicit:
-        return broker.config.explicit[name]
-    spec = BROKER_DEFAULTS.get(name)
-    return spec[1] if spec else None
-
-
-def _effective_values(broker: Broker, state: DynamicBrokerConfigs) -> dict[str, Any]:
+def _effective_values(config: BrokerConfig, state: DynamicBrokerConfigs) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in DYNAMIC_BROKER_CONFIGS:
         if name in state.per_broker:
@@ -463,37 +327,22 @@ def _effective_values(broker: Broker, state: DynamicBrokerConfigs) -> dict[str, 
         elif name in state.default:
             out[name] = _typed_broker_value(name, state.default[name])
         else:
-            out[name] = _static_value(broker, name)
+            out[name] = _static_value(config, name)
     return out
 
 
-def _apply(broker: Broker, state: DynamicBrokerConfigs) -> None:
-    broker.config.values.update(_effective_values(broker, state))
-    refresh_logs(broker)
-
-
-def refresh_logs(broker: Broker, topic: str | None = None) -> None:
-    """Push the current effective log config into open partition logs (all, or one topic's)."""
-    infos = [broker.topics.get(topic)] if topic is not None else list(broker.topics.topics.values())
-    for info in infos:
-        if info is None:
-            continue
-        lc = broker.log_config(info)
-        for p in range(info.partitions):
-            plog = broker.logs.get((info.name, p))
-            if plog is not None:
-                plog.update_config(lc)
-
-
 def _broker_display(name: str, value: Any) -> str | None:
-    if name in _NULL_DEFAULTS and value == BROKER_DEFAULTS[name][1]:
+    d = BROKER_CONFIGS[name]
+    if d.null_default and value == d.default:
         return None
-    if value == "" and BROKER_DEFAULTS.get(name, (str, None))[1] == "":
+    if value == "" and d.default == "":
         return None
     return to_config_string(value)
 
 
-def _broker_synonyms(broker: Broker, state: DynamicBrokerConfigs, names: Iterable[str]) -> list[Synonym]:
+def _broker_synonyms(
+    config: BrokerConfig, state: DynamicBrokerConfigs, names: Iterable[str]
+) -> list[Synonym]:
     names = list(names)
     out: list[Synonym] = []
     for n in names:
@@ -503,65 +352,52 @@ def _broker_synonyms(broker: Broker, state: DynamicBrokerConfigs, names: Iterabl
         if n in state.default:
             out.append(Synonym(n, state.default[n], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
     for n in names:
-        if n in broker.config.explicit:
-            out.append(
-                Synonym(n, to_config_string(broker.config.explicit[n]), ConfigSource.STATIC_BROKER_CONFIG)
-            )
+        if n in config.explicit:
+            out.append(Synonym(n, to_config_string(config.explicit[n]), ConfigSource.STATIC_BROKER_CONFIG))
     for n in names:
-        spec = BROKER_DEFAULTS.get(n)
-        if spec is not None:
-            shown = _broker_display(n, spec[1])
+        d = BROKER_CONFIGS.get(n)
+        if d is not None:
+            shown = _broker_display(n, d.default)
             if shown is not None:
                 out.append(Synonym(n, shown, ConfigSource.DEFAULT_CONFIG))
     return out
 
 
-def _group_of(name: str) -> tuple[str, ...]:
-    for head, group in BROKER_SYNONYM_GROUPS.items():
-        if name == head:
-            return group
-    return (name,)
-
-
-def describe_topic(broker: Broker, info: TopicInfo, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+def describe_topic(host: ConfigHost, info: TopicInfo, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
     """Every topic config (or just ``keys``) with value, source and synonyms."""
-    state = ensure_loaded(broker)
-    lc = broker.log_config(info)
+    lc = host.log_config(info)
     wanted = set(keys) if keys is not None else None
     out: list[ConfigEntry] = []
-    for name in sorted(TOPIC_CONFIG_TYPES):
+    for name in sorted(TOPIC_CONFIGS):
         if wanted is not None and name not in wanted:
             continue
+        d = TOPIC_CONFIGS[name]
         value = to_config_string(getattr(lc, name.replace(".", "_"), None))
         synonyms: list[Synonym] = []
         if name in info.configs:
             synonyms.append(Synonym(name, info.configs[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        bname = TOPIC_SYNONYMS.get(name)
-        if bname is not None:
-            synonyms += _broker_synonyms(broker, state, _group_of(bname))
+        synonyms += _broker_synonyms(host.config, host.dynamic_configs, d.synonyms)
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
-        sensitive = is_sensitive(name)
-        out.append(
-            ConfigEntry(name, value, source, False, sensitive, TOPIC_CONFIG_TYPES[name], tuple(synonyms))
-        )
+        out.append(ConfigEntry(name, value, source, False, d.sensitive, d.config_type, tuple(synonyms)))
     return out
 
 
-def broker_scope(broker: Broker, resource_name: str) -> bool:
+def broker_scope(host: ConfigHost, resource_name: str) -> bool:
     """True for the cluster default (``""``), False for this broker; INVALID_REQUEST otherwise."""
     if resource_name == "":
         return True
-    if resource_name.strip() == str(broker.node_id):
+    if resource_name.strip() == str(host.node_id):
         return False
     raise _bad_request(
-        f"Unexpected broker id, expected {broker.node_id} or empty string, but received {resource_name}"
+        f"Unexpected broker id, expected {host.node_id} or empty string, but received {resource_name}"
     )
 
 
-def describe_broker(broker: Broker, default: bool, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+def describe_broker(host: ConfigHost, default: bool, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
     """This broker's configs (all known and statically set ones), or for the cluster default
     resource just the dynamic defaults (what Kafka answers)."""
-    state = ensure_loaded(broker)
+    state = host.dynamic_configs
+    config = host.config
     wanted = set(keys) if keys is not None else None
     out: list[ConfigEntry] = []
     if default:
@@ -581,23 +417,19 @@ def describe_broker(broker: Broker, default: bool, keys: Iterable[str] | None = 
                 )
             )
         return out
-    names = sorted(set(BROKER_DEFAULTS) | set(broker.config.explicit))
-    for name in names:
+    for name in sorted(set(BROKER_CONFIGS) | set(config.explicit)):
         if wanted is not None and name not in wanted:
             continue
-        synonyms = _broker_synonyms(broker, state, [name])
+        d = BROKER_CONFIGS.get(name)
+        synonyms = _broker_synonyms(config, state, [name])
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
-        value = (
-            _broker_display(name, broker.config.values.get(name))
-            if name in BROKER_DEFAULTS
-            else (to_config_string(broker.config.values.get(name)))
-        )
+        value = config.values.get(name)
         out.append(
             ConfigEntry(
                 name,
-                value,
+                _broker_display(name, value) if d is not None else to_config_string(value),
                 source,
-                name not in DYNAMIC_BROKER_CONFIGS,
+                d is None or d.dynamic is DynamicScope.READ_ONLY,
                 is_sensitive(name),
                 broker_config_type(name),
                 tuple(synonyms),
@@ -662,51 +494,55 @@ def _check_keys_unique(names: Iterable[str]) -> None:
 
 
 def alter_topic(
-    broker: Broker, topic: str, overrides: Mapping[str, str | None], *, validate_only: bool
+    host: ConfigHost, topic: str, overrides: Mapping[str, str | None], *, validate_only: bool
 ) -> None:
     """Replace a topic's overrides with ``overrides`` (after validation) and apply them to its
     open logs; ``validate_only`` checks without changing anything."""
-    ensure_loaded(broker)
-    info = broker.topics.get(topic)
+    info = host.topics.get(topic)
     if info is None:
         raise ConfigResourceError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist."
         )
     clean = {name: normalize_topic_value(name, value) for name, value in overrides.items()}
     try:
-        LogConfig.from_topic_configs(broker.config.topic_defaults(), clean)
+        LogConfig.from_topic_configs(host.config.topic_defaults(), clean)
     except ConfigError as e:
         raise _invalid(str(e)) from e
     if validate_only or clean == info.configs:
         return
-    broker.topics.set_configs(topic, clean)
-    refresh_logs(broker, topic)
+    host.topics.set_configs(topic, clean)
+    host.refresh_log_configs(topic)
 
 
-def topic_effective_strings(broker: Broker, info: TopicInfo) -> dict[str, str | None]:
-    return {e.name: e.value for e in describe_topic(broker, info)}
+def topic_effective_strings(host: ConfigHost, info: TopicInfo) -> dict[str, str | None]:
+    return {e.name: e.value for e in describe_topic(host, info)}
 
 
 def alter_broker(
-    broker: Broker, default: bool, configs: Mapping[str, str | None], *, validate_only: bool
+    host: ConfigHost, default: bool, configs: Mapping[str, str | None], *, validate_only: bool
 ) -> None:
     """Replace the dynamic configs of this broker (or of the cluster default) with ``configs``,
     persist them and apply them at once."""
-    state = ensure_loaded(broker)
-    clean: dict[str, str] = {}
-    not_dynamic = sorted(n for n in configs if n in BROKER_DEFAULTS and n not in DYNAMIC_BROKER_CONFIGS)
+    state = host.dynamic_configs
+    scopes = {n: BROKER_CONFIGS[n].dynamic for n in configs if n in BROKER_CONFIGS}
+    not_dynamic = sorted(n for n, scope in scopes.items() if scope is DynamicScope.READ_ONLY)
     if not_dynamic:
         raise _invalid("Cannot update these configs dynamically: " + ", ".join(not_dynamic))
-    for name, value in configs.items():
-        clean[name] = normalize_broker_value(name, value)
+    per_broker = sorted(n for n, scope in scopes.items() if scope is DynamicScope.PER_BROKER)
+    if default and per_broker:
+        raise _invalid(
+            "Cannot update these configs at default cluster level, broker id must be specified: "
+            + ", ".join(per_broker)
+        )
+    clean = {name: normalize_broker_value(name, value) for name, value in configs.items()}
     trial = DynamicBrokerConfigs(state.path, state.node_id, dict(state.default), dict(state.per_broker))
     if default:
         trial.default = clean
     else:
         trial.per_broker = clean
-    values = dict(broker.config.values)
-    values.update(_effective_values(broker, trial))
-    _validate_broker_values(broker, values)
+    values = dict(host.config.values)
+    values.update(_effective_values(host.config, trial))
+    _validate_broker_values(host, values)
     if validate_only:
         return
     if state.scope(default) == clean:
@@ -716,33 +552,31 @@ def alter_broker(
     else:
         state.per_broker = clean
     state.save()
-    _apply(broker, state)
+    apply_dynamic_broker_configs(host)
 
 
-def _validate_broker_values(broker: Broker, values: dict[str, Any]) -> None:
+def _validate_broker_values(host: ConfigHost, values: dict[str, Any]) -> None:
     """Would the broker (and every topic's log config) be valid with these values?"""
-    from ..config import BrokerConfig
-
-    trial = BrokerConfig(values=values, explicit=dict(broker.config.explicit))
+    trial = BrokerConfig(values=values, explicit=dict(host.config.explicit))
     try:
         trial.validate()
         defaults = trial.topic_defaults()
         LogConfig.from_topic_configs(defaults, {})
-        for info in broker.topics.topics.values():
+        for info in host.topics.topics.values():
             LogConfig.from_topic_configs(defaults, info.configs)
     except ConfigError as e:
         raise _invalid(str(e)) from e
 
 
-def broker_effective_strings(broker: Broker, default: bool) -> dict[str, str | None]:
-    state = ensure_loaded(broker)
+def broker_effective_strings(host: ConfigHost, default: bool) -> dict[str, str | None]:
+    state = host.dynamic_configs
     if default:
         return dict(state.default)
-    return {n: to_config_string(broker.config.values.get(n)) for n in DYNAMIC_BROKER_CONFIGS}
+    return {n: to_config_string(host.config.values.get(n)) for n in DYNAMIC_BROKER_CONFIGS}
 
 
 def broker_config_types() -> dict[str, ConfigType]:
-    return {n: broker_config_type(n) for n in BROKER_DEFAULTS}
+    return {n: d.config_type for n, d in BROKER_CONFIGS.items()}
 
 
 def check_unique(names: Iterable[str]) -> None:

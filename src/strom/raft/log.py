@@ -13,6 +13,18 @@ acknowledges (by fetching from a higher offset) only what it flushed; the leader
 Errors: a corrupt or unreadable store raises :class:`RaftStorageError` from the constructor or
 the operation; nothing else is raised for valid arguments. Invalid arguments (appending at an epoch
 lower than the last one, truncating below the high watermark) raise ``ValueError``.
+
+Edge cases every implementation honours (``tests/unit/test_raft_log_contract.py`` checks them;
+added by branch ``raftlog``):
+
+* ``append_as_follower`` ignores a trailing partial batch (a fetch response cut at its size
+  limit) and is all or nothing: a batch that does not follow the previous one, goes down in
+  epoch or fails its CRC raises ``ValueError`` and nothing of the call is appended.
+* ``truncate_to`` removes the batch holding ``offset`` whole, so it raises ``ValueError`` when
+  that batch starts below the high watermark.
+* ``create_snapshot`` raises ``ValueError`` when ``data`` is not whole CRC-valid batches.
+* after a restart the high watermark is the latest snapshot's offset (if the log reaches it) or
+  ``start_offset``; ``flushed_offset`` is never below ``start_offset``.
 """
 
 from __future__ import annotations
@@ -79,7 +91,10 @@ class RaftLog(Protocol):
     def high_watermark(self) -> int: ...
 
     def update_high_watermark(self, offset: int) -> None:
-        """Move the high watermark (never backwards, never past ``flushed_offset`` on the leader)."""
+        """Move the high watermark (never backwards, never past ``flushed_offset`` on the leader).
+        The log clamps ``offset`` to ``end_offset`` (a follower may hear a leader's high watermark
+        before it has the records) and ignores a move backwards. Not persisted: after a restart
+        it is the latest snapshot's offset (committed by definition) or ``start_offset``."""
         ...
 
     def last_fetched_epoch(self) -> int:
@@ -88,7 +103,10 @@ class RaftLog(Protocol):
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """Kafka's ``endOffsetForEpoch``: the largest epoch <= ``epoch`` in the log, and the end
-        offset of that epoch (the first offset of the next larger epoch, or the log end)."""
+        offset of that epoch (the first offset of the next larger epoch, or the log end).
+        Kafka's edge cases: an ``epoch`` below every epoch in the log gives ``(first epoch's start
+        offset, epoch)`` -- or the oldest snapshot's id when the log starts at it; a log without
+        epochs gives ``(end_offset, last_fetched_epoch())``."""
         ...
 
     # -- data
@@ -114,7 +132,8 @@ class RaftLog(Protocol):
         ...
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every record at or after ``offset`` (divergence found by a follower's fetch)."""
+        """Remove every record at or after ``offset`` (divergence found by a follower's fetch);
+        a batch holding ``offset`` goes whole. ``offset`` at or past ``end_offset``: nothing."""
         ...
 
     def flush(self) -> None: ...
@@ -123,15 +142,23 @@ class RaftLog(Protocol):
     def latest_snapshot_id(self) -> OffsetAndEpoch | None: ...
 
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        """Store a complete snapshot (record batches of the image at ``snapshot_id.offset``)."""
+        """Store a complete snapshot (record batches of the image at ``snapshot_id.offset``).
+        An id that exists already is left as it is (Kafka); an id below ``start_offset`` raises
+        ``ValueError``. The on-disk log frames ``data`` with Kafka's SnapshotHeader/Footer
+        control batches; :meth:`read_snapshot` returns ``data`` itself."""
         ...
 
-    def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes | None: ...
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes | None:
+        """The ``data`` given to :meth:`create_snapshot`; ``None`` if there is no such snapshot."""
+        ...
 
     def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
-        """Drop log segments and older snapshots wholly before ``snapshot_id.offset``."""
+        """Drop log segments and older snapshots wholly before ``snapshot_id.offset``; the log
+        start offset moves to it (Kafka's ``deleteBeforeSnapshot``). A no-op unless the snapshot
+        exists and lies after ``start_offset``."""
         ...
 
     def truncate_to_latest_snapshot(self) -> bool:
-        """A follower that fetched a snapshot past its log end: the log restarts at it."""
+        """A follower that fetched a snapshot ahead of its log (past its end offset, or of a
+        later epoch than its last batch): the log restarts at it. False if nothing changed."""
         ...

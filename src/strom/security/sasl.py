@@ -36,9 +36,11 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from .credentials import SCRAM_MECHANISMS, ScramCredential
+from ..config_schema import ConfigError
+from .credentials import SCRAM_MECHANISMS, CredentialStore, ScramCredential
 from .jaas import JaasEntry, JaasError, parse_jaas
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "SaslAuthenticationError",
     "SaslExchange",
     "SaslSettings",
+    "SaslState",
     "ScramExchange",
     "parse_jaas_config",
     "validate_sasl_config",
@@ -238,19 +241,13 @@ class ScramExchange:
 
 
 # ---------------------------------------------------------------------------------------- JAAS
-def _config_error(message: str) -> Exception:
-    from ..config import ConfigError
-
-    return ConfigError(message)
-
-
 def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
     """The broker's reading of a JAAS config (:func:`strom.security.jaas.parse_jaas`): malformed
     text is a ``ConfigError`` naming ``key``."""
     try:
         return parse_jaas(text, key)
     except JaasError as e:
-        raise _config_error(str(e)) from None
+        raise ConfigError(str(e)) from None
 
 
 def _mechanism_list(key: str, raw: Any) -> tuple[str, ...]:
@@ -260,7 +257,7 @@ def _mechanism_list(key: str, raw: Any) -> tuple[str, ...]:
         if not m:
             continue
         if m not in MECHANISMS:
-            raise _config_error(
+            raise ConfigError(
                 f"{key}: SASL mechanism {item.strip()!r} is not supported by strom "
                 f"(supported: {', '.join(MECHANISMS)})"
             )
@@ -316,6 +313,29 @@ class SaslSettings:
         if mechanism == "PLAIN":
             return PlainExchange(self.plain_users(listener))
         return ScramExchange(mechanism, lambda user: lookup(user, mechanism))
+
+
+class SaslState:
+    """The broker's SASL state, which it makes at construction and owns: the settings of every
+    listener, and the SCRAM credential store of ``log_dir``, opened at first use (the broker
+    opens it at start when it has a SASL listener, so a corrupt store fails the start).
+
+    Error contract: ``ConfigError`` from the constructor (bad settings); ``ValueError`` from
+    :attr:`credentials` for a corrupt store file."""
+
+    def __init__(self, values: Mapping[str, Any], log_dir: Path) -> None:
+        self.settings = SaslSettings.from_values(values)
+        self.log_dir = log_dir
+        self._credentials: CredentialStore | None = None
+
+    @property
+    def credentials(self) -> CredentialStore:
+        if self._credentials is None:
+            self._credentials = CredentialStore(self.log_dir)
+        return self._credentials
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.credentials.get(user, mechanism)
 
 
 def validate_sasl_config(values: Mapping[str, Any]) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config_schema import BROKER_CONFIGS, ConfigError
 from .pem import key_material_path, rewrap_pem
 from .session import ANONYMOUS
 
@@ -73,12 +74,6 @@ _SSL_KEYS = (
 )
 
 
-def _error(msg: str) -> Exception:
-    from ..config import ConfigError
-
-    return ConfigError(msg)
-
-
 @dataclass(frozen=True)
 class TlsSettings:
     """The effective TLS settings of one listener (strings as configured, "" for unset)."""
@@ -99,14 +94,15 @@ class TlsSettings:
 
 
 def listener_ssl_values(values: Mapping[str, Any], listener: str) -> dict[str, str]:
-    """The ``ssl.*`` values for ``listener``: per-listener overrides win over the plain keys."""
+    """The ``ssl.*`` values for ``listener``: per-listener overrides win over the plain keys; a
+    key set to nothing (or absent) has its default."""
     prefix = f"listener.name.{listener.lower()}."
     out: dict[str, str] = {}
     for key in _SSL_KEYS:
         raw = values.get(prefix + key)
         if raw is None:
             raw = values.get(key)
-        out[key] = "" if raw is None else str(raw).strip()
+        out[key] = ("" if raw is None else str(raw).strip()) or BROKER_CONFIGS[key].default
     return out
 
 
@@ -118,58 +114,62 @@ def tls_settings(values: Mapping[str, Any], listener: str) -> TlsSettings:
     """Check and collect the TLS settings of ``listener`` (no file is read)."""
     v = listener_ssl_values(values, listener)
     where = f"listener {listener}"
-    ks_type = (v["ssl.keystore.type"] or "JKS").upper()
-    ts_type = (v["ssl.truststore.type"] or "JKS").upper()
+    ks_type = v["ssl.keystore.type"].upper()
+    ts_type = v["ssl.truststore.type"].upper()
     location, chain, key = (
         v["ssl.keystore.location"],
         v["ssl.keystore.certificate.chain"],
         v["ssl.keystore.key"],
     )
     if not location and not chain and not key:
-        raise _error(
+        raise ConfigError(
             f"{where} uses TLS but has no keystore: set ssl.keystore.type=PEM and ssl.keystore.location "
             f"(a PEM file with the private key and certificate chain), or ssl.keystore.key and "
             f"ssl.keystore.certificate.chain (PEM text); per listener as "
             f"listener.name.{listener.lower()}.ssl.*"
         )
     if location and (chain or key):
-        raise _error(
+        raise ConfigError(
             f"{where}: set either ssl.keystore.location or ssl.keystore.key/ssl.keystore.certificate.chain, "
             f"not both"
         )
     if (chain or key) and not (chain and key):
-        raise _error(f"{where}: ssl.keystore.key and ssl.keystore.certificate.chain go together")
+        raise ConfigError(f"{where}: ssl.keystore.key and ssl.keystore.certificate.chain go together")
     if ks_type == "JKS":
-        raise _error(
+        raise ConfigError(
             f"{where}: ssl.keystore.type is JKS (Kafka's default), a Java-only format; strom reads "
             f"ssl.keystore.type=PEM (or PKCS12): convert the keystore to PEM and set ssl.keystore.type=PEM"
         )
     if ks_type not in ("PEM", "PKCS12"):
-        raise _error(f"{where}: unknown ssl.keystore.type {ks_type!r} (supported: PEM, PKCS12)")
+        raise ConfigError(f"{where}: unknown ssl.keystore.type {ks_type!r} (supported: PEM, PKCS12)")
     if ks_type != "PEM" and (chain or key):
-        raise _error(
+        raise ConfigError(
             f"{where}: ssl.keystore.key and ssl.keystore.certificate.chain need ssl.keystore.type=PEM"
         )
     has_trust = bool(v["ssl.truststore.location"] or v["ssl.truststore.certificates"])
     if v["ssl.truststore.location"] and v["ssl.truststore.certificates"]:
-        raise _error(f"{where}: set either ssl.truststore.location or ssl.truststore.certificates, not both")
+        raise ConfigError(
+            f"{where}: set either ssl.truststore.location or ssl.truststore.certificates, not both"
+        )
     if has_trust and ts_type != "PEM":
-        raise _error(
+        raise ConfigError(
             f"{where}: ssl.truststore.type is {ts_type}; strom reads PEM truststores only: "
             f"set ssl.truststore.type=PEM with a PEM file of CA certificates"
         )
-    client_auth = (v["ssl.client.auth"] or "none").lower()
+    client_auth = v["ssl.client.auth"].lower()
     if client_auth not in CLIENT_AUTH:
-        raise _error(f"{where}: ssl.client.auth must be none, requested or required, not {client_auth!r}")
-    protocols = _split(v["ssl.enabled.protocols"] or "TLSv1.2,TLSv1.3")
+        raise ConfigError(
+            f"{where}: ssl.client.auth must be none, requested or required, not {client_auth!r}"
+        )
+    protocols = _split(v["ssl.enabled.protocols"])
     for p in protocols:
         if p not in _TLS_VERSIONS:
-            raise _error(
+            raise ConfigError(
                 f"{where}: unknown protocol {p!r} in ssl.enabled.protocols "
                 f"(one of {', '.join(_TLS_VERSIONS)})"
             )
     if not protocols:
-        raise _error(f"{where}: ssl.enabled.protocols is empty")
+        raise ConfigError(f"{where}: ssl.enabled.protocols is empty")
     return TlsSettings(
         listener=listener,
         keystore_type=ks_type,
@@ -225,7 +225,7 @@ def _set_ciphers(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         try:
             probe.set_ciphers(name)
         except ssl.SSLError:
-            raise _error(
+            raise ConfigError(
                 f"listener {settings.listener}: ssl.cipher.suites names {suite!r}, which this OpenSSL "
                 f"({ssl.OPENSSL_VERSION}) does not know"
             ) from None
@@ -238,7 +238,9 @@ def _read_text(settings: TlsSettings, key: str, path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise _error(f"listener {settings.listener}: cannot read {key} {path}: {e.strerror or e}") from None
+        raise ConfigError(
+            f"listener {settings.listener}: cannot read {key} {path}: {e.strerror or e}"
+        ) from None
 
 
 def _pkcs12_to_pem(settings: TlsSettings) -> bytes:
@@ -246,7 +248,7 @@ def _pkcs12_to_pem(settings: TlsSettings) -> bytes:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.serialization import pkcs12
     except ImportError:
-        raise _error(
+        raise ConfigError(
             f"listener {settings.listener}: ssl.keystore.type=PKCS12 needs the 'cryptography' package; "
             f"install it or use ssl.keystore.type=PEM"
         ) from None
@@ -255,12 +257,12 @@ def _pkcs12_to_pem(settings: TlsSettings) -> bytes:
     try:
         key, cert, extra = pkcs12.load_key_and_certificates(data, password)
     except ValueError as e:
-        raise _error(
+        raise ConfigError(
             f"listener {settings.listener}: ssl.keystore.location {settings.keystore_location} is not a "
             f"readable PKCS12 keystore (or ssl.keystore.password is wrong): {e}"
         ) from None
     if key is None or cert is None:
-        raise _error(
+        raise ConfigError(
             f"listener {settings.listener}: PKCS12 keystore {settings.keystore_location} holds no "
             f"private key and certificate"
         )
@@ -290,16 +292,16 @@ def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         pem = (key + chain).encode()
         what = "ssl.keystore.key/ssl.keystore.certificate.chain"
     if b"PRIVATE KEY-----" not in pem:
-        raise _error(f"{where}: {what} holds no PEM private key")
+        raise ConfigError(f"{where}: {what} holds no PEM private key")
     if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise _error(f"{where}: {what} holds no PEM certificate")
+        raise ConfigError(f"{where}: {what} holds no PEM certificate")
     # load_cert_chain reads files only: hand it the key material through a memory file
     with key_material_path(pem) as path:
         try:
             # a password (possibly empty) is always given so OpenSSL never prompts on a terminal
             ctx.load_cert_chain(path, password=password)
         except ssl.SSLError as e:
-            raise _error(
+            raise ConfigError(
                 f"{where}: {what} is not a usable private key + certificate chain "
                 f"(or ssl.key.password is wrong): {e.reason or e}"
             ) from None
@@ -316,7 +318,7 @@ def _load_truststore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         elif settings.client_auth != "none":
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     except (ssl.SSLError, ValueError) as e:
-        raise _error(f"{where}: the truststore holds no usable PEM certificate: {e}") from None
+        raise ConfigError(f"{where}: the truststore holds no usable PEM certificate: {e}") from None
 
 
 def build_server_context(settings: TlsSettings) -> ssl.SSLContext:

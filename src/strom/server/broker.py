@@ -49,7 +49,13 @@ from ..log.errors import KafkaStorageError, LogError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import META_FILE, discover, load_meta, next_log_dirs, parse_partition_dir
 from ..log.partition_log import PartitionLog
-from ..metadata.configs import ConfigResourceError, apply_dynamic_broker_configs, normalize_topic_value
+from ..metadata.configs import (
+    ConfigResourceError,
+    DynamicBrokerConfigs,
+    apply_dynamic_broker_configs,
+    normalize_topic_value,
+)
+from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
@@ -62,6 +68,7 @@ from ..protocol.records import (
     iter_batches,
 )
 from ..rate_limited_log import RateLimitedLog
+from ..security.sasl import SaslState
 from .log_dir_mover import LogDirMover, remove_tree
 from .purgatory import FetchPurgatory
 
@@ -264,6 +271,12 @@ class Broker:
         # per partition, the completion of the last produce append waiting for its validation:
         # appends to a partition happen in the order the requests got here (see handlers.produce)
         self.append_chains: dict[tuple[str, int], asyncio.Future[None]] = {}
+        # config and security state, in the first log dir: dynamic broker configs (applied to
+        # config.values at once), group configs, SASL settings and SCRAM credentials
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.log_dir, self.node_id)
+        apply_dynamic_broker_configs(self)
+        self.group_configs = GroupConfigStore.open(self.log_dir)
+        self.sasl = SaslState(config.values, self.log_dir)
 
     # ------------------------------------------------------------------ lifecycle
     # ------------------------------------------------------------------ log dirs
@@ -409,6 +422,23 @@ class Broker:
             overrides.setdefault("segment.bytes", str(self.config["offsets.topic.segment.bytes"]))
         return LogConfig.from_topic_configs(defaults, overrides)
 
+    def refresh_log_configs(self, topic: str | None = None) -> None:
+        """Push the current effective log config into open partition logs (all, or one
+        topic's): after a dynamic config change."""
+        infos = [self.topics.get(topic)] if topic is not None else list(self.topics.topics.values())
+        for info in infos:
+            if info is None:
+                continue
+            lc = self.log_config(info)
+            for p in range(info.partitions):
+                plog = self.logs.get((info.name, p))
+                if plog is not None:
+                    plog.update_config(lc)
+
+    def group_config(self, group: str) -> dict[str, str]:
+        """The effective group configs of ``group`` (what its coordinator uses)."""
+        return group_effective(self.config, self.group_configs, group)
+
     def _open_partition(self, info: TopicInfo, partition: int, log_dir: Path) -> PartitionLog:
         d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
@@ -428,12 +458,9 @@ class Broker:
         from .network import start_listeners
 
         load_all()
-        apply_dynamic_broker_configs(self)  # persisted dynamic broker configs, before logs open
         if any(proto.startswith("SASL_") for _n, proto, _h, _p in self.config.listener_protocols()):
-            from .handlers.sasl import sasl_state
-
             try:  # a corrupt SCRAM credential store fails the start, not the first login
-                sasl_state(self)
+                self.sasl.credentials  # noqa: B018 (opens the store)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         max_open = self.config["strom.log.max.open.files"]
@@ -450,9 +477,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC)
         )
-        from ..metadata import group_configs
-
-        self.group_coordinator.group_configs = lambda g: group_configs.group_effective(self, g)
+        self.group_coordinator.group_configs = self.group_config
         # consumer-group records name topics by id: let the coordinator resolve every known one
         for info in self.topics.topics.values():
             self.group_coordinator.topic_names[info.topic_id] = info.name
@@ -495,7 +520,6 @@ class Broker:
         """Share groups (KIP-932): the share coordinator over ``__share_group_state``."""
         from ..coordinator.classic import ClassicGroup, GroupState
         from ..coordinator.share_coordinator import ShareConfig, ShareCoordinator
-        from ..metadata import group_configs
 
         share_cfg = ShareConfig.from_broker(self.config)
         self._ensure_internal_topic(SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
@@ -517,7 +541,7 @@ class Broker:
             BrokerLogView(self),
             config=share_cfg,
             clock=self.clock,
-            group_config=lambda g: group_configs.group_effective(self, g),
+            group_config=self.group_config,
             notify=notify,
         )
         self.share_coordinator.other_group_exists = other_group_exists

@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..config_schema import BROKER_CONFIGS
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
 from ..log.errors import KafkaStorageError
 
@@ -38,11 +39,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("strom.log_tasks")
 
-DEFAULT_CLEANER_BACKOFF_MS = 15_000
 SWITCH_INTERVAL_S = 0.0005
 
 
-def _conf(broker: Broker, name: str, default: Any, typ: type) -> Any:
+def _conf(broker: Broker, name: str, typ: type, default: Any = None) -> Any:
+    """The broker config ``name`` as ``typ``; when it is unset or unreadable, its default in the
+    schema (``default`` only for the tuning keys the schema does not list)."""
+    if default is None:
+        default = BROKER_CONFIGS[name].default
     raw = broker.config.get(name, default)
     if typ is bool and isinstance(raw, str):
         return raw.strip().lower() == "true"
@@ -53,7 +57,7 @@ def _conf(broker: Broker, name: str, default: Any, typ: type) -> Any:
 
 
 async def _retention_loop(broker: Broker) -> None:
-    interval = max(1, int(_conf(broker, "log.retention.check.interval.ms", 300_000, int))) / 1000
+    interval = max(1, int(_conf(broker, "log.retention.check.interval.ms", int))) / 1000
     while True:
         await asyncio.sleep(interval)
         run_retention(broker)
@@ -113,23 +117,23 @@ class CleanerThread:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.backoff_s = (
-            max(1, int(_conf(broker, "log.cleaner.backoff.ms", DEFAULT_CLEANER_BACKOFF_MS, int))) / 1000
+            max(1, int(_conf(broker, "log.cleaner.backoff.ms", int))) / 1000
         )
-        self.use_process = bool(_conf(broker, "strom.log.cleaner.process", True, bool))
+        self.use_process = bool(_conf(broker, "strom.log.cleaner.process", bool))
         self.cleaner = LogCleaner(
             broker.log_dir,
             broker.clock,
-            max_map_entries=int(_conf(broker, "strom.log.cleaner.max.map.entries", 4_000_000, int)),
+            max_map_entries=int(_conf(broker, "strom.log.cleaner.max.map.entries", int, 4_000_000)),
             io_max_bytes_per_second=self._io_max_bytes_per_second(),
             use_process=self.use_process,
-            worker_nice=int(_conf(broker, "strom.log.cleaner.process.nice", 10, int)),
-            pace_writeback=bool(_conf(broker, "strom.log.cleaner.writeback.pacing", True, bool)),
+            worker_nice=int(_conf(broker, "strom.log.cleaner.process.nice", int)),
+            pace_writeback=bool(_conf(broker, "strom.log.cleaner.writeback.pacing", bool)),
         )
         self.wakeup = threading.Event()
         self.thread = threading.Thread(target=self._run, name="strom-log-cleaner", daemon=True)
 
     def _io_max_bytes_per_second(self) -> float:
-        rate = float(_conf(self.broker, "log.cleaner.io.max.bytes.per.second", NO_THROTTLE, float))
+        rate = float(_conf(self.broker, "log.cleaner.io.max.bytes.per.second", float))
         return rate if rate > 0 else NO_THROTTLE
 
     def start(self) -> None:
@@ -156,7 +160,7 @@ class CleanerThread:
             self.cleaner.start_worker()
         except OSError:
             log.exception("starting the log cleaner's worker process failed")
-        initial = int(_conf(self.broker, "strom.log.cleaner.initial.delay.ms", 0, int))
+        initial = int(_conf(self.broker, "strom.log.cleaner.initial.delay.ms", int, 0))
         if initial > 0 and stop.wait(initial / 1000):
             return
         while not stop.is_set():
@@ -197,6 +201,6 @@ def start_log_tasks(broker: Broker) -> list[asyncio.Task[None]]:
     """Called by :meth:`Broker.start`; the broker cancels the tasks on shutdown."""
     loop = asyncio.get_running_loop()
     tasks = [loop.create_task(_retention_loop(broker)), loop.create_task(_deleter_loop(broker))]
-    if _conf(broker, "log.cleaner.enable", True, bool):
+    if _conf(broker, "log.cleaner.enable", bool):
         tasks.append(loop.create_task(_cleaner_task(broker)))
     return tasks

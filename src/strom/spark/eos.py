@@ -41,8 +41,9 @@ from strom.client import KafkaError
 from strom.client.connection import KafkaConnection
 from strom.spark.kafka_io import KafkaSession, session
 from strom.spark.options import WriteOptions
+from strom.spark.producer import Producer, WriteCommit
 
-__all__ = ["ExactlyOnceStreamWriter", "produce_transactional"]
+__all__ = ["ExactlyOnceStreamWriter"]
 
 FIND_COORDINATOR = 10
 OFFSET_FETCH = 9
@@ -253,23 +254,11 @@ async def end_txn(sess: KafkaSession, txn_id: str, pid: int, epoch: int, commit:
     )
 
 
-_ACTIVE: dict[int, _Txn] = {}
-
-
-async def produce_transactional(
-    sess: KafkaSession, opts: WriteOptions, tp: tuple[str, int], batch: bytes
-) -> None:
-    """Used by the sink's producer in exactly-once mode (one active transaction per session)."""
-    await _ACTIVE[id(sess)].produce(tp, batch)
-
-
 class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        from strom.spark.sink import WriteCommit, _Producer
-
         ctx = TaskContext.get()
         if ctx is None:
             raise RuntimeError("exactlyOnce writes must run in a Spark task")
@@ -286,9 +275,10 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             for _ in iterator:
                 pass
             return WriteCommit(0, txn_id, txn.producer_id, txn.producer_epoch, skipped=True)
-        _ACTIVE[id(sess)] = txn
         try:
-            producer = _Producer(sess, self.opts, txn.producer_id, txn.producer_epoch, txn.add_partitions)
+            producer = Producer(
+                sess, self.opts, txn.producer_id, txn.producer_epoch, txn.add_partitions, txn.produce
+            )
             producer.sequences = txn.sequences
             for b in iterator:
                 producer.add(b)
@@ -297,13 +287,9 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         except BaseException:
             sess.run(end_txn(sess, txn_id, txn.producer_id, txn.producer_epoch, False))
             raise
-        finally:
-            _ACTIVE.pop(id(sess), None)
         return WriteCommit(producer.written, txn_id, txn.producer_id, txn.producer_epoch)
 
     def _end(self, messages: list[WriterCommitMessage | None], commit: bool) -> None:
-        from strom.spark.sink import WriteCommit
-
         sess = session(self.opts.client)
         for m in messages:
             if isinstance(m, WriteCommit) and m.transactional_id and not m.skipped:

@@ -145,7 +145,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str
                 cfg.broker_scope(broker, rname or str(broker.node_id))
                 entry["configs"] = _describe_loggers(keys)
             elif rtype == cfg.ResourceType.GROUP:
-                entries = group_configs.describe(broker, rname, keys)
+                entries = group_configs.describe(broker.config, broker.group_configs, rname, keys)
                 entry["configs"] = [e.to_kio(include_synonyms) for e in entries]
             else:
                 raise cfg.ConfigResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
@@ -231,9 +231,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                 cfg.alter_topic(broker, rname, new, validate_only=validate_only)
             elif rtype == cfg.ResourceType.BROKER:
                 default = cfg.broker_scope(broker, rname)
-                state = cfg.ensure_loaded(broker)
                 new = cfg.incremental_changes(
-                    state.scope(default),
+                    broker.dynamic_configs.scope(default),
                     ops,
                     type_of=cfg.broker_config_types(),
                     effective=cfg.broker_effective_strings(broker, default),
@@ -245,14 +244,15 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                 _alter_loggers(ops, validate_only)
             elif rtype == cfg.ResourceType.GROUP:
                 group_configs.check_group_name(rname)
+                store = broker.group_configs
                 new = cfg.incremental_changes(
-                    group_configs.store(broker).get(rname),
+                    store.get(rname),
                     ops,
                     type_of=group_configs.group_config_types(),
-                    effective=group_configs.group_effective(broker, rname),
+                    effective=broker.group_config(rname),
                     unknown="group",
                 )
-                group_configs.alter(broker, rname, new, validate_only=validate_only)
+                group_configs.alter(broker.config, store, rname, new, validate_only=validate_only)
             else:
                 raise cfg.ConfigResourceError(
                     ErrorCode.INVALID_REQUEST,

@@ -18,49 +18,22 @@ On a listener that is not SASL_*, or after a successful authentication, both API
 ILLEGAL_SASL_STATE and the connection stays open (as in Kafka). A second handshake during an
 exchange, or SaslAuthenticate before any handshake, also answer ILLEGAL_SASL_STATE and close
 the connection. The broker-wide state (settings parsed from the config, the SCRAM credential
-store) is :func:`sasl_state`.
+store) is the broker's ``sasl`` (:class:`~strom.security.sasl.SaslState`).
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...protocol.errors import ErrorCode
-from ...security.credentials import CredentialStore, ScramCredential
-from ...security.sasl import SaslAuthenticationError, SaslSettings
+from ...security.sasl import SaslAuthenticationError
 from ..context import RequestContext
 from . import handler
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 log = logging.getLogger("strom.sasl")
 
 SASL_AUTHENTICATION_FAILED = 58
-
-
-@dataclass
-class SaslState:
-    settings: SaslSettings
-    credentials: CredentialStore
-
-    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self.credentials.get(user, mechanism)
-
-
-_STATES: weakref.WeakKeyDictionary[Any, SaslState] = weakref.WeakKeyDictionary()
-
-
-def sasl_state(broker: Broker) -> SaslState:
-    """The broker's SASL settings and SCRAM credential store (opened on first use)."""
-    state = _STATES.get(broker)
-    if state is None:
-        state = SaslState(SaslSettings.from_values(broker.config.values), CredentialStore(broker.log_dir))
-        _STATES[broker] = state
-    return state
 
 
 def _close_after(ctx: RequestContext) -> None:
@@ -73,7 +46,7 @@ def _close_after(ctx: RequestContext) -> None:
 @handler(17)
 async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, Any]:
     session = ctx.session
-    state = sasl_state(ctx.broker)
+    state = ctx.broker.sasl
     enabled = list(state.settings.enabled_mechanisms(session.listener))
     if not session.uses_sasl or session.authenticated:
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled}

@@ -36,12 +36,11 @@ from ...security.credentials import (
 )
 from ..context import RequestContext
 from . import handler
-from .sasl import sasl_state
 
 
 @handler(50)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    store = sasl_state(ctx.broker).credentials
+    store = ctx.broker.sasl.credentials
     results: list[dict[str, Any]] = []
     names = [str(u.name) for u in (request.users or ())]
     if not names:
@@ -86,7 +85,7 @@ def _described(
 
 @handler(51)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    store = sasl_state(ctx.broker).credentials
+    store = ctx.broker.sasl.credentials
     order: list[str] = []
     errors: dict[str, tuple[int, str | None]] = {}
     deletions: dict[str, str] = {}  # user -> mechanism

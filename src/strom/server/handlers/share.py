@@ -111,7 +111,7 @@ async def _apply_acks(
     ctx: RequestContext, coord: ShareCoordinator, group: str, member: str, topics: Any
 ) -> dict[tuple[uuid.UUID, int], int]:
     out: dict[tuple[uuid.UUID, int], int] = {}
-    renew_ok = coord.group_config(group).get("share.renew.acknowledge.enable", "true") == "true"
+    renew_ok = coord.group_config(group)["share.renew.acknowledge.enable"] == "true"
     for t in topics:
         tid = t.topic_id if t.topic_id is not None else uuid.UUID(int=0)
         for p in t.partitions:
@@ -235,7 +235,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
     if getattr(request, "is_renew_ack", False):  # KIP-1222: renewing locks fetches nothing
         return {**base, "responses": _responses(results), "node_endpoints": _node_endpoints(ctx)}
     cfg = coord.group_config(group)
-    isolation = cfg.get("share.isolation.level", "read_uncommitted")
+    isolation = cfg["share.isolation.level"]
     max_records = max(int(getattr(request, "max_records", 500) or 500), 1)
     max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
     max_wait_ms = _ms(request.max_wait)

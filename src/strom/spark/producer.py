@@ -1,0 +1,206 @@
+"""The sink's record producer: rows of Arrow batches to record batches, per topic partition.
+
+A :class:`Producer` groups the rows a Spark task is given per topic partition (Spark's Kafka sink
+columns: ``value``, ``key``, ``topic``, ``partition``, ``headers``; the partition of a row without
+one is Kafka's default partitioner's: murmur2 of the key, a sticky random partition for null
+keys) into record batches of at most ``_MAX_BATCH_RECORDS`` records or ``batch.size`` bytes, and
+keeps up to ``_MAX_IN_FLIGHT`` of them in flight; one batch per partition at a time, so a
+partition's order (and its sequence numbers) hold. The at-least-once sink
+(:mod:`strom.spark.sink`) produces with plain Produce requests; the exactly-once sink
+(:mod:`strom.spark.eos`) passes its transaction's ``add_partitions`` and ``produce``.
+
+Error contract: broker errors raise :class:`strom.client.KafkaError`; a null topic too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from strom.client import KafkaError
+from strom.client.client import now_ms
+from strom.client.partitioner import partition_for_key
+from strom.protocol import records as rec
+from strom.spark.kafka_io import KafkaSession, session
+from strom.spark.options import WriteOptions
+
+__all__ = ["Producer", "WriteCommit", "default_partition", "write_rows"]
+
+_MAX_BATCH_RECORDS = 10_000
+_MAX_IN_FLIGHT = 8
+
+TopicPartition = tuple[str, int]
+
+
+def default_partition(key: bytes, num_partitions: int) -> int:
+    """``Utils.toPositive(murmur2(key)) % numPartitions`` (Kafka's default partitioner)."""
+    return partition_for_key(key, num_partitions)
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    """What one task wrote: records per topic, and (exactly-once mode) its open transaction."""
+
+    records: int
+    transactional_id: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    skipped: bool = False
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+class Producer:
+    """Groups records per topic partition into batches and keeps a few produce requests in
+    flight. In exactly-once mode the producer id and epoch are the transaction's,
+    ``on_new_partition`` adds partitions to it before their first batch and ``send`` produces a
+    batch in it."""
+
+    def __init__(
+        self,
+        sess: KafkaSession,
+        opts: WriteOptions,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        on_new_partition: Callable[[list[TopicPartition]], Awaitable[None]] | None = None,
+        send: Callable[[TopicPartition, bytes], Awaitable[None]] | None = None,
+    ) -> None:
+        self.sess = sess
+        self.opts = opts
+        self.pending: dict[tuple[str, int], list[rec.RecordInput]] = {}
+        self.pending_bytes: dict[tuple[str, int], int] = {}
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.num_partitions: dict[str, int] = {}
+        self.sticky: dict[str, int] = {}
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.on_new_partition = on_new_partition
+        self.send = send
+        self.written = 0
+        self.ready: list[tuple[tuple[str, int], list[rec.RecordInput]]] = []
+
+    def partitions_of(self, topic: str) -> int:
+        n = self.num_partitions.get(topic)
+        if n is None:
+            tm = self.sess.run(self.sess.client.topic(topic, refresh=True))
+            n = len(tm.partitions)
+            self.num_partitions[topic] = n
+        return n
+
+    def add(self, rows: pa.RecordBatch) -> None:
+        names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
+        n = rows.num_rows
+        values = rows.column(names["value"]).to_pylist()
+        keys = rows.column(names["key"]).to_pylist() if "key" in names else [None] * n
+        if self.opts.topic is not None:
+            topics: list[Any] = [self.opts.topic] * n
+        else:
+            topics = rows.column(names["topic"]).to_pylist()
+        parts = rows.column(names["partition"]).to_pylist() if "partition" in names else [None] * n
+        headers = rows.column(names["headers"]).to_pylist() if "headers" in names else None
+        ts = now_ms()
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise KafkaError(
+                    -1,
+                    "Null topic present in the data. Use the topic option for setting a topic.",
+                )
+            key = _as_bytes(keys[i])
+            part = parts[i]
+            if part is None:
+                num = self.partitions_of(topic)
+                if key is not None:
+                    part = default_partition(key, num)
+                else:
+                    part = self.sticky.get(topic)
+                    if part is None:
+                        part = random.randrange(num)
+                        self.sticky[topic] = part
+            hdrs: list[tuple[str, bytes | None]] = []
+            if headers is not None and headers[i]:
+                hdrs = [(h["key"], _as_bytes(h["value"])) for h in headers[i]]
+            value = _as_bytes(values[i])
+            tp = (topic, int(part))
+            lst = self.pending.get(tp)
+            if lst is None:
+                lst = self.pending[tp] = []
+                self.pending_bytes[tp] = 0
+            lst.append((key, value, hdrs, ts))
+            size = self.pending_bytes[tp] + len(value or b"") + len(key or b"") + 16
+            self.pending_bytes[tp] = size
+            if len(lst) >= _MAX_BATCH_RECORDS or size >= self.opts.client.batch_size:
+                self.ready.append((tp, lst))
+                del self.pending[tp]
+                del self.pending_bytes[tp]
+                self.sticky.pop(topic, None)
+        if len(self.ready) >= _MAX_IN_FLIGHT:
+            self.send_ready()
+
+    def flush(self) -> None:
+        self.ready.extend(self.pending.items())
+        self.pending.clear()
+        self.pending_bytes.clear()
+        self.send_ready()
+
+    def send_ready(self) -> None:
+        if not self.ready:
+            return
+        ready, self.ready = self.ready, []
+        self.sess.run(self._send_all(ready))
+
+    async def _send_all(self, ready: list[tuple[tuple[str, int], list[rec.RecordInput]]]) -> None:
+        client = self.sess.client
+        settings = self.opts.client
+        # one batch per partition at a time keeps per-partition order (and sequence numbers)
+        by_tp: dict[tuple[str, int], list[list[rec.RecordInput]]] = {}
+        for tp, records in ready:
+            by_tp.setdefault(tp, []).append(records)
+        if self.on_new_partition is not None:
+            await self.on_new_partition([tp for tp in by_tp])
+
+        async def one(tp: tuple[str, int], batches: list[list[rec.RecordInput]]) -> None:
+            for records in batches:
+                seq = -1
+                if self.producer_id >= 0:
+                    seq = self.sequences.get(tp, 0)
+                    self.sequences[tp] = seq + len(records)
+                batch = rec.build_batch(
+                    records,
+                    compression=settings.compression,
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    base_sequence=seq,
+                    transactional=self.producer_id >= 0 and self.on_new_partition is not None,
+                )
+                await self._produce(client, tp, batch, settings.acks)
+                self.written += len(records)
+
+        await asyncio.gather(*(one(tp, b) for tp, b in by_tp.items()))
+
+    async def _produce(self, client: Any, tp: tuple[str, int], batch: bytes, acks: int) -> None:
+        if self.send is None:
+            await client.produce(tp[0], tp[1], batch, acks=acks)
+        else:
+            await self.send(tp, batch)
+
+
+def write_rows(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
+    sess = session(opts.client)
+    producer = Producer(sess, opts)
+    for b in batches:
+        producer.add(b)
+    producer.flush()
+    return producer.written
