@@ -3,7 +3,8 @@
 One thread, one seeded ``random.Random`` for the world and one per node. Time is a number the
 scheduler moves: the next event is the earliest of the message deliveries queued in the network
 and the nodes' ``next_deadline()``. The network drops, delays (so reorders) and partitions
-messages; a killed node loses everything its log had not flushed (``MemoryRaftLog.crash``) and its
+messages; a killed node loses everything its log had not flushed (``MemoryRaftLog.crash``; with
+``DISK_ROOT`` set, nodes use the on-disk MetadataLog instead) and its
 in-memory state, and restarts from its log, snapshot and ``quorum-state``.
 
 After every event :meth:`Cluster.check` verifies the invariants:
@@ -26,12 +27,17 @@ import hashlib
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from strom.protocol.records import build_batch, decode_records
-from strom.raft.log import OffsetAndEpoch
+from strom.clock import ManualClock
+from strom.protocol.records import build_batch, decode_records, iter_batches
+from strom.raft.log import OffsetAndEpoch, QuorumStateStore
 from strom.raft.messages import Outbound, RaftMessage
+from strom.raft.metadata_log import MetadataLog
 from strom.raft.quorum import CommittedBatch, LeaderAndEpoch, NotLeaderError, RaftConfig, RaftNode
+from strom.raft.quorum_state_file import FileQuorumStateStore
 from strom.testing.raft import MemoryQuorumStateStore, MemoryRaftLog
 
 
@@ -44,6 +50,7 @@ class Totals:
     """Over every cluster of this process that ran to a settled end (printed after pytest)."""
 
     runs: int = 0
+    clusters: int = 0  # started, settled or not
     events: int = 0
     checks: int = 0
     messages: int = 0
@@ -103,15 +110,69 @@ class HashChainListener:
         return build_batch([(None, self.chain, [], 0)])
 
 
+# Where nodes keep their logs: None for memory (MemoryRaftLog, a kill drops the unflushed tail),
+# or a directory for the on-disk MetadataLog + FileQuorumStateStore (a kill closes the files
+# without flushing and reopens them, as kill -9 and a restart would: the page cache keeps what
+# was written, and the log recovers from its files).
+DISK_ROOT: Path | None = None
+
+
+class MemoryStorage:
+    def __init__(self) -> None:
+        self.log: Any = MemoryRaftLog()
+        self.store: QuorumStateStore = MemoryQuorumStateStore()
+
+    def kill(self) -> None:
+        self.log.crash()
+
+    def batches_from(self, offset: int) -> list[tuple[int, int, int, bytes]]:
+        result: list[tuple[int, int, int, bytes]] = self.log.batches_from(offset)
+        return result
+
+
+class DiskStorage:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.log: Any = MetadataLog.open(directory, clock=ManualClock(0))
+        self.store: QuorumStateStore = FileQuorumStateStore(directory)
+
+    def kill(self) -> None:
+        self.log.close_without_flush()
+        self.log = MetadataLog.open(self.directory, clock=ManualClock(0))
+
+    def batches_from(self, offset: int) -> list[tuple[int, int, int, bytes]]:
+        out: list[tuple[int, int, int, bytes]] = []
+        pos = max(offset, self.log.start_offset)
+        while pos < self.log.end_offset:
+            data = self.log.read(pos, 1 << 20)
+            if not data:
+                break
+            for p, h in iter_batches(data):
+                if h.next_offset > offset:
+                    out.append(
+                        (h.base_offset, h.next_offset, h.partition_leader_epoch, bytes(data[p : p + h.size]))
+                    )
+                pos = h.next_offset
+        return out
+
+
 @dataclass
 class SimNode:
     node_id: int
     config: RaftConfig
-    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
-    store: MemoryQuorumStateStore = field(default_factory=MemoryQuorumStateStore)
+    storage: MemoryStorage | DiskStorage
     raft: RaftNode | None = None
     listener: HashChainListener | None = None
     incarnation: int = 0
+
+    @property
+    def log(self) -> Any:
+        return self.storage.log
+
+    @property
+    def store(self) -> QuorumStateStore:
+        return self.storage.store
 
 
 @dataclass
@@ -151,9 +212,15 @@ class Cluster:
         self.groups: dict[int, int] = {}  # node -> partition group; absent: group 0
         voter_ids = frozenset(range(1, voters + 1))
         self.nodes: dict[int, SimNode] = {}
+        TOTALS.clusters += 1
         for nid in range(1, voters + observers + 1):
             cfg = RaftConfig(nid, voter_ids, snapshot_chunk_bytes=snapshot_chunk_bytes)
-            self.nodes[nid] = SimNode(nid, cfg)
+            storage = (
+                MemoryStorage()
+                if DISK_ROOT is None
+                else DiskStorage(DISK_ROOT / f"run-{TOTALS.clusters}" / f"node-{nid}")
+            )
+            self.nodes[nid] = SimNode(nid, cfg, storage)
         # invariant state
         self.epoch_leader: dict[int, int] = {}
         self.max_epoch: dict[int, int] = {}
@@ -205,7 +272,7 @@ class Cluster:
         node.raft = None
         node.listener = None
         self._deadlines.pop(nid, None)
-        node.log.crash()
+        node.storage.kill()
         self.stats.kills += 1
 
     def restart(self, nid: int) -> None:
@@ -372,7 +439,7 @@ class Cluster:
                 f"leader {n.node_id} misses committed data: log ends at {n.log.end_offset}, "
                 f"committed up to {self.committed_end}"
             )
-        for base, _nxt, _epoch, data in n.log.batches_from(n.log.start_offset):
+        for base, _nxt, _epoch, data in n.storage.batches_from(n.log.start_offset):
             if base >= self.committed_end:
                 break
             known = self.committed.get(base)
@@ -385,7 +452,7 @@ class Cluster:
     def check_log(self, n: SimNode, start: int, end: int) -> None:
         """Batches of ``n`` in [start, end) (``end``: its high watermark) against the committed
         prefix; those not yet in it extend it."""
-        for base, nxt, _epoch, data in n.log.batches_from(start):
+        for base, nxt, _epoch, data in n.storage.batches_from(start):
             if nxt > end:
                 break
             known = self.committed.get(base)
