@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.clock import ManualClock
+from strom.durable_file import fsync_dir
 from strom.protocol.records import build_batch, decode_records, iter_batches
 from strom.raft.log import OffsetAndEpoch, QuorumStateStore
 from strom.raft.messages import Outbound, RaftMessage
@@ -125,6 +126,9 @@ class MemoryStorage:
     def kill(self) -> None:
         self.log.crash()
 
+    def reopen(self) -> None:
+        pass
+
     def batches_from(self, offset: int) -> list[tuple[int, int, int, bytes]]:
         result: list[tuple[int, int, int, bytes]] = self.log.batches_from(offset)
         return result
@@ -134,12 +138,21 @@ class DiskStorage:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        for d in (directory, directory.parent, directory.parent.parent):  # as `storage format` would
+            fsync_dir(d)
         self.log: Any = MetadataLog.open(directory, clock=ManualClock(0))
         self.store: QuorumStateStore = FileQuorumStateStore(directory)
+        self.closed = False
 
     def kill(self) -> None:
         self.log.close_without_flush()
-        self.log = MetadataLog.open(self.directory, clock=ManualClock(0))
+        self.closed = True
+
+    def reopen(self) -> None:
+        """Before the node starts again (after a power cut, if the test makes one)."""
+        if self.closed:
+            self.log = MetadataLog.open(self.directory, clock=ManualClock(0))
+            self.closed = False
 
     def batches_from(self, offset: int) -> list[tuple[int, int, int, bytes]]:
         out: list[tuple[int, int, int, bytes]] = []
@@ -250,6 +263,7 @@ class Cluster:
 
     def start(self, nid: int) -> None:
         node = self.nodes[nid]
+        node.storage.reopen()
         node.incarnation += 1
         node.listener = HashChainListener(self, nid)
         node.raft = RaftNode(
