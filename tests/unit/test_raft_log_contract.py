@@ -5,9 +5,10 @@ The ``harness`` fixture yields one :class:`Harness` per implementation: the log 
 the two ways a node stops — :meth:`Harness.restart` (a clean close and reopen) and
 :meth:`Harness.kill` (a crash: what was not flushed may be lost, and for the implementations here
 *is* lost). The on-disk :class:`~strom.raft.metadata_log.MetadataLog` runs under
-:class:`~strom.testing.powerloss.PowerLossFS` so that a kill is a power cut. To add an
-implementation (the in-memory log of ``strom.testing.raft``), add a parameter to the fixture
-that builds a Harness around it.
+:class:`~strom.testing.powerloss.PowerLossFS` so that a kill is a power cut; the simulation's
+in-memory :class:`~strom.testing.raft.MemoryRaftLog` runs as ``memory`` (a kill drops its
+unflushed tail). To add an implementation, add a parameter to the fixture that builds a Harness
+around it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from strom.protocol.records import build_batch, decode_records, iter_batches, pa
 from strom.raft.log import AppendInfo, OffsetAndEpoch, RaftLog
 from strom.raft.metadata_log import MetadataLog
 from strom.testing.powerloss import PowerLossFS
+from strom.testing.raft import MemoryRaftLog
 
 T0 = 1_700_000_000_000
 
@@ -79,9 +81,29 @@ class DiskHarness:
         self.fs.uninstall()
 
 
-@pytest.fixture(params=["disk"])
+class MemoryHarness:
+    """The simulation's in-memory log (:class:`strom.testing.raft.MemoryRaftLog`)."""
+
+    def __init__(self) -> None:
+        self.log: MemoryRaftLog = MemoryRaftLog()
+
+    def restart(self) -> None:
+        self.log.restart()
+
+    def kill(self) -> None:
+        self.log.crash()
+
+    def other(self) -> RaftLog:
+        return MemoryRaftLog()
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(params=["disk", "memory"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    h = DiskHarness(tmp_path / "metadata")
+    h: DiskHarness | MemoryHarness
+    h = DiskHarness(tmp_path / "metadata") if request.param == "disk" else MemoryHarness()
     try:
         yield h
     finally:
