@@ -8,7 +8,6 @@ from dataclasses import replace
 from kio.static.primitive import i16
 
 from strom.controller import BrokerRegistration, BrokerState, ControllerConfig, broker_state
-from strom.controller.errors import ControllerErrorCode
 from strom.metadata.records import (
     BrokerRegistrationChangeRecord,
     RegisterBrokerRecord,
@@ -40,7 +39,7 @@ def test_new_incarnation_refused_while_old_session_alive() -> None:
     h.start_brokers(2)
     h.advance(9000)  # broker.session.timeout.ms since the last contact: still valid
     response = h.register(1, new_incarnation=True)
-    assert response["error_code"] == ControllerErrorCode.DUPLICATE_BROKER_REGISTRATION
+    assert response["error_code"] == ErrorCode.DUPLICATE_BROKER_REGISTRATION
     h.advance(1)
     assert h.register(1, new_incarnation=True)["error_code"] == 0
     h.advance(1)
@@ -91,7 +90,7 @@ def test_registration_needs_the_finalized_features_and_the_cluster_id() -> None:
     result = h.controller.register_broker(other, h.next_offset, h.now_ms)
     assert (
         result.response is not None
-        and result.response["error_code"] == ControllerErrorCode.INCONSISTENT_CLUSTER_ID
+        and result.response["error_code"] == ErrorCode.INCONSISTENT_CLUSTER_ID
     )
 
 
@@ -121,9 +120,9 @@ def test_heartbeat_errors() -> None:
     h = ControllerHarness()
     h.register(1)
     r = h.controller.broker_heartbeat(heartbeat_request(2, 0, 0), 0).response
-    assert r is not None and r["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH  # Kafka's answer too
+    assert r is not None and r["error_code"] == ErrorCode.STALE_BROKER_EPOCH  # Kafka's answer too
     r = h.controller.broker_heartbeat(heartbeat_request(1, h.epoch(1) + 1, 100), 0).response
-    assert r is not None and r["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
+    assert r is not None and r["error_code"] == ErrorCode.STALE_BROKER_EPOCH
 
 
 def test_silent_broker_fenced_after_session_timeout_and_leadership_moves() -> None:
@@ -222,7 +221,7 @@ def test_unregister_broker() -> None:
     assert all(p.isr == (0,) and p.leader == 0 for p in parts.values())
     again = h.controller.unregister_broker(UnregisterBrokerRequest(broker_id=i32(1)))  # type: ignore[arg-type]
     assert again.response is not None
-    assert again.response["error_code"] == ControllerErrorCode.BROKER_ID_NOT_REGISTERED
+    assert again.response["error_code"] == ErrorCode.BROKER_ID_NOT_REGISTERED
 
 
 def test_failover_starts_sessions_afresh() -> None:

@@ -14,7 +14,6 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from strom.controller import ControllerResult, QuorumController
 from strom.controller.config_control import default_validator
-from strom.controller.errors import ControllerErrorCode
 from strom.metadata.records import ConfigRecord, FeatureLevelRecord, ProducerIdsRecord
 from strom.protocol.errors import ErrorCode
 from strom.testing.controller import ControllerHarness
@@ -127,8 +126,8 @@ def test_allocate_producer_ids_in_blocks_of_1000_with_broker_epoch_check() -> No
     r = allocate(1, h.epoch(1))
     assert (r["producer_id_start"], r["producer_id_len"]) == (1000, 1000)
     assert h.log[-1] == ProducerIdsRecord(broker_id=1, broker_epoch=h.epoch(1), next_producer_id=2000)
-    assert allocate(1, h.epoch(1) - 1)["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
-    assert allocate(7, 0)["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
+    assert allocate(1, h.epoch(1) - 1)["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert allocate(7, 0)["error_code"] == ErrorCode.STALE_BROKER_EPOCH
     assert h.rebuilt().producer_ids.next_producer_id == 2000  # survives a failover: no block twice
 
 
@@ -239,7 +238,7 @@ def test_update_features() -> None:
     h.start_brokers(2)
     # downgrade transaction.version 2 -> 1: needs a downgrade type
     r = _update_features(h, [("transaction.version", 1, 1)])
-    assert r.records == [] and r.response["error_code"] == ControllerErrorCode.INVALID_UPDATE_VERSION
+    assert r.records == [] and r.response["error_code"] == ErrorCode.INVALID_UPDATE_VERSION
     assert r.response["results"][0]["error_message"] == (
         "Invalid update version 1 for feature transaction.version. Can't downgrade the version of this "
         "feature without setting the upgrade type to either safe or unsafe downgrade."

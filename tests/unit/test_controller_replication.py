@@ -13,7 +13,6 @@ from kio.schema.list_partition_reassignments.v0 import request as lpr
 from kio.static.primitive import i8, i32
 
 from strom.controller import ControllerConfig, PartitionRegistration
-from strom.controller.errors import ControllerErrorCode
 from strom.controller.partitions import is_reassigning
 from strom.metadata.records import ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from strom.protocol.errors import ErrorCode
@@ -267,7 +266,7 @@ def test_alter_partition_epoch_and_sender_checks() -> None:
     h.create_topic("t", assignments={0: [0, 1, 2]})
     alter(h, "t", 0, [0, 1])  # partition epoch 1
     assert (
-        alter(h, "t", 0, [0], partition_epoch=0)["error_code"] == ControllerErrorCode.INVALID_UPDATE_VERSION
+        alter(h, "t", 0, [0], partition_epoch=0)["error_code"] == ErrorCode.INVALID_UPDATE_VERSION
     )
     assert alter(h, "t", 0, [0], partition_epoch=5)["error_code"] == ErrorCode.NOT_CONTROLLER
     assert alter(h, "t", 0, [0], leader_epoch=-1)["error_code"] == ErrorCode.FENCED_LEADER_EPOCH
@@ -277,7 +276,7 @@ def test_alter_partition_epoch_and_sender_checks() -> None:
     assert alter(h, "t", 0, [0], topic_id=uuid.uuid4())["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
     stale = alter_partition_request(0, h.epoch(0) - 1, topic_id(h, "t"), 0, 0, 1, [(0, -1)])
     assert (
-        h.controller.alter_partition(stale).response["error_code"] == ControllerErrorCode.STALE_BROKER_EPOCH
+        h.controller.alter_partition(stale).response["error_code"] == ErrorCode.STALE_BROKER_EPOCH
     )  # type: ignore[index]
     assert part(h, "t", 0).partition_epoch == 1
 
@@ -288,13 +287,13 @@ def test_fenced_or_shutting_down_replicas_never_join_the_isr() -> None:
     h.create_topic("t", assignments={0: [0, 1, 2, 3]})
     alter(h, "t", 0, [0])
     h.heartbeat(1, want_fence=True)
-    assert alter(h, "t", 0, [0, 1])["error_code"] == ControllerErrorCode.INELIGIBLE_REPLICA
+    assert alter(h, "t", 0, [0, 1])["error_code"] == ErrorCode.INELIGIBLE_REPLICA
     assert (
         alter(h, "t", 0, [0, 1], leader_recovery_state=0)["error_code"]
-        == ControllerErrorCode.INELIGIBLE_REPLICA
+        == ErrorCode.INELIGIBLE_REPLICA
     )
     h.heartbeat(2, want_shut_down=True)
-    assert alter(h, "t", 0, [0, 2])["error_code"] == ControllerErrorCode.INELIGIBLE_REPLICA
+    assert alter(h, "t", 0, [0, 2])["error_code"] == ErrorCode.INELIGIBLE_REPLICA
     cur = part(h, "t", 0)
     v1 = alter_partition_request(
         0, h.epoch(0), topic_id(h, "t"), 0, cur.leader_epoch, cur.partition_epoch, [(0, -1), (1, -1)]
@@ -312,7 +311,7 @@ def test_fenced_or_shutting_down_replicas_never_join_the_isr() -> None:
         [(0, -1), (3, h.epoch(3) - 1)],
     )
     response = h.controller.alter_partition(stale).response
-    assert response["topics"][0]["partitions"][0]["error_code"] == ControllerErrorCode.INELIGIBLE_REPLICA  # type: ignore[index]
+    assert response["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INELIGIBLE_REPLICA  # type: ignore[index]
     assert alter(h, "t", 0, [0, 3])["error_code"] == 0
 
 
@@ -351,7 +350,7 @@ def test_preferred_election() -> None:
     codes = _codes(_elect(h, 0, {"t": [0, 1, 7], "x": [0]}))
     assert codes == {
         ("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-        ("t", 1): ControllerErrorCode.ELECTION_NOT_NEEDED,
+        ("t", 1): ErrorCode.ELECTION_NOT_NEEDED,
         ("t", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ("x", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
@@ -372,7 +371,7 @@ def test_unclean_election_only_when_asked_or_configured() -> None:
     assert _codes(_elect(h, 1, {"t": [0]})) == {("t", 0): 0}
     p = part(h, "t", 0)
     assert p.leader == 1 and p.isr == (1,) and p.leader_recovery_state == 1  # RECOVERING
-    assert _codes(_elect(h, 1, {"t": [0]})) == {("t", 0): ControllerErrorCode.ELECTION_NOT_NEEDED}
+    assert _codes(_elect(h, 1, {"t": [0]})) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
 
 
 def test_unclean_leader_election_enable_topic_config() -> None:
@@ -506,7 +505,7 @@ def test_reassignment_add_catch_up_move_leader_remove() -> None:
     assert is_reassigning(part(h, "t", 0))
     epoch = part(h, "t", 0).leader_epoch
     r = alter(h, "t", 0, [0, 1, 2, 3])  # all caught up: old replicas leave, leadership moves
-    assert r["error_code"] == ControllerErrorCode.NEW_LEADER_ELECTED
+    assert r["error_code"] == ErrorCode.NEW_LEADER_ELECTED
     p = part(h, "t", 0)
     assert p.replicas == (2, 3) and p.isr == (2, 3) and p.leader == 2 and not is_reassigning(p)
     assert p.leader_epoch == epoch + 1
@@ -518,7 +517,7 @@ def test_reassignment_cancel_and_errors() -> None:
     h.start_brokers(3)
     h.create_topic("t", assignments={0: [0, 1]})
     r = _reassign(h, "t", 0, None)
-    assert r["error_code"] == ControllerErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    assert r["error_code"] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     assert _reassign(h, "t", 0, [0, 9])["error_code"] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert _reassign(h, "x", 0, [0])["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     _reassign(h, "t", 0, [1, 2])

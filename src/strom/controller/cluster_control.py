@@ -63,7 +63,6 @@ from ..metadata.records import (
     UnregisterBrokerRecord,
 )
 from ..protocol.errors import ErrorCode, KafkaError
-from .errors import ControllerErrorCode
 from .placement import UsableBroker
 
 FENCE = BROKER_FENCE_FENCED
@@ -127,11 +126,11 @@ class ClusterControlManager:
         reg = self.registrations.get(broker_id)
         if reg is None:
             raise KafkaError(
-                ControllerErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker {broker_id}"
+                ErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker {broker_id}"
             )
         if reg.epoch != broker_epoch:
             raise KafkaError(
-                ControllerErrorCode.STALE_BROKER_EPOCH,
+                ErrorCode.STALE_BROKER_EPOCH,
                 f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}",
             )
 
@@ -181,7 +180,7 @@ class ClusterControlManager:
         cluster_id = getattr(request, "cluster_id", None)
         if self.cluster_id is not None and cluster_id is not None and str(cluster_id) != self.cluster_id:
             raise KafkaError(
-                ControllerErrorCode.INCONSISTENT_CLUSTER_ID,
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
                 f"Expected cluster ID {self.cluster_id}, but got cluster ID {cluster_id}",
             )
         incarnation = uuid.UUID(str(request.incarnation_id))
@@ -192,7 +191,7 @@ class ClusterControlManager:
             and self.has_valid_session(broker_id, now_ms)
         ):
             raise KafkaError(
-                ControllerErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                 "Another broker is registered with that broker id.",
             )
         features = tuple(

@@ -18,8 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from ..metadata.image import BrokerRegistration
 from ..metadata.records import FeatureLevelRecord
-from ..protocol.errors import KafkaError
-from .errors import ControllerErrorCode
+from ..protocol.errors import ErrorCode, KafkaError
 
 METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
@@ -66,7 +65,7 @@ class FeatureControlManager:
 
         def invalid(reason: str) -> KafkaError:
             return KafkaError(
-                ControllerErrorCode.INVALID_UPDATE_VERSION,
+                ErrorCode.INVALID_UPDATE_VERSION,
                 f"Invalid update version {level} for feature {name}. {reason}",
             )
 

@@ -69,7 +69,6 @@ from ..metadata.records import (
 from ..protocol.errors import ErrorCode, KafkaError
 from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager, broker_state
 from .config_control import BROKER, TOPIC, ConfigurationControlManager, Validator, default_validator
-from .errors import ControllerErrorCode
 from .features import BOOTSTRAP_LEVELS, FeatureControlManager
 from .features import bootstrap_records as feature_bootstrap_records
 from .partitions import Election
@@ -319,7 +318,7 @@ class QuorumController:
                 [],
                 {
                     "throttle_time": 0,
-                    "error_code": ControllerErrorCode.BROKER_ID_NOT_REGISTERED,
+                    "error_code": ErrorCode.BROKER_ID_NOT_REGISTERED,
                     "error_message": f"Broker ID {int(request.broker_id)} is not currently registered",
                 },
             )

@@ -40,7 +40,6 @@ from ..metadata.records import PartitionChangeRecord, PartitionRecord, RemoveTop
 from ..metadata.topics import validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from .cluster_control import ClusterControlManager, is_active
-from .errors import ControllerErrorCode
 from .partitions import (
     NO_LEADER,
     RECOVERED,
@@ -339,7 +338,7 @@ class ReplicationControlManager:
                     part = part.merge(change)
                     if part.leader != int(request.broker_id):
                         code = (
-                            ControllerErrorCode.NEW_LEADER_ELECTED
+                            ErrorCode.NEW_LEADER_ELECTED
                             if api_version > 1
                             else ErrorCode.FENCED_LEADER_EPOCH
                         )
@@ -370,7 +369,7 @@ class ReplicationControlManager:
         if broker_id != part.leader:
             return ErrorCode.INVALID_REQUEST
         if pd.partition_epoch < part.partition_epoch:
-            return ControllerErrorCode.INVALID_UPDATE_VERSION
+            return ErrorCode.INVALID_UPDATE_VERSION
         new_isr = [int(s.broker_id) for s in pd.new_isr_with_epochs]
         if not new_isr or len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(part.replicas):
             return ErrorCode.INVALID_REQUEST
@@ -389,7 +388,7 @@ class ReplicationControlManager:
                 or (int(s.broker_epoch) != -1 and int(s.broker_epoch) != reg.epoch)
             ):
                 return (
-                    ControllerErrorCode.INELIGIBLE_REPLICA
+                    ErrorCode.INELIGIBLE_REPLICA
                     if api_version > 1
                     else ErrorCode.OPERATION_NOT_ATTEMPTED
                 )
@@ -462,12 +461,12 @@ class ReplicationControlManager:
         if (election is Election.PREFERRED and has_preferred_leader(part)) or (
             election is Election.UNCLEAN and part.has_leader()
         ):
-            return None, ApiError(ControllerErrorCode.ELECTION_NOT_NEEDED)
+            return None, ApiError(ErrorCode.ELECTION_NOT_NEEDED)
         change = build_change(part, info.id, pid, self.cluster.is_active, election=election)
         if change is None:
             if election is Election.PREFERRED:
                 return None, ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
-            return None, ApiError(ControllerErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+            return None, ApiError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
         if election is Election.PREFERRED and part.merge(change).leader != preferred_leader(part):
             return change, ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
         return change, NONE
@@ -484,7 +483,7 @@ class ReplicationControlManager:
             change, error = self.elect_leader(topic, pid, election)
             if change is not None:
                 records.append(change)
-            if explicit or error.code != ControllerErrorCode.ELECTION_NOT_NEEDED:
+            if explicit or error.code != ErrorCode.ELECTION_NOT_NEEDED:
                 results.setdefault(topic, []).append(
                     {"partition_id": pid, "error_code": error.code, "error_message": error.message}
                 )
@@ -558,7 +557,7 @@ class ReplicationControlManager:
         if replicas is None:
             if not is_reassigning(part):
                 raise KafkaError(
-                    ControllerErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment is in progress."
+                    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment is in progress."
                 )
             isr = [r for r in part.isr if r not in part.adding_replicas] or list(part.isr)
             return build_change(
