@@ -12,3 +12,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"(after every event), {t.messages} messages, {t.elections} elected leaders, {t.kills} kills, "
             f"{t.unflushed_lost} unflushed records lost to kills"
         )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The thousands of seeds (``simulation`` and ``slow``) run only under ``-m slow``: in the
+    normal run they are deselected rather than reported as skipped."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        many_seeds = item.get_closest_marker("simulation") and item.get_closest_marker("slow")
+        (drop if many_seeds else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
