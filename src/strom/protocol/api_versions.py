@@ -65,6 +65,11 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    52: ("Vote", 0, 1),  # the KRaft RPCs (strom.server.handlers.raft); v2 is KIP-996 pre-vote
+    53: ("BeginQuorumEpoch", 0, 1),
+    54: ("EndQuorumEpoch", 0, 1),
+    55: ("DescribeQuorum", 0, 2),  # v2: KIP-853 nodes
+    59: ("FetchSnapshot", 0, 1),
     60: ("DescribeCluster", 0, 2),  # v2: IncludeFencedBrokers/IsFenced (KIP-1073)
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),

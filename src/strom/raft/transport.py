@@ -254,8 +254,11 @@ async def serve_raft(manager: RaftManager, host: str, port: int) -> asyncio.Serv
                 except Exception as e:  # no answer (timeout, shut down): the client times out
                     log.debug("raft: request not answered: %s", e)
                     continue
-                writer.write(data)
-                await writer.drain()
+                try:
+                    writer.write(data)
+                    await writer.drain()
+                except (OSError, RuntimeError):
+                    return  # the peer went away: its requests time out on its side
 
         writer_task = asyncio.get_running_loop().create_task(write_in_order())
         try:
