@@ -92,6 +92,11 @@ ADVERTISED_MIN: dict[int, int] = {0: 0}  # Produce: KAFKA-18659
 
 API_VERSIONS_KEY = 18
 
+# The quorum's own RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot): accepted on
+# every listener (strom has no separate controller network stack yet) but, as a Kafka 4.0
+# broker listener, not listed in ApiVersions (Kafka lists them on controller listeners only).
+CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 59})
+
 
 def api_name(api_key: int) -> str:
     entry = KAFKA_API_RANGES.get(api_key)
@@ -103,7 +108,7 @@ def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, in
     return [
         (k, ADVERTISED_MIN.get(k, lo), hi)
         for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items())
-        if k in registered
+        if k in registered and k not in CONTROLLER_ONLY_APIS
     ]
 
 
