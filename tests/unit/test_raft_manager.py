@@ -279,3 +279,40 @@ def test_flush_cost(tmp_path: Path) -> None:
     median_ms = costs[len(costs) // 2] * 1000
     print(f"metadata log flush: median {median_ms:.2f} ms, max {costs[-1] * 1000:.2f} ms")
     assert median_ms < 50
+
+
+def test_from_broker_config(tmp_path: Path) -> None:
+    from strom.config import BrokerConfig
+    from strom.raft.transport import SocketRaftTransport
+
+    async def body() -> None:
+        cfg = BrokerConfig.from_sources(
+            overrides={
+                "log.dirs": str(tmp_path / "data"),
+                "metadata.log.segment.bytes": "65536",
+                "controller.quorum.election.timeout.ms": "777",
+            }
+        )
+        m = RaftManager.from_broker_config(cfg, "cid")
+        assert m.raft_config.voters == {cfg.node_id} and m.raft_config.election_timeout_ms == 777
+        assert m.config.log_config.segment_bytes == 65536
+        assert m.config.metadata_log_dir == tmp_path / "data"
+        m.start()
+        assert m.is_leader and (tmp_path / "data" / "__cluster_metadata-0").is_dir()
+        await m.shutdown()
+
+        cfg3 = BrokerConfig.from_sources(
+            overrides={
+                "log.dirs": str(tmp_path / "data3"),
+                "node.id": "1",
+                "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "controller.listener.names": "CONTROLLER",
+                "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
+            }
+        )
+        m3 = RaftManager.from_broker_config(cfg3, "cid")
+        assert isinstance(m3.transport, SocketRaftTransport)
+        assert m3.transport.endpoints == {2: ("127.0.0.1", 9094), 3: ("127.0.0.1", 9095)}
+
+    asyncio.run(body())

@@ -261,10 +261,15 @@ class RaftManager:
         rng: random.Random | None = None,
     ) -> RaftManager:
         """The manager of a broker/controller process: settings from ``config`` (its
-        :meth:`~strom.config.BrokerConfig.kraft` and the ``metadata.log.*`` keys). A quorum of
-        more than one voter needs ``transport``."""
+        :meth:`~strom.config.BrokerConfig.kraft` and the ``metadata.log.*`` keys). With more
+        than one voter and no ``transport``, a :class:`~strom.raft.transport.SocketRaftTransport`
+        to the other voters of ``controller.quorum.voters`` is built."""
         kraft = config.kraft()
         raft_config = raft_config_from_kraft(kraft, cluster_id)
+        if transport is None and raft_config.voters != {raft_config.node_id}:
+            from strom.raft.transport import SocketRaftTransport
+
+            transport = SocketRaftTransport.for_voters(kraft)
         return cls(
             raft_config,
             RaftManagerConfig.from_broker_config(config),
