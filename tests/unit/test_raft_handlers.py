@@ -75,6 +75,10 @@ def test_describe_quorum_on_the_leader(tmp_path: Path) -> None:
             assert part.leader_id == 1 and part.leader_epoch == m.leader_and_epoch.epoch
             assert [r.replica_id for r in part.current_voters] == [1]
             assert part.high_watermark == m.high_watermark
+            if v >= 1:  # timestamps are wall-clock ms (the leader counts as fetched "now")
+                assert part.current_voters[0].last_fetch_timestamp == clock.time_ms()
+            if v >= 2:
+                assert resp.nodes == ()  # no broker config here: no voter endpoints to list
         with pytest.raises(KafkaError) as e:
             await raft_handlers.handle_describe_quorum(ctx(broker, 55, 2), describe_request(2, "other"))
         assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

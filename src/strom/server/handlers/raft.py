@@ -102,8 +102,8 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> dict[str,
                 "replica_id": r.replica_id,
                 "replica_directory_id": None,
                 "log_end_offset": r.log_end_offset,
-                "last_fetch_timestamp": _wall(ctx, r.last_fetch_timestamp),
-                "last_caught_up_timestamp": _wall(ctx, caught_up),
+                "last_fetch_timestamp": _wall(mgr.clock, r.last_fetch_timestamp),
+                "last_caught_up_timestamp": _wall(mgr.clock, caught_up),
             }
 
         part = {
@@ -134,9 +134,9 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> dict[str,
     }
 
 
-def _wall(ctx: RequestContext, monotonic_ms: int) -> int:
-    """The node tracks fetch times on the monotonic clock; DescribeQuorum reports wall time."""
+def _wall(clock: Any, monotonic_ms: int) -> int:
+    """The node tracks fetch times on the manager's monotonic clock; DescribeQuorum reports
+    wall time."""
     if monotonic_ms < 0:
         return -1
-    clock = ctx.broker.clock
     return int(clock.time_ms() - (clock.monotonic_ms() - monotonic_ms))
