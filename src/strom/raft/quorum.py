@@ -965,8 +965,10 @@ class RaftNode:
                 self._to_candidate(now_ms)
             else:
                 self._to_unattached(now_ms, st.epoch)
-        elif isinstance(st, Resigned) and st.election_deadline <= now_ms:
-            self._to_candidate(now_ms)
+        elif isinstance(st, Resigned) and (
+            st.election_deadline <= now_ms or self.config.voters == {self.config.node_id}
+        ):
+            self._to_candidate(now_ms)  # a quorum of one has nobody to wait for
         elif isinstance(st, Leader) and self._check_quorum_deadline(st) <= now_ms:
             self._become_resigned(now_ms, st)
 
