@@ -295,6 +295,11 @@ class ControllerServer:
     async def call(self, api_key: int, request: Any, api_version: int = -1) -> dict[str, Any]:
         return await self.submit(api_key, request, api_version)
 
+    def end_session(self, broker_id: int) -> None:
+        """Soft state: ``broker_id``'s old incarnation is gone (this process replaced it)."""
+        if self.active is not None:
+            self.active.cluster.end_session(broker_id)
+
     # ---- periodic work -----------------------------------------------------------------------
     def next_poll_ms(self) -> int:
         now = self._now()
