@@ -338,7 +338,10 @@ class BrokerQuorum:
                 log.info("migrating %s into the metadata log (%d records)", old, len(records))
         node = RaftNode(
             RaftConfig(
-                node_id=self.node_id, voters=frozenset({self.node_id}), cluster_id=self.broker.cluster_id
+                node_id=self.node_id,
+                voters=frozenset({self.node_id}),
+                cluster_id=self.broker.cluster_id,
+                append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
             ),
             mlog,
             FileQuorumStateStore(self.metadata_dir),
