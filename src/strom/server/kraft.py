@@ -344,7 +344,7 @@ class BrokerQuorum:
                 append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
             ),
             mlog,
-            FileQuorumStateStore(self.metadata_dir),
+            FileQuorumStateStore(mlog.directory),  # as Kafka: beside the log segments
             _Listener(self.controller, self.loader),
             random.Random(),
             self._now(),
