@@ -4,11 +4,16 @@ on the in-memory network: topic lifecycle through the controller, restart, migra
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 from pathlib import Path
 
+import pytest
+
 from strom.config import BrokerConfig
-from strom.metadata.topics import TopicRegistry
+from strom.metadata.topics import TopicError, TopicRegistry
+from strom.protocol.errors import ErrorCode
 from strom.server.broker import Broker
 from strom.testing.network import MemoryNetwork
 
@@ -106,3 +111,29 @@ def test_data_dir_of_the_registry_is_migrated(tmp_path: Path) -> None:
     assert (data / "strom-topics.json.migrated").exists()
     # the old registry is still readable as it was (renamed, not rewritten)
     assert TopicRegistry(data).topics == {}
+
+
+def test_creation_failing_on_disk_answers_storage_error_and_leaves_no_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        broker = Broker(_config(tmp_path / "data"))
+        await broker.start(listen=False)
+        try:
+            def full(*_a: object, **_k: object) -> None:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            monkeypatch.setattr(broker.replica_manager, "make_partition_logs", full)
+            with pytest.raises(TopicError) as err:
+                await broker.create_topic_async("t", 2)
+            assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+            assert broker.topics.get("t") is None
+            assert broker.quorum is not None
+            assert broker.quorum.controller.committed.replication.topic("t") is None  # rolled back
+            monkeypatch.undo()
+            info = await broker.create_topic_async("t", 2)  # the disk has room again: it works
+            assert info.partitions == 2 and ("t", 1) in broker.logs
+        finally:
+            await broker.stop()
+
+    asyncio.run(go())

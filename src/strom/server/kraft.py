@@ -465,6 +465,10 @@ class BrokerQuorum:
         await self._settle()
         info = self.broker.topics.get(name)
         if info is None or info.topic_id != result["topic_id"]:
+            # its logs could not be made here (a full or failed disk): take the topic back out
+            # of the metadata log, so that as before nothing is left of a failed creation
+            with contextlib.suppress(TopicError):
+                await self.delete_topic(name)
             raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"topic '{name}' could not be created here")
         return info
 
