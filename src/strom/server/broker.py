@@ -7,8 +7,11 @@
   that cannot be served here.
 * the group, transaction and share coordinators, over internal topics of the replica manager;
   the listeners; the producer id blocks.
-* topic lifecycle (create, grow, delete), kept here behind a few methods until a controller
-  owns it: the registry (``topics``) and the partitions' logs change together.
+* topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
+  (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
+  (default false) the node runs on its one-voter metadata quorum (:mod:`strom.server.kraft`):
+  these methods go through the controller, the registry is kept in memory as the broker's view
+  of the metadata image, and an older data dir's registry is migrated on the first start.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
