@@ -65,6 +65,11 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    52: ("Vote", 0, 1),  # the KRaft RPCs (strom.server.handlers.raft); v2 is KIP-996 pre-vote
+    53: ("BeginQuorumEpoch", 0, 1),
+    54: ("EndQuorumEpoch", 0, 1),
+    55: ("DescribeQuorum", 0, 2),  # v2: KIP-853 nodes
+    59: ("FetchSnapshot", 0, 1),
     60: ("DescribeCluster", 0, 2),  # v2: IncludeFencedBrokers/IsFenced (KIP-1073)
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),
@@ -87,6 +92,11 @@ ADVERTISED_MIN: dict[int, int] = {0: 0}  # Produce: KAFKA-18659
 
 API_VERSIONS_KEY = 18
 
+# The quorum's own RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot): accepted on
+# every listener (strom has no separate controller network stack yet) but, as a Kafka 4.0
+# broker listener, not listed in ApiVersions (Kafka lists them on controller listeners only).
+CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 59})
+
 
 def api_name(api_key: int) -> str:
     entry = KAFKA_API_RANGES.get(api_key)
@@ -98,7 +108,7 @@ def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, in
     return [
         (k, ADVERTISED_MIN.get(k, lo), hi)
         for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items())
-        if k in registered
+        if k in registered and k not in CONTROLLER_ONLY_APIS
     ]
 
 

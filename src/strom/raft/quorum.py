@@ -967,8 +967,8 @@ class RaftNode:
                 self._to_unattached(now_ms, st.epoch)
         elif isinstance(st, Resigned) and (
             st.election_deadline <= now_ms or self.config.voters == {self.config.node_id}
-        ):  # (the only voter has nobody to wait for: a restarted one-voter leader stands at once)
-            self._to_candidate(now_ms)
+        ):
+            self._to_candidate(now_ms)  # a quorum of one has nobody to wait for
         elif isinstance(st, Leader) and self._check_quorum_deadline(st) <= now_ms:
             self._become_resigned(now_ms, st)
 

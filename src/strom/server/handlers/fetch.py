@@ -17,6 +17,7 @@ from typing import Any
 
 from ...protocol.errors import ErrorCode
 from ...protocol.framing import write_uvarint
+from ...raft.wire import is_raft_fetch
 from ..context import RawResponse, RequestContext
 from . import handler
 
@@ -201,7 +202,11 @@ def _release(results: list[TopicResult]) -> None:
 
 
 @handler(1)
-async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse:
+async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[str, Any]:
+    if is_raft_fetch(request):  # a KRaft replica fetching __cluster_metadata: the quorum answers
+        from .raft import handle_raft_request
+
+        return await handle_raft_request(ctx, request)
     version = ctx.api_version
     session_id = getattr(request, "session_id", 0)
     session_epoch = getattr(request, "session_epoch", -1)
