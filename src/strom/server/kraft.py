@@ -78,7 +78,7 @@ from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
 from ..protocol.errors import ErrorCode
-from ..raft.log import OffsetAndEpoch
+from ..raft.log import OffsetAndEpoch, RaftStorageError
 from ..raft.metadata_log import MetadataLog
 from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
 from ..raft.quorum_state_file import FileQuorumStateStore
@@ -377,7 +377,10 @@ class BrokerQuorum:
         if self.driver is not None:
             await self.driver.stop()
         if self.metadata_log is not None:
-            self.metadata_log.close()
+            try:  # (its dir may have failed: the broker is stopping because of it)
+                self.metadata_log.close()
+            except (OSError, RaftStorageError) as e:
+                log.error("closing the metadata log failed: %s", e)
 
     # -- broker lifecycle at the controller
     async def _register(self) -> None:
