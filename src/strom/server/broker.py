@@ -492,7 +492,10 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
         """Create a topic on the event loop (the internal topics at start); CreateTopics and
-        auto-creation use :meth:`create_topic_async`."""
+        auto-creation use :meth:`create_topic_async`. Not on the metadata quorum (a topic made
+        here would not be in the metadata log): RuntimeError."""
+        if self.quorum is not None:
+            raise RuntimeError("on the metadata quorum, topics are created with create_topic_async")
         configs = self._check_new_topic(name, partitions, configs)
         pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         logs = self.replica_manager.make_partition_logs(pending, range(partitions))
