@@ -147,6 +147,11 @@ class ClusterControlManager:
         """This controller became active: every registered broker's session starts now."""
         self._last_contact_ms = dict.fromkeys(self.registrations, now_ms)
 
+    def end_session(self, broker_id: int) -> None:
+        """The broker is known to be gone (soft state only): its old incarnation may be replaced
+        at once. A combined node's controller knows this of its own broker after a restart."""
+        self._last_contact_ms.pop(broker_id, None)
+
     def touch(self, broker_id: int, now_ms: int, metadata_offset: int | None = None) -> None:
         self._last_contact_ms[broker_id] = now_ms
         if metadata_offset is not None:

@@ -448,6 +448,8 @@ def discover(dirs: Iterable[Path]) -> Discovery:
             if parsed is None:
                 continue
             topic, partition, kind = parsed
+            if entry.name == _METADATA_PARTITION:
+                continue  # the metadata log (strom.raft.metadata_log), never a data partition
             tp = (topic, partition)
             if kind == "":
                 other = out.current.get(tp)

@@ -96,6 +96,23 @@ class MetadataPublisher(Protocol):
 _NO_TXN, _IN_TXN = 0, 1
 
 
+class CommittedBatchLike(Protocol):
+    """A committed batch as the Raft node hands it over (``strom.raft.quorum.CommittedBatch``)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def append_timestamp(self) -> int: ...
+    @property
+    def records(self) -> tuple[bytes, ...]: ...
+    @property
+    def control(self) -> bool: ...
+
+
 class MetadataLoader:
     def __init__(self, high_watermark: int | None = None) -> None:
         """``high_watermark``: the committed end of the log at start-up; publishing waits until
@@ -167,6 +184,25 @@ class MetadataLoader:
         chunks = [batches] if isinstance(batches, bytes | bytearray | memoryview) else list(batches)
         for chunk in chunks:
             self._load_batches(chunk)
+        self._maybe_publish()
+
+    def handle_committed(self, batches: Iterable[CommittedBatchLike]) -> None:
+        """Replay committed batches as the Raft node delivers them (``strom.raft.quorum.
+        CommittedBatch``: offsets, epoch, the records' values) and publish."""
+        for batch in batches:
+            self._batches += 1
+            self._bytes += sum(len(r) for r in batch.records)
+            self._epoch = batch.epoch
+            self._time_ms = batch.append_timestamp
+            if not batch.control:
+                for i, value in enumerate(batch.records):
+                    offset = batch.base_offset + i
+                    try:
+                        record = decode(value)
+                    except MetadataParseError as e:
+                        raise MetadataParseError(f"metadata record at offset {offset}: {e}") from e
+                    self._replay_one(record, offset)
+            self._offset = batch.last_offset
         self._maybe_publish()
 
     def handle_load_snapshot(self, end_offset: int, epoch: int, data: bytes, timestamp_ms: int = -1) -> None:

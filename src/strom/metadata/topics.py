@@ -76,15 +76,23 @@ class TopicInfo:
 class TopicRegistry:
     FILE = "strom-topics.json"
 
-    def __init__(self, log_dir: Path, new_id: Callable[[], uuid.UUID] = uuid.uuid4) -> None:
+    def __init__(
+        self, log_dir: Path, new_id: Callable[[], uuid.UUID] = uuid.uuid4, *, persist: bool = True
+    ) -> None:
+        """``persist=False``: kept in memory only (on the metadata quorum, the metadata log is
+        the store and this registry is the broker's view of its image)."""
         self.path = log_dir / self.FILE
+        self.persist = persist
+        # told of config changes made through set_configs (the broker on the quorum writes them
+        # to the metadata log)
+        self.on_set_configs: Callable[[str, dict[str, str]], None] | None = None
         self._new_id = new_id
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         # bumped whenever a topic is created or deleted (in memory only): consumer groups
         # subscribed by regular expression resolve them again when it moved
         self.version = 0
-        if self.path.exists():
+        if persist and self.path.exists():
             doc = json.loads(self.path.read_text())
             for t in doc.get("topics", []):
                 info = TopicInfo.from_json(t)
@@ -92,19 +100,27 @@ class TopicRegistry:
                 self.by_id[info.topic_id] = info
 
     def _save(self) -> None:
+        if not self.persist:
+            return
         data = json.dumps({"version": 1, "topics": [t.to_json() for t in self.topics.values()]}, indent=1)
         replace_file(self.path, data.encode())
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
 
-    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def create(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> TopicInfo:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if partitions < 1:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
-        info = TopicInfo(name, self._new_id(), partitions, dict(configs or {}))
+        info = TopicInfo(name, topic_id or self._new_id(), partitions, dict(configs or {}))
         self.topics[name] = info
         self.by_id[info.topic_id] = info
         try:
@@ -136,8 +152,10 @@ class TopicRegistry:
             info.partitions = old
             raise
 
-    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+    def set_configs(self, name: str, configs: dict[str, str], notify: bool = True) -> None:
         info = self.topics[name]
+        if notify and self.on_set_configs is not None:
+            self.on_set_configs(name, dict(configs))
         old, info.configs = info.configs, dict(configs)
         try:
             self._save()

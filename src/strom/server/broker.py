@@ -7,8 +7,11 @@
   that cannot be served here.
 * the group, transaction and share coordinators, over internal topics of the replica manager;
   the listeners; the producer id blocks.
-* topic lifecycle (create, grow, delete), kept here behind a few methods until a controller
-  owns it: the registry (``topics``) and the partitions' logs change together.
+* topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
+  (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
+  (default false) the node runs on its one-voter metadata quorum (:mod:`strom.server.kraft`):
+  these methods go through the controller, the registry is kept in memory as the broker's view
+  of the metadata image, and an older data dir's registry is migrated on the first start.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
@@ -71,6 +74,7 @@ from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
+from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .metadata_cache import RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
 
@@ -83,6 +87,11 @@ log = logging.getLogger("strom.broker")
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPIC_PARTITIONS = (
+    (OFFSETS_TOPIC, "offsets.topic.num.partitions"),
+    (TXN_TOPIC, "transaction.state.log.num.partitions"),
+    (SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions"),
+)
 
 
 class ProducerIdManager:
@@ -193,7 +202,10 @@ class Broker:
         self.cluster_id = meta.cluster_id
         self.directory_ids: dict[Path, uuid.UUID] = meta.directory_ids
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
-        self.topics = TopicRegistry(self.log_dir)  # topic lifecycle's store (handlers: metadata_cache)
+        # on the metadata quorum (strom.metadata.quorum.enable) the metadata log is the store and
+        # the registry, in memory, is the broker's view of the published image (server/kraft.py)
+        quorum = bool(config[QUORUM_ENABLE])
+        self.topics = TopicRegistry(self.log_dir, persist=not quorum)  # (handlers: metadata_cache)
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
         offline_partitions: dict[tuple[str, int], Path | None] = {}
@@ -233,6 +245,9 @@ class Broker:
         apply_dynamic_broker_configs(self)
         self.group_configs = GroupConfigStore.open(self.log_dir)
         self.sasl = SaslState(config.values, self.log_dir)
+        self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
+        if self.quorum is not None:
+            self.topics.on_set_configs = self._alter_topic_configs_on_quorum
 
     # ------------------------------------------------------------------ compatibility (tests)
     @property
@@ -305,7 +320,14 @@ class Broker:
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         )
+        if self.quorum is not None:  # the image fills the registry; the internal topics exist first
+            await self.quorum.start()
+            for name, key in INTERNAL_TOPIC_PARTITIONS:
+                if name not in self.topics.topics:
+                    await self.quorum.create_topic(name, self.config[key], {"cleanup.policy": "compact"})
         self.replica_manager.load_logs(self.topics.topics.values())
+        if self.quorum is not None:
+            self.quorum.go_live()
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
         from ..coordinator.group_coordinator import GroupCoordinator
         from ..coordinator.transaction_coordinator import TransactionCoordinator
@@ -412,6 +434,8 @@ class Broker:
                 with contextlib.suppress(Exception):
                     await coord.stop()
         self.coordinator_writer.close()
+        if self.quorum is not None:
+            await self.quorum.stop()
         self.replica_manager.shutdown()
         log.info("strom broker %d stopped cleanly", self.node_id)
 
@@ -468,7 +492,10 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
         """Create a topic on the event loop (the internal topics at start); CreateTopics and
-        auto-creation use :meth:`create_topic_async`."""
+        auto-creation use :meth:`create_topic_async`. Not on the metadata quorum (a topic made
+        here would not be in the metadata log): RuntimeError."""
+        if self.quorum is not None:
+            raise RuntimeError("on the metadata quorum, topics are created with create_topic_async")
         configs = self._check_new_topic(name, partitions, configs)
         pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         logs = self.replica_manager.make_partition_logs(pending, range(partitions))
@@ -489,9 +516,13 @@ class Broker:
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         self._creating[name] = partitions
         try:
-            pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
-            logs = await self._in_worker(self.replica_manager.make_partition_logs, pending, range(partitions))
-            info = self._register_topic(name, partitions, configs, logs)
+            if self.quorum is not None:  # through the controller; applied here before the answer
+                info = await self.quorum.create_topic(name, partitions, configs)
+            else:
+                pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
+                make = self.replica_manager.make_partition_logs
+                logs = await self._in_worker(make, pending, range(partitions))
+                info = self._register_topic(name, partitions, configs, logs)
         except TopicError as e:
             if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 self.storage_log.failed("creating topic", name, e, "answering KAFKA_STORAGE_ERROR")
@@ -525,6 +556,13 @@ class Broker:
             if count <= current:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
             self._check_partition_cap(count - current)
+            if self.quorum is not None:
+                self._creating[name] = count - current
+                try:
+                    await self.quorum.create_partitions(name, count)
+                finally:
+                    self._creating.pop(name, None)
+                return
             self._creating[name] = count - current
             try:
                 make = self.replica_manager.make_partition_logs
@@ -540,6 +578,28 @@ class Broker:
                 delete_logs(logs)
                 raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"saving topic '{name}' failed: {e}") from e
             self.replica_manager.add_partitions(info, current, logs)
+
+    async def delete_topic_async(self, name: str) -> TopicInfo:
+        """DeleteTopics: :meth:`delete_topic`, through the controller on the metadata quorum."""
+        if self.quorum is None:
+            return self.delete_topic(name)
+        info = self._deletable(name)
+        await self.quorum.delete_topic(name)
+        return info
+
+    def _alter_topic_configs_on_quorum(self, name: str, configs: dict[str, str]) -> None:
+        assert self.quorum is not None
+        self.quorum.alter_topic_configs(name, configs)
+
+    def _deletable(self, name: str) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None:
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            )
+        if info.internal:
+            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
+        return info
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)

@@ -97,7 +97,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue
         try:
-            info = broker.delete_topic(name)
+            info = await broker.delete_topic_async(name)
         except TopicError as e:
             out.append({"name": name, "topic_id": tid, "error_code": e.code, "error_message": str(e)})
             continue

@@ -1,0 +1,520 @@
+"""The broker on the metadata quorum: a combined node that is its own one-voter quorum.
+
+Theory of operation (Kafka's ``KafkaRaftServer`` for ``process.roles=broker,controller`` with one
+voter; enabled by ``strom.metadata.quorum.enable``).
+
+Parts, all on the broker's event loop:
+
+* the Raft node (:class:`~strom.raft.quorum.RaftNode`) on the metadata log
+  (``<metadata.log.dir>/__cluster_metadata-0``) and the ``quorum-state`` file, driven by
+  :class:`OneVoterDriver` (poll at the node's next deadline, woken by appends). With one voter
+  there is no network: the node elects itself at once and commits what it flushed
+  (``controller.quorum.append.linger.ms`` after an append). The asyncio ``RaftManager`` of the
+  multi-node quorum replaces this driver.
+* :class:`~strom.controller.server.ControllerServer`: the active controller.
+* :class:`~strom.metadata.loader.MetadataLoader`: committed batches into images, published to
+  :class:`BrokerMetadataPublisher`, which applies the image to the broker (below).
+
+Startup (:meth:`BrokerQuorum.start`): open the log; if it is empty (a new cluster) the first
+batch the controller writes is the bootstrap records plus the migration of the data dir written
+by an older strom (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids);
+once that batch is committed, ``strom-topics.json`` is renamed ``strom-topics.json.migrated``.
+Then wait until this node leads and the image is published, register the broker
+(BrokerRegistration with a fresh incarnation id) and heartbeat until unfenced, then every
+``broker.heartbeat.interval.ms``.
+
+The broker's view of the image: the topic registry (:class:`~strom.metadata.topics.TopicRegistry`,
+in memory on this path) and the replica manager's logs. Applying a delta keeps the broker's rule
+that a topic is visible only once its logs exist: new topics' and partitions' logs are made in
+a worker thread, then published in the registry and the replica manager; deleted topics leave
+the registry and their logs are deleted. Changes are applied one at a time, in log order
+(one asyncio task consumes them). At start-up the registry is filled directly and the replica
+manager's ``load_logs`` opens (or makes) the logs, as before.
+
+Requests: :meth:`create_topic`, :meth:`delete_topic`, :meth:`create_partitions`,
+:meth:`alter_topic_configs` send the controller request, and the first three wait until the
+broker applied the committed result, so a client that got an answer sees the topic at once.
+
+Not here (the old local path still serves them on a quorum node): dynamic broker and group
+configs, the producer-id blocks (local file; the migration records the next block in the log so
+no id is reused when the controller takes them over), SCRAM/ACLs. Partition leadership in
+Metadata answers still comes from the registry (this node leads everything it hosts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.alter_configs.v2 import request as alter_configs
+from kio.schema.broker_heartbeat.v1 import request as heartbeat
+from kio.schema.broker_registration.v4 import request as registration
+from kio.schema.create_partitions.v3 import request as create_partitions
+from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.delete_topics.v6 import request as delete_topics
+from kio.static.primitive import i8, i16, i32, i64, u16
+
+from ..controller.config_control import accept_all
+from ..controller.features import BOOTSTRAP_LEVELS
+from ..controller.quorum_controller import (
+    ALTER_CONFIGS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    ControllerConfig,
+)
+from ..controller.server import ControllerServer, NotControllerError
+from ..metadata.delta import MetadataDelta
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from ..metadata.loader import MetadataLoader
+from ..metadata.migration import TOPICS_FILE, records_for_data_dir
+from ..metadata.topics import TopicError, TopicInfo
+from ..protocol.errors import ErrorCode
+from ..raft.log import OffsetAndEpoch, RaftStorageError
+from ..raft.metadata_log import MetadataLog
+from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
+from ..raft.quorum_state_file import FileQuorumStateStore
+from .replica_manager import delete_logs
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.kraft")
+
+QUORUM_ENABLE = "strom.metadata.quorum.enable"
+
+
+class OneVoterDriver:
+    """Runs a one-voter RaftNode on the event loop: poll at its deadline or when woken."""
+
+    def __init__(self, node: RaftNode, now_ms: Callable[[], int]) -> None:
+        self.node = node
+        self.now_ms = now_ms
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-quorum")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            now = self.now_ms()
+            self.node.poll(now)
+            delay = (self.node.next_deadline() - self.now_ms()) / 1000
+            if delay <= 0:
+                await asyncio.sleep(0)
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(delay, 1.0))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class _AppendWaking:
+    """The RaftNode seen by the controller, waking the driver after each append."""
+
+    def __init__(self, node: RaftNode, driver: OneVoterDriver) -> None:
+        self.node = node
+        self.driver = driver
+        self.log = node.log
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.node.leader_id
+
+    @property
+    def epoch(self) -> int:
+        return self.node.epoch
+
+    def append(self, now_ms: int, records: list[bytes]) -> int:
+        last = self.node.append(now_ms, records)
+        self.driver.wake()
+        return last
+
+    def resign(self, now_ms: int) -> None:
+        self.node.resign(now_ms)
+        self.driver.wake()
+
+    def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        self.node.create_snapshot(snapshot_id, data)
+
+
+class _Listener:
+    """The Raft listener of a combined node: the controller and the broker's loader."""
+
+    def __init__(self, controller: ControllerServer, loader: MetadataLoader) -> None:
+        self.controller = controller
+        self.loader = loader
+
+    def handle_commit(self, batches: list[CommittedBatch]) -> None:
+        self.controller.handle_commit(batches)
+        self.loader.handle_committed(batches)
+
+    def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        self.controller.handle_load_snapshot(snapshot_id, data)
+        self.loader.handle_load_snapshot(snapshot_id.offset, snapshot_id.epoch, data)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.controller.handle_leader_change(leader)
+        self.loader.handle_leader_change(leader.leader_id, leader.epoch)
+
+
+class BrokerMetadataPublisher:
+    """Applies published images to the broker (topics, partitions, topic configs)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.live = False  # False during start-up: the registry is filled, load_logs opens the logs
+        self.image: MetadataImage | None = None
+        self._queue: asyncio.Queue[tuple[MetadataImage, int]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._applied_offset = -1
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.published_at: dict[int, float] = {}  # image offset -> loop time published (bench)
+
+    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
+        self.image = image
+        if not self.live:
+            self._reconcile_registry(image)
+            self._applied(image.offset)
+            return
+        self._queue.put_nowait((image, image.offset))
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def go_live(self) -> None:
+        self.live = True
+        self._task = asyncio.get_running_loop().create_task(self._consume(), name="metadata-publisher")
+
+    async def wait_applied(self, offset: int) -> None:
+        """Until the broker applied the image at ``offset`` or later."""
+        if self._applied_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, fut))
+        await fut
+
+    def _applied(self, offset: int) -> None:
+        self._applied_offset = max(self._applied_offset, offset)
+        self.published_at[offset] = asyncio.get_running_loop().time()
+        ready = [(o, f) for o, f in self._waiters if o <= self._applied_offset]
+        self._waiters = [(o, f) for o, f in self._waiters if o > self._applied_offset]
+        for _, f in ready:
+            if not f.done():
+                f.set_result(None)
+
+    # -- applying
+    @staticmethod
+    def _wanted(image: MetadataImage) -> dict[str, tuple[uuid.UUID, int, dict[str, str]]]:
+        out = {}
+        for name, t in image.topics.topics_by_name.items():
+            configs = dict(image.configs.configs(CONFIG_RESOURCE_TOPIC, name))
+            out[name] = (t.id, len(t.partitions), configs)
+        return out
+
+    def _reconcile_registry(self, image: MetadataImage) -> None:
+        reg = self.broker.topics
+        wanted = self._wanted(image)
+        for name in [n for n in reg.topics if n not in wanted]:
+            reg.delete(name)
+        for name, (tid, n, configs) in wanted.items():
+            info = reg.get(name)
+            if info is None or info.topic_id != tid:
+                if info is not None:
+                    reg.delete(name)
+                reg.create(name, n, configs, topic_id=tid)
+            else:
+                info.partitions = n
+                info.configs = configs
+
+    async def _consume(self) -> None:
+        while True:
+            image, offset = await self._queue.get()
+            try:
+                await self._apply(image)
+            except Exception:
+                log.exception("applying the metadata image at offset %d failed", offset)
+            self._applied(offset)
+
+    async def _apply(self, image: MetadataImage) -> None:
+        broker = self.broker
+        reg = broker.topics
+        rm = broker.replica_manager
+        wanted = self._wanted(image)
+        for name in [n for n, i in reg.topics.items() if n not in wanted or wanted[n][0] != i.topic_id]:
+            info = reg.delete(name)
+            rm.remove_partitions(name, info.partitions)
+            if broker.share_coordinator is not None:
+                broker.share_coordinator.topic_deleted(info.topic_id)
+            log.info("deleted topic %s", name)
+        for name, (tid, n, configs) in wanted.items():
+            existing = reg.get(name)
+            if existing is None:
+                pending = TopicInfo(name, tid, n, configs)
+                logs = await broker._in_worker(rm.make_partition_logs, pending, range(n))
+                if reg.get(name) is not None:  # (cannot happen: one apply at a time)
+                    delete_logs(logs)
+                    continue
+                info = reg.create(name, n, configs, topic_id=tid)
+                rm.add_partitions(info, 0, logs)
+                log.info("created topic %s with %d partitions", name, n)
+                continue
+            info = existing
+            if n > info.partitions:
+                current = info.partitions
+                logs = await broker._in_worker(rm.make_partition_logs, info, range(current, n))
+                reg.set_partitions(name, n)
+                rm.add_partitions(info, current, logs)
+            if configs != info.configs:
+                reg.set_configs(name, configs, notify=False)
+                broker.refresh_log_configs(name)
+
+
+class BrokerQuorum:
+    """The metadata quorum of a combined one-voter node (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.node_id = broker.node_id
+        self.metadata_dir: Path = cfg.metadata_log_dir
+        self.heartbeat_interval_ms = int(cfg["broker.heartbeat.interval.ms"])
+        self.controller = ControllerServer(
+            self.node_id,
+            broker.clock,
+            ControllerConfig(
+                num_partitions=int(cfg["num.partitions"]),
+                default_replication_factor=1,
+                broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
+                delete_topic_enable=bool(cfg["delete.topic.enable"]),
+            ),
+            cluster_id=broker.cluster_id,
+            validator=accept_all,  # the broker validated the configs with its own messages
+            snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
+        )
+        self.loader = MetadataLoader()
+        self.publisher = BrokerMetadataPublisher(broker)
+        self.loader.install_publishers([self.publisher])
+        self.metadata_log: MetadataLog | None = None
+        self.node: RaftNode | None = None
+        self.driver: OneVoterDriver | None = None
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4()
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self._migrate_file: Path | None = None
+
+    def _now(self) -> int:
+        return int(self.broker.clock.monotonic_ms())
+
+    async def start(self) -> None:
+        mlog = MetadataLog.open(self.metadata_dir, clock=self.broker.clock)
+        self.metadata_log = mlog
+        if mlog.end_offset == 0 and mlog.latest_snapshot_id() is None:
+            old = self.broker.log_dir / TOPICS_FILE
+            records = records_for_data_dir(self.broker.log_dir, node_id=self.node_id)
+            self.controller.initial_records = records
+            if old.exists():
+                self._migrate_file = old
+                log.info("migrating %s into the metadata log (%d records)", old, len(records))
+        node = RaftNode(
+            RaftConfig(
+                node_id=self.node_id,
+                voters=frozenset({self.node_id}),
+                cluster_id=self.broker.cluster_id,
+                append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
+            ),
+            mlog,
+            FileQuorumStateStore(mlog.directory),  # as Kafka: beside the log segments
+            _Listener(self.controller, self.loader),
+            random.Random(),
+            self._now(),
+        )
+        self.node = node
+        self.driver = OneVoterDriver(node, self._now)
+        self.controller.attach(_AppendWaking(node, self.driver))
+        self.driver.start()
+        # lead, and publish an image at least as new as the leader's first batch
+        while not (self.controller.is_active and self.controller.waiting == 0 and self.publisher.image):
+            await asyncio.sleep(0.005)
+        if self._migrate_file is not None:
+            self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
+        await self._register()
+        loop = asyncio.get_running_loop()
+        self._heartbeat_task = loop.create_task(self._heartbeats(), name="broker-heartbeat")
+        self._poll_task = loop.create_task(self._periodic(), name="controller-poll")
+
+    def go_live(self) -> None:
+        """The broker opened its logs: later images are applied by making and deleting logs."""
+        self.publisher.go_live()
+
+    async def stop(self) -> None:
+        for t in (self._heartbeat_task, self._poll_task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        self.publisher.close()
+        if self.driver is not None:
+            await self.driver.stop()
+        if self.metadata_log is not None:
+            try:  # (its dir may have failed: the broker is stopping because of it)
+                self.metadata_log.close()
+            except (OSError, RaftStorageError) as e:
+                log.error("closing the metadata log failed: %s", e)
+
+    # -- broker lifecycle at the controller
+    async def _register(self) -> None:
+        broker = self.broker
+        listeners = tuple(
+            registration.Listener(
+                name=name, host=host, port=u16(port), security_protocol=i16(_protocol_id(proto))
+            )
+            for name, proto, host, port in broker.config.listener_protocols()
+        )
+        request = registration.BrokerRegistrationRequest(
+            broker_id=i32(self.node_id),  # type: ignore[arg-type]
+            cluster_id=broker.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=listeners,
+            features=tuple(
+                registration.Feature(name=n, min_supported_version=i16(0), max_supported_version=i16(v))
+                for n, v in BOOTSTRAP_LEVELS.items()
+            ),
+            rack=str(broker.config["broker.rack"]) or None,
+            is_migrating_zk_broker=False,
+            log_dirs=tuple(broker.directory_ids.values()),
+            previous_broker_epoch=i64(-1),
+        )
+        # the previous incarnation of this broker was this node's previous process: over
+        self.controller.end_session(self.node_id)
+        response = await self.controller.call(BROKER_REGISTRATION, request)
+        if response["error_code"]:
+            raise RuntimeError(f"broker registration failed: {response}")
+        self.broker_epoch = int(response["broker_epoch"])
+        while (await self._heartbeat())["is_fenced"]:
+            await asyncio.sleep(0.01)
+
+    async def _heartbeat(self) -> dict[str, Any]:
+        request = heartbeat.BrokerHeartbeatRequest(
+            broker_id=i32(self.node_id),  # type: ignore[arg-type]
+            broker_epoch=i64(self.broker_epoch),
+            current_metadata_offset=i64(self.loader.last_offset + 1),
+            want_fence=False,
+            want_shut_down=False,
+            offline_log_dirs=(),
+        )
+        return await self.controller.call(BROKER_HEARTBEAT, request)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+            try:
+                await self._heartbeat()
+            except NotControllerError:
+                log.warning("broker heartbeat: not the controller")
+
+    async def _periodic(self) -> None:
+        while True:
+            delay = max(10, self.controller.next_poll_ms() - self._now())
+            await asyncio.sleep(min(delay, 1000) / 1000)
+            self.controller.maybe_poll()
+
+    # -- requests
+    async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
+        try:
+            return await self.controller.call(api_key, request)
+        except NotControllerError as e:
+            raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
+
+    async def _settle(self) -> None:
+        """Wait until the broker applied everything committed so far."""
+        await self.publisher.wait_applied(self.loader.last_offset)
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        topic = create_topics.CreatableTopic(
+            name=name,  # type: ignore[arg-type]
+            num_partitions=i32(partitions),
+            replication_factor=i16(-1),
+            assignments=(),
+            configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
+        )
+        request = create_topics.CreateTopicsRequest(
+            topics=(topic,), timeout=i32(30000), validate_only=False  # type: ignore[arg-type]
+        )
+        response = await self._call(CREATE_TOPICS, request)
+        result = response["topics"][0]
+        if result["error_code"]:
+            raise TopicError(result["error_code"], result["error_message"] or "")
+        await self._settle()
+        info = self.broker.topics.get(name)
+        if info is None or info.topic_id != result["topic_id"]:
+            # its logs could not be made here (a full or failed disk): take the topic back out
+            # of the metadata log, so that as before nothing is left of a failed creation
+            with contextlib.suppress(TopicError):
+                await self.delete_topic(name)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"topic '{name}' could not be created here")
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        request = delete_topics.DeleteTopicsRequest(
+            topics=(delete_topics.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),),  # type: ignore[arg-type]
+            timeout=i32(30000),  # type: ignore[arg-type]
+        )
+        response = await self._call(DELETE_TOPICS, request)
+        result = response["responses"][0]
+        if result["error_code"]:
+            raise TopicError(result["error_code"], result["error_message"] or "")
+        await self._settle()
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        request = create_partitions.CreatePartitionsRequest(
+            topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
+            timeout=i32(30000),  # type: ignore[arg-type]
+            validate_only=False,
+        )
+        response = await self._call(CREATE_PARTITIONS, request)
+        result = response["results"][0]
+        if result["error_code"]:
+            raise TopicError(result["error_code"], result["error_message"] or "")
+        await self._settle()
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
+        """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log."""
+        request = alter_configs.AlterConfigsRequest(
+            resources=(
+                alter_configs.AlterConfigsResource(
+                    resource_type=i8(CONFIG_RESOURCE_TOPIC),
+                    resource_name=name,
+                    configs=tuple(alter_configs.AlterableConfig(name=k, value=v) for k, v in configs.items()),
+                ),
+            ),
+            validate_only=False,
+        )
+        return self.controller.submit(ALTER_CONFIGS, request)
+
+
+def _protocol_id(name: str) -> int:
+    return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name.upper(), 0)
+
+
+__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum", "OneVoterDriver"]
