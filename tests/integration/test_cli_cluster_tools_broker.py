@@ -161,19 +161,18 @@ def test_an_unreachable_broker_is_one_line_exit_1(argv: list[str]) -> None:
     assert len(lines) == 1 and lines[0].startswith(f"strom {argv[0]}: error: "), r.stderr
 
 
-def test_an_api_the_broker_lacks_is_named_in_one_line(broker: BrokerProcess) -> None:
-    """Holds while the single node does not answer DescribeQuorum; the xfail below flips then."""
+def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> None:
+    """The registry-path single node (strom.metadata.quorum.enable=false, today's default) answers
+    DescribeQuorum BROKER_NOT_AVAILABLE; the CLI prints that in one line and exits 1. The xfail
+    below flips once the single node runs on its quorum by default."""
     r = strom("metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--replication")
-    if r.returncode == 0:
-        pytest.skip("the broker answers DescribeQuorum now")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
-        f"strom metadata-quorum: error: UNSUPPORTED_VERSION: the broker at {broker.bootstrap} "
-        "does not support DescribeQuorum (API key 55)"
+        "strom metadata-quorum: error: BROKER_NOT_AVAILABLE: this node runs no KRaft quorum"
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="DescribeQuorum (55) has no server handler yet: branch raftnet")
+@pytest.mark.xfail(strict=True, reason="the single node runs no KRaft quorum by default yet (DescribeQuorum answers BROKER_NOT_AVAILABLE)")
 def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
     me = node_id(broker)
     status = ok(
@@ -191,7 +190,7 @@ def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
     assert cells(rep[1])[0] == str(me) and cells(rep[1])[-1] == "Leader"
 
 
-@pytest.mark.xfail(strict=True, reason="ElectLeaders (43) has no server handler yet: branch kraftbroker")
+@pytest.mark.xfail(strict=True, reason="ElectLeaders (43): the controller implements it, the broker does not route it to the controller yet")
 def test_preferred_leader_election(broker: BrokerProcess) -> None:
     create_topic(broker, "elect", 1)
     r = strom(
@@ -212,8 +211,8 @@ def test_preferred_leader_election(broker: BrokerProcess) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="AlterPartitionReassignments (45) / ListPartitionReassignments (46) have no server "
-    "handler yet: branch kraftbroker",
+    reason="AlterPartitionReassignments (45) / ListPartitionReassignments (46): the controller "
+    "implements them, the broker does not route them to the controller yet",
 )
 def test_reassign_execute_verify_list(broker: BrokerProcess, tmp_path: Path) -> None:
     create_topic(broker, "reassigned", 1)
@@ -241,8 +240,8 @@ def test_reassign_execute_verify_list(broker: BrokerProcess, tmp_path: Path) -> 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="needs `strom storage format` (branch kraftcfg) and multi-node serving (branches raftnet "
-    "+ kraftbroker)",
+    reason="multi-node serving: strom serve does not yet run RaftManager over the network with "
+    "the controller on it (the quorum runs multi-node in-process only, tests/integration/test_raft_cluster.py)",
 )
 def test_dev_cluster_of_three_serves_and_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
