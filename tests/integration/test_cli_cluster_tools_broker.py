@@ -172,7 +172,11 @@ def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> 
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="the single node runs no KRaft quorum by default yet (DescribeQuorum answers BROKER_NOT_AVAILABLE)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the single node runs no KRaft quorum by default yet (DescribeQuorum answers "
+    "BROKER_NOT_AVAILABLE)",
+)
 def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
     me = node_id(broker)
     status = ok(
@@ -190,7 +194,11 @@ def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
     assert cells(rep[1])[0] == str(me) and cells(rep[1])[-1] == "Leader"
 
 
-@pytest.mark.xfail(strict=True, reason="ElectLeaders (43): the controller implements it, the broker does not route it to the controller yet")
+@pytest.mark.xfail(
+    strict=True,
+    reason="ElectLeaders (43): the controller implements it, the broker does not route it to the "
+    "controller yet",
+)
 def test_preferred_leader_election(broker: BrokerProcess) -> None:
     create_topic(broker, "elect", 1)
     r = strom(
@@ -241,7 +249,8 @@ def test_reassign_execute_verify_list(broker: BrokerProcess, tmp_path: Path) -> 
 @pytest.mark.xfail(
     strict=True,
     reason="multi-node serving: strom serve does not yet run RaftManager over the network with "
-    "the controller on it (the quorum runs multi-node in-process only, tests/integration/test_raft_cluster.py)",
+    "the controller on it (the quorum runs multi-node in-process only: "
+    "tests/integration/test_raft_cluster.py)",
 )
 def test_dev_cluster_of_three_serves_and_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
