@@ -476,6 +476,8 @@ class BrokerQuorum:
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
+        if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
+            raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
             return await self.controller.call(api_key, request)
         except NotControllerError as e:
