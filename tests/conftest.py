@@ -1,12 +1,28 @@
+"""Shared fixtures.
+
+``STROM_TEST_QUORUM=1`` runs the in-process brokers of the tests on the one-voter metadata quorum:
+the default of ``strom.metadata.quorum.enable`` is set to true for this test process (brokers run
+as subprocesses, and a test's explicit setting, are not affected). The product default stays false.
+Tests that are about one path only set the config explicitly or skip with a reason.
+"""
+
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from strom.config_schema import BROKER_CONFIGS
 from strom.log.file_cache import FILE_CACHE
 from strom.testing.broker_process import BrokerProcess
+
+QUORUM_ENABLE = "strom.metadata.quorum.enable"
+TEST_QUORUM = os.environ.get("STROM_TEST_QUORUM", "") == "1"
+if TEST_QUORUM:
+    BROKER_CONFIGS[QUORUM_ENABLE] = dataclasses.replace(BROKER_CONFIGS[QUORUM_ENABLE], default=True)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,13 @@ from strom.server.broker import Broker
 
 
 def make_broker(tmp_path: Path, **overrides: str) -> Broker:
-    base = {"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}
+    # registry-only (also under STROM_TEST_QUORUM=1): never started, topics made with the
+    # synchronous Broker.create_topic (on the metadata quorum: the started broker's controller)
+    base = {
+        "log.dirs": str(tmp_path / "data"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "strom.metadata.quorum.enable": "false",
+    }
     base.update(overrides)
     return Broker(BrokerConfig.from_sources(None, base))
 

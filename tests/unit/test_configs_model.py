@@ -21,7 +21,14 @@ from strom.server.broker import Broker
 
 
 def make_broker(tmp_path: Path, **overrides: str) -> Broker:
-    base = {"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}
+    # registry-only (also under STROM_TEST_QUORUM=1): these brokers are never started; topics are
+    # made with the synchronous Broker.create_topic and configs altered with no event loop, while
+    # on the metadata quorum both go through the controller on the started broker's loop
+    base = {
+        "log.dirs": str(tmp_path / "data"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "strom.metadata.quorum.enable": "false",
+    }
     base.update(overrides)
     return Broker(BrokerConfig.from_sources(None, base))
 

@@ -22,6 +22,9 @@ def _broker(data: Path, clock: ManualClock, sched: ManualScheduler) -> Broker:
         "transaction.state.log.num.partitions": "1",
         "share.coordinator.state.topic.num.partitions": "1",
         "log.cleaner.enable": "false",
+        # on the metadata quorum (STROM_TEST_QUORUM=1): no append linger, so a metadata change
+        # commits without the test advancing the clock (the linger is a timer on `sched`)
+        "controller.quorum.append.linger.ms": "0",
     })
     return Broker(config, clock=clock, scheduler=sched, threaded_flush=False)
 

@@ -122,7 +122,7 @@ def test_broker_starts_after_power_cuts(tmp_path: Path) -> None:
             await broker.start()
             meta = (root / "meta.properties").read_bytes()
             if "t" not in broker.topics.topics:
-                broker.create_topic("t", 1, {"flush.messages": "1", "segment.bytes": "600"})
+                await broker.create_topic_async("t", 1, {"flush.messages": "1", "segment.bytes": "600"})
             for i in range(5):
                 broker.append("t", 0, batch(2, tag=i, ts=T0 + 10 * i))
             leo = broker.logs[("t", 0)].log_end_offset

@@ -39,6 +39,9 @@ def make_broker(tmp_path: Path) -> Broker:
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT",
             "advertised.listeners": "PLAINTEXT://a.example:9092,OTHER://b.example:9093",
             "node.id": "3",
+            # registry-only (also under STROM_TEST_QUORUM=1): never started, topics made with
+            # the synchronous Broker.create_topic (on the metadata quorum: the started controller)
+            "strom.metadata.quorum.enable": "false",
         },
     )
     return Broker(config)

@@ -82,6 +82,7 @@ from ..raft.log import OffsetAndEpoch, RaftStorageError
 from ..raft.metadata_log import MetadataLog
 from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
 from ..raft.quorum_state_file import FileQuorumStateStore
+from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
 from .replica_manager import delete_logs
 
 if TYPE_CHECKING:
@@ -93,38 +94,75 @@ QUORUM_ENABLE = "strom.metadata.quorum.enable"
 
 
 class OneVoterDriver:
-    """Runs a one-voter RaftNode on the event loop: poll at its deadline or when woken."""
+    """Runs a one-voter RaftNode on the event loop: poll when woken (at once, on the loop) and at
+    the node's next deadline (a timer on the broker's injected scheduler, so that on a
+    :class:`~strom.testing.scheduler.ManualScheduler` the append linger and the other deadlines
+    pass when the test advances the clock, and never by themselves)."""
 
-    def __init__(self, node: RaftNode, now_ms: Callable[[], int]) -> None:
+    def __init__(self, node: RaftNode, now_ms: Callable[[], int], scheduler: Scheduler) -> None:
         self.node = node
         self.now_ms = now_ms
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.scheduler = scheduler
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._soon: asyncio.Handle | None = None
+        self._timer: TaskHandle | None = None
+        self._due: int | None = None
+        self._on = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-quorum")
+        self._loop = asyncio.get_running_loop()
+        self._on = True
+        self.wake()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Poll soon (on the loop, not on the scheduler: an append must not wait for a clock)."""
+        if not self._on or self._soon is not None or self._loop is None:
+            return
+        self._soon = self._loop.call_soon(self._woken)
 
-    async def _run(self) -> None:
-        while True:
-            now = self.now_ms()
-            self.node.poll(now)
-            delay = (self.node.next_deadline() - self.now_ms()) / 1000
-            if delay <= 0:
-                await asyncio.sleep(0)
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(delay, 1.0))
+    def _woken(self) -> None:
+        self._soon = None
+        self._step()
+
+    def _fired(self) -> None:
+        self._timer = None
+        self._due = None
+        self._step()
+
+    def _step(self) -> None:
+        if not self._on:
+            return
+        try:
+            self.node.poll(self.now_ms())
+        except Exception:  # as the task of the former loop: the driver stops, loudly
+            log.exception("the metadata quorum's poll failed; the driver stops")
+            self._on = False
+            self._cancel_timer()
+            return
+        deadline = self.node.next_deadline()
+        delay = deadline - self.now_ms()
+        if delay <= 0:  # due already: poll again after the loop ran what is ready
+            self.wake()
+            return
+        delay = min(delay, 1000)
+        if self._timer is not None and self._due is not None and self._due <= self.now_ms() + delay:
+            return  # the armed timer comes first; it re-arms after polling
+        self._cancel_timer()
+        self._due = self.now_ms() + delay
+        self._timer = self.scheduler.schedule(delay, self._fired, name="metadata-quorum")
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._due = None
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._on = False
+        self._cancel_timer()
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
 
 
 class _AppendWaking:
@@ -319,8 +357,8 @@ class BrokerQuorum:
         self.driver: OneVoterDriver | None = None
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4()
-        self._heartbeat_task: asyncio.Task[None] | None = None
-        self._poll_task: asyncio.Task[None] | None = None
+        self._heartbeat_timer: TaskHandle | None = None
+        self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
 
     def _now(self) -> int:
@@ -350,7 +388,7 @@ class BrokerQuorum:
             self._now(),
         )
         self.node = node
-        self.driver = OneVoterDriver(node, self._now)
+        self.driver = OneVoterDriver(node, self._now, self.broker.scheduler)
         self.controller.attach(_AppendWaking(node, self.driver))
         self.driver.start()
         # lead, and publish an image at least as new as the leader's first batch
@@ -359,20 +397,25 @@ class BrokerQuorum:
         if self._migrate_file is not None:
             self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
         await self._register()
-        loop = asyncio.get_running_loop()
-        self._heartbeat_task = loop.create_task(self._heartbeats(), name="broker-heartbeat")
-        self._poll_task = loop.create_task(self._periodic(), name="controller-poll")
+        # the periodic work, on the broker's injected scheduler
+        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
+            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
+        )
+        self._poll_timer = DeadlineTimer(
+            self.broker.scheduler, self._now, self.controller.maybe_poll, self.controller.next_poll_ms,
+            name="controller-poll", min_delay_ms=10, max_delay_ms=1000,
+        )
+        self._poll_timer.start()
 
     def go_live(self) -> None:
         """The broker opened its logs: later images are applied by making and deleting logs."""
         self.publisher.go_live()
 
     async def stop(self) -> None:
-        for t in (self._heartbeat_task, self._poll_task):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
         self.publisher.close()
         if self.driver is not None:
             await self.driver.stop()
@@ -425,22 +468,16 @@ class BrokerQuorum:
         )
         return await self.controller.call(BROKER_HEARTBEAT, request)
 
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
-            try:
-                await self._heartbeat()
-            except NotControllerError:
-                log.warning("broker heartbeat: not the controller")
-
-    async def _periodic(self) -> None:
-        while True:
-            delay = max(10, self.controller.next_poll_ms() - self._now())
-            await asyncio.sleep(min(delay, 1000) / 1000)
-            self.controller.maybe_poll()
+    async def _heartbeat_once(self) -> None:
+        try:
+            await self._heartbeat()
+        except NotControllerError:
+            log.warning("broker heartbeat: not the controller")
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
+        if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
+            raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
             return await self.controller.call(api_key, request)
         except NotControllerError as e:

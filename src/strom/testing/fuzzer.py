@@ -311,13 +311,13 @@ async def _run(frames: int, seed: int, hang_seconds: float, data_dir: Path, repo
     try:
         for i in range(frames):
             if i % 1000 == 0:  # the seed topics back, the fuzzed ones gone (disk and descriptors)
-                try:
+                try:  # (the async forms: they also run on the metadata quorum)
                     for info in list(broker.metadata_cache.topics()):
                         if not info.internal and info.name not in SEED_TOPICS:
-                            broker.delete_topic(info.name)
+                            await broker.delete_topic_async(info.name)
                     for name, (partitions, configs) in SEED_TOPICS.items():
                         if broker.metadata_cache.topic(name) is None and not broker.is_being_created(name):
-                            broker.create_topic(name, partitions, configs)
+                            await broker.create_topic_async(name, partitions, configs)
                 except Exception as e:  # the broker is in a state it cannot leave: report, stop
                     detail = f"topic reset failed: {e!r}"
                     findings.append(Finding("crash", "(between frames)", 0, detail, b""))
