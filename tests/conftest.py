@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 ``STROM_TEST_QUORUM=1`` runs the in-process brokers of the tests on the one-voter metadata quorum:
-the default of ``strom.metadata.quorum.enable`` is set to true for this test process (brokers run
-as subprocesses, and a test's explicit setting, are not affected). The product default stays false.
+the default of ``strom.metadata.quorum.enable`` is set to true for this test process, and
+:class:`strom.testing.broker_process.BrokerProcess` passes it to the brokers it starts (a test's
+explicit setting wins). The product default stays false.
 Tests that are about one path only set the config explicitly or skip with a reason.
 """
 

@@ -79,6 +79,8 @@ class BrokerProcess:
             "--override",
             f"log.dirs={self.data_dir}",
         ]
+        if os.environ.get("STROM_TEST_QUORUM", "") == "1":  # (tests/conftest.py): before the
+            args += ["--override", "strom.metadata.quorum.enable=true"]  # test's own, which win
         for o in self.overrides:
             args += ["--override", o]
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
