@@ -160,6 +160,6 @@ def test_no_quorum_no_answer() -> None:
         broker = FakeBroker(None, ManualClock())
         with pytest.raises(KafkaError) as e:
             await raft_handlers.handle_describe_quorum(ctx(broker, 55, 2), describe_request(2))
-        assert e.value.code == raft_handlers.BROKER_NOT_AVAILABLE == 8
+        assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE == 8
 
     asyncio.run(body())

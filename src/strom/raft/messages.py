@@ -22,6 +22,9 @@ from enum import IntEnum
 
 
 class Errors(IntEnum):
+    """The error codes the state machine has rules for (values are ``ErrorCode``'s; any other
+    code from the wire maps to INVALID_REQUEST in :mod:`strom.raft.wire`)."""
+
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     NOT_LEADER_OR_FOLLOWER = 6

@@ -27,13 +27,11 @@ from ...raft.quorum import NotLeaderError
 from ..context import RequestContext
 from . import handler
 
-BROKER_NOT_AVAILABLE = 8  # Kafka's error code (not in strom's ErrorCode enum)
-
 
 def _manager(ctx: RequestContext) -> Any:
     mgr = getattr(ctx.broker, "raft_manager", None)
     if mgr is None:
-        raise KafkaError(BROKER_NOT_AVAILABLE, "this node runs no KRaft quorum")
+        raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "this node runs no KRaft quorum")
     return mgr
 
 
