@@ -285,10 +285,9 @@ class ReplicaManager:
         chains = self.append_chains
         cache = self.metadata_cache
         slow = False
+        if acks not in (0, 1, -1):  # every partition gets it (Kafka's answer)
+            return [PartitionResponse(ErrorCode.INVALID_REQUIRED_ACKS) for _ in entries]
         for slot, (topic, partition, records) in enumerate(entries):
-            if acks not in (0, 1, -1):
-                results[slot] = PartitionResponse(ErrorCode.INVALID_REQUIRED_ACKS)
-                continue
             leader = cache.leader_id(topic, partition)
             if leader is None:
                 results[slot] = PartitionResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
