@@ -72,8 +72,7 @@ from ..controller.quorum_controller import (
     ControllerConfig,
 )
 from ..controller.server import ControllerServer, NotControllerError
-from ..metadata.delta import MetadataDelta
-from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from ..metadata.image import CONFIG_RESOURCE_TOPIC
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
@@ -83,7 +82,8 @@ from ..raft.metadata_log import MetadataLog
 from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
 from ..raft.quorum_state_file import FileQuorumStateStore
 from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
-from .replica_manager import delete_logs
+from .controller_channel import ControllerChannel, LocalControllerChannel
+from .metadata_publisher import BrokerMetadataPublisher
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -214,119 +214,6 @@ class _Listener:
         self.loader.handle_leader_change(leader.leader_id, leader.epoch)
 
 
-class BrokerMetadataPublisher:
-    """Applies published images to the broker (topics, partitions, topic configs)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.live = False  # False during start-up: the registry is filled, load_logs opens the logs
-        self.image: MetadataImage | None = None
-        self._queue: asyncio.Queue[tuple[MetadataImage, int]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._applied_offset = -1
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self.published_at: dict[int, float] = {}  # image offset -> loop time published (bench)
-
-    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
-        self.image = image
-        if not self.live:
-            self._reconcile_registry(image)
-            self._applied(image.offset)
-            return
-        self._queue.put_nowait((image, image.offset))
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    def go_live(self) -> None:
-        self.live = True
-        self._task = asyncio.get_running_loop().create_task(self._consume(), name="metadata-publisher")
-
-    async def wait_applied(self, offset: int) -> None:
-        """Until the broker applied the image at ``offset`` or later."""
-        if self._applied_offset >= offset:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offset, fut))
-        await fut
-
-    def _applied(self, offset: int) -> None:
-        self._applied_offset = max(self._applied_offset, offset)
-        self.published_at[offset] = asyncio.get_running_loop().time()
-        ready = [(o, f) for o, f in self._waiters if o <= self._applied_offset]
-        self._waiters = [(o, f) for o, f in self._waiters if o > self._applied_offset]
-        for _, f in ready:
-            if not f.done():
-                f.set_result(None)
-
-    # -- applying
-    @staticmethod
-    def _wanted(image: MetadataImage) -> dict[str, tuple[uuid.UUID, int, dict[str, str]]]:
-        out = {}
-        for name, t in image.topics.topics_by_name.items():
-            configs = dict(image.configs.configs(CONFIG_RESOURCE_TOPIC, name))
-            out[name] = (t.id, len(t.partitions), configs)
-        return out
-
-    def _reconcile_registry(self, image: MetadataImage) -> None:
-        reg = self.broker.topics
-        wanted = self._wanted(image)
-        for name in [n for n in reg.topics if n not in wanted]:
-            reg.delete(name)
-        for name, (tid, n, configs) in wanted.items():
-            info = reg.get(name)
-            if info is None or info.topic_id != tid:
-                if info is not None:
-                    reg.delete(name)
-                reg.create(name, n, configs, topic_id=tid)
-            else:
-                info.partitions = n
-                info.configs = configs
-
-    async def _consume(self) -> None:
-        while True:
-            image, offset = await self._queue.get()
-            try:
-                await self._apply(image)
-            except Exception:
-                log.exception("applying the metadata image at offset %d failed", offset)
-            self._applied(offset)
-
-    async def _apply(self, image: MetadataImage) -> None:
-        broker = self.broker
-        reg = broker.topics
-        rm = broker.replica_manager
-        wanted = self._wanted(image)
-        for name in [n for n, i in reg.topics.items() if n not in wanted or wanted[n][0] != i.topic_id]:
-            info = reg.delete(name)
-            rm.remove_partitions(name, info.partitions)
-            if broker.share_coordinator is not None:
-                broker.share_coordinator.topic_deleted(info.topic_id)
-            log.info("deleted topic %s", name)
-        for name, (tid, n, configs) in wanted.items():
-            existing = reg.get(name)
-            if existing is None:
-                pending = TopicInfo(name, tid, n, configs)
-                logs = await broker._in_worker(rm.make_partition_logs, pending, range(n))
-                if reg.get(name) is not None:  # (cannot happen: one apply at a time)
-                    delete_logs(logs)
-                    continue
-                info = reg.create(name, n, configs, topic_id=tid)
-                rm.add_partitions(info, 0, logs)
-                log.info("created topic %s with %d partitions", name, n)
-                continue
-            info = existing
-            if n > info.partitions:
-                current = info.partitions
-                logs = await broker._in_worker(rm.make_partition_logs, info, range(current, n))
-                reg.set_partitions(name, n)
-                rm.add_partitions(info, current, logs)
-            if configs != info.configs:
-                reg.set_configs(name, configs, notify=False)
-                broker.refresh_log_configs(name)
-
-
 class BrokerQuorum:
     """The metadata quorum of a combined one-voter node (see the module docstring)."""
 
@@ -349,6 +236,8 @@ class BrokerQuorum:
             validator=accept_all,  # the broker validated the configs with its own messages
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
+        # everything asked of the controller goes through the channel (local or over the wire)
+        self.channel: ControllerChannel = LocalControllerChannel(self.controller)
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
@@ -402,8 +291,13 @@ class BrokerQuorum:
             self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
         )
         self._poll_timer = DeadlineTimer(
-            self.broker.scheduler, self._now, self.controller.maybe_poll, self.controller.next_poll_ms,
-            name="controller-poll", min_delay_ms=10, max_delay_ms=1000,
+            self.broker.scheduler,
+            self._now,
+            self.controller.maybe_poll,
+            self.controller.next_poll_ms,
+            name="controller-poll",
+            min_delay_ms=10,
+            max_delay_ms=1000,
         )
         self._poll_timer.start()
 
@@ -450,7 +344,7 @@ class BrokerQuorum:
         )
         # the previous incarnation of this broker was this node's previous process: over
         self.controller.end_session(self.node_id)
-        response = await self.controller.call(BROKER_REGISTRATION, request)
+        response = await self.channel.call(BROKER_REGISTRATION, request)
         if response["error_code"]:
             raise RuntimeError(f"broker registration failed: {response}")
         self.broker_epoch = int(response["broker_epoch"])
@@ -466,7 +360,7 @@ class BrokerQuorum:
             want_shut_down=False,
             offline_log_dirs=(),
         )
-        return await self.controller.call(BROKER_HEARTBEAT, request)
+        return await self.channel.call(BROKER_HEARTBEAT, request)
 
     async def _heartbeat_once(self) -> None:
         try:
@@ -479,7 +373,7 @@ class BrokerQuorum:
         if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
             raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
-            return await self.controller.call(api_key, request)
+            return await self.channel.call(api_key, request)
         except NotControllerError as e:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
 
@@ -496,7 +390,9 @@ class BrokerQuorum:
             configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
         )
         request = create_topics.CreateTopicsRequest(
-            topics=(topic,), timeout=i32(30000), validate_only=False  # type: ignore[arg-type]
+            topics=(topic,),
+            timeout=i32(30000),  # type: ignore[arg-type]
+            validate_only=False,
         )
         response = await self._call(CREATE_TOPICS, request)
         result = response["topics"][0]
@@ -547,7 +443,7 @@ class BrokerQuorum:
             ),
             validate_only=False,
         )
-        return self.controller.submit(ALTER_CONFIGS, request)
+        return asyncio.ensure_future(self.channel.call(ALTER_CONFIGS, request))
 
 
 def _protocol_id(name: str) -> int:

@@ -1,0 +1,145 @@
+"""Applies the published metadata images to the broker (Kafka's ``BrokerMetadataPublisher``).
+
+Theory of operation: the :class:`~strom.metadata.loader.MetadataLoader` publishes an image after
+each committed batch. During start-up (``live`` false) the image fills the broker's topic registry
+directly and the replica manager's ``load_logs`` then opens the logs; once the broker is live,
+images are queued and applied one at a time, in log order, by one asyncio task: new topics' and
+partitions' logs are made in a worker thread and only then published in the registry and the
+replica manager (a topic is visible only once its logs exist); deleted topics leave the registry
+and their logs are deleted; changed topic configs are pushed to the logs.
+:meth:`BrokerMetadataPublisher.wait_applied` lets a request that changed the metadata answer only
+once the broker applied the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..metadata.delta import MetadataDelta
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from ..metadata.topics import TopicInfo
+from .replica_manager import delete_logs
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.kraft")
+
+
+class BrokerMetadataPublisher:
+    """Applies published images to the broker (topics, partitions, topic configs)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.live = False  # False during start-up: the registry is filled, load_logs opens the logs
+        self.image: MetadataImage | None = None
+        self._queue: asyncio.Queue[tuple[MetadataImage, int]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._applied_offset = -1
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.published_at: dict[int, float] = {}  # image offset -> loop time published (bench)
+
+    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
+        self.image = image
+        if not self.live:
+            self._reconcile_registry(image)
+            self._applied(image.offset)
+            return
+        self._queue.put_nowait((image, image.offset))
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def go_live(self) -> None:
+        self.live = True
+        self._task = asyncio.get_running_loop().create_task(self._consume(), name="metadata-publisher")
+
+    async def wait_applied(self, offset: int) -> None:
+        """Until the broker applied the image at ``offset`` or later."""
+        if self._applied_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, fut))
+        await fut
+
+    def _applied(self, offset: int) -> None:
+        self._applied_offset = max(self._applied_offset, offset)
+        self.published_at[offset] = asyncio.get_running_loop().time()
+        ready = [(o, f) for o, f in self._waiters if o <= self._applied_offset]
+        self._waiters = [(o, f) for o, f in self._waiters if o > self._applied_offset]
+        for _, f in ready:
+            if not f.done():
+                f.set_result(None)
+
+    # -- applying
+    @staticmethod
+    def _wanted(image: MetadataImage) -> dict[str, tuple[uuid.UUID, int, dict[str, str]]]:
+        out = {}
+        for name, t in image.topics.topics_by_name.items():
+            configs = dict(image.configs.configs(CONFIG_RESOURCE_TOPIC, name))
+            out[name] = (t.id, len(t.partitions), configs)
+        return out
+
+    def _reconcile_registry(self, image: MetadataImage) -> None:
+        reg = self.broker.topics
+        wanted = self._wanted(image)
+        for name in [n for n in reg.topics if n not in wanted]:
+            reg.delete(name)
+        for name, (tid, n, configs) in wanted.items():
+            info = reg.get(name)
+            if info is None or info.topic_id != tid:
+                if info is not None:
+                    reg.delete(name)
+                reg.create(name, n, configs, topic_id=tid)
+            else:
+                info.partitions = n
+                info.configs = configs
+
+    async def _consume(self) -> None:
+        while True:
+            image, offset = await self._queue.get()
+            try:
+                await self._apply(image)
+            except Exception:
+                log.exception("applying the metadata image at offset %d failed", offset)
+            self._applied(offset)
+
+    async def _apply(self, image: MetadataImage) -> None:
+        broker = self.broker
+        reg = broker.topics
+        rm = broker.replica_manager
+        wanted = self._wanted(image)
+        for name in [n for n, i in reg.topics.items() if n not in wanted or wanted[n][0] != i.topic_id]:
+            info = reg.delete(name)
+            rm.remove_partitions(name, info.partitions)
+            if broker.share_coordinator is not None:
+                broker.share_coordinator.topic_deleted(info.topic_id)
+            log.info("deleted topic %s", name)
+        for name, (tid, n, configs) in wanted.items():
+            existing = reg.get(name)
+            if existing is None:
+                pending = TopicInfo(name, tid, n, configs)
+                logs = await broker._in_worker(rm.make_partition_logs, pending, range(n))
+                if reg.get(name) is not None:  # (cannot happen: one apply at a time)
+                    delete_logs(logs)
+                    continue
+                info = reg.create(name, n, configs, topic_id=tid)
+                rm.add_partitions(info, 0, logs)
+                log.info("created topic %s with %d partitions", name, n)
+                continue
+            info = existing
+            if n > info.partitions:
+                current = info.partitions
+                logs = await broker._in_worker(rm.make_partition_logs, info, range(current, n))
+                reg.set_partitions(name, n)
+                rm.add_partitions(info, current, logs)
+            if configs != info.configs:
+                reg.set_configs(name, configs, notify=False)
+                broker.refresh_log_configs(name)
+
+
+__all__ = ["BrokerMetadataPublisher"]
