@@ -9,9 +9,10 @@
   the listeners; the producer id blocks.
 * topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
   (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
-  (default false) the node runs on its one-voter metadata quorum (:mod:`strom.server.kraft`):
-  these methods go through the controller, the registry is kept in memory as the broker's view
-  of the metadata image, and an older data dir's registry is migrated on the first start.
+  (default true; false keeps the JSON topic registry) the node runs on its one-voter metadata
+  quorum (:mod:`strom.server.kraft`): these methods go through the controller, the registry is
+  kept in memory as the broker's view of the metadata image, and an older data dir's registry
+  is migrated on the first start.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
