@@ -71,6 +71,7 @@ from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
+from ..raft.metadata_log import METADATA_TOPIC
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
@@ -190,6 +191,9 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
+        quorum = bool(config[QUORUM_ENABLE])
+        if not quorum:  # (before anything is written)
+            _refuse_metadata_log(config.metadata_log_dir)
         # a node of a multi-node quorum (controller.quorum.voters set) starts only on dirs that
         # `strom storage format` formatted, as in Kafka; the zero set-up node formats its own
         meta = load_meta(
@@ -205,7 +209,6 @@ class Broker:
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
         # on the metadata quorum (strom.metadata.quorum.enable) the metadata log is the store and
         # the registry, in memory, is the broker's view of the published image (server/kraft.py)
-        quorum = bool(config[QUORUM_ENABLE])
         self.topics = TopicRegistry(self.log_dir, persist=not quorum)  # (handlers: metadata_cache)
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
@@ -651,6 +654,20 @@ class Broker:
             await writer.await_offset(tp, end)
             if tp[0] == OFFSETS_TOPIC:
                 await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
+
+
+def _refuse_metadata_log(metadata_log_dir: Path) -> None:
+    """The registry path (``strom.metadata.quorum.enable=false``) on a dir the metadata quorum
+    wrote: its topics are in the metadata log, which the registry path cannot read; started, it
+    would serve none of them and make new internal topics over the old ones' logs. Refused, as
+    a ZooKeeper-mode Kafka broker refuses a KRaft-formatted dir."""
+    found = metadata_log_dir / f"{METADATA_TOPIC}-0"
+    if found.is_dir():
+        raise ConfigError(
+            f"{found} holds the metadata log of a node on the metadata quorum, which "
+            f"strom.metadata.quorum.enable=false (the JSON topic registry) cannot read: start it "
+            f"with strom.metadata.quorum.enable=true"
+        )
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
