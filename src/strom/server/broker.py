@@ -595,6 +595,13 @@ class Broker:
         assert self.quorum is not None
         self.quorum.alter_topic_configs(name, configs)
 
+    async def settle_topic_configs(self, names: Iterable[str]) -> dict[str, KafkaError]:
+        """(Alter/IncrementalAlterConfigs, before answering) on the metadata quorum: until the
+        config changes of these topics are committed and applied; the failed ones by topic."""
+        if self.quorum is None:
+            return {}
+        return await self.quorum.settle_config_writes(names)
+
     def _deletable(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
         if info is None:

@@ -137,9 +137,24 @@ class BrokerMetadataPublisher:
                 logs = await broker._in_worker(rm.make_partition_logs, info, range(current, n))
                 reg.set_partitions(name, n)
                 rm.add_partitions(info, current, logs)
-            if configs != info.configs:
+            newer = broker.quorum is not None and name in broker.quorum.pending_config_topics
+            if configs != info.configs and not newer:  # (newer: the broker's change, on its way)
                 reg.set_configs(name, configs, notify=False)
                 broker.refresh_log_configs(name)
+
+    def restore_topic_configs(self, name: str) -> None:
+        """A config change of ``name`` did not reach the metadata log: its configs as in the image
+        applied last."""
+        info = self.broker.topics.get(name)
+        if info is None or self.image is None:
+            return
+        t = self.image.topics.topics_by_name.get(name)
+        if t is None or t.id != info.topic_id:
+            return
+        configs = dict(self.image.configs.configs(CONFIG_RESOURCE_TOPIC, name))
+        if configs != info.configs:
+            self.broker.topics.set_configs(name, configs, notify=False)
+            self.broker.refresh_log_configs(name)
 
 
 __all__ = ["BrokerMetadataPublisher"]
