@@ -1,7 +1,7 @@
 """The broker on the metadata quorum: a combined node that is its own one-voter quorum.
 
 Theory of operation (Kafka's ``KafkaRaftServer`` for ``process.roles=broker,controller`` with one
-voter; enabled by ``strom.metadata.quorum.enable``).
+voter; ``strom.metadata.quorum.enable``, true by default).
 
 Parts, all on the broker's event loop:
 
@@ -32,8 +32,10 @@ the registry and their logs are deleted. Changes are applied one at a time, in l
 manager's ``load_logs`` opens (or makes) the logs, as before.
 
 Requests: :meth:`create_topic`, :meth:`delete_topic`, :meth:`create_partitions`,
-:meth:`alter_topic_configs` send the controller request, and the first three wait until the
-broker applied the committed result, so a client that got an answer sees the topic at once.
+:meth:`alter_topic_configs` send the controller request; the first three wait until the broker
+applied the committed result, so a client that got an answer sees the topic at once. A topic's
+configs are applied by the broker first (the registry's ``on_set_configs``), then written; the
+AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
