@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import random
 import uuid
@@ -57,7 +58,7 @@ from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
@@ -69,7 +70,7 @@ from ..controller.quorum_controller import (
     ControllerConfig,
 )
 from ..controller.server import ControllerServer, NotControllerError
-from ..metadata.image import CONFIG_RESOURCE_TOPIC
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
@@ -378,8 +379,21 @@ class BrokerQuorum:
         except NotControllerError as e:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
 
-    async def _settle(self) -> None:
-        """Wait until the broker applied everything committed so far."""
+    async def _settle(self, until: Callable[[MetadataImage], bool] | None = None) -> None:
+        """Wait until the broker applied everything committed so far and, when the answer came
+        from another node's controller (this node's log may not have the result yet), until the
+        published image satisfies ``until`` (at most the channel's timeout)."""
+        await self.publisher.wait_applied(self.loader.last_offset)
+        if until is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_REQUEST_TIMEOUT_MS / 1000
+        while (image := self.publisher.image) is None or not until(image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
@@ -392,14 +406,15 @@ class BrokerQuorum:
         )
         request = create_topics.CreateTopicsRequest(
             topics=(topic,),
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_TOPICS, request)
         result = response["topics"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        topic_id = result["topic_id"]
+        await self._settle(lambda image: (t := image.topics.get_topic(name)) is not None and t.id == topic_id)
         info = self.broker.topics.get(name)
         if info is None or info.topic_id != result["topic_id"]:
             # its logs could not be made here (a full or failed disk): take the topic back out
@@ -412,25 +427,28 @@ class BrokerQuorum:
     async def delete_topic(self, name: str) -> None:
         request = delete_topics.DeleteTopicsRequest(
             topics=(delete_topics.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
         )
         response = await self._call(DELETE_TOPICS, request)
         result = response["responses"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        gone = result["topic_id"]
+        await self._settle(lambda image: image.topics.get_topic(gone) is None)
 
     async def create_partitions(self, name: str, count: int) -> None:
         request = create_partitions.CreatePartitionsRequest(
             topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_PARTITIONS, request)
         result = response["results"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        await self._settle(
+            lambda image: len(getattr(image.topics.get_topic(name), "partitions", ())) >= count
+        )
 
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
         """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log."""
