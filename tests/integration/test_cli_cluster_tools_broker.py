@@ -180,12 +180,8 @@ def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> 
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the single node runs no KRaft quorum by default yet (DescribeQuorum answers "
-    "BROKER_NOT_AVAILABLE)",
-)
-def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
+def test_metadata_quorum_status_and_replication(quorum_broker: BrokerProcess) -> None:
+    broker = quorum_broker
     me = node_id(broker)
     status = ok(
         "metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--status"
@@ -251,9 +247,9 @@ def test_reassign_execute_verify_list(quorum_broker: BrokerProcess, tmp_path: Pa
 
 @pytest.mark.xfail(
     strict=True,
-    reason="multi-node serving: strom serve does not yet run RaftManager over the network with "
-    "the controller on it (the quorum runs multi-node in-process only: "
-    "tests/integration/test_raft_cluster.py)",
+    reason="DescribeCluster (strom cluster) lists only the answering node until the broker's "
+    "metadata cache reads the metadata image (the three nodes do register: "
+    "tests/integration/test_cluster_forwarding.py)",
 )
 def test_dev_cluster_of_three_serves_and_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
