@@ -1,7 +1,8 @@
 """Three real ``strom serve`` nodes (combined broker+controller, as ``strom dev-cluster`` makes
 them): every broker registers with the active controller over the wire, requests sent to a node
-whose controller is not the active one are forwarded to it (CreateTopics in an Envelope,
-DescribeQuorum), and a node stopped with SIGTERM shuts down in a controlled way."""
+whose controller is not the active one are forwarded to it (CreateTopics, CreatePartitions,
+AlterConfigs, DeleteTopics in an Envelope, DescribeQuorum), and a node stopped with SIGTERM
+shuts down in a controlled way."""
 
 from __future__ import annotations
 
@@ -85,6 +86,29 @@ def test_brokers_register_over_the_wire_and_requests_are_forwarded(cluster: DevC
     argv = ["--bootstrap-server", at_follower, "create", "--topic", "fwd", "--partitions", "1"]
     again = strom("topics", *argv)
     assert again.returncode != 0 and "already exists" in again.stderr
+    # CreatePartitions and a topic config at the follower reach every node
+    grow = ["--bootstrap-server", at_follower, "alter", "--topic", "fwd", "--partitions", "5"]
+    assert strom("topics", *grow).returncode == 0
+    alter = ["--entity-type", "topics", "--entity-name", "fwd", "alter", "--add-config", "retention.ms=4242"]
+    assert strom("configs", "--bootstrap-server", at_follower, *alter).returncode == 0
+    for s in specs.values():
+        at = f"{HOST}:{s.port}"
+
+        def applied(at: str = at) -> bool:
+            topic = strom("topics", "--bootstrap-server", at, "describe", "--topic", "fwd").stdout
+            desc = ["--entity-type", "topics", "--entity-name", "fwd", "describe"]
+            configs = strom("configs", "--bootstrap-server", at, *desc).stdout
+            return "PartitionCount: 5" in topic and "retention.ms=4242" in configs
+
+        wait_for(f"node at {at} to apply the partitions and the config", applied, 30)
+    # DeleteTopics at the follower
+    assert strom("topics", "--bootstrap-server", at_follower, "delete", "--topic", "fwd").returncode == 0
+    at_leader = f"{HOST}:{specs[leader].port}"
+    wait_for(
+        "the topic to be gone at the leader",
+        lambda: "fwd" not in strom("topics", "--bootstrap-server", at_leader, "list").stdout.split(),
+        30,
+    )
     # a follower stopped with SIGTERM: controlled shutdown at the active controller, clean exit
     proc = cluster.procs[follower]
     proc.send_signal(signal.SIGTERM)
