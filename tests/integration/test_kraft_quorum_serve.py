@@ -1,12 +1,14 @@
 """Three real ``strom serve`` processes configured as ``strom dev-cluster`` writes them
 (process.roles=broker,controller, node.id, controller.quorum.voters naming the three CONTROLLER
-listeners, controller.listener.names=CONTROLLER), each formatted with ``strom storage format``,
-started at about the same time: they elect exactly one leader over TCP (DescribeQuorum on the
-CONTROLLER listeners: the leader describes the quorum, the others answer NOT_LEADER_OR_FOLLOWER
-naming it), a topic created at the active controller's node reaches the metadata log of all
-three (every voter's log end offset reaches the high watermark past the creation), and after
-``kill -9`` of the leader the two others elect a new one, the killed node restarts, rejoins as a
-follower and catches up."""
+listeners, controller.listener.names=CONTROLLER), each formatted with ``strom storage format``.
+One started alone waits for a majority (it does not fail, and says once what it waits for);
+the two others start at about the same time. They elect exactly one leader over TCP
+(DescribeQuorum on the CONTROLLER listeners: the leader describes the quorum, the others answer
+NOT_LEADER_OR_FOLLOWER naming it), a topic created at the active controller's node reaches the
+metadata log of all three (every voter's log end offset reaches the high watermark past the
+creation), and after ``kill -9`` of the leader the two others elect a new one; the killed node
+restarts, rejoins as a follower and catches up. Every node stops cleanly on SIGTERM, also one
+still waiting in its start."""
 
 from __future__ import annotations
 
@@ -99,14 +101,15 @@ class Node:
         self.proc = None
 
     def stop(self) -> int | None:
-        if self.proc is None:
+        proc, self.proc = self.proc, None
+        if proc is None:
             return None
-        self.proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            return proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=30)
+            proc.kill()
+            return proc.wait(timeout=30)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -124,8 +127,6 @@ def cluster(tmp_path: Path) -> Iterator[dict[int, Node]]:
     for n in nodes.values():
         n.write_config(voters)
         n.format(cluster_id)
-    for n in nodes.values():  # about the same time: none may fail while no majority is up
-        n.start()
     try:
         yield nodes
     finally:
@@ -231,6 +232,17 @@ def test_three_serve_processes_form_a_quorum_and_fail_over(cluster: dict[int, No
     nodes = cluster
 
     async def body() -> None:
+        # one node alone has no majority: it waits (serving its CONTROLLER listener), and says
+        # once what it waits for
+        nodes[1].start()
+        await wait_port(nodes[1].controller_port, START_TIMEOUT_S)
+        await asyncio.sleep(3)  # several election timeouts
+        assert nodes[1].alive()
+        assert nodes[1].log().count("waits for a leader of the metadata quorum") == 1, nodes[1].log()
+        part = await describe_quorum(nodes[1].controller_port)
+        assert int(part.error_code) == 6 and part.leader_id == -1  # NOT_LEADER_OR_FOLLOWER, no leader
+        for nid in IDS[1:]:  # the others at about the same time
+            nodes[nid].start()
         leader, part = await wait_for_leader(nodes, START_TIMEOUT_S)
         assert [r.replica_id for r in part.current_voters] == list(IDS)
         # the active controller's node finishes its start (registration, internal topics)
@@ -254,6 +266,8 @@ def test_three_serve_processes_form_a_quorum_and_fail_over(cluster: dict[int, No
 
     try:
         asyncio.run(body())
+        # a clean stop (SIGTERM) of every node, also of those still waiting in their start
+        assert {nid: n.stop() for nid, n in nodes.items()} == {nid: 0 for nid in IDS}
     except BaseException:
         for n in nodes.values():
             print(f"---- node {n.node_id}\n{n.log()[-6000:]}")

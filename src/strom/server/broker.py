@@ -679,8 +679,23 @@ async def serve(config: BrokerConfig) -> None:
         raise SystemExit(1) from None
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
+    # a node of a multi-voter quorum may wait long in its start (no majority up yet): a signal
+    # then stops it cleanly, as it stops a started broker
+    starting = asyncio.ensure_future(broker.start())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await broker.start()
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not starting.done():
+        log.info("stopping during the start")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        await broker.stop()
+        return
+    try:
+        starting.result()
     except (OSError, ConfigError) as e:  # ports in use, unreadable TLS key material ...
         log.error("cannot start broker: %s", e)
         await broker.stop()
