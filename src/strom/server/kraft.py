@@ -1,27 +1,61 @@
-"""The broker on the metadata quorum: a combined node that is its own one-voter quorum.
+"""The broker on the metadata quorum: a combined node (``process.roles=broker,controller``) of a
+quorum of one voter or of many.
 
-Theory of operation (Kafka's ``KafkaRaftServer`` for ``process.roles=broker,controller`` with one
-voter; enabled by ``strom.metadata.quorum.enable``).
+Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
+in one process; enabled by ``strom.metadata.quorum.enable``, and always on for a node whose
+``controller.quorum.voters`` names more than one voter: a multi-node cluster has no other path).
 
 Parts, all on the broker's event loop:
 
-* the Raft node (:class:`~strom.raft.quorum.RaftNode`) on the metadata log
-  (``<metadata.log.dir>/__cluster_metadata-0``) and the ``quorum-state`` file, driven by
-  :class:`OneVoterDriver` (poll at the node's next deadline, woken by appends). With one voter
-  there is no network: the node elects itself at once and commits what it flushed
-  (``controller.quorum.append.linger.ms`` after an append). The asyncio ``RaftManager`` of the
-  multi-node quorum replaces this driver.
-* :class:`~strom.controller.server.ControllerServer`: the active controller.
+* the :class:`~strom.raft.manager.RaftManager` (the same for one voter and for many): the Raft
+  node on the metadata log (``<metadata.log.dir>/__cluster_metadata-0``) and the
+  ``quorum-state`` file, its timers on the broker's injected scheduler. With one voter it has
+  no transport (:class:`~strom.raft.manager.NullTransport`): the node elects itself at once and
+  commits what it flushed. With several, requests go to the other voters' CONTROLLER endpoints
+  (:class:`~strom.raft.transport.SocketRaftTransport`) and theirs arrive on this broker's
+  listeners (:mod:`strom.server.handlers.raft`, through ``broker.raft_manager``).
+* :class:`~strom.controller.server.ControllerServer`: active when this node leads the quorum
+  (the first active controller of an empty log writes the bootstrap records); it appends through
+  :class:`_ControllerRaft`, a synchronous view of the manager.
 * :class:`~strom.metadata.loader.MetadataLoader`: committed batches into images, published to
   :class:`BrokerMetadataPublisher`, which applies the image to the broker (below).
 
-Startup (:meth:`BrokerQuorum.start`): open the log; if it is empty (a new cluster) the first
-batch the controller writes is the bootstrap records plus the migration of the data dir written
-by an older strom (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids);
-once that batch is committed, ``strom-topics.json`` is renamed ``strom-topics.json.migrated``.
-Then wait until this node leads and the image is published, register the broker
-(BrokerRegistration with a fresh incarnation id) and heartbeat until unfenced, then every
-``broker.heartbeat.interval.ms``.
+The controller and the loader are the manager's listeners (one :class:`_Listener`), registered
+before it starts, so they see the whole committed log.
+
+Start-up, in Kafka's order (controller first), as :meth:`Broker.start` calls it:
+
+1. :meth:`BrokerQuorum.start_raft`: start the manager and the controller's periodic work. On a
+   one-voter node with an empty log, the first batch the controller writes is the bootstrap
+   records plus the migration of the data dir written by an older strom
+   (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids); a multi-node
+   cluster starts from formatted, empty dirs.
+2. the broker's controller listeners (``controller.listener.names``) serve, so that the voters
+   can elect: a quorum cannot elect unless the nodes answer Vote.
+3. :meth:`BrokerQuorum.wait_caught_up`: until a leader is known and this node's loader applied
+   the committed log up to the leader's high watermark (one voter: at once). A node waits, and
+   does not fail, while no majority is up; it logs once what it waits for. Then
+   ``strom-topics.json`` of a migrated dir is renamed ``strom-topics.json.migrated``.
+4. :meth:`BrokerQuorum.register`: BrokerRegistration (a fresh incarnation id), heartbeats until
+   unfenced, then every ``broker.heartbeat.interval.ms``; retried while the active controller
+   cannot be reached.
+5. :meth:`BrokerQuorum.create_internal_topics` through the controller; a node that cannot reach
+   the active controller waits until the topic reaches its image.
+6. the broker loads its logs, goes live (:meth:`go_live`), starts its coordinators and its client
+   listeners.
+
+Every request to the controller goes through ``self.channel``
+(:mod:`strom.server.controller_channel`), built by :meth:`BrokerQuorum._controller_channel`:
+today this node's own controller, so a request made while another node leads fails with
+NOT_CONTROLLER (on a multi-node cluster a node that does not lead cannot register yet); the
+channel over the wire to the leader's controller listener replaces it there.
+
+Stop (:meth:`BrokerQuorum.stop`): heartbeats and the controller's poll timer stop, the manager
+shuts down gracefully (a leader resigns: EndQuorumEpoch, so that a successor stands at once) and
+closes the metadata log.
+
+A broker-only node (``process.roles=broker``: an observer of the quorum, no controller) is not
+supported yet: it is refused at start-up with a clear error.
 
 The broker's view of the image: the topic registry (:class:`~strom.metadata.topics.TopicRegistry`,
 in memory on this path) and the replica manager's logs. Applying a delta keeps the broker's rule
@@ -143,7 +177,7 @@ class _Listener:
 
 
 class BrokerQuorum:
-    """The metadata quorum of a combined one-voter node (see the module docstring)."""
+    """The metadata quorum of a combined node (see the module docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
