@@ -2,8 +2,8 @@
 three-voter quorum whose two other voters are down serves its CONTROLLER listener (the voters
 must be able to ask it for its vote) and nothing else while it waits for a majority; it answers
 the quorum's requests there (DescribeQuorum: NOT_LEADER_OR_FOLLOWER, no leader), and its start
-can be cancelled and the broker stopped cleanly. A broker-only node (an observer) is refused
-with a clear error, as it is not supported yet."""
+can be cancelled and the broker stopped cleanly. A broker-only node is an observer of the
+quorum: it follows the metadata log from the voters."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from strom.client.connection import KafkaConnection
-from strom.config import BrokerConfig, ConfigError
+from strom.config import BrokerConfig
 from strom.log.log_dirs import format_dirs
 from strom.server.broker import Broker
 
@@ -97,8 +97,77 @@ def test_controller_listener_serves_first_while_waiting_for_a_majority(tmp_path:
     asyncio.run(body())
 
 
-def test_broker_only_node_is_refused(tmp_path: Path) -> None:
-    config = _config(tmp_path, "broker", 4, free_ports(4))
-    format_dirs(config.log_dirs, config.metadata_log_dir, 4, "qV0t3rsTestC1usterIdAA")
-    with pytest.raises(ConfigError, match=r"process\.roles=broker without controller is not supported yet"):
-        Broker(config)
+def test_broker_only_node_follows_the_log_as_an_observer(tmp_path: Path) -> None:
+    """A one-voter quorum (node 1, the quorum flag on) and a broker-only node 4 naming it in
+    controller.quorum.voters: node 4 runs no controller, fetches the metadata log from node 1's
+    CONTROLLER listener as an observer (DescribeQuorum at the leader lists it, caught up) and its
+    loader holds the topic created at node 1. It cannot register yet (no channel to a remote
+    controller): its start waits there, and is cancelled."""
+    port, controller, port4 = free_ports(3)
+    cluster_id = "qV0t3rsTestC1usterIdAA"
+    common = {
+        "strom.metadata.quorum.enable": "true",
+        "controller.quorum.voters": f"1@{HOST}:{controller}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "log.cleaner.enable": "false",
+    }
+    voter_cfg = BrokerConfig.from_sources(None, {
+        **common,
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller}",
+        "log.dirs": str(tmp_path / "n1"),
+    })
+    observer_cfg = BrokerConfig.from_sources(None, {
+        **common,
+        "process.roles": "broker",
+        "node.id": "4",
+        "listeners": f"PLAINTEXT://{HOST}:{port4}",
+        "log.dirs": str(tmp_path / "n4"),
+    })
+    for cfg, nid in ((voter_cfg, 1), (observer_cfg, 4)):
+        format_dirs(cfg.log_dirs, cfg.metadata_log_dir, nid, cluster_id)
+
+    async def body() -> None:
+        voter = Broker(voter_cfg)
+        await voter.start()
+        observer = Broker(observer_cfg)
+        assert observer.quorum is not None and observer.quorum.controller is None
+        starting = asyncio.ensure_future(observer.start())
+        try:
+            await voter.create_topic_async("seen-by-observer", 2, {})
+            mgr = voter.raft_manager
+            assert mgr is not None
+            info = None
+            for _ in range(1000):
+                info = mgr.describe_quorum()
+                obs = {r.replica_id: r.log_end_offset for r in info.observers}
+                image = observer.quorum.publisher.image
+                if (
+                    obs.get(4, -1) >= info.high_watermark
+                    and image is not None
+                    and image.topics.get_topic("seen-by-observer") is not None
+                ):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"observer not caught up: {info}")
+            assert [r.replica_id for r in info.current_voters] == [1]
+            om = observer.raft_manager
+            assert om is not None and not om.is_leader
+            assert om.leader_and_epoch.leader_id == 1
+            assert not starting.done()  # waiting to register
+            assert not _listening(port4)
+        finally:
+            starting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await starting
+            await observer.stop()
+            await voter.stop()
+
+    asyncio.run(body())

@@ -1,5 +1,5 @@
 """The broker on the metadata quorum: a combined node (``process.roles=broker,controller``) of a
-quorum of one voter or of many.
+quorum of one voter or of many, or a broker-only observer of it.
 
 Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
 in one process; enabled by ``strom.metadata.quorum.enable``, and always on for a node whose
@@ -54,8 +54,10 @@ Stop (:meth:`BrokerQuorum.stop`): heartbeats and the controller's poll timer sto
 shuts down gracefully (a leader resigns: EndQuorumEpoch, so that a successor stands at once) and
 closes the metadata log.
 
-A broker-only node (``process.roles=broker``: an observer of the quorum, no controller) is not
-supported yet: it is refused at start-up with a clear error.
+A broker-only node (``process.roles=broker``) runs no controller: its Raft node is an observer
+(it fetches the log from the voters' CONTROLLER endpoints and never votes), its loader follows
+the log. Until the channel over the wire exists it cannot reach the active controller, so its
+start waits at the registration (its controller listeners: none; its client listeners: not yet).
 
 The broker's view of the image: the topic registry (:class:`~strom.metadata.topics.TopicRegistry`,
 in memory on this path) and the replica manager's logs. Applying a delta keeps the broker's rule
@@ -92,7 +94,6 @@ from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.static.primitive import i8, i16, i32, i64, u16
 
-from ..config import ConfigError
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
@@ -157,23 +158,41 @@ class _ControllerRaft:
 
 
 class _Listener:
-    """The Raft listener of a combined node: the controller and the broker's loader."""
+    """The Raft listener of a node: its controller (none on a broker-only node) and the
+    broker's loader."""
 
-    def __init__(self, controller: ControllerServer, loader: MetadataLoader) -> None:
+    def __init__(self, controller: ControllerServer | None, loader: MetadataLoader) -> None:
         self.controller = controller
         self.loader = loader
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
-        self.controller.handle_commit(batches)
+        if self.controller is not None:
+            self.controller.handle_commit(batches)
         self.loader.handle_committed(batches)
 
     def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.controller.handle_load_snapshot(snapshot_id, data)
+        if self.controller is not None:
+            self.controller.handle_load_snapshot(snapshot_id, data)
         self.loader.handle_load_snapshot(snapshot_id.offset, snapshot_id.epoch, data)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        self.controller.handle_leader_change(leader)
+        if self.controller is not None:
+            self.controller.handle_leader_change(leader)
         self.loader.handle_leader_change(leader.leader_id, leader.epoch)
+
+
+class _NoControllerChannel:
+    """The channel of a broker-only node until the channel over the wire exists: no controller
+    is reachable (the caller retries or fails with NOT_CONTROLLER)."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+
+    async def call(self, api_key: int, request: Any, api_version: int = -1) -> dict[str, Any]:
+        raise NotControllerError(f"broker-only node {self.node_id} cannot reach the active controller yet")
+
+    async def close(self) -> None:
+        return None
 
 
 class BrokerQuorum:
@@ -185,7 +204,10 @@ class BrokerQuorum:
         self.node_id = broker.node_id
         self.metadata_dir: Path = cfg.metadata_log_dir
         self.heartbeat_interval_ms = int(cfg["broker.heartbeat.interval.ms"])
-        self.controller = ControllerServer(
+        self.kraft = cfg.kraft()
+        self.voters = self.kraft.voter_ids
+        # a broker-only node (process.roles=broker) is an observer of the quorum: no controller
+        self.controller: ControllerServer | None = None if not self.kraft.is_controller else ControllerServer(
             self.node_id,
             broker.clock,
             ControllerConfig(
@@ -198,15 +220,8 @@ class BrokerQuorum:
             validator=accept_all,  # the broker validated the configs with its own messages
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
-        self.kraft = cfg.kraft()
-        if not self.kraft.is_controller:
-            raise ConfigError(
-                "process.roles=broker without controller is not supported yet (a broker-only node "
-                "would follow the metadata log as an observer): use process.roles=broker,controller"
-            )
-        self.voters = self.kraft.voter_ids
         # everything asked of the controller goes through the channel (local or over the wire)
-        self.channel: ControllerChannel = LocalControllerChannel(self.controller)
+        self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
@@ -233,7 +248,8 @@ class BrokerQuorum:
         the controller's periodic work. Inbound KRaft requests reach the manager through
         ``broker.raft_manager`` (:mod:`strom.server.handlers.raft`)."""
         broker = self.broker
-        if self.single_voter:
+        controller = self.controller
+        if self.single_voter and controller is not None:
             # a new one-node cluster: its first batch carries the migration of an older strom's
             # data dir (a multi-node cluster starts from formatted, empty dirs)
             peek = MetadataLog.open(self.metadata_dir, clock=broker.clock)
@@ -244,35 +260,39 @@ class BrokerQuorum:
             if empty:
                 old = broker.log_dir / TOPICS_FILE
                 records = records_for_data_dir(broker.log_dir, node_id=self.node_id)
-                self.controller.initial_records = records
+                controller.initial_records = records
                 if old.exists():
                     self._migrate_file = old
                     log.info("migrating %s into the metadata log (%d records)", old, len(records))
         manager = RaftManager.from_broker_config(
             broker.config, broker.cluster_id, clock=broker.clock, scheduler=broker.scheduler
         )
-        manager.register(_Listener(self.controller, self.loader))
-        self.controller.attach(_ControllerRaft(manager))
+        manager.register(_Listener(controller, self.loader))
+        if controller is not None:
+            controller.attach(_ControllerRaft(manager))
         manager.start()
         self.manager = manager
         self.metadata_log = manager.metadata_log
         broker.raft_manager = manager
         self.channel = self._controller_channel()
-        self._poll_timer = DeadlineTimer(
-            broker.scheduler,
-            self._now,
-            self.controller.maybe_poll,
-            self.controller.next_poll_ms,
-            name="controller-poll",
-            min_delay_ms=10,
-            max_delay_ms=1000,
-        )
-        self._poll_timer.start()
+        if controller is not None:
+            self._poll_timer = DeadlineTimer(
+                broker.scheduler,
+                self._now,
+                controller.maybe_poll,
+                controller.next_poll_ms,
+                name="controller-poll",
+                min_delay_ms=10,
+                max_delay_ms=1000,
+            )
+            self._poll_timer.start()
 
     def _controller_channel(self) -> ControllerChannel:
         """The way to the active controller: this node's own for now (a request made while
         another node leads fails with NOT_CONTROLLER). The channel over the wire to the leader's
         controller listener replaces it here."""
+        if self.controller is None:
+            return _NoControllerChannel(self.node_id)
         return LocalControllerChannel(self.controller)
 
     def _waiting_for(self) -> tuple[str, str] | None:
@@ -284,7 +304,9 @@ class BrokerQuorum:
         if leader is None:
             voters = ",".join(str(v) for v in sorted(self.voters))
             return "leader", f"a leader of the metadata quorum (a majority of voters {voters} up)"
-        if leader == self.node_id and not (controller.is_active and controller.waiting == 0):
+        if leader == self.node_id and controller is not None and not (
+            controller.is_active and controller.waiting == 0
+        ):
             return "active", "this node's controller to commit its first batch"
         target = manager.leader_high_watermark
         if target is None:
@@ -387,7 +409,8 @@ class BrokerQuorum:
             previous_broker_epoch=i64(-1),
         )
         # the previous incarnation of this broker was this node's previous process: over
-        self.controller.end_session(self.node_id)
+        if self.controller is not None:
+            self.controller.end_session(self.node_id)
         response = await self.channel.call(BROKER_REGISTRATION, request)
         if response["error_code"]:
             raise RuntimeError(f"broker registration failed: {response}")
