@@ -262,6 +262,11 @@ def test_three_serve_processes_form_a_quorum_and_fail_over(cluster: dict[int, No
         new2, _ = await wait_for_leader(nodes, START_TIMEOUT_S)
         part = await wait_replicated(nodes[new2].controller_port, set(IDS), 30, created_at - 1)
         assert part.high_watermark >= created_at
+        # the new active controller's node finished its start; a creation there reaches all three
+        await wait_port(nodes[new2].port, START_TIMEOUT_S)
+        before = part.high_watermark
+        assert await create_topic(nodes[new2].port, "after-failover", 1) == 0
+        await wait_replicated(nodes[new2].controller_port, set(IDS), 30, before)
         assert all(n.alive() for n in nodes.values())
 
     try:
