@@ -312,7 +312,10 @@ class BrokerQuorum:
         if target is None:
             return "fetch", f"a first answer from the quorum's leader {leader}"
         if self.loader.last_offset + 1 < target or self.publisher.image is None:
-            return "catch-up", f"the metadata log to be applied up to the leader's high watermark {target}"
+            return "catch-up", (
+                f"the committed metadata log (the leader's high watermark: {target}; "
+                f"applied here: {self.loader.last_offset + 1}) and a first image"
+            )
         return None
 
     async def wait_caught_up(self) -> None:
