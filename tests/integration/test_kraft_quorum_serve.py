@@ -3,8 +3,8 @@
 listeners, controller.listener.names=CONTROLLER), each formatted with ``strom storage format``.
 One started alone waits for a majority (it does not fail, and says once what it waits for);
 the two others start at about the same time. They elect exactly one leader over TCP
-(DescribeQuorum on the CONTROLLER listeners: the leader describes the quorum, the others answer
-NOT_LEADER_OR_FOLLOWER naming it), a topic created at the active controller's node reaches the
+(DescribeQuorum on the CONTROLLER listeners: the leader describes the quorum, the others name
+it), a topic created at the active controller's node reaches the
 metadata log of all three (every voter's log end offset reaches the high watermark past the
 creation), and after ``kill -9`` of the leader the two others elect a new one; the killed node
 restarts, rejoins as a follower and catches up. Every node stops cleanly on SIGTERM, also one
@@ -155,8 +155,9 @@ async def describe_quorum(port: int) -> Any:
 async def wait_for_leader(
     nodes: dict[int, Node], timeout_s: float, not_: int | None = None
 ) -> tuple[int, Any]:
-    """Until exactly one live node describes the quorum as its leader and every other live node
-    names that leader; returns (leader id, the leader's description)."""
+    """Until every live node names the same leader (a node that does not lead answers
+    NOT_LEADER_OR_FOLLOWER naming it, or forwards the request to it) and that node describes
+    the quorum as its leader; returns (leader id, the leader's description)."""
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:
@@ -168,15 +169,13 @@ async def wait_for_leader(
                 answers[nid] = await asyncio.wait_for(describe_quorum(n.controller_port), 5)
             except (OSError, TimeoutError, KafkaConnectionError) as e:
                 last = e
-        leaders = [nid for nid, p in answers.items() if int(p.error_code) == 0]
-        if len(leaders) == 1 and leaders[0] != not_:
-            (leader,) = leaders
-            others = [p for nid, p in answers.items() if nid != leader]
-            if len(answers) == sum(n.alive() for n in nodes.values()) and all(
-                int(p.error_code) == 6 and p.leader_id == leader for p in others
-            ):
-                return leader, answers[leader]
-        assert len(leaders) <= 1, f"two leaders: {leaders}"
+        named = {p.leader_id for p in answers.values()}
+        if len(answers) == sum(n.alive() for n in nodes.values()) and len(named) == 1:
+            (leader,) = named
+            own = answers.get(leader)
+            if leader not in (-1, not_) and own is not None and int(own.error_code) == 0:
+                assert all(int(p.error_code) in (0, 6) for p in answers.values()), answers
+                return leader, own
         last = answers
         await asyncio.sleep(0.2)
     raise AssertionError(f"no single leader within {timeout_s}s: {last}")
