@@ -9,14 +9,17 @@
   the listeners; the producer id blocks.
 * topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
   (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
-  (default true; false keeps the JSON topic registry) the node runs on its one-voter metadata
-  quorum (:mod:`strom.server.kraft`): these methods go through the controller, the registry is
-  kept in memory as the broker's view of the metadata image, and an older data dir's registry
-  is migrated on the first start.
+  (default true; false keeps the JSON topic registry), and always when
+  ``controller.quorum.voters`` names several voters, the node runs on the metadata quorum
+  (:mod:`strom.server.kraft`): these methods go through the controller, the registry is kept
+  in memory as the broker's view of the metadata image, and an older data dir's registry is
+  migrated on the first start of a one-voter node.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
-coordinator (which replays ``__consumer_offsets``), then listen.
+coordinator (which replays ``__consumer_offsets``), then listen. On the quorum, the controller
+listeners serve first and the node waits until it caught up with the metadata log (the order
+is in :mod:`strom.server.kraft`).
 
 Log dirs (``log.dirs``, :mod:`strom.log.log_dirs`): the first holds the broker-level files;
 partitions are spread over the dirs (fewest first); AlterReplicaLogDirs moves them
@@ -81,6 +84,7 @@ from .metadata_cache import RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
 
 if TYPE_CHECKING:
+    from ..raft.manager import RaftManager
     from .listener import Listener
     from .network import KafkaProtocol
 
@@ -191,7 +195,8 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
-        quorum = bool(config[QUORUM_ENABLE])
+        # a node of a multi-voter quorum has no other path (the registry is one node's store)
+        quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
         if not quorum:  # (before anything is written)
             _refuse_metadata_log(config.metadata_log_dir)
         # a node of a multi-node quorum (controller.quorum.voters set) starts only on dirs that
@@ -249,6 +254,7 @@ class Broker:
         apply_dynamic_broker_configs(self)
         self.group_configs = GroupConfigStore.open(self.log_dir)
         self.sasl = SaslState(config.values, self.log_dir)
+        self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
@@ -324,11 +330,21 @@ class Broker:
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         )
-        if self.quorum is not None:  # the image fills the registry; the internal topics exist first
-            await self.quorum.start()
-            for name, key in INTERNAL_TOPIC_PARTITIONS:
-                if name not in self.topics.topics:
-                    await self.quorum.create_topic(name, self.config[key], {"cleanup.policy": "compact"})
+        controller_listeners: tuple[str, ...] = ()
+        if self.quorum is not None:
+            # Kafka's order (controller first): the quorum elects only once the voters answer
+            # Vote, so the controller listeners serve before anything waits; then the image fills
+            # the registry, the broker registers, and the internal topics exist before the logs
+            # are loaded. The client listeners come up last, as on the registry path.
+            await self.quorum.start_raft()
+            if listen:
+                controller_listeners = self.config.kraft().controller_listener_names
+                self.servers = await start_listeners(self, only=controller_listeners)
+            await self.quorum.wait_caught_up()
+            await self.quorum.register()
+            await self.quorum.create_internal_topics(
+                [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
+            )
         self.replica_manager.load_logs(self.topics.topics.values())
         if self.quorum is not None:
             self.quorum.go_live()
@@ -363,7 +379,7 @@ class Broker:
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
         if listen:
-            self.servers = await start_listeners(self)
+            self.servers += await start_listeners(self, skip=controller_listeners)
         fms = self.config["log.flush.interval.ms"]
         flush_ms = fms if 0 < fms < 1000 else 1000
         self._timers.append(self.scheduler.schedule_periodic(
@@ -426,6 +442,8 @@ class Broker:
         self.replica_manager.flush_due_logs((fms if 0 < fms < 1000 else 1000) / 1000)
 
     async def stop(self) -> None:
+        if self.quorum is not None:  # leaderships move away while this node still serves
+            await self.quorum.controlled_shutdown()
         self.replica_manager.stopping.set()  # partition creation workers give up
         for srv in self.servers:
             srv.close()
@@ -691,8 +709,23 @@ async def serve(config: BrokerConfig) -> None:
         raise SystemExit(1) from None
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
+    # a node of a multi-voter quorum may wait long in its start (no majority up yet): a signal
+    # then stops it cleanly, as it stops a started broker
+    starting = asyncio.ensure_future(broker.start())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await broker.start()
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not starting.done():
+        log.info("stopping during the start")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        await broker.stop()
+        return
+    try:
+        starting.result()
     except (OSError, ConfigError) as e:  # ports in use, unreadable TLS key material ...
         log.error("cannot start broker: %s", e)
         await broker.stop()

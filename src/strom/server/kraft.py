@@ -1,27 +1,63 @@
-"""The broker on the metadata quorum: a combined node that is its own one-voter quorum.
+"""The broker on the metadata quorum: a combined node (``process.roles=broker,controller``) of a
+quorum of one voter or of many, or a broker-only observer of it.
 
-Theory of operation (Kafka's ``KafkaRaftServer`` for ``process.roles=broker,controller`` with one
-voter; ``strom.metadata.quorum.enable``, true by default).
+Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
+in one process; ``strom.metadata.quorum.enable``, true by default, and always on for a node whose
+``controller.quorum.voters`` names more than one voter: a multi-node cluster has no other path).
 
 Parts, all on the broker's event loop:
 
-* the Raft node (:class:`~strom.raft.quorum.RaftNode`) on the metadata log
-  (``<metadata.log.dir>/__cluster_metadata-0``) and the ``quorum-state`` file, driven by
-  :class:`OneVoterDriver` (poll at the node's next deadline, woken by appends). With one voter
-  there is no network: the node elects itself at once and commits what it flushed
-  (``controller.quorum.append.linger.ms`` after an append). The asyncio ``RaftManager`` of the
-  multi-node quorum replaces this driver.
-* :class:`~strom.controller.server.ControllerServer`: the active controller.
+* the :class:`~strom.raft.manager.RaftManager` (the same for one voter and for many): the Raft
+  node on the metadata log (``<metadata.log.dir>/__cluster_metadata-0``) and the
+  ``quorum-state`` file, its timers on the broker's injected scheduler. With one voter it has
+  no transport (:class:`~strom.raft.manager.NullTransport`): the node elects itself at once and
+  commits what it flushed. With several, requests go to the other voters' CONTROLLER endpoints
+  (:class:`~strom.raft.transport.SocketRaftTransport`) and theirs arrive on this broker's
+  listeners (:mod:`strom.server.handlers.raft`, through ``broker.raft_manager``).
+* :class:`~strom.controller.server.ControllerServer`: active when this node leads the quorum
+  (the first active controller of an empty log writes the bootstrap records); it appends through
+  :class:`_ControllerRaft`, a synchronous view of the manager.
 * :class:`~strom.metadata.loader.MetadataLoader`: committed batches into images, published to
   :class:`BrokerMetadataPublisher`, which applies the image to the broker (below).
 
-Startup (:meth:`BrokerQuorum.start`): open the log; if it is empty (a new cluster) the first
-batch the controller writes is the bootstrap records plus the migration of the data dir written
-by an older strom (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids);
-once that batch is committed, ``strom-topics.json`` is renamed ``strom-topics.json.migrated``.
-Then wait until this node leads and the image is published, register the broker
-(BrokerRegistration with a fresh incarnation id) and heartbeat until unfenced, then every
-``broker.heartbeat.interval.ms``.
+The controller and the loader are the manager's listeners (one :class:`_Listener`), registered
+before it starts, so they see the whole committed log.
+
+Start-up, in Kafka's order (controller first), as :meth:`Broker.start` calls it:
+
+1. :meth:`BrokerQuorum.start_raft`: start the manager and the controller's periodic work. On a
+   one-voter node with an empty log, the first batch the controller writes is the bootstrap
+   records plus the migration of the data dir written by an older strom
+   (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids); a multi-node
+   cluster starts from formatted, empty dirs.
+2. the broker's controller listeners (``controller.listener.names``) serve, so that the voters
+   can elect: a quorum cannot elect unless the nodes answer Vote.
+3. :meth:`BrokerQuorum.wait_caught_up`: until a leader is known and this node's loader applied
+   the committed log up to the leader's high watermark (one voter: at once). A node waits, and
+   does not fail, while no majority is up; it logs once what it waits for. Then
+   ``strom-topics.json`` of a migrated dir is renamed ``strom-topics.json.migrated``.
+4. :meth:`BrokerQuorum.register`: BrokerRegistration (a fresh incarnation id), heartbeats until
+   unfenced, then every ``broker.heartbeat.interval.ms``
+   (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`; retried while the active
+   controller cannot be reached).
+5. :meth:`BrokerQuorum.create_internal_topics` through the controller; a node that cannot reach
+   the active controller waits until the topic reaches its image.
+6. the broker loads its logs, goes live (:meth:`go_live`), starts its coordinators and its client
+   listeners.
+
+Every request to the controller goes through ``self.channel``
+(:mod:`strom.server.controller_channel`), built by :meth:`BrokerQuorum._controller_channel`:
+this node's own controller on a one-voter quorum; with several voters, the local controller
+when active, else the active controller (the raft manager's leader) over the wire to its
+controller listener.
+
+Stop (:meth:`BrokerQuorum.stop`): heartbeats and the controller's poll timer stop, the manager
+shuts down gracefully (a leader resigns: EndQuorumEpoch, so that a successor stands at once) and
+closes the metadata log.
+
+A broker-only node (``process.roles=broker``) runs no controller: its Raft node is an observer
+(it fetches the log from the voters' CONTROLLER endpoints and never votes), its loader follows
+the log, and everything it asks of the controller goes over the wire to the active one.
 
 The broker's view of the image: the topic registry (:class:`~strom.metadata.topics.TopicRegistry`,
 in memory on this path) and the replica manager's logs. Applying a delta keeps the broker's rule
@@ -48,44 +84,42 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime
 import logging
-import random
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter_configs
-from kio.schema.broker_heartbeat.v1 import request as heartbeat
 from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
     ALTER_CONFIGS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     ControllerConfig,
 )
 from ..controller.server import ControllerServer, NotControllerError
-from ..metadata.image import CONFIG_RESOURCE_TOPIC
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
 from ..protocol.errors import ErrorCode, KafkaError
 from ..raft.log import OffsetAndEpoch, RaftStorageError
+from ..raft.manager import RaftManager
 from ..raft.metadata_log import MetadataLog
-from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
-from ..raft.quorum_state_file import FileQuorumStateStore
-from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
-from .controller_channel import ControllerChannel, LocalControllerChannel
+from ..raft.quorum import CommittedBatch, LeaderAndEpoch
+from ..scheduler import DeadlineTimer
+from .broker_lifecycle import BrokerLifecycleManager
+from .controller_channel import ControllerChannel, LocalControllerChannel, QuorumControllerChannel
 from .metadata_publisher import BrokerMetadataPublisher
 
 if TYPE_CHECKING:
@@ -94,131 +128,65 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.kraft")
 
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
+CONTROLLER_REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms, for the controller channel
 
 
-class OneVoterDriver:
-    """Runs a one-voter RaftNode on the event loop: poll when woken (at once, on the loop) and at
-    the node's next deadline (a timer on the broker's injected scheduler, so that on a
-    :class:`~strom.testing.scheduler.ManualScheduler` the append linger and the other deadlines
-    pass when the test advances the clock, and never by themselves)."""
+class _ControllerRaft:
+    """The :class:`~strom.raft.manager.RaftManager` seen by the controller (its
+    :class:`~strom.controller.server.RaftClient`): synchronous appends through the manager,
+    which re-arms its timer, so the manager stays the only thing that drives the node."""
 
-    def __init__(self, node: RaftNode, now_ms: Callable[[], int], scheduler: Scheduler) -> None:
-        self.node = node
-        self.now_ms = now_ms
-        self.scheduler = scheduler
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._soon: asyncio.Handle | None = None
-        self._timer: TaskHandle | None = None
-        self._due: int | None = None
-        self._on = False
+    def __init__(self, manager: RaftManager) -> None:
+        self.manager = manager
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._on = True
-        self.wake()
-
-    def wake(self) -> None:
-        """Poll soon (on the loop, not on the scheduler: an append must not wait for a clock)."""
-        if not self._on or self._soon is not None or self._loop is None:
-            return
-        self._soon = self._loop.call_soon(self._woken)
-
-    def _woken(self) -> None:
-        self._soon = None
-        self._step()
-
-    def _fired(self) -> None:
-        self._timer = None
-        self._due = None
-        self._step()
-
-    def _step(self) -> None:
-        if not self._on:
-            return
-        try:
-            self.node.poll(self.now_ms())
-        except Exception:  # as the task of the former loop: the driver stops, loudly
-            log.exception("the metadata quorum's poll failed; the driver stops")
-            self._on = False
-            self._cancel_timer()
-            return
-        deadline = self.node.next_deadline()
-        delay = deadline - self.now_ms()
-        if delay <= 0:  # due already: poll again after the loop ran what is ready
-            self.wake()
-            return
-        delay = min(delay, 1000)
-        if self._timer is not None and self._due is not None and self._due <= self.now_ms() + delay:
-            return  # the armed timer comes first; it re-arms after polling
-        self._cancel_timer()
-        self._due = self.now_ms() + delay
-        self._timer = self.scheduler.schedule(delay, self._fired, name="metadata-quorum")
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._due = None
-
-    async def stop(self) -> None:
-        self._on = False
-        self._cancel_timer()
-        if self._soon is not None:
-            self._soon.cancel()
-            self._soon = None
-
-
-class _AppendWaking:
-    """The RaftNode seen by the controller, waking the driver after each append."""
-
-    def __init__(self, node: RaftNode, driver: OneVoterDriver) -> None:
-        self.node = node
-        self.driver = driver
-        self.log = node.log
+    @property
+    def log(self) -> MetadataLog | None:
+        return self.manager.metadata_log
 
     @property
     def leader_id(self) -> int | None:
-        return self.node.leader_id
+        return self.manager.leader_and_epoch.leader_id
 
     @property
     def epoch(self) -> int:
-        return self.node.epoch
+        return self.manager.leader_and_epoch.epoch
 
     def append(self, now_ms: int, records: list[bytes]) -> int:
-        last = self.node.append(now_ms, records)
-        self.driver.wake()
-        return last
+        return self.manager.append_now(records)
 
     def resign(self, now_ms: int) -> None:
-        self.node.resign(now_ms)
-        self.driver.wake()
+        self.manager.resign()
 
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.node.create_snapshot(snapshot_id, data)
+        self.manager.create_snapshot(snapshot_id, data)
 
 
 class _Listener:
-    """The Raft listener of a combined node: the controller and the broker's loader."""
+    """The Raft listener of a node: its controller (none on a broker-only node) and the
+    broker's loader."""
 
-    def __init__(self, controller: ControllerServer, loader: MetadataLoader) -> None:
+    def __init__(self, controller: ControllerServer | None, loader: MetadataLoader) -> None:
         self.controller = controller
         self.loader = loader
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
-        self.controller.handle_commit(batches)
+        if self.controller is not None:
+            self.controller.handle_commit(batches)
         self.loader.handle_committed(batches)
 
     def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.controller.handle_load_snapshot(snapshot_id, data)
+        if self.controller is not None:
+            self.controller.handle_load_snapshot(snapshot_id, data)
         self.loader.handle_load_snapshot(snapshot_id.offset, snapshot_id.epoch, data)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        self.controller.handle_leader_change(leader)
+        if self.controller is not None:
+            self.controller.handle_leader_change(leader)
         self.loader.handle_leader_change(leader.leader_id, leader.epoch)
 
 
 class BrokerQuorum:
-    """The metadata quorum of a combined one-voter node (see the module docstring)."""
+    """The metadata quorum of a combined node (see the module docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -226,32 +194,44 @@ class BrokerQuorum:
         self.node_id = broker.node_id
         self.metadata_dir: Path = cfg.metadata_log_dir
         self.heartbeat_interval_ms = int(cfg["broker.heartbeat.interval.ms"])
-        self.controller = ControllerServer(
-            self.node_id,
-            broker.clock,
-            ControllerConfig(
-                num_partitions=int(cfg["num.partitions"]),
-                default_replication_factor=1,
-                broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
-                delete_topic_enable=bool(cfg["delete.topic.enable"]),
-            ),
-            cluster_id=broker.cluster_id,
-            validator=accept_all,  # the broker validated the configs with its own messages
-            snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
-        )
+        self.kraft = cfg.kraft()
+        self.voters = self.kraft.voter_ids
+        # a broker-only node (process.roles=broker) is an observer of the quorum: no controller
+        self.controller: ControllerServer | None = None
+        if self.kraft.is_controller:
+            self.controller = ControllerServer(
+                self.node_id,
+                broker.clock,
+                ControllerConfig(
+                    num_partitions=int(cfg["num.partitions"]),
+                    default_replication_factor=1,
+                    broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
+                    delete_topic_enable=bool(cfg["delete.topic.enable"]),
+                ),
+                cluster_id=broker.cluster_id,
+                validator=accept_all,  # the broker validated the configs with its own messages
+                snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
+            )
         # everything asked of the controller goes through the channel (local or over the wire)
-        self.channel: ControllerChannel = LocalControllerChannel(self.controller)
+        self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
         self.metadata_log: MetadataLog | None = None
-        self.node: RaftNode | None = None
-        self.driver: OneVoterDriver | None = None
-        self.broker_epoch = -1
-        self.incarnation_id = uuid.uuid4()
-        self._heartbeat_timer: TaskHandle | None = None
+        self.manager: RaftManager | None = None
+        self.lifecycle = BrokerLifecycleManager(
+            self.node_id,
+            self.channel,
+            broker.scheduler,
+            self._registration_request,
+            lambda: self.loader.last_offset + 1,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            retry_backoff_ms=int(cfg["controller.quorum.retry.backoff.ms"]),
+            before_register=self._end_own_session,
+        )
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
+        self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
         # topic config changes on their way into the metadata log (alter_topic_configs)
         self.pending_config_topics: collections.Counter[str] = collections.Counter()
         self._config_writes: dict[str, set[asyncio.Task[KafkaError | None]]] = {}
@@ -259,74 +239,160 @@ class BrokerQuorum:
     def _now(self) -> int:
         return int(self.broker.clock.monotonic_ms())
 
-    async def start(self) -> None:
-        mlog = MetadataLog.open(self.metadata_dir, clock=self.broker.clock)
-        self.metadata_log = mlog
-        if mlog.end_offset == 0 and mlog.latest_snapshot_id() is None:
-            old = self.broker.log_dir / TOPICS_FILE
-            records = records_for_data_dir(self.broker.log_dir, node_id=self.node_id)
-            self.controller.initial_records = records
-            if old.exists():
-                self._migrate_file = old
-                log.info("migrating %s into the metadata log (%d records)", old, len(records))
-        node = RaftNode(
-            RaftConfig(
-                node_id=self.node_id,
-                voters=frozenset({self.node_id}),
-                cluster_id=self.broker.cluster_id,
-                append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
-            ),
-            mlog,
-            FileQuorumStateStore(mlog.directory),  # as Kafka: beside the log segments
-            _Listener(self.controller, self.loader),
-            random.Random(),
-            self._now(),
+    @property
+    def single_voter(self) -> bool:
+        return self.voters == frozenset({self.node_id})
+
+    # -- start-up, in the order Broker.start calls it
+    async def start_raft(self) -> None:
+        """Open the metadata log and start the raft manager, with the controller and the loader
+        as its listeners (registered before the start: they see the whole committed log), and
+        the controller's periodic work. Inbound KRaft requests reach the manager through
+        ``broker.raft_manager`` (:mod:`strom.server.handlers.raft`)."""
+        broker = self.broker
+        controller = self.controller
+        if self.single_voter and controller is not None:
+            # a new one-node cluster: its first batch carries the migration of an older strom's
+            # data dir (a multi-node cluster starts from formatted, empty dirs)
+            peek = MetadataLog.open(self.metadata_dir, clock=broker.clock)
+            try:
+                empty = peek.end_offset == 0 and peek.latest_snapshot_id() is None
+            finally:
+                peek.close()
+            if empty:
+                old = broker.log_dir / TOPICS_FILE
+                records = records_for_data_dir(broker.log_dir, node_id=self.node_id)
+                controller.initial_records = records
+                if old.exists():
+                    self._migrate_file = old
+                    log.info("migrating %s into the metadata log (%d records)", old, len(records))
+        manager = RaftManager.from_broker_config(
+            broker.config, broker.cluster_id, clock=broker.clock, scheduler=broker.scheduler
         )
-        self.node = node
-        self.driver = OneVoterDriver(node, self._now, self.broker.scheduler)
-        self.controller.attach(_AppendWaking(node, self.driver))
-        self.driver.start()
-        # lead, and publish an image at least as new as the leader's first batch
-        while not (self.controller.is_active and self.controller.waiting == 0 and self.publisher.image):
+        manager.register(_Listener(controller, self.loader))
+        if controller is not None:
+            controller.attach(_ControllerRaft(manager))
+        manager.start()
+        self.manager = manager
+        self.metadata_log = manager.metadata_log
+        broker.raft_manager = manager
+        if controller is not None:
+            self._poll_timer = DeadlineTimer(
+                broker.scheduler,
+                self._now,
+                controller.maybe_poll,
+                controller.next_poll_ms,
+                name="controller-poll",
+                min_delay_ms=10,
+                max_delay_ms=1000,
+            )
+            self._poll_timer.start()
+
+    def _controller_channel(self) -> ControllerChannel:
+        """The way to the active controller: this node's own alone on a one-voter quorum; with
+        several voters (or on a broker-only node), this node's controller when active, else the
+        active one (the raft manager's leader) over the wire to its controller listener."""
+        kraft = self.kraft
+        if self.controller is not None and (self.single_voter or not kraft.voters):
+            return LocalControllerChannel(self.controller)
+
+        def leader() -> int | None:
+            return None if self.manager is None else self.manager.leader_and_epoch.leader_id
+
+        return QuorumControllerChannel(
+            self.controller,
+            leader,
+            {v.node_id: (v.host, v.port) for v in kraft.voters},
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            retry_backoff_ms=kraft.retry_backoff_ms,
+            client_id=f"broker-{kraft.node_id}-to-controller",
+            client_host=self.broker.config.advertised()[0],
+        )
+
+    def _waiting_for(self) -> tuple[str, str] | None:
+        """What the start still waits for (a key and a sentence), or None once a leader is known
+        and this node's loader published the committed log up to the leader's high watermark."""
+        manager, controller = self.manager, self.controller
+        assert manager is not None
+        leader = manager.leader_and_epoch.leader_id
+        if leader is None:
+            voters = ",".join(str(v) for v in sorted(self.voters))
+            return "leader", f"a leader of the metadata quorum (a majority of voters {voters} up)"
+        if leader == self.node_id and controller is not None and not (
+            controller.is_active and controller.waiting == 0
+        ):
+            return "active", "this node's controller to commit its first batch"
+        target = manager.leader_high_watermark
+        if target is None:
+            return "fetch", f"a first answer from the quorum's leader {leader}"
+        if self.loader.last_offset + 1 < target or self.publisher.image is None:
+            return "catch-up", (
+                f"the committed metadata log (the leader's high watermark: {target}; "
+                f"applied here: {self.loader.last_offset + 1}) and a first image"
+            )
+        return None
+
+    async def wait_caught_up(self) -> None:
+        """Wait (never fail: the other voters may not be up yet) until a leader is known and this
+        node applied the committed metadata log; logs once what it waits for."""
+        told: set[str] = set()
+        while (waiting := self._waiting_for()) is not None:
+            key, text = waiting
+            if key not in told:
+                told.add(key)
+                log.info("node %d waits for %s", self.node_id, text)
+            if self.manager is None or self.manager.closed:
+                raise RuntimeError("the metadata quorum stopped during the start")
             await asyncio.sleep(0.005)
         if self._migrate_file is not None:
             self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
-        await self._register()
-        # the periodic work, on the broker's injected scheduler
-        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
-            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
-        )
-        self._poll_timer = DeadlineTimer(
-            self.broker.scheduler,
-            self._now,
-            self.controller.maybe_poll,
-            self.controller.next_poll_ms,
-            name="controller-poll",
-            min_delay_ms=10,
-            max_delay_ms=1000,
-        )
-        self._poll_timer.start()
+            self._migrate_file = None
+
+    async def register(self) -> None:
+        """Register the broker and heartbeat until unfenced (retrying while the active controller
+        cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``
+        (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`)."""
+        await self.lifecycle.start()
+        await self._settle()
+
+    async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
+        """Create the missing internal topics through the controller. A node that cannot reach
+        the active controller waits until the topic reaches its image (the active controller's
+        node creates it)."""
+        told = False
+        for name, partitions in topics:
+            while name not in self.broker.topics.topics:
+                try:
+                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+                except TopicError as e:
+                    if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS):
+                        raise
+                    if not told:
+                        told = True
+                        log.info("node %d waits for the internal topic %s (%s)", self.node_id, name, e)
+                    await asyncio.sleep(self._retry_s)
 
     def go_live(self) -> None:
         """The broker opened its logs: later images are applied by making and deleting logs."""
         self.publisher.go_live()
 
     async def stop(self) -> None:
-        if self._heartbeat_timer is not None:
-            self._heartbeat_timer.cancel()
+        self.lifecycle.close()
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self.publisher.close()
-        if self.driver is not None:
-            await self.driver.stop()
-        if self.metadata_log is not None:
-            try:  # (its dir may have failed: the broker is stopping because of it)
-                self.metadata_log.close()
+        with contextlib.suppress(Exception):
+            await self.channel.close()
+        if self.manager is not None:
+            try:  # graceful: a leader resigns; closes the metadata log (its dir may have failed)
+                await self.manager.shutdown()
             except (OSError, RaftStorageError) as e:
                 log.error("closing the metadata log failed: %s", e)
+            if self.broker.raft_manager is self.manager:
+                self.broker.raft_manager = None
 
-    # -- broker lifecycle at the controller
-    async def _register(self) -> None:
+    # -- broker lifecycle at the controller (server/broker_lifecycle.py)
+    def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
         broker = self.broker
         listeners = tuple(
             registration.Listener(
@@ -334,10 +400,10 @@ class BrokerQuorum:
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )
-        request = registration.BrokerRegistrationRequest(
+        return registration.BrokerRegistrationRequest(
             broker_id=i32(self.node_id),  # type: ignore[arg-type]
             cluster_id=broker.cluster_id,
-            incarnation_id=self.incarnation_id,
+            incarnation_id=incarnation_id,
             listeners=listeners,
             features=tuple(
                 registration.Feature(name=n, min_supported_version=i16(0), max_supported_version=i16(v))
@@ -348,43 +414,57 @@ class BrokerQuorum:
             log_dirs=tuple(broker.directory_ids.values()),
             previous_broker_epoch=i64(-1),
         )
-        # the previous incarnation of this broker was this node's previous process: over
-        self.controller.end_session(self.node_id)
-        response = await self.channel.call(BROKER_REGISTRATION, request)
-        if response["error_code"]:
-            raise RuntimeError(f"broker registration failed: {response}")
-        self.broker_epoch = int(response["broker_epoch"])
-        while (await self._heartbeat())["is_fenced"]:
-            await asyncio.sleep(0.01)
 
-    async def _heartbeat(self) -> dict[str, Any]:
-        request = heartbeat.BrokerHeartbeatRequest(
-            broker_id=i32(self.node_id),  # type: ignore[arg-type]
-            broker_epoch=i64(self.broker_epoch),
-            current_metadata_offset=i64(self.loader.last_offset + 1),
-            want_fence=False,
-            want_shut_down=False,
-            offline_log_dirs=(),
-        )
-        return await self.channel.call(BROKER_HEARTBEAT, request)
+    def _end_own_session(self) -> None:
+        """The previous incarnation of this broker was this node's previous process: over (only
+        this node's own controller, when active, can know that)."""
+        if self.controller is not None and self.controller.is_active:
+            self.controller.end_session(self.node_id)
 
-    async def _heartbeat_once(self) -> None:
-        try:
-            await self._heartbeat()
-        except NotControllerError:
-            log.warning("broker heartbeat: not the controller")
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
+
+    @property
+    def incarnation_id(self) -> uuid.UUID:
+        return self.lifecycle.incarnation_id
+
+    async def controlled_shutdown(self) -> None:
+        """Before the broker stops (``controlled.shutdown.enable``): leaderships move away to
+        the other live brokers. A broker with no other unfenced broker in its image (the single
+        node) has nowhere to move them: it keeps them (no leaderless partitions in the log)."""
+        image = self.publisher.image
+        brokers = [] if image is None else image.cluster.unfenced_brokers()
+        others = [b for b in brokers if b.id != self.node_id]
+        if not self.broker.config["controlled.shutdown.enable"] or not others:
+            self.lifecycle.close()
+            return
+        await self.lifecycle.controlled_shutdown(int(self.broker.config["broker.session.timeout.ms"]))
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
-        if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
+        if self.manager is None:  # not started: nothing would ever answer (a request waited forever)
             raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
             return await self.channel.call(api_key, request)
         except NotControllerError as e:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
 
-    async def _settle(self) -> None:
-        """Wait until the broker applied everything committed so far."""
+    async def _settle(self, until: Callable[[MetadataImage], bool] | None = None) -> None:
+        """Wait until the broker applied everything committed so far and, when the answer came
+        from another node's controller (this node's log may not have the result yet), until the
+        published image satisfies ``until`` (at most the channel's timeout)."""
+        await self.publisher.wait_applied(self.loader.last_offset)
+        if until is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_REQUEST_TIMEOUT_MS / 1000
+        while (image := self.publisher.image) is None or not until(image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
@@ -397,14 +477,15 @@ class BrokerQuorum:
         )
         request = create_topics.CreateTopicsRequest(
             topics=(topic,),
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_TOPICS, request)
         result = response["topics"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        topic_id = result["topic_id"]
+        await self._settle(lambda image: (t := image.topics.get_topic(name)) is not None and t.id == topic_id)
         info = self.broker.topics.get(name)
         if info is None or info.topic_id != result["topic_id"]:
             # its logs could not be made here (a full or failed disk): take the topic back out
@@ -417,25 +498,28 @@ class BrokerQuorum:
     async def delete_topic(self, name: str) -> None:
         request = delete_topics.DeleteTopicsRequest(
             topics=(delete_topics.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
         )
         response = await self._call(DELETE_TOPICS, request)
         result = response["responses"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        gone = result["topic_id"]
+        await self._settle(lambda image: image.topics.get_topic(gone) is None)
 
     async def create_partitions(self, name: str, count: int) -> None:
         request = create_partitions.CreatePartitionsRequest(
             topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_PARTITIONS, request)
         result = response["results"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        await self._settle(
+            lambda image: len(getattr(image.topics.get_topic(name), "partitions", ())) >= count
+        )
 
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Task[KafkaError | None]:
         """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log. The
@@ -454,7 +538,7 @@ class BrokerQuorum:
             validate_only=False,
         )
         self.pending_config_topics[name] += 1
-        task = asyncio.get_running_loop().create_task(self._write_topic_configs(name, request))
+        task = asyncio.get_running_loop().create_task(self._write_topic_configs(name, configs, request))
         self._config_writes.setdefault(name, set()).add(task)
 
         def done(t: asyncio.Task[KafkaError | None]) -> None:
@@ -467,15 +551,19 @@ class BrokerQuorum:
         task.add_done_callback(done)
         return task
 
-    async def _write_topic_configs(self, name: str, request: Any) -> KafkaError | None:
+    async def _write_topic_configs(
+        self, name: str, configs: dict[str, str], request: Any
+    ) -> KafkaError | None:
         error: KafkaError | None = None
         try:
             response = await self._call(ALTER_CONFIGS, request)
             result = response["responses"][0]
             if result["error_code"]:
                 error = KafkaError(result["error_code"], result["error_message"] or "")
-            else:
-                await self._settle()
+            else:  # (an answer from another node's controller: until this node has it too)
+                await self._settle(
+                    lambda image: dict(image.configs.configs(CONFIG_RESOURCE_TOPIC, name)) == configs
+                )
         except KafkaError as e:
             error = e
         finally:
@@ -503,4 +591,4 @@ def _protocol_id(name: str) -> int:
     return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name.upper(), 0)
 
 
-__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum", "OneVoterDriver"]
+__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum"]
