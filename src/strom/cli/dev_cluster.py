@@ -98,7 +98,9 @@ class NodeSpec:
 
 
 def _default_format(config: Path, cluster_id: str) -> list[str]:
-    return [sys.executable, "-m", "strom", "storage", "format", "-t", cluster_id, "-c", str(config)]
+    # --cluster-id=ID: a random id may start with '-', which argparse takes for an option
+    return [sys.executable, "-m", "strom", "storage", "format", f"--cluster-id={cluster_id}", "-c",
+            str(config)]
 
 
 def _default_serve(config: Path) -> list[str]:
