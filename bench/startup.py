@@ -13,6 +13,10 @@ logs, the coordinators). Two data dirs per path:
 Prints the median (and min/max) of ``--runs`` runs per case.
 
     PYTHONPATH=src python bench/startup.py [--runs 3] [--topics 200]
+
+Seen on the 2-core dev machine, idle (medians of 3): fresh dir 0.51 s registry, 0.66 s quorum;
+200 topics 0.55 s registry, 0.66 s quorum (the quorum's extra: its modules' imports, the metadata
+log's replay, and waiting for the commits of the first batch, the registration and the unfencing).
 """
 
 from __future__ import annotations
