@@ -11,12 +11,6 @@ from ..context import RequestContext
 from . import handler
 
 
-def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
-    """The (host, port) this broker advertises for the listener the request came in on (Kafka
-    answers each listener's clients with that listener's address)."""
-    return ctx.broker.config.advertised(ctx.session.listener)
-
-
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     # a partition on a failed log dir has no leader (Kafka's controller takes the replica
     # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas)
