@@ -44,7 +44,9 @@ PEER_PORTS = {2: 29092, 3: 39092}
 def _config(data: Path) -> BrokerConfig:
     return BrokerConfig.from_sources(None, {
         "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:19092",  # never opened: start(listen=False)
+        # never opened (start(listen=False)); the peers have no INTERNAL listener
+        "listeners": "PLAINTEXT://127.0.0.1:19092,INTERNAL://127.0.0.1:19093",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
         "offsets.topic.num.partitions": "4",
         "transaction.state.log.num.partitions": "1",
         "share.coordinator.state.topic.num.partitions": "1",
@@ -141,6 +143,20 @@ def test_a_member_of_three_brokers_answers_from_the_image(tmp_path: Path) -> Non
 
             cluster = await cluster_admin.describe_cluster(client)
             assert [b.node_id for b in cluster.brokers] == [1, 2, 3]
+
+            # on a listener the peers do not have: only this broker; a leader without an
+            # endpoint there is not given (LISTENER_NOT_FOUND), as Kafka answers
+            internal_net = MemoryNetwork(broker, "INTERNAL")
+            internal = internal_net.client()
+            try:
+                md = await internal.metadata(["x"])
+                assert sorted(md.brokers) == [1] and md.brokers[1].port == 19093
+                parts = md.topics["x"].partitions
+                assert (parts[0].error_code, parts[0].leader) == (ErrorCode.LISTENER_NOT_FOUND, -1)
+                assert (parts[1].error_code, parts[1].leader) == (0, 1)
+            finally:
+                await internal.close()
+                internal_net.close()
             assert cluster.controller_id in (1, 2, 3)
 
             # led by 2 or 3 (a follower here or not): NOT_LEADER_OR_FOLLOWER here; led here: served
@@ -161,6 +177,10 @@ def test_a_member_of_three_brokers_answers_from_the_image(tmp_path: Path) -> Non
             assert sorted(md.brokers) == [1, 2]
             p0 = md.topics["x"].partitions[0]
             assert p0.leader == 2 and p0.offline_replicas == (3,)
+            cluster = await cluster_admin.describe_cluster(client, include_fenced_brokers=True)
+            assert [(b.node_id, b.fenced) for b in cluster.brokers] == [(1, False), (2, False), (3, True)]
+            cluster = await cluster_admin.describe_cluster(client, include_fenced_brokers=False)
+            assert [b.node_id for b in cluster.brokers] == [1, 2] and cluster.controller_id in (1, 2)
             # x-2's leader 3 is fenced: the controller elected 1, which now serves it
             assert md.topics["x"].partitions[2].leader == 1
             assert await _produce_error(conn, "x", 2) == ErrorCode.NONE
