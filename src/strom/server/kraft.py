@@ -46,9 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +58,7 @@ from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.static.primitive import i8, i16, i32, i64, u16
 
+from ..config import ConfigError
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
@@ -78,10 +77,10 @@ from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
 from ..protocol.errors import ErrorCode
 from ..raft.log import OffsetAndEpoch, RaftStorageError
+from ..raft.manager import RaftManager
 from ..raft.metadata_log import MetadataLog
-from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
-from ..raft.quorum_state_file import FileQuorumStateStore
-from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
+from ..raft.quorum import CommittedBatch, LeaderAndEpoch
+from ..scheduler import DeadlineTimer, TaskHandle
 from .controller_channel import ControllerChannel, LocalControllerChannel
 from .metadata_publisher import BrokerMetadataPublisher
 
@@ -93,105 +92,34 @@ log = logging.getLogger("strom.kraft")
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
 
 
-class OneVoterDriver:
-    """Runs a one-voter RaftNode on the event loop: poll when woken (at once, on the loop) and at
-    the node's next deadline (a timer on the broker's injected scheduler, so that on a
-    :class:`~strom.testing.scheduler.ManualScheduler` the append linger and the other deadlines
-    pass when the test advances the clock, and never by themselves)."""
+class _ControllerRaft:
+    """The :class:`~strom.raft.manager.RaftManager` seen by the controller (its
+    :class:`~strom.controller.server.RaftClient`): synchronous appends through the manager,
+    which re-arms its timer, so the manager stays the only thing that drives the node."""
 
-    def __init__(self, node: RaftNode, now_ms: Callable[[], int], scheduler: Scheduler) -> None:
-        self.node = node
-        self.now_ms = now_ms
-        self.scheduler = scheduler
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._soon: asyncio.Handle | None = None
-        self._timer: TaskHandle | None = None
-        self._due: int | None = None
-        self._on = False
+    def __init__(self, manager: RaftManager) -> None:
+        self.manager = manager
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._on = True
-        self.wake()
-
-    def wake(self) -> None:
-        """Poll soon (on the loop, not on the scheduler: an append must not wait for a clock)."""
-        if not self._on or self._soon is not None or self._loop is None:
-            return
-        self._soon = self._loop.call_soon(self._woken)
-
-    def _woken(self) -> None:
-        self._soon = None
-        self._step()
-
-    def _fired(self) -> None:
-        self._timer = None
-        self._due = None
-        self._step()
-
-    def _step(self) -> None:
-        if not self._on:
-            return
-        try:
-            self.node.poll(self.now_ms())
-        except Exception:  # as the task of the former loop: the driver stops, loudly
-            log.exception("the metadata quorum's poll failed; the driver stops")
-            self._on = False
-            self._cancel_timer()
-            return
-        deadline = self.node.next_deadline()
-        delay = deadline - self.now_ms()
-        if delay <= 0:  # due already: poll again after the loop ran what is ready
-            self.wake()
-            return
-        delay = min(delay, 1000)
-        if self._timer is not None and self._due is not None and self._due <= self.now_ms() + delay:
-            return  # the armed timer comes first; it re-arms after polling
-        self._cancel_timer()
-        self._due = self.now_ms() + delay
-        self._timer = self.scheduler.schedule(delay, self._fired, name="metadata-quorum")
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._due = None
-
-    async def stop(self) -> None:
-        self._on = False
-        self._cancel_timer()
-        if self._soon is not None:
-            self._soon.cancel()
-            self._soon = None
-
-
-class _AppendWaking:
-    """The RaftNode seen by the controller, waking the driver after each append."""
-
-    def __init__(self, node: RaftNode, driver: OneVoterDriver) -> None:
-        self.node = node
-        self.driver = driver
-        self.log = node.log
+    @property
+    def log(self) -> MetadataLog | None:
+        return self.manager.metadata_log
 
     @property
     def leader_id(self) -> int | None:
-        return self.node.leader_id
+        return self.manager.leader_and_epoch.leader_id
 
     @property
     def epoch(self) -> int:
-        return self.node.epoch
+        return self.manager.leader_and_epoch.epoch
 
     def append(self, now_ms: int, records: list[bytes]) -> int:
-        last = self.node.append(now_ms, records)
-        self.driver.wake()
-        return last
+        return self.manager.append_now(records)
 
     def resign(self, now_ms: int) -> None:
-        self.node.resign(now_ms)
-        self.driver.wake()
+        self.manager.resign()
 
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.node.create_snapshot(snapshot_id, data)
+        self.manager.create_snapshot(snapshot_id, data)
 
 
 class _Listener:
@@ -236,62 +164,68 @@ class BrokerQuorum:
             validator=accept_all,  # the broker validated the configs with its own messages
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
+        self.kraft = cfg.kraft()
+        if not self.kraft.is_controller:
+            raise ConfigError(
+                "process.roles=broker without controller is not supported yet (a broker-only node "
+                "would follow the metadata log as an observer): use process.roles=broker,controller"
+            )
+        self.voters = self.kraft.voter_ids
         # everything asked of the controller goes through the channel (local or over the wire)
         self.channel: ControllerChannel = LocalControllerChannel(self.controller)
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
         self.metadata_log: MetadataLog | None = None
-        self.node: RaftNode | None = None
-        self.driver: OneVoterDriver | None = None
+        self.manager: RaftManager | None = None
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4()
         self._heartbeat_timer: TaskHandle | None = None
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
+        self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
 
     def _now(self) -> int:
         return int(self.broker.clock.monotonic_ms())
 
-    async def start(self) -> None:
-        mlog = MetadataLog.open(self.metadata_dir, clock=self.broker.clock)
-        self.metadata_log = mlog
-        if mlog.end_offset == 0 and mlog.latest_snapshot_id() is None:
-            old = self.broker.log_dir / TOPICS_FILE
-            records = records_for_data_dir(self.broker.log_dir, node_id=self.node_id)
-            self.controller.initial_records = records
-            if old.exists():
-                self._migrate_file = old
-                log.info("migrating %s into the metadata log (%d records)", old, len(records))
-        node = RaftNode(
-            RaftConfig(
-                node_id=self.node_id,
-                voters=frozenset({self.node_id}),
-                cluster_id=self.broker.cluster_id,
-                append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
-            ),
-            mlog,
-            FileQuorumStateStore(mlog.directory),  # as Kafka: beside the log segments
-            _Listener(self.controller, self.loader),
-            random.Random(),
-            self._now(),
+    @property
+    def single_voter(self) -> bool:
+        return self.voters == frozenset({self.node_id})
+
+    # -- start-up, in the order Broker.start calls it
+    async def start_raft(self) -> None:
+        """Open the metadata log and start the raft manager, with the controller and the loader
+        as its listeners (registered before the start: they see the whole committed log), and
+        the controller's periodic work. Inbound KRaft requests reach the manager through
+        ``broker.raft_manager`` (:mod:`strom.server.handlers.raft`)."""
+        broker = self.broker
+        if self.single_voter:
+            # a new one-node cluster: its first batch carries the migration of an older strom's
+            # data dir (a multi-node cluster starts from formatted, empty dirs)
+            peek = MetadataLog.open(self.metadata_dir, clock=broker.clock)
+            try:
+                empty = peek.end_offset == 0 and peek.latest_snapshot_id() is None
+            finally:
+                peek.close()
+            if empty:
+                old = broker.log_dir / TOPICS_FILE
+                records = records_for_data_dir(broker.log_dir, node_id=self.node_id)
+                self.controller.initial_records = records
+                if old.exists():
+                    self._migrate_file = old
+                    log.info("migrating %s into the metadata log (%d records)", old, len(records))
+        manager = RaftManager.from_broker_config(
+            broker.config, broker.cluster_id, clock=broker.clock, scheduler=broker.scheduler
         )
-        self.node = node
-        self.driver = OneVoterDriver(node, self._now, self.broker.scheduler)
-        self.controller.attach(_AppendWaking(node, self.driver))
-        self.driver.start()
-        # lead, and publish an image at least as new as the leader's first batch
-        while not (self.controller.is_active and self.controller.waiting == 0 and self.publisher.image):
-            await asyncio.sleep(0.005)
-        if self._migrate_file is not None:
-            self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
-        await self._register()
-        # the periodic work, on the broker's injected scheduler
-        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
-            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
-        )
+        manager.register(_Listener(self.controller, self.loader))
+        self.controller.attach(_ControllerRaft(manager))
+        manager.start()
+        self.manager = manager
+        self.metadata_log = manager.metadata_log
+        broker.raft_manager = manager
+        self.channel = self._controller_channel()
         self._poll_timer = DeadlineTimer(
-            self.broker.scheduler,
+            broker.scheduler,
             self._now,
             self.controller.maybe_poll,
             self.controller.next_poll_ms,
@@ -300,6 +234,80 @@ class BrokerQuorum:
             max_delay_ms=1000,
         )
         self._poll_timer.start()
+
+    def _controller_channel(self) -> ControllerChannel:
+        """The way to the active controller: this node's own for now (a request made while
+        another node leads fails with NOT_CONTROLLER). The channel over the wire to the leader's
+        controller listener replaces it here."""
+        return LocalControllerChannel(self.controller)
+
+    def _waiting_for(self) -> tuple[str, str] | None:
+        """What the start still waits for (a key and a sentence), or None once a leader is known
+        and this node's loader published the committed log up to the leader's high watermark."""
+        manager, controller = self.manager, self.controller
+        assert manager is not None
+        leader = manager.leader_and_epoch.leader_id
+        if leader is None:
+            voters = ",".join(str(v) for v in sorted(self.voters))
+            return "leader", f"a leader of the metadata quorum (a majority of voters {voters} up)"
+        if leader == self.node_id and not (controller.is_active and controller.waiting == 0):
+            return "active", "this node's controller to commit its first batch"
+        target = manager.leader_high_watermark
+        if target is None:
+            return "fetch", f"a first answer from the quorum's leader {leader}"
+        if self.loader.last_offset + 1 < target or self.publisher.image is None:
+            return "catch-up", f"the metadata log to be applied up to the leader's high watermark {target}"
+        return None
+
+    async def wait_caught_up(self) -> None:
+        """Wait (never fail: the other voters may not be up yet) until a leader is known and this
+        node applied the committed metadata log; logs once what it waits for."""
+        told: set[str] = set()
+        while (waiting := self._waiting_for()) is not None:
+            key, text = waiting
+            if key not in told:
+                told.add(key)
+                log.info("node %d waits for %s", self.node_id, text)
+            if self.manager is None or self.manager.closed:
+                raise RuntimeError("the metadata quorum stopped during the start")
+            await asyncio.sleep(0.005)
+        if self._migrate_file is not None:
+            self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
+            self._migrate_file = None
+
+    async def register(self) -> None:
+        """Register the broker and heartbeat until unfenced (retrying while the active controller
+        cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``."""
+        told = False
+        while True:
+            try:
+                await self._register()
+                break
+            except NotControllerError as e:
+                if not told:
+                    told = True
+                    log.info("node %d: registration waits for the active controller (%s)", self.node_id, e)
+                await asyncio.sleep(self._retry_s)
+        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
+            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
+        )
+
+    async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
+        """Create the missing internal topics through the controller. A node that cannot reach
+        the active controller waits until the topic reaches its image (the active controller's
+        node creates it)."""
+        told = False
+        for name, partitions in topics:
+            while name not in self.broker.topics.topics:
+                try:
+                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+                except TopicError as e:
+                    if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS):
+                        raise
+                    if not told:
+                        told = True
+                        log.info("node %d waits for the internal topic %s (%s)", self.node_id, name, e)
+                    await asyncio.sleep(self._retry_s)
 
     def go_live(self) -> None:
         """The broker opened its logs: later images are applied by making and deleting logs."""
@@ -311,13 +319,15 @@ class BrokerQuorum:
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self.publisher.close()
-        if self.driver is not None:
-            await self.driver.stop()
-        if self.metadata_log is not None:
-            try:  # (its dir may have failed: the broker is stopping because of it)
-                self.metadata_log.close()
+        with contextlib.suppress(Exception):
+            await self.channel.close()
+        if self.manager is not None:
+            try:  # graceful: a leader resigns; closes the metadata log (its dir may have failed)
+                await self.manager.shutdown()
             except (OSError, RaftStorageError) as e:
                 log.error("closing the metadata log failed: %s", e)
+            if self.broker.raft_manager is self.manager:
+                self.broker.raft_manager = None
 
     # -- broker lifecycle at the controller
     async def _register(self) -> None:
@@ -375,7 +385,7 @@ class BrokerQuorum:
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
-        if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
+        if self.manager is None:  # not started: nothing would ever answer (a request waited forever)
             raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
             return await self.channel.call(api_key, request)
@@ -455,4 +465,4 @@ def _protocol_id(name: str) -> int:
     return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name.upper(), 0)
 
 
-__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum", "OneVoterDriver"]
+__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum"]
