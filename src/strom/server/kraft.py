@@ -45,33 +45,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter_configs
-from kio.schema.broker_heartbeat.v1 import request as heartbeat
 from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
 from ..config import ConfigError
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
     ALTER_CONFIGS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     ControllerConfig,
 )
 from ..controller.server import ControllerServer, NotControllerError
-from ..metadata.image import CONFIG_RESOURCE_TOPIC
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
@@ -80,8 +79,9 @@ from ..raft.log import OffsetAndEpoch, RaftStorageError
 from ..raft.manager import RaftManager
 from ..raft.metadata_log import MetadataLog
 from ..raft.quorum import CommittedBatch, LeaderAndEpoch
-from ..scheduler import DeadlineTimer, TaskHandle
-from .controller_channel import ControllerChannel, LocalControllerChannel
+from ..scheduler import DeadlineTimer
+from .broker_lifecycle import BrokerLifecycleManager
+from .controller_channel import ControllerChannel, LocalControllerChannel, QuorumControllerChannel
 from .metadata_publisher import BrokerMetadataPublisher
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.kraft")
 
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
+CONTROLLER_REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms, for the controller channel
 
 
 class _ControllerRaft:
@@ -172,15 +173,22 @@ class BrokerQuorum:
             )
         self.voters = self.kraft.voter_ids
         # everything asked of the controller goes through the channel (local or over the wire)
-        self.channel: ControllerChannel = LocalControllerChannel(self.controller)
+        self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
         self.metadata_log: MetadataLog | None = None
         self.manager: RaftManager | None = None
-        self.broker_epoch = -1
-        self.incarnation_id = uuid.uuid4()
-        self._heartbeat_timer: TaskHandle | None = None
+        self.lifecycle = BrokerLifecycleManager(
+            self.node_id,
+            self.channel,
+            broker.scheduler,
+            self._registration_request,
+            lambda: self.loader.last_offset + 1,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            retry_backoff_ms=int(cfg["controller.quorum.retry.backoff.ms"]),
+            before_register=self._end_own_session,
+        )
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
         self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
@@ -223,7 +231,6 @@ class BrokerQuorum:
         self.manager = manager
         self.metadata_log = manager.metadata_log
         broker.raft_manager = manager
-        self.channel = self._controller_channel()
         self._poll_timer = DeadlineTimer(
             broker.scheduler,
             self._now,
@@ -236,10 +243,25 @@ class BrokerQuorum:
         self._poll_timer.start()
 
     def _controller_channel(self) -> ControllerChannel:
-        """The way to the active controller: this node's own for now (a request made while
-        another node leads fails with NOT_CONTROLLER). The channel over the wire to the leader's
-        controller listener replaces it here."""
-        return LocalControllerChannel(self.controller)
+        """The way to the active controller: this node's own alone on a one-voter quorum; with
+        several voters, this node's controller when active, else the active one (the raft
+        manager's leader) over the wire to its controller listener."""
+        kraft = self.kraft
+        if self.single_voter or not kraft.voters:
+            return LocalControllerChannel(self.controller)
+
+        def leader() -> int | None:
+            return None if self.manager is None else self.manager.leader_and_epoch.leader_id
+
+        return QuorumControllerChannel(
+            self.controller,
+            leader,
+            {v.node_id: (v.host, v.port) for v in kraft.voters},
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            retry_backoff_ms=kraft.retry_backoff_ms,
+            client_id=f"broker-{kraft.node_id}-to-controller",
+            client_host=self.broker.config.advertised()[0],
+        )
 
     def _waiting_for(self) -> tuple[str, str] | None:
         """What the start still waits for (a key and a sentence), or None once a leader is known
@@ -277,20 +299,10 @@ class BrokerQuorum:
 
     async def register(self) -> None:
         """Register the broker and heartbeat until unfenced (retrying while the active controller
-        cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``."""
-        told = False
-        while True:
-            try:
-                await self._register()
-                break
-            except NotControllerError as e:
-                if not told:
-                    told = True
-                    log.info("node %d: registration waits for the active controller (%s)", self.node_id, e)
-                await asyncio.sleep(self._retry_s)
-        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
-            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
-        )
+        cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``
+        (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`)."""
+        await self.lifecycle.start()
+        await self._settle()
 
     async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
         """Create the missing internal topics through the controller. A node that cannot reach
@@ -314,8 +326,7 @@ class BrokerQuorum:
         self.publisher.go_live()
 
     async def stop(self) -> None:
-        if self._heartbeat_timer is not None:
-            self._heartbeat_timer.cancel()
+        self.lifecycle.close()
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self.publisher.close()
@@ -329,8 +340,8 @@ class BrokerQuorum:
             if self.broker.raft_manager is self.manager:
                 self.broker.raft_manager = None
 
-    # -- broker lifecycle at the controller
-    async def _register(self) -> None:
+    # -- broker lifecycle at the controller (server/broker_lifecycle.py)
+    def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
         broker = self.broker
         # the endpoints clients are told (advertised.listeners), as Kafka registers them
         advertised = broker.config.advertised_listeners()
@@ -343,10 +354,10 @@ class BrokerQuorum:
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )
-        request = registration.BrokerRegistrationRequest(
+        return registration.BrokerRegistrationRequest(
             broker_id=i32(self.node_id),  # type: ignore[arg-type]
             cluster_id=broker.cluster_id,
-            incarnation_id=self.incarnation_id,
+            incarnation_id=incarnation_id,
             listeners=listeners,
             features=tuple(
                 registration.Feature(name=n, min_supported_version=i16(0), max_supported_version=i16(v))
@@ -357,31 +368,29 @@ class BrokerQuorum:
             log_dirs=tuple(broker.directory_ids.values()),
             previous_broker_epoch=i64(-1),
         )
-        # the previous incarnation of this broker was this node's previous process: over
-        self.controller.end_session(self.node_id)
-        response = await self.channel.call(BROKER_REGISTRATION, request)
-        if response["error_code"]:
-            raise RuntimeError(f"broker registration failed: {response}")
-        self.broker_epoch = int(response["broker_epoch"])
-        while (await self._heartbeat())["is_fenced"]:
-            await asyncio.sleep(0.01)
 
-    async def _heartbeat(self) -> dict[str, Any]:
-        request = heartbeat.BrokerHeartbeatRequest(
-            broker_id=i32(self.node_id),  # type: ignore[arg-type]
-            broker_epoch=i64(self.broker_epoch),
-            current_metadata_offset=i64(self.loader.last_offset + 1),
-            want_fence=False,
-            want_shut_down=False,
-            offline_log_dirs=(),
-        )
-        return await self.channel.call(BROKER_HEARTBEAT, request)
+    def _end_own_session(self) -> None:
+        """The previous incarnation of this broker was this node's previous process: over (only
+        this node's own controller, when active, can know that)."""
+        if self.controller.is_active:
+            self.controller.end_session(self.node_id)
 
-    async def _heartbeat_once(self) -> None:
-        try:
-            await self._heartbeat()
-        except NotControllerError:
-            log.warning("broker heartbeat: not the controller")
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
+
+    @property
+    def incarnation_id(self) -> uuid.UUID:
+        return self.lifecycle.incarnation_id
+
+    async def controlled_shutdown(self) -> None:
+        """Before the broker stops (``controlled.shutdown.enable``): leaderships move away, in a
+        cluster of several nodes (a single node has nowhere to move them and keeps them)."""
+        kraft = self.broker.config.kraft()
+        if not self.broker.config["controlled.shutdown.enable"] or len(kraft.voter_ids) < 2:
+            self.lifecycle.close()
+            return
+        await self.lifecycle.controlled_shutdown(int(self.broker.config["broker.session.timeout.ms"]))
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
@@ -392,8 +401,21 @@ class BrokerQuorum:
         except NotControllerError as e:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
 
-    async def _settle(self) -> None:
-        """Wait until the broker applied everything committed so far."""
+    async def _settle(self, until: Callable[[MetadataImage], bool] | None = None) -> None:
+        """Wait until the broker applied everything committed so far and, when the answer came
+        from another node's controller (this node's log may not have the result yet), until the
+        published image satisfies ``until`` (at most the channel's timeout)."""
+        await self.publisher.wait_applied(self.loader.last_offset)
+        if until is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_REQUEST_TIMEOUT_MS / 1000
+        while (image := self.publisher.image) is None or not until(image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
@@ -406,14 +428,15 @@ class BrokerQuorum:
         )
         request = create_topics.CreateTopicsRequest(
             topics=(topic,),
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_TOPICS, request)
         result = response["topics"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        topic_id = result["topic_id"]
+        await self._settle(lambda image: (t := image.topics.get_topic(name)) is not None and t.id == topic_id)
         info = self.broker.topics.get(name)
         if info is None or info.topic_id != result["topic_id"]:
             # its logs could not be made here (a full or failed disk): take the topic back out
@@ -426,25 +449,28 @@ class BrokerQuorum:
     async def delete_topic(self, name: str) -> None:
         request = delete_topics.DeleteTopicsRequest(
             topics=(delete_topics.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
         )
         response = await self._call(DELETE_TOPICS, request)
         result = response["responses"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        gone = result["topic_id"]
+        await self._settle(lambda image: image.topics.get_topic(gone) is None)
 
     async def create_partitions(self, name: str, count: int) -> None:
         request = create_partitions.CreatePartitionsRequest(
             topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_PARTITIONS, request)
         result = response["results"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        await self._settle(
+            lambda image: len(getattr(image.topics.get_topic(name), "partitions", ())) >= count
+        )
 
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
         """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log."""
