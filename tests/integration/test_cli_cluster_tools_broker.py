@@ -245,12 +245,6 @@ def test_reassign_execute_verify_list(quorum_broker: BrokerProcess, tmp_path: Pa
     assert ok(*b, "--list").strip() == "No partition reassignments found."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DescribeCluster (strom cluster) lists only the answering node until the broker's "
-    "metadata cache reads the metadata image (the three nodes do register: "
-    "tests/integration/test_cluster_forwarding.py)",
-)
 def test_dev_cluster_of_three_serves_and_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "strom", "dev-cluster", "--nodes", "3", "--dir", str(tmp_path / "dc")],
