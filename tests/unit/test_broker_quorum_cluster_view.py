@@ -127,6 +127,14 @@ def test_a_member_of_three_brokers_answers_from_the_image(tmp_path: Path) -> Non
             created = await _call(broker, CREATE_TOPICS, req)
             assert created["topics"][0]["error_code"] == 0, created
 
+            # a topic with no replica here: visible as soon as the image has it, no log here
+            req_y = create_topic_request("y", assignments={0: [2], 1: [3]})
+            created = await _call(broker, CREATE_TOPICS, req_y)
+            assert created["topics"][0]["error_code"] == 0, created
+            assert broker.metadata_cache.topic("y") is not None
+            assert not any(tp[0] == "y" for tp in broker.logs)
+            md = await client.metadata(["y"])
+            assert {p: m.leader for p, m in md.topics["y"].partitions.items()} == {0: 2, 1: 3}
             # logs only for the partitions hosted here; the topic is visible at once
             assert ("x", 1) in broker.logs and ("x", 2) in broker.logs  # (2: a follower here)
             assert ("x", 0) not in broker.logs
