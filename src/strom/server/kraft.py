@@ -73,8 +73,9 @@ broker applied the committed result, so a client that got an answer sees the top
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
-no id is reused when the controller takes them over), SCRAM/ACLs. Partition leadership in
-Metadata answers still comes from the registry (this node leads everything it hosts).
+no id is reused when the controller takes them over), SCRAM/ACLs. Brokers and partition
+leadership in the broker's answers come from the image
+(:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
 
 from __future__ import annotations
@@ -388,9 +389,14 @@ class BrokerQuorum:
     # -- broker lifecycle at the controller (server/broker_lifecycle.py)
     def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
         broker = self.broker
+        # the endpoints clients are told (advertised.listeners), as Kafka registers them
+        advertised = broker.config.advertised_listeners()
         listeners = tuple(
             registration.Listener(
-                name=name, host=host, port=u16(port), security_protocol=i16(_protocol_id(proto))
+                name=name,
+                host=advertised.get(name, (host, port))[0],
+                port=u16(advertised.get(name, (host, port))[1]),
+                security_protocol=i16(_protocol_id(proto)),
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )
