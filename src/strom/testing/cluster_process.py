@@ -251,9 +251,11 @@ class ClusterProcess:
         *,
         timeout_ms: int = 30_000,
         configs: Mapping[str, str] | None = None,
+        client_timeout: float | None = None,
     ) -> dict[str, tuple[int, str | None]]:
         """CreateTopics sent to ``node_id``: ``{name: (partitions, replication factor)}`` ->
-        ``{name: (error code, error message)}``."""
+        ``{name: (error code, error message)}``. ``client_timeout`` (seconds; default the
+        request's ``timeout_ms`` plus 10 s): how long to wait for the answer."""
         specs = [
             {
                 "name": name,
@@ -268,7 +270,7 @@ class ClusterProcess:
             node_id,
             ApiKey.CREATE_TOPICS,
             {"topics": specs, "timeout": timeout_ms, "validate_only": False},
-            timeout=timeout_ms / 1000 + 10,
+            timeout=timeout_ms / 1000 + 10 if client_timeout is None else client_timeout,
         )
         return {str(t.name): (int(t.error_code), getattr(t, "error_message", None)) for t in resp.topics}
 
