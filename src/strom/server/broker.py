@@ -75,7 +75,7 @@ from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
-from .metadata_cache import RegistryMetadataCache
+from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
 
 if TYPE_CHECKING:
@@ -162,6 +162,14 @@ class BrokerLogView:
         return plog.high_watermark
 
 
+def _default_listener(config: BrokerConfig) -> str:
+    """The listener a client that names none means: the first that is not a controller listener
+    (as :meth:`BrokerConfig.advertised`)."""
+    controllers = config.kraft().controller_listener_names
+    names = [name for name, _host, _port in config.listeners()]
+    return next((n for n in names if n not in controllers), names[0])
+
+
 def _iso_duration_ms(text: str) -> int:
     import re
 
@@ -209,8 +217,15 @@ class Broker:
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
         offline_partitions: dict[tuple[str, int], Path | None] = {}
-        self.metadata_cache = RegistryMetadataCache(
-            self.topics, self.node_id, self.cluster_id, config.advertised, offline_partitions
+        # on the quorum, leadership and brokers come from the published metadata image
+        self.metadata_cache: RegistryMetadataCache | ImageMetadataCache = (
+            ImageMetadataCache(
+                self.topics, self.node_id, self.cluster_id, _default_listener(config), offline_partitions
+            )
+            if quorum
+            else RegistryMetadataCache(
+                self.topics, self.node_id, self.cluster_id, config.advertised, offline_partitions
+            )
         )
         self.replica_manager = ReplicaManager(
             node_id=self.node_id,
@@ -325,7 +340,8 @@ class Broker:
             for name, key in INTERNAL_TOPIC_PARTITIONS:
                 if name not in self.topics.topics:
                     await self.quorum.create_topic(name, self.config[key], {"cleanup.policy": "compact"})
-        self.replica_manager.load_logs(self.topics.topics.values())
+        hosted = self.quorum.publisher.hosts if self.quorum is not None else None  # (its replicas)
+        self.replica_manager.load_logs(self.topics.topics.values(), hosted=hosted)
         if self.quorum is not None:
             self.quorum.go_live()
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")

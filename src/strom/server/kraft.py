@@ -322,9 +322,14 @@ class BrokerQuorum:
     # -- broker lifecycle at the controller
     async def _register(self) -> None:
         broker = self.broker
+        # the endpoints clients are told (advertised.listeners), as Kafka registers them
+        advertised = broker.config.advertised_listeners()
         listeners = tuple(
             registration.Listener(
-                name=name, host=host, port=u16(port), security_protocol=i16(_protocol_id(proto))
+                name=name,
+                host=advertised.get(name, (host, port))[0],
+                port=u16(advertised.get(name, (host, port))[1]),
+                security_protocol=i16(_protocol_id(proto)),
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )

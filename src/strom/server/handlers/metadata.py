@@ -14,9 +14,7 @@ from . import handler
 def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
     """The (host, port) this broker advertises for the listener the request came in on (Kafka
     answers each listener's clients with that listener's address)."""
-    node = ctx.broker.metadata_cache.alive_broker(ctx.broker.node_id, ctx.session.listener)
-    assert node is not None  # this broker is alive
-    return node.host, node.port
+    return ctx.broker.config.advertised(ctx.session.listener)
 
 
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
