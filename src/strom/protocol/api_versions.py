@@ -60,8 +60,11 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     35: ("DescribeLogDirs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
+    43: ("ElectLeaders", 0, 2),  # forwarded to the controller (server/handlers/forwarding.py)
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
+    45: ("AlterPartitionReassignments", 0, 0),
+    46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
@@ -69,11 +72,15 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     53: ("BeginQuorumEpoch", 0, 1),
     54: ("EndQuorumEpoch", 0, 1),
     55: ("DescribeQuorum", 0, 2),  # v2: KIP-853 nodes
+    58: ("Envelope", 0, 0),  # the controller's APIs (strom.server.handlers.controller)
     59: ("FetchSnapshot", 0, 1),
     60: ("DescribeCluster", 0, 2),  # v2: IncludeFencedBrokers/IsFenced (KIP-1073)
     61: ("DescribeProducers", 0, 0),
+    62: ("BrokerRegistration", 0, 4),
+    63: ("BrokerHeartbeat", 0, 1),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
+    67: ("AllocateProducerIds", 0, 0),
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
     75: ("DescribeTopicPartitions", 0, 0),
@@ -92,10 +99,12 @@ ADVERTISED_MIN: dict[int, int] = {0: 0}  # Produce: KAFKA-18659
 
 API_VERSIONS_KEY = 18
 
-# The quorum's own RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot): accepted on
-# every listener (strom has no separate controller network stack yet) but, as a Kafka 4.0
-# broker listener, not listed in ApiVersions (Kafka lists them on controller listeners only).
-CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 59})
+# The quorum's own RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot) and the
+# controller's APIs for brokers (Envelope, BrokerRegistration, BrokerHeartbeat,
+# AllocateProducerIds): accepted on every listener (strom has no separate controller network
+# stack yet) but, as a Kafka 4.0 broker listener, not listed in ApiVersions: Kafka lists them on
+# controller listeners only, and so does strom (``advertised(..., controller=True)``).
+CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 58, 59, 62, 63, 67})
 
 
 def api_name(api_key: int) -> str:
@@ -103,12 +112,15 @@ def api_name(api_key: int) -> str:
     return entry[0] if entry else f"api-{api_key}"
 
 
-def advertised(registered: set[int] | frozenset[int]) -> list[tuple[int, int, int]]:
-    """(api_key, min, max) for every registered API, in key order, as ApiVersions lists them."""
+def advertised(
+    registered: set[int] | frozenset[int], *, controller: bool = False
+) -> list[tuple[int, int, int]]:
+    """(api_key, min, max) for every registered API, in key order, as ApiVersions lists them
+    (``controller``: on a controller listener, the controller-only APIs too)."""
     return [
         (k, ADVERTISED_MIN.get(k, lo), hi)
         for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items())
-        if k in registered and k not in CONTROLLER_ONLY_APIS
+        if k in registered and (controller or k not in CONTROLLER_ONLY_APIS)
     ]
 
 

@@ -438,6 +438,8 @@ class Broker:
         self.replica_manager.flush_due_logs((fms if 0 < fms < 1000 else 1000) / 1000)
 
     async def stop(self) -> None:
+        if self.quorum is not None:  # leaderships move away while this node still serves
+            await self.quorum.controlled_shutdown()
         self.replica_manager.stopping.set()  # partition creation workers give up
         for srv in self.servers:
             srv.close()

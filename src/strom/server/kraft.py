@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter_configs
-from kio.schema.broker_heartbeat.v1 import request as heartbeat
 from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
@@ -64,8 +63,6 @@ from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
     ALTER_CONFIGS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -82,7 +79,8 @@ from ..raft.metadata_log import MetadataLog
 from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
 from ..raft.quorum_state_file import FileQuorumStateStore
 from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
-from .controller_channel import ControllerChannel, LocalControllerChannel
+from .broker_lifecycle import BrokerLifecycleManager
+from .controller_channel import ControllerChannel, LocalControllerChannel, QuorumControllerChannel
 from .metadata_publisher import BrokerMetadataPublisher
 
 if TYPE_CHECKING:
@@ -91,6 +89,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.kraft")
 
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
+CONTROLLER_REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms, for the controller channel
 
 
 class OneVoterDriver:
@@ -237,16 +236,22 @@ class BrokerQuorum:
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
         # everything asked of the controller goes through the channel (local or over the wire)
-        self.channel: ControllerChannel = LocalControllerChannel(self.controller)
+        self.channel: ControllerChannel = _controller_channel(broker, self.controller)
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
         self.metadata_log: MetadataLog | None = None
         self.node: RaftNode | None = None
         self.driver: OneVoterDriver | None = None
-        self.broker_epoch = -1
-        self.incarnation_id = uuid.uuid4()
-        self._heartbeat_timer: TaskHandle | None = None
+        self.lifecycle = BrokerLifecycleManager(
+            self.node_id,
+            self.channel,
+            broker.scheduler,
+            self._registration_request,
+            lambda: self.loader.last_offset + 1,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            before_register=self._end_own_session,
+        )
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
 
@@ -285,11 +290,9 @@ class BrokerQuorum:
             await asyncio.sleep(0.005)
         if self._migrate_file is not None:
             self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
-        await self._register()
-        # the periodic work, on the broker's injected scheduler
-        self._heartbeat_timer = self.broker.scheduler.schedule_periodic(
-            self.heartbeat_interval_ms, self._heartbeat_once, name="broker-heartbeat"
-        )
+        # registered, unfenced, then heartbeats on the broker's injected scheduler
+        await self.lifecycle.start()
+        await self._settle()
         self._poll_timer = DeadlineTimer(
             self.broker.scheduler,
             self._now,
@@ -306,8 +309,8 @@ class BrokerQuorum:
         self.publisher.go_live()
 
     async def stop(self) -> None:
-        if self._heartbeat_timer is not None:
-            self._heartbeat_timer.cancel()
+        self.lifecycle.close()
+        await self.channel.close()
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self.publisher.close()
@@ -319,8 +322,8 @@ class BrokerQuorum:
             except (OSError, RaftStorageError) as e:
                 log.error("closing the metadata log failed: %s", e)
 
-    # -- broker lifecycle at the controller
-    async def _register(self) -> None:
+    # -- broker lifecycle at the controller (server/broker_lifecycle.py)
+    def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
         broker = self.broker
         # the endpoints clients are told (advertised.listeners), as Kafka registers them
         advertised = broker.config.advertised_listeners()
@@ -333,10 +336,10 @@ class BrokerQuorum:
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )
-        request = registration.BrokerRegistrationRequest(
+        return registration.BrokerRegistrationRequest(
             broker_id=i32(self.node_id),  # type: ignore[arg-type]
             cluster_id=broker.cluster_id,
-            incarnation_id=self.incarnation_id,
+            incarnation_id=incarnation_id,
             listeners=listeners,
             features=tuple(
                 registration.Feature(name=n, min_supported_version=i16(0), max_supported_version=i16(v))
@@ -347,31 +350,29 @@ class BrokerQuorum:
             log_dirs=tuple(broker.directory_ids.values()),
             previous_broker_epoch=i64(-1),
         )
-        # the previous incarnation of this broker was this node's previous process: over
-        self.controller.end_session(self.node_id)
-        response = await self.channel.call(BROKER_REGISTRATION, request)
-        if response["error_code"]:
-            raise RuntimeError(f"broker registration failed: {response}")
-        self.broker_epoch = int(response["broker_epoch"])
-        while (await self._heartbeat())["is_fenced"]:
-            await asyncio.sleep(0.01)
 
-    async def _heartbeat(self) -> dict[str, Any]:
-        request = heartbeat.BrokerHeartbeatRequest(
-            broker_id=i32(self.node_id),  # type: ignore[arg-type]
-            broker_epoch=i64(self.broker_epoch),
-            current_metadata_offset=i64(self.loader.last_offset + 1),
-            want_fence=False,
-            want_shut_down=False,
-            offline_log_dirs=(),
-        )
-        return await self.channel.call(BROKER_HEARTBEAT, request)
+    def _end_own_session(self) -> None:
+        """The previous incarnation of this broker was this node's previous process: over (only
+        this node's own controller, when active, can know that)."""
+        if self.controller.is_active:
+            self.controller.end_session(self.node_id)
 
-    async def _heartbeat_once(self) -> None:
-        try:
-            await self._heartbeat()
-        except NotControllerError:
-            log.warning("broker heartbeat: not the controller")
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
+
+    @property
+    def incarnation_id(self) -> uuid.UUID:
+        return self.lifecycle.incarnation_id
+
+    async def controlled_shutdown(self) -> None:
+        """Before the broker stops (``controlled.shutdown.enable``): leaderships move away, in a
+        cluster of several nodes (a single node has nowhere to move them and keeps them)."""
+        kraft = self.broker.config.kraft()
+        if not self.broker.config["controlled.shutdown.enable"] or len(kraft.voter_ids) < 2:
+            self.lifecycle.close()
+            return
+        await self.lifecycle.controlled_shutdown(int(self.broker.config["broker.session.timeout.ms"]))
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
@@ -449,6 +450,23 @@ class BrokerQuorum:
             validate_only=False,
         )
         return asyncio.ensure_future(self.channel.call(ALTER_CONFIGS, request))
+
+
+def _controller_channel(broker: Broker, controller: ControllerServer) -> ControllerChannel:
+    """The local controller alone on the zero set-up single node; with controller.quorum.voters,
+    the local controller when active, else the active one over the wire."""
+    kraft = broker.config.kraft()
+    if not kraft.voters:
+        return LocalControllerChannel(controller)
+    return QuorumControllerChannel(
+        controller,
+        lambda: controller.controller_id,
+        {v.node_id: (v.host, v.port) for v in kraft.voters},
+        request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+        retry_backoff_ms=kraft.retry_backoff_ms,
+        client_id=f"broker-{kraft.node_id}-to-controller",
+        client_host=broker.config.advertised()[0],
+    )
 
 
 def _protocol_id(name: str) -> int:

@@ -37,6 +37,8 @@ _MODULES = (
     "sasl",
     "scram_credentials",
     "raft",
+    "controller",
+    "forwarding",
 )
 
 

@@ -44,12 +44,15 @@ def finalized_features(transaction_version: int) -> dict[str, int]:
 
 
 def api_versions_body(
-    error: int = ErrorCode.NONE, *, version: int = 0, transaction_version: int = 2
+    error: int = ErrorCode.NONE, *, version: int = 0, transaction_version: int = 2, controller: bool = False
 ) -> dict[str, Any]:
+    """``controller``: the answer on a controller listener, which also lists the controller's
+    APIs (Envelope, BrokerRegistration, BrokerHeartbeat, the KRaft RPCs ...)."""
     body: dict[str, Any] = {
         "error_code": error,
         "api_keys": [
-            {"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in advertised(set(REGISTRY))
+            {"api_key": k, "min_version": lo, "max_version": hi}
+            for k, lo, hi in advertised(set(REGISTRY), controller=controller)
         ],
         "throttle_time": 0,
         "finalized_features_epoch": -1,
@@ -70,5 +73,19 @@ def api_versions_body(
 
 @handler(18)
 async def handle_api_versions(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    tv = int(ctx.broker.config["strom.transaction.version"])
-    return api_versions_body(version=ctx.api_version, transaction_version=tv)
+    config = ctx.broker.config
+    tv = int(config["strom.transaction.version"])
+    return api_versions_body(
+        version=ctx.api_version, transaction_version=tv, controller=_on_controller_listener(ctx)
+    )
+
+
+def _on_controller_listener(ctx: RequestContext) -> bool:
+    kraft = getattr(ctx.broker.config, "kraft", None)
+    if not callable(kraft):
+        return False
+    try:
+        names = kraft().controller_listener_names
+    except Exception:  # a config without KRaft settings (tests' stand-ins)
+        return False
+    return ctx.session.listener in names

@@ -7,7 +7,8 @@ broker's composition root when it runs the quorum) and answers with the node's r
 back and built at the version the peer sent. A Fetch is routed here by
 :func:`strom.server.handlers.fetch.handle_fetch` when :func:`strom.raft.wire.is_raft_fetch` says
 it is a replica's fetch of ``__cluster_metadata``; the node may park it (long poll) and answers
-it when it has data or its wait ends.
+it when it has data or its wait ends. DescribeQuorum sent to a node that does not lead is
+forwarded to the active controller through the broker's controller channel.
 
 A node without a raft manager (no quorum running) answers the quorum RPCs with
 BROKER_NOT_AVAILABLE, as Kafka's broker-only node does for APIs of the controller listener
@@ -70,6 +71,27 @@ async def handle_fetch_snapshot(ctx: RequestContext, request: Any) -> dict[str, 
 
 @handler(55)
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """A node that does not lead the quorum forwards the request to the active controller (as
+    Kafka 4's brokers do) and answers what it answers; with no controller reachable, or no
+    quorum of its own, it answers from its own view (NOT_LEADER_OR_FOLLOWER)."""
+    mgr = _manager(ctx)
+    quorum = getattr(ctx.broker, "quorum", None)
+    channel = getattr(quorum, "channel", None)
+    leader = mgr.leader_and_epoch.leader_id
+    if channel is not None and leader is not None and leader != getattr(ctx.broker, "node_id", leader):
+        from ...controller.server import NotControllerError
+
+        try:
+            return await channel.call(  # type: ignore[no-any-return]
+                55, request, ctx.api_version, principal=ctx.session.principal, client_host=ctx.client_host
+            )
+        except (NotControllerError, KeyError):  # (KeyError: this node just became the leader)
+            pass
+    return await describe_quorum(ctx, request)
+
+
+async def describe_quorum(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """DescribeQuorum answered from this node's Raft manager."""
     mgr = _manager(ctx)
     topics = request.topics
     if (
