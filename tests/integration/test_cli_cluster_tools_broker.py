@@ -2,10 +2,9 @@
 ``strom cluster``, ``strom topics describe`` (Leader/Replicas/Isr) and ``reassign-partitions
 --generate`` work on it today. The calls a single node does not answer yet are written out and
 marked ``xfail(strict=True)`` naming the missing server piece, so they turn into failures to
-un-mark as soon as it lands: DescribeQuorum (branch ``raftnet``), ElectLeaders and
-Alter/ListPartitionReassignments (branch ``kraftbroker``), and a real ``dev-cluster`` (needs
-``strom storage format`` from ``kraftcfg`` and multi-node serving from ``raftnet`` +
-``kraftbroker``)."""
+un-mark as soon as it lands: DescribeQuorum (the single node's Raft manager) and a real
+``dev-cluster`` (multi-node serving). ElectLeaders and Alter/ListPartitionReassignments are
+forwarded to the controller by a node on its metadata quorum (``quorum_broker``)."""
 
 from __future__ import annotations
 
@@ -28,6 +27,15 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("clustertools") / "data") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def quorum_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A single node on its metadata quorum whatever the default: the requests the broker
+    forwards to the controller (ElectLeaders, the reassignments) need one."""
+    overrides = ["strom.metadata.quorum.enable=true"]
+    with BrokerProcess(tmp_path_factory.mktemp("clustertools-quorum") / "data", overrides=overrides) as b:
         yield b
 
 
@@ -194,12 +202,9 @@ def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
     assert cells(rep[1])[0] == str(me) and cells(rep[1])[-1] == "Leader"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ElectLeaders (43): the controller implements it, the broker does not route it to the "
-    "controller yet",
-)
-def test_preferred_leader_election(broker: BrokerProcess) -> None:
+def test_preferred_leader_election(quorum_broker: BrokerProcess) -> None:
+    """ElectLeaders (43) sent to the broker is forwarded to the controller."""
+    broker = quorum_broker
     create_topic(broker, "elect", 1)
     r = strom(
         "leader-election",
@@ -217,12 +222,10 @@ def test_preferred_leader_election(broker: BrokerProcess) -> None:
     assert r.stdout.strip() == "Valid replica already elected for partitions elect-0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AlterPartitionReassignments (45) / ListPartitionReassignments (46): the controller "
-    "implements them, the broker does not route them to the controller yet",
-)
-def test_reassign_execute_verify_list(broker: BrokerProcess, tmp_path: Path) -> None:
+def test_reassign_execute_verify_list(quorum_broker: BrokerProcess, tmp_path: Path) -> None:
+    """AlterPartitionReassignments (45) / ListPartitionReassignments (46) sent to the broker are
+    forwarded to the controller."""
+    broker = quorum_broker
     create_topic(broker, "reassigned", 1)
     me = node_id(broker)
     plan = tmp_path / "plan.json"

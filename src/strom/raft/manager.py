@@ -29,7 +29,16 @@ It does exactly three things with them, all on the event loop thread:
 
 The owner's API: :meth:`start`, :meth:`append` (leader only, else
 :class:`~strom.raft.quorum.NotLeaderError`), :meth:`wait_committed`, :attr:`leader_and_epoch`,
-:meth:`describe_quorum`, :meth:`maybe_snapshot`, :meth:`shutdown`.
+:attr:`leader_high_watermark`, :meth:`describe_quorum`, :meth:`maybe_snapshot`, :meth:`shutdown`.
+The synchronous :meth:`append_now`, :meth:`resign` and :meth:`create_snapshot` are for an owner
+that must append and replay without yielding to the loop in between (the controller, whose
+event queue is the loop itself: :mod:`strom.controller.server`); they go through the manager,
+which re-arms its timer, so the manager stays the only thing that drives the node.
+
+A deadline that is already due (an append with ``controller.quorum.append.linger.ms=0``, a
+parked fetch to complete) is polled on the event loop at once (``call_soon``), not through the
+scheduler: on a :class:`~strom.testing.scheduler.ManualScheduler` a zero-delay task would wait
+for the test to advance the clock, and an append must not wait for a clock.
 
 One-voter quorum
 ----------------
@@ -86,7 +95,9 @@ from strom.raft.log import OffsetAndEpoch
 from strom.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
+    Errors,
     FetchRequest,
+    FetchResponse,
     FetchSnapshotRequest,
     Outbound,
     RaftMessage,
@@ -240,6 +251,8 @@ class RaftManager:
         self.metadata_log: MetadataLog | None = None
         self._timer: TaskHandle | None = None
         self._timer_due: int | None = None
+        self._soon: asyncio.Handle | None = None  # a poll due now, on the loop
+        self._leader_hw: int | None = None  # the high watermark of the last fetch answered by the leader
         self._inbound_ids = itertools.count(1)
         self._inbound: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._waiters: list[_Waiter] = []
@@ -331,11 +344,17 @@ class RaftManager:
         others = self.raft_config.voters - {self.raft_config.node_id}
         return isinstance(st, Resigned) and not others <= st.end_acked
 
-    def _close(self) -> None:
-        self._closed = True
+    def _cancel_timers(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
+
+    def _close(self) -> None:
+        self._closed = True
+        self._cancel_timers()
         for fut in self._inbound.values():
             if not fut.done():
                 fut.set_exception(RaftManagerClosed("the raft manager was shut down"))
@@ -352,9 +371,7 @@ class RaftManager:
         if self._closed:
             return
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timers()
         for fut in list(self._inbound.values()) + [w.future for w in self._waiters]:
             if not fut.done():
                 fut.set_exception(RaftManagerClosed("the raft manager was killed"))
@@ -386,6 +403,17 @@ class RaftManager:
     def high_watermark(self) -> int:
         return self._node().high_watermark
 
+    @property
+    def leader_high_watermark(self) -> int | None:
+        """The quorum's high watermark as this node last learnt it: its own on the leader, else
+        the one the leader sent in its last successful Fetch answer (None before any). A node
+        whose listeners applied everything below it has caught up with the committed log (what
+        a starting broker waits for)."""
+        node = self._node()
+        if node.is_leader:
+            return node.high_watermark
+        return self._leader_hw
+
     def describe_quorum(self) -> QuorumInfo:
         """DescribeQuorum's answer; :class:`NotLeaderError` on a non-leader."""
         return self._node().describe_quorum(self._now())
@@ -395,11 +423,31 @@ class RaftManager:
         """Append one batch of metadata records (serialized records' values) as the leader;
         returns the offset of its last record (await :meth:`wait_committed` with it). Raises
         :class:`NotLeaderError` on a non-leader."""
-        node = self._node()
-        now = self._now()
-        offset = node.append(now, records)
-        self._dispatch(node.poll(now))  # parked fetches get the new batch now; flush timer armed
+        return self.append_now(records)
+
+    def append_now(self, records: list[bytes]) -> int:
+        """:meth:`append`, synchronously (for the controller, see the module docstring). The node
+        is polled once the caller returned to the loop, never from inside this call: the caller
+        may be a listener called by the node (a new leader's controller writes its first batch
+        from ``handle_leader_change``), and a commit delivered before the caller noted what it
+        appended would be missed (with no append linger, the poll commits at once)."""
+        offset = self._node().append(self._now(), records)
+        self._poll_soon()
         return offset
+
+    def resign(self) -> None:
+        """Give up the leadership now (EndQuorumEpoch to the other voters, from the next poll,
+        on the loop); nothing on a non-leader."""
+        self._node().resign(self._now())
+        self._poll_soon()
+
+    def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """Store the owner's snapshot at ``snapshot_id`` (a committed batch boundary its
+        listener applied) and drop the log before it (:meth:`RaftNode.create_snapshot`; raises
+        ValueError when that is not possible yet)."""
+        self._node().create_snapshot(snapshot_id, data)
+        self._batch_ends = {end: e for end, e in self._batch_ends.items() if end > snapshot_id.offset}
+        self._bytes_since_snapshot = 0
 
     async def wait_committed(self, offset: int) -> int:
         """Wait until ``offset`` is committed (the high watermark passed it); returns the high
@@ -462,6 +510,12 @@ class RaftManager:
         (the transport's callback)."""
         if self._closed or self.node is None:
             return
+        if (
+            isinstance(response, FetchResponse)
+            and response.error_code == Errors.NONE
+            and response.current_leader.leader_id == sender
+        ):
+            self._leader_hw = response.high_watermark
         self._dispatch(self.node.handle(self._now(), sender, correlation_id, response))
 
     # ------------------------------------------------------------------ RaftListener (fan-out)
@@ -503,6 +557,12 @@ class RaftManager:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_due = None
+        if self._closed or self.node is None:
+            return
+        self._dispatch(self.node.poll(self._now()))
+
+    def _on_soon(self) -> None:
+        self._soon = None
         if self._closed or self.node is None:
             return
         self._dispatch(self.node.poll(self._now()))
@@ -549,9 +609,16 @@ class RaftManager:
                 keep.append(w)
         self._waiters = keep
 
+    def _poll_soon(self) -> None:
+        if self._soon is None and not self._closed:
+            self._soon = asyncio.get_running_loop().call_soon(self._on_soon)
+
     def _arm(self, deadline: int) -> None:
         now = self._now()
-        due = min(max(deadline, now), now + _MAX_TIMER_MS)
+        if deadline <= now:  # due already: poll once the loop ran what is ready (not a clock's task)
+            self._poll_soon()
+            return
+        due = min(deadline, now + _MAX_TIMER_MS)
         if self._timer is not None and self._timer_due is not None and self._timer_due <= due:
             return
         if self._timer is not None:

@@ -79,6 +79,7 @@ from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
 
 if TYPE_CHECKING:
+    from ..raft.manager import RaftManager
     from .listener import Listener
     from .network import KafkaProtocol
 
@@ -212,7 +213,8 @@ class Broker:
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
         # on the metadata quorum (strom.metadata.quorum.enable) the metadata log is the store and
         # the registry, in memory, is the broker's view of the published image (server/kraft.py)
-        quorum = bool(config[QUORUM_ENABLE])
+        # a node of a multi-voter quorum has no other path (the registry is one node's store)
+        quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
         self.topics = TopicRegistry(self.log_dir, persist=not quorum)  # (handlers: metadata_cache)
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
@@ -260,6 +262,7 @@ class Broker:
         apply_dynamic_broker_configs(self)
         self.group_configs = GroupConfigStore.open(self.log_dir)
         self.sasl = SaslState(config.values, self.log_dir)
+        self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
@@ -335,11 +338,21 @@ class Broker:
         self.native_sendfile = (
             bool(self.config["strom.fetch.sendfile"]) and "uvloop" not in type(loop).__module__
         )
-        if self.quorum is not None:  # the image fills the registry; the internal topics exist first
-            await self.quorum.start()
-            for name, key in INTERNAL_TOPIC_PARTITIONS:
-                if name not in self.topics.topics:
-                    await self.quorum.create_topic(name, self.config[key], {"cleanup.policy": "compact"})
+        controller_listeners: tuple[str, ...] = ()
+        if self.quorum is not None:
+            # Kafka's order (controller first): the quorum elects only once the voters answer
+            # Vote, so the controller listeners serve before anything waits; then the image fills
+            # the registry, the broker registers, and the internal topics exist before the logs
+            # are loaded. The client listeners come up last, as on the registry path.
+            await self.quorum.start_raft()
+            if listen:
+                controller_listeners = self.config.kraft().controller_listener_names
+                self.servers = await start_listeners(self, only=controller_listeners)
+            await self.quorum.wait_caught_up()
+            await self.quorum.register()
+            await self.quorum.create_internal_topics(
+                [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
+            )
         hosted = self.quorum.publisher.hosts if self.quorum is not None else None  # (its replicas)
         self.replica_manager.load_logs(self.topics.topics.values(), hosted=hosted)
         if self.quorum is not None:
@@ -375,7 +388,7 @@ class Broker:
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
         if listen:
-            self.servers = await start_listeners(self)
+            self.servers += await start_listeners(self, skip=controller_listeners)
         fms = self.config["log.flush.interval.ms"]
         flush_ms = fms if 0 < fms < 1000 else 1000
         self._timers.append(self.scheduler.schedule_periodic(

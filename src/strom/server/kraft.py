@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
-import random
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -57,8 +57,9 @@ from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
+from ..config import ConfigError
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
@@ -69,16 +70,16 @@ from ..controller.quorum_controller import (
     ControllerConfig,
 )
 from ..controller.server import ControllerServer, NotControllerError
-from ..metadata.image import CONFIG_RESOURCE_TOPIC
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
 from ..protocol.errors import ErrorCode
 from ..raft.log import OffsetAndEpoch, RaftStorageError
+from ..raft.manager import RaftManager
 from ..raft.metadata_log import MetadataLog
-from ..raft.quorum import CommittedBatch, LeaderAndEpoch, RaftConfig, RaftNode
-from ..raft.quorum_state_file import FileQuorumStateStore
-from ..scheduler import DeadlineTimer, Scheduler, TaskHandle
+from ..raft.quorum import CommittedBatch, LeaderAndEpoch
+from ..scheduler import DeadlineTimer
 from .broker_lifecycle import BrokerLifecycleManager
 from .controller_channel import ControllerChannel, LocalControllerChannel, QuorumControllerChannel
 from .metadata_publisher import BrokerMetadataPublisher
@@ -92,105 +93,34 @@ QUORUM_ENABLE = "strom.metadata.quorum.enable"
 CONTROLLER_REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms, for the controller channel
 
 
-class OneVoterDriver:
-    """Runs a one-voter RaftNode on the event loop: poll when woken (at once, on the loop) and at
-    the node's next deadline (a timer on the broker's injected scheduler, so that on a
-    :class:`~strom.testing.scheduler.ManualScheduler` the append linger and the other deadlines
-    pass when the test advances the clock, and never by themselves)."""
+class _ControllerRaft:
+    """The :class:`~strom.raft.manager.RaftManager` seen by the controller (its
+    :class:`~strom.controller.server.RaftClient`): synchronous appends through the manager,
+    which re-arms its timer, so the manager stays the only thing that drives the node."""
 
-    def __init__(self, node: RaftNode, now_ms: Callable[[], int], scheduler: Scheduler) -> None:
-        self.node = node
-        self.now_ms = now_ms
-        self.scheduler = scheduler
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._soon: asyncio.Handle | None = None
-        self._timer: TaskHandle | None = None
-        self._due: int | None = None
-        self._on = False
+    def __init__(self, manager: RaftManager) -> None:
+        self.manager = manager
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._on = True
-        self.wake()
-
-    def wake(self) -> None:
-        """Poll soon (on the loop, not on the scheduler: an append must not wait for a clock)."""
-        if not self._on or self._soon is not None or self._loop is None:
-            return
-        self._soon = self._loop.call_soon(self._woken)
-
-    def _woken(self) -> None:
-        self._soon = None
-        self._step()
-
-    def _fired(self) -> None:
-        self._timer = None
-        self._due = None
-        self._step()
-
-    def _step(self) -> None:
-        if not self._on:
-            return
-        try:
-            self.node.poll(self.now_ms())
-        except Exception:  # as the task of the former loop: the driver stops, loudly
-            log.exception("the metadata quorum's poll failed; the driver stops")
-            self._on = False
-            self._cancel_timer()
-            return
-        deadline = self.node.next_deadline()
-        delay = deadline - self.now_ms()
-        if delay <= 0:  # due already: poll again after the loop ran what is ready
-            self.wake()
-            return
-        delay = min(delay, 1000)
-        if self._timer is not None and self._due is not None and self._due <= self.now_ms() + delay:
-            return  # the armed timer comes first; it re-arms after polling
-        self._cancel_timer()
-        self._due = self.now_ms() + delay
-        self._timer = self.scheduler.schedule(delay, self._fired, name="metadata-quorum")
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._due = None
-
-    async def stop(self) -> None:
-        self._on = False
-        self._cancel_timer()
-        if self._soon is not None:
-            self._soon.cancel()
-            self._soon = None
-
-
-class _AppendWaking:
-    """The RaftNode seen by the controller, waking the driver after each append."""
-
-    def __init__(self, node: RaftNode, driver: OneVoterDriver) -> None:
-        self.node = node
-        self.driver = driver
-        self.log = node.log
+    @property
+    def log(self) -> MetadataLog | None:
+        return self.manager.metadata_log
 
     @property
     def leader_id(self) -> int | None:
-        return self.node.leader_id
+        return self.manager.leader_and_epoch.leader_id
 
     @property
     def epoch(self) -> int:
-        return self.node.epoch
+        return self.manager.leader_and_epoch.epoch
 
     def append(self, now_ms: int, records: list[bytes]) -> int:
-        last = self.node.append(now_ms, records)
-        self.driver.wake()
-        return last
+        return self.manager.append_now(records)
 
     def resign(self, now_ms: int) -> None:
-        self.node.resign(now_ms)
-        self.driver.wake()
+        self.manager.resign()
 
     def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.node.create_snapshot(snapshot_id, data)
+        self.manager.create_snapshot(snapshot_id, data)
 
 
 class _Listener:
@@ -235,14 +165,20 @@ class BrokerQuorum:
             validator=accept_all,  # the broker validated the configs with its own messages
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
+        self.kraft = cfg.kraft()
+        if not self.kraft.is_controller:
+            raise ConfigError(
+                "process.roles=broker without controller is not supported yet (a broker-only node "
+                "would follow the metadata log as an observer): use process.roles=broker,controller"
+            )
+        self.voters = self.kraft.voter_ids
         # everything asked of the controller goes through the channel (local or over the wire)
-        self.channel: ControllerChannel = _controller_channel(broker, self.controller)
+        self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
         self.publisher = BrokerMetadataPublisher(broker)
         self.loader.install_publishers([self.publisher])
         self.metadata_log: MetadataLog | None = None
-        self.node: RaftNode | None = None
-        self.driver: OneVoterDriver | None = None
+        self.manager: RaftManager | None = None
         self.lifecycle = BrokerLifecycleManager(
             self.node_id,
             self.channel,
@@ -250,51 +186,53 @@ class BrokerQuorum:
             self._registration_request,
             lambda: self.loader.last_offset + 1,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
+            retry_backoff_ms=int(cfg["controller.quorum.retry.backoff.ms"]),
             before_register=self._end_own_session,
         )
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
+        self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
 
     def _now(self) -> int:
         return int(self.broker.clock.monotonic_ms())
 
-    async def start(self) -> None:
-        mlog = MetadataLog.open(self.metadata_dir, clock=self.broker.clock)
-        self.metadata_log = mlog
-        if mlog.end_offset == 0 and mlog.latest_snapshot_id() is None:
-            old = self.broker.log_dir / TOPICS_FILE
-            records = records_for_data_dir(self.broker.log_dir, node_id=self.node_id)
-            self.controller.initial_records = records
-            if old.exists():
-                self._migrate_file = old
-                log.info("migrating %s into the metadata log (%d records)", old, len(records))
-        node = RaftNode(
-            RaftConfig(
-                node_id=self.node_id,
-                voters=frozenset({self.node_id}),
-                cluster_id=self.broker.cluster_id,
-                append_linger_ms=int(self.broker.config["controller.quorum.append.linger.ms"]),
-            ),
-            mlog,
-            FileQuorumStateStore(mlog.directory),  # as Kafka: beside the log segments
-            _Listener(self.controller, self.loader),
-            random.Random(),
-            self._now(),
+    @property
+    def single_voter(self) -> bool:
+        return self.voters == frozenset({self.node_id})
+
+    # -- start-up, in the order Broker.start calls it
+    async def start_raft(self) -> None:
+        """Open the metadata log and start the raft manager, with the controller and the loader
+        as its listeners (registered before the start: they see the whole committed log), and
+        the controller's periodic work. Inbound KRaft requests reach the manager through
+        ``broker.raft_manager`` (:mod:`strom.server.handlers.raft`)."""
+        broker = self.broker
+        if self.single_voter:
+            # a new one-node cluster: its first batch carries the migration of an older strom's
+            # data dir (a multi-node cluster starts from formatted, empty dirs)
+            peek = MetadataLog.open(self.metadata_dir, clock=broker.clock)
+            try:
+                empty = peek.end_offset == 0 and peek.latest_snapshot_id() is None
+            finally:
+                peek.close()
+            if empty:
+                old = broker.log_dir / TOPICS_FILE
+                records = records_for_data_dir(broker.log_dir, node_id=self.node_id)
+                self.controller.initial_records = records
+                if old.exists():
+                    self._migrate_file = old
+                    log.info("migrating %s into the metadata log (%d records)", old, len(records))
+        manager = RaftManager.from_broker_config(
+            broker.config, broker.cluster_id, clock=broker.clock, scheduler=broker.scheduler
         )
-        self.node = node
-        self.driver = OneVoterDriver(node, self._now, self.broker.scheduler)
-        self.controller.attach(_AppendWaking(node, self.driver))
-        self.driver.start()
-        # lead, and publish an image at least as new as the leader's first batch
-        while not (self.controller.is_active and self.controller.waiting == 0 and self.publisher.image):
-            await asyncio.sleep(0.005)
-        if self._migrate_file is not None:
-            self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
-        # registered, unfenced, then heartbeats on the broker's injected scheduler
-        await self.lifecycle.start()
-        await self._settle()
+        manager.register(_Listener(self.controller, self.loader))
+        self.controller.attach(_ControllerRaft(manager))
+        manager.start()
+        self.manager = manager
+        self.metadata_log = manager.metadata_log
+        broker.raft_manager = manager
         self._poll_timer = DeadlineTimer(
-            self.broker.scheduler,
+            broker.scheduler,
             self._now,
             self.controller.maybe_poll,
             self.controller.next_poll_ms,
@@ -304,23 +242,103 @@ class BrokerQuorum:
         )
         self._poll_timer.start()
 
+    def _controller_channel(self) -> ControllerChannel:
+        """The way to the active controller: this node's own alone on a one-voter quorum; with
+        several voters, this node's controller when active, else the active one (the raft
+        manager's leader) over the wire to its controller listener."""
+        kraft = self.kraft
+        if self.single_voter or not kraft.voters:
+            return LocalControllerChannel(self.controller)
+
+        def leader() -> int | None:
+            return None if self.manager is None else self.manager.leader_and_epoch.leader_id
+
+        return QuorumControllerChannel(
+            self.controller,
+            leader,
+            {v.node_id: (v.host, v.port) for v in kraft.voters},
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            retry_backoff_ms=kraft.retry_backoff_ms,
+            client_id=f"broker-{kraft.node_id}-to-controller",
+            client_host=self.broker.config.advertised()[0],
+        )
+
+    def _waiting_for(self) -> tuple[str, str] | None:
+        """What the start still waits for (a key and a sentence), or None once a leader is known
+        and this node's loader published the committed log up to the leader's high watermark."""
+        manager, controller = self.manager, self.controller
+        assert manager is not None
+        leader = manager.leader_and_epoch.leader_id
+        if leader is None:
+            voters = ",".join(str(v) for v in sorted(self.voters))
+            return "leader", f"a leader of the metadata quorum (a majority of voters {voters} up)"
+        if leader == self.node_id and not (controller.is_active and controller.waiting == 0):
+            return "active", "this node's controller to commit its first batch"
+        target = manager.leader_high_watermark
+        if target is None:
+            return "fetch", f"a first answer from the quorum's leader {leader}"
+        if self.loader.last_offset + 1 < target or self.publisher.image is None:
+            return "catch-up", f"the metadata log to be applied up to the leader's high watermark {target}"
+        return None
+
+    async def wait_caught_up(self) -> None:
+        """Wait (never fail: the other voters may not be up yet) until a leader is known and this
+        node applied the committed metadata log; logs once what it waits for."""
+        told: set[str] = set()
+        while (waiting := self._waiting_for()) is not None:
+            key, text = waiting
+            if key not in told:
+                told.add(key)
+                log.info("node %d waits for %s", self.node_id, text)
+            if self.manager is None or self.manager.closed:
+                raise RuntimeError("the metadata quorum stopped during the start")
+            await asyncio.sleep(0.005)
+        if self._migrate_file is not None:
+            self._migrate_file.rename(self._migrate_file.with_name(self._migrate_file.name + ".migrated"))
+            self._migrate_file = None
+
+    async def register(self) -> None:
+        """Register the broker and heartbeat until unfenced (retrying while the active controller
+        cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``
+        (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`)."""
+        await self.lifecycle.start()
+        await self._settle()
+
+    async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
+        """Create the missing internal topics through the controller. A node that cannot reach
+        the active controller waits until the topic reaches its image (the active controller's
+        node creates it)."""
+        told = False
+        for name, partitions in topics:
+            while name not in self.broker.topics.topics:
+                try:
+                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+                except TopicError as e:
+                    if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS):
+                        raise
+                    if not told:
+                        told = True
+                        log.info("node %d waits for the internal topic %s (%s)", self.node_id, name, e)
+                    await asyncio.sleep(self._retry_s)
+
     def go_live(self) -> None:
         """The broker opened its logs: later images are applied by making and deleting logs."""
         self.publisher.go_live()
 
     async def stop(self) -> None:
         self.lifecycle.close()
-        await self.channel.close()
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self.publisher.close()
-        if self.driver is not None:
-            await self.driver.stop()
-        if self.metadata_log is not None:
-            try:  # (its dir may have failed: the broker is stopping because of it)
-                self.metadata_log.close()
+        with contextlib.suppress(Exception):
+            await self.channel.close()
+        if self.manager is not None:
+            try:  # graceful: a leader resigns; closes the metadata log (its dir may have failed)
+                await self.manager.shutdown()
             except (OSError, RaftStorageError) as e:
                 log.error("closing the metadata log failed: %s", e)
+            if self.broker.raft_manager is self.manager:
+                self.broker.raft_manager = None
 
     # -- broker lifecycle at the controller (server/broker_lifecycle.py)
     def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
@@ -376,15 +394,28 @@ class BrokerQuorum:
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
-        if self.driver is None:  # not started: nothing would ever answer (a request waited forever)
+        if self.manager is None:  # not started: nothing would ever answer (a request waited forever)
             raise TopicError(ErrorCode.NOT_CONTROLLER, "the metadata quorum is not started")
         try:
             return await self.channel.call(api_key, request)
         except NotControllerError as e:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(e)) from e
 
-    async def _settle(self) -> None:
-        """Wait until the broker applied everything committed so far."""
+    async def _settle(self, until: Callable[[MetadataImage], bool] | None = None) -> None:
+        """Wait until the broker applied everything committed so far and, when the answer came
+        from another node's controller (this node's log may not have the result yet), until the
+        published image satisfies ``until`` (at most the channel's timeout)."""
+        await self.publisher.wait_applied(self.loader.last_offset)
+        if until is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_REQUEST_TIMEOUT_MS / 1000
+        while (image := self.publisher.image) is None or not until(image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
@@ -397,14 +428,15 @@ class BrokerQuorum:
         )
         request = create_topics.CreateTopicsRequest(
             topics=(topic,),
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_TOPICS, request)
         result = response["topics"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        topic_id = result["topic_id"]
+        await self._settle(lambda image: (t := image.topics.get_topic(name)) is not None and t.id == topic_id)
         info = self.broker.topics.get(name)
         if info is None or info.topic_id != result["topic_id"]:
             # its logs could not be made here (a full or failed disk): take the topic back out
@@ -417,25 +449,28 @@ class BrokerQuorum:
     async def delete_topic(self, name: str) -> None:
         request = delete_topics.DeleteTopicsRequest(
             topics=(delete_topics.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0)),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
         )
         response = await self._call(DELETE_TOPICS, request)
         result = response["responses"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        gone = result["topic_id"]
+        await self._settle(lambda image: image.topics.get_topic(gone) is None)
 
     async def create_partitions(self, name: str, count: int) -> None:
         request = create_partitions.CreatePartitionsRequest(
             topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
-            timeout=i32(30000),  # type: ignore[arg-type]
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )
         response = await self._call(CREATE_PARTITIONS, request)
         result = response["results"][0]
         if result["error_code"]:
             raise TopicError(result["error_code"], result["error_message"] or "")
-        await self._settle()
+        await self._settle(
+            lambda image: len(getattr(image.topics.get_topic(name), "partitions", ())) >= count
+        )
 
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
         """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log."""
@@ -452,25 +487,8 @@ class BrokerQuorum:
         return asyncio.ensure_future(self.channel.call(ALTER_CONFIGS, request))
 
 
-def _controller_channel(broker: Broker, controller: ControllerServer) -> ControllerChannel:
-    """The local controller alone on the zero set-up single node; with controller.quorum.voters,
-    the local controller when active, else the active one over the wire."""
-    kraft = broker.config.kraft()
-    if not kraft.voters:
-        return LocalControllerChannel(controller)
-    return QuorumControllerChannel(
-        controller,
-        lambda: controller.controller_id,
-        {v.node_id: (v.host, v.port) for v in kraft.voters},
-        request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
-        retry_backoff_ms=kraft.retry_backoff_ms,
-        client_id=f"broker-{kraft.node_id}-to-controller",
-        client_host=broker.config.advertised()[0],
-    )
-
-
 def _protocol_id(name: str) -> int:
     return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name.upper(), 0)
 
 
-__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum", "OneVoterDriver"]
+__all__ = ["QUORUM_ENABLE", "BrokerMetadataPublisher", "BrokerQuorum"]

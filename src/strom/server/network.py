@@ -38,6 +38,7 @@ import ssl
 import struct
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import codec
@@ -487,10 +488,14 @@ def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:
     return RawResponse([body], len(body))
 
 
-async def start_listeners(broker: Broker) -> list[Listener]:
+async def start_listeners(
+    broker: Broker, *, only: Collection[str] | None = None, skip: Collection[str] = ()
+) -> list[Listener]:
     """One server per listener, with strom's accept loop (:mod:`strom.server.listener`: it pauses
     instead of failing when descriptors run out). TLS contexts are built before any port is
-    opened, so bad key material fails the start (ConfigError) with nothing listening."""
+    opened, so bad key material fails the start (ConfigError) with nothing listening.
+    ``only``/``skip``: the listener names to start, or not (a KRaft node starts its controller
+    listeners first, the others once it is ready)."""
     from ..security.tls import build_server_contexts
 
     loop = asyncio.get_running_loop()
@@ -499,6 +504,8 @@ async def start_listeners(broker: Broker) -> list[Listener]:
     servers: list[Listener] = []
     try:
         for name, protocol, host, port in broker.config.listener_protocols():
+            if (only is not None and name not in only) or name in skip:
+                continue
             context = contexts.get(name)
             tls = context if upgrade_here else None
 
