@@ -49,7 +49,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -366,6 +366,8 @@ class Broker:
             scheduler=self.scheduler,
         )
         self.group_coordinator.group_configs = self.group_config
+        if self.quorum is not None:  # a multi-node cluster: only the partitions led here
+            self.group_coordinator.owns = self._leads(OFFSETS_TOPIC)
         # consumer-group records name topics by id: let the coordinator resolve every known one
         for info in self.topics.topics.values():
             self.group_coordinator.topic_names[info.topic_id] = info.name
@@ -385,6 +387,8 @@ class Broker:
             ],
             scheduler=self.scheduler,
         )
+        if self.quorum is not None:
+            self.txn_coordinator.owns = self._leads(TXN_TOPIC)
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
         if listen:
@@ -406,6 +410,10 @@ class Broker:
             f" (offline: {','.join(str(d) for d in rm.offline_dirs)})" if rm.offline_dirs else "",
             len(rm.logs),
         )
+
+    def _leads(self, topic: str) -> Callable[[int], bool]:
+        """Whether this broker leads a partition of ``topic`` (the coordinators' ownership)."""
+        return lambda p: self.metadata_cache.leader_id(topic, p) == self.node_id
 
     def on_connection_closed(self, connection_id: str) -> None:
         """A client connection closed: its share sessions close and release their records."""

@@ -87,6 +87,10 @@ class MetadataCache(Protocol):
 
     def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None: ...
 
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        """The registered but fenced brokers (DescribeCluster's ``include_fenced_brokers``)."""
+        ...
+
     def topics(self) -> Iterable[TopicInfo]:
         """Every topic, in creation order."""
         ...
@@ -159,6 +163,9 @@ class RegistryMetadataCache:
         if node_id != self._node_id:
             return None
         return self.alive_brokers(listener)[0]
+
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        return []  # a running single node is never fenced
 
     # ------------------------------------------------------------------ topics
     def topics(self) -> Iterable[TopicInfo]:
@@ -261,6 +268,11 @@ class ImageMetadataCache:
             if node is not None:
                 out.append(node)
         return out
+
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        brokers = self._image.cluster.brokers
+        nodes = (self._node(brokers[i], listener) for i in sorted(brokers) if brokers[i].fenced)
+        return [n for n in nodes if n is not None]
 
     def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
         reg = self._image.cluster.broker(node_id)

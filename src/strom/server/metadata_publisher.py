@@ -191,6 +191,28 @@ class BrokerMetadataPublisher:
             if configs != info.configs:
                 reg.set_configs(name, configs, notify=False)
                 broker.refresh_log_configs(name)
+        self._follow_coordinator_leadership()
+
+    def _follow_coordinator_leadership(self) -> None:
+        """The group and transaction coordinators serve the partitions of their topic that
+        this broker leads: load a partition that became led here, forget one led elsewhere now
+        (Kafka's ``onElection``/``onResignation``, called by its metadata publisher)."""
+        from .broker import OFFSETS_TOPIC, TXN_TOPIC
+
+        broker = self.broker
+        cache = broker.metadata_cache
+        for topic, coord in ((OFFSETS_TOPIC, broker.group_coordinator), (TXN_TOPIC, broker.txn_coordinator)):
+            owned = getattr(coord, "owned", None)
+            if owned is None:  # not started, or serving every partition
+                continue
+            count = cache.num_partitions(topic) or 0
+            led = {p for p in range(count) if cache.leader_id(topic, p) == broker.node_id}
+            for p in sorted(owned - led):
+                log.info("no longer the coordinator of %s-%d", topic, p)
+                coord.on_resignation(p)
+            for p in sorted(led - owned):
+                log.info("now the coordinator of %s-%d: loading it", topic, p)
+                coord.on_election(p)
 
 
 __all__ = ["BrokerMetadataPublisher"]
