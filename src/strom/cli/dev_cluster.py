@@ -35,14 +35,13 @@ import subprocess
 import sys
 import time
 import types
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from strom.cli.commands import CommandError
-from strom.client.client import topic_id_str
+from strom.log.log_dirs import random_uuid
 
 __all__ = ["DevCluster", "NodeSpec", "add_parser", "dev_cluster", "free_ports"]
 
@@ -162,7 +161,7 @@ class DevCluster:
             NodeSpec(i, ports[2 * (i - 1)], ports[2 * (i - 1) + 1], self.base_dir / f"node-{i}")
             for i in range(1, self.n + 1)
         ]
-        self.cluster_id = topic_id_str(uuid.uuid4())
+        self.cluster_id = random_uuid()  # as kafka-storage: never starting with '-' (read as a flag)
         for s in self.specs:
             s.dir.mkdir(parents=True, exist_ok=True)
             s.config_path.write_text(self.config_text(s))
