@@ -418,11 +418,13 @@ class BrokerQuorum:
                 await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1
+    ) -> TopicInfo:
         topic = create_topics.CreatableTopic(
             name=name,  # type: ignore[arg-type]
             num_partitions=i32(partitions),
-            replication_factor=i16(-1),
+            replication_factor=i16(replication_factor),
             assignments=(),
             configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
         )
