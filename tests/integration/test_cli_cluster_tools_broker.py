@@ -181,12 +181,8 @@ def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> 
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the single node runs no KRaft quorum by default yet (DescribeQuorum answers "
-    "BROKER_NOT_AVAILABLE)",
-)
-def test_metadata_quorum_status_and_replication(broker: BrokerProcess) -> None:
+def test_metadata_quorum_status_and_replication(quorum_broker: BrokerProcess) -> None:
+    broker = quorum_broker
     me = node_id(broker)
     status = ok(
         "metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--status"

@@ -67,6 +67,9 @@ def test_quorum_through_broker_listeners(tmp_path: Path) -> None:
                         "transaction.state.log.num.partitions": "1",
                         "share.coordinator.state.topic.num.partitions": "1",
                         "log.cleaner.enable": "false",
+                        # the registry path: this test gives each broker its own raft manager
+                        # (a broker on the quorum owns the manager of its own quorum)
+                        "strom.metadata.quorum.enable": "false",
                     }
                 )
                 b = Broker(cfg)

@@ -25,6 +25,7 @@ from strom.raft.messages import (
     Errors,
     FetchRequest,
     FetchResponse,
+    LeaderIdAndEpoch,
     RaftRequest,
     RaftResponse,
     VoteRequest,
@@ -316,3 +317,69 @@ def test_from_broker_config(tmp_path: Path) -> None:
         assert m3.transport.endpoints == {2: ("127.0.0.1", 9094), 3: ("127.0.0.1", 9095)}
 
     asyncio.run(body())
+
+
+def test_append_now_commits_on_the_loop_never_inside_the_call(tmp_path: Path) -> None:
+    """The controller's synchronous append: with no append linger the batch commits as soon as
+    the loop runs (no clock needs to advance), but never from inside ``append_now`` itself (the
+    caller notes what it appended before the commit is delivered)."""
+
+    async def body(env: Env) -> None:
+        import random
+
+        m = RaftManager(
+            RaftConfig(1, frozenset({1}), cluster_id="c1", append_linger_ms=0),
+            RaftManagerConfig(env.dir, LogConfig(segment_bytes=1 << 20), shutdown_timeout_ms=100),
+            clock=env.clock,
+            scheduler=env.scheduler,
+            rng=random.Random(7),
+        )
+        rec = Recorder()
+        m.register(rec)
+        m.start()
+        await env.scheduler.settle()
+        assert m.is_leader
+        seen_inside: list[int] = []
+
+        class Probe:
+            def handle_commit(self, batches: list[CommittedBatch]) -> None:
+                seen_inside.extend(b.last_offset for b in batches if inside)
+
+            def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+                pass
+
+            def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+                pass
+
+        m.register(Probe())
+        inside = True
+        last = m.append_now([b"x"])
+        inside = False
+        assert seen_inside == [] and rec.records() == []
+        await env.scheduler.settle()  # the loop runs; the manual clock never moved
+        assert rec.records() == [b"x"]
+        assert m.high_watermark > last and m.leader_high_watermark == m.high_watermark
+        await m.shutdown()
+
+    run(body, tmp_path)
+
+
+def test_follower_learns_the_leaders_high_watermark_from_fetch_answers(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        t = FakeTransport()
+        m = env.manager(voters=frozenset({1, 2, 3}), transport=t)
+        m.start()
+        assert m.leader_high_watermark is None
+        # node 2 leads epoch 5: its BeginQuorumEpoch makes this node a follower, which fetches
+        await m.handle_request(2, BeginQuorumEpochRequest(2, 5, "c1"))
+        env.scheduler.advance(0)
+        await env.scheduler.settle()
+        fetches = [(d, c, r) for d, c, r in t.sent if isinstance(r, FetchRequest)]
+        assert fetches and fetches[-1][0] == 2
+        _d, cid, _r = fetches[-1]
+        assert t.on_response is not None
+        t.on_response(2, cid, FetchResponse(Errors.NONE, 0, 0, current_leader=LeaderIdAndEpoch(2, 5)))
+        assert m.leader_high_watermark == 0
+        await m.shutdown()
+
+    run(body, tmp_path)

@@ -428,7 +428,8 @@ class QuorumController:
         return ControllerResult(records, response)
 
     def elect_leaders(self, request: Any) -> ControllerResult[dict[str, Any]]:
-        election = Election.UNCLEAN if int(request.election_type) == 1 else Election.PREFERRED
+        # (v0 has no election type: preferred)
+        election = Election.UNCLEAN if int(getattr(request, "election_type", 0)) == 1 else Election.PREFERRED
         records, response = self.replication.elect_leaders(election, request.topic_partitions)
         return ControllerResult(records, response)
 

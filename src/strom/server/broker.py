@@ -9,13 +9,16 @@
   the listeners; the producer id blocks.
 * topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
   (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
-  (default false) the node runs on its one-voter metadata quorum (:mod:`strom.server.kraft`):
-  these methods go through the controller, the registry is kept in memory as the broker's view
-  of the metadata image, and an older data dir's registry is migrated on the first start.
+  (default false), and always when ``controller.quorum.voters`` names several voters, the node
+  runs on the metadata quorum (:mod:`strom.server.kraft`): these methods go through the
+  controller, the registry is kept in memory as the broker's view of the metadata image, and
+  an older data dir's registry is migrated on the first start of a one-voter node.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
-coordinator (which replays ``__consumer_offsets``), then listen.
+coordinator (which replays ``__consumer_offsets``), then listen. On the quorum, the controller
+listeners serve first and the node waits until it caught up with the metadata log (the order
+is in :mod:`strom.server.kraft`).
 
 Log dirs (``log.dirs``, :mod:`strom.log.log_dirs`): the first holds the broker-level files;
 partitions are spread over the dirs (fewest first); AlterReplicaLogDirs moves them
@@ -707,8 +710,23 @@ async def serve(config: BrokerConfig) -> None:
         raise SystemExit(1) from None
     stop = asyncio.Event()
     _install_signals(asyncio.get_running_loop(), stop)
+    # a node of a multi-voter quorum may wait long in its start (no majority up yet): a signal
+    # then stops it cleanly, as it stops a started broker
+    starting = asyncio.ensure_future(broker.start())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await broker.start()
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not starting.done():
+        log.info("stopping during the start")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        await broker.stop()
+        return
+    try:
+        starting.result()
     except (OSError, ConfigError) as e:  # ports in use, unreadable TLS key material ...
         log.error("cannot start broker: %s", e)
         await broker.stop()

@@ -146,7 +146,7 @@ class BrokerLifecycleManager:
                 response = None
             if response is not None and not response["is_fenced"] and not response["error_code"]:
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(min(self.retry_backoff_ms, 50) / 1000)
         self.state = BrokerState.RUNNING
         self._timer = self.scheduler.schedule_periodic(
             self.heartbeat_interval_ms, self._heartbeat_due, name="broker-heartbeat"

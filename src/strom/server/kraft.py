@@ -1,27 +1,63 @@
-"""The broker on the metadata quorum: a combined node that is its own one-voter quorum.
+"""The broker on the metadata quorum: a combined node (``process.roles=broker,controller``) of a
+quorum of one voter or of many, or a broker-only observer of it.
 
-Theory of operation (Kafka's ``KafkaRaftServer`` for ``process.roles=broker,controller`` with one
-voter; enabled by ``strom.metadata.quorum.enable``).
+Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
+in one process; enabled by ``strom.metadata.quorum.enable``, and always on for a node whose
+``controller.quorum.voters`` names more than one voter: a multi-node cluster has no other path).
 
 Parts, all on the broker's event loop:
 
-* the Raft node (:class:`~strom.raft.quorum.RaftNode`) on the metadata log
-  (``<metadata.log.dir>/__cluster_metadata-0``) and the ``quorum-state`` file, driven by
-  :class:`OneVoterDriver` (poll at the node's next deadline, woken by appends). With one voter
-  there is no network: the node elects itself at once and commits what it flushed
-  (``controller.quorum.append.linger.ms`` after an append). The asyncio ``RaftManager`` of the
-  multi-node quorum replaces this driver.
-* :class:`~strom.controller.server.ControllerServer`: the active controller.
+* the :class:`~strom.raft.manager.RaftManager` (the same for one voter and for many): the Raft
+  node on the metadata log (``<metadata.log.dir>/__cluster_metadata-0``) and the
+  ``quorum-state`` file, its timers on the broker's injected scheduler. With one voter it has
+  no transport (:class:`~strom.raft.manager.NullTransport`): the node elects itself at once and
+  commits what it flushed. With several, requests go to the other voters' CONTROLLER endpoints
+  (:class:`~strom.raft.transport.SocketRaftTransport`) and theirs arrive on this broker's
+  listeners (:mod:`strom.server.handlers.raft`, through ``broker.raft_manager``).
+* :class:`~strom.controller.server.ControllerServer`: active when this node leads the quorum
+  (the first active controller of an empty log writes the bootstrap records); it appends through
+  :class:`_ControllerRaft`, a synchronous view of the manager.
 * :class:`~strom.metadata.loader.MetadataLoader`: committed batches into images, published to
   :class:`BrokerMetadataPublisher`, which applies the image to the broker (below).
 
-Startup (:meth:`BrokerQuorum.start`): open the log; if it is empty (a new cluster) the first
-batch the controller writes is the bootstrap records plus the migration of the data dir written
-by an older strom (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids);
-once that batch is committed, ``strom-topics.json`` is renamed ``strom-topics.json.migrated``.
-Then wait until this node leads and the image is published, register the broker
-(BrokerRegistration with a fresh incarnation id) and heartbeat until unfenced, then every
-``broker.heartbeat.interval.ms``.
+The controller and the loader are the manager's listeners (one :class:`_Listener`), registered
+before it starts, so they see the whole committed log.
+
+Start-up, in Kafka's order (controller first), as :meth:`Broker.start` calls it:
+
+1. :meth:`BrokerQuorum.start_raft`: start the manager and the controller's periodic work. On a
+   one-voter node with an empty log, the first batch the controller writes is the bootstrap
+   records plus the migration of the data dir written by an older strom
+   (:func:`strom.metadata.migration.records_for_data_dir`: topics keep their ids); a multi-node
+   cluster starts from formatted, empty dirs.
+2. the broker's controller listeners (``controller.listener.names``) serve, so that the voters
+   can elect: a quorum cannot elect unless the nodes answer Vote.
+3. :meth:`BrokerQuorum.wait_caught_up`: until a leader is known and this node's loader applied
+   the committed log up to the leader's high watermark (one voter: at once). A node waits, and
+   does not fail, while no majority is up; it logs once what it waits for. Then
+   ``strom-topics.json`` of a migrated dir is renamed ``strom-topics.json.migrated``.
+4. :meth:`BrokerQuorum.register`: BrokerRegistration (a fresh incarnation id), heartbeats until
+   unfenced, then every ``broker.heartbeat.interval.ms``
+   (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`; retried while the active
+   controller cannot be reached).
+5. :meth:`BrokerQuorum.create_internal_topics` through the controller; a node that cannot reach
+   the active controller waits until the topic reaches its image.
+6. the broker loads its logs, goes live (:meth:`go_live`), starts its coordinators and its client
+   listeners.
+
+Every request to the controller goes through ``self.channel``
+(:mod:`strom.server.controller_channel`), built by :meth:`BrokerQuorum._controller_channel`:
+this node's own controller on a one-voter quorum; with several voters, the local controller
+when active, else the active controller (the raft manager's leader) over the wire to its
+controller listener.
+
+Stop (:meth:`BrokerQuorum.stop`): heartbeats and the controller's poll timer stop, the manager
+shuts down gracefully (a leader resigns: EndQuorumEpoch, so that a successor stands at once) and
+closes the metadata log.
+
+A broker-only node (``process.roles=broker``) runs no controller: its Raft node is an observer
+(it fetches the log from the voters' CONTROLLER endpoints and never votes), its loader follows
+the log, and everything it asks of the controller goes over the wire to the active one.
 
 The broker's view of the image: the topic registry (:class:`~strom.metadata.topics.TopicRegistry`,
 in memory on this path) and the replica manager's logs. Applying a delta keeps the broker's rule
@@ -59,7 +95,6 @@ from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
-from ..config import ConfigError
 from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
@@ -124,27 +159,31 @@ class _ControllerRaft:
 
 
 class _Listener:
-    """The Raft listener of a combined node: the controller and the broker's loader."""
+    """The Raft listener of a node: its controller (none on a broker-only node) and the
+    broker's loader."""
 
-    def __init__(self, controller: ControllerServer, loader: MetadataLoader) -> None:
+    def __init__(self, controller: ControllerServer | None, loader: MetadataLoader) -> None:
         self.controller = controller
         self.loader = loader
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
-        self.controller.handle_commit(batches)
+        if self.controller is not None:
+            self.controller.handle_commit(batches)
         self.loader.handle_committed(batches)
 
     def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
-        self.controller.handle_load_snapshot(snapshot_id, data)
+        if self.controller is not None:
+            self.controller.handle_load_snapshot(snapshot_id, data)
         self.loader.handle_load_snapshot(snapshot_id.offset, snapshot_id.epoch, data)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        self.controller.handle_leader_change(leader)
+        if self.controller is not None:
+            self.controller.handle_leader_change(leader)
         self.loader.handle_leader_change(leader.leader_id, leader.epoch)
 
 
 class BrokerQuorum:
-    """The metadata quorum of a combined one-voter node (see the module docstring)."""
+    """The metadata quorum of a combined node (see the module docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -152,7 +191,10 @@ class BrokerQuorum:
         self.node_id = broker.node_id
         self.metadata_dir: Path = cfg.metadata_log_dir
         self.heartbeat_interval_ms = int(cfg["broker.heartbeat.interval.ms"])
-        self.controller = ControllerServer(
+        self.kraft = cfg.kraft()
+        self.voters = self.kraft.voter_ids
+        # a broker-only node (process.roles=broker) is an observer of the quorum: no controller
+        self.controller: ControllerServer | None = None if not self.kraft.is_controller else ControllerServer(
             self.node_id,
             broker.clock,
             ControllerConfig(
@@ -165,13 +207,6 @@ class BrokerQuorum:
             validator=accept_all,  # the broker validated the configs with its own messages
             snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
         )
-        self.kraft = cfg.kraft()
-        if not self.kraft.is_controller:
-            raise ConfigError(
-                "process.roles=broker without controller is not supported yet (a broker-only node "
-                "would follow the metadata log as an observer): use process.roles=broker,controller"
-            )
-        self.voters = self.kraft.voter_ids
         # everything asked of the controller goes through the channel (local or over the wire)
         self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
@@ -207,7 +242,8 @@ class BrokerQuorum:
         the controller's periodic work. Inbound KRaft requests reach the manager through
         ``broker.raft_manager`` (:mod:`strom.server.handlers.raft`)."""
         broker = self.broker
-        if self.single_voter:
+        controller = self.controller
+        if self.single_voter and controller is not None:
             # a new one-node cluster: its first batch carries the migration of an older strom's
             # data dir (a multi-node cluster starts from formatted, empty dirs)
             peek = MetadataLog.open(self.metadata_dir, clock=broker.clock)
@@ -218,36 +254,38 @@ class BrokerQuorum:
             if empty:
                 old = broker.log_dir / TOPICS_FILE
                 records = records_for_data_dir(broker.log_dir, node_id=self.node_id)
-                self.controller.initial_records = records
+                controller.initial_records = records
                 if old.exists():
                     self._migrate_file = old
                     log.info("migrating %s into the metadata log (%d records)", old, len(records))
         manager = RaftManager.from_broker_config(
             broker.config, broker.cluster_id, clock=broker.clock, scheduler=broker.scheduler
         )
-        manager.register(_Listener(self.controller, self.loader))
-        self.controller.attach(_ControllerRaft(manager))
+        manager.register(_Listener(controller, self.loader))
+        if controller is not None:
+            controller.attach(_ControllerRaft(manager))
         manager.start()
         self.manager = manager
         self.metadata_log = manager.metadata_log
         broker.raft_manager = manager
-        self._poll_timer = DeadlineTimer(
-            broker.scheduler,
-            self._now,
-            self.controller.maybe_poll,
-            self.controller.next_poll_ms,
-            name="controller-poll",
-            min_delay_ms=10,
-            max_delay_ms=1000,
-        )
-        self._poll_timer.start()
+        if controller is not None:
+            self._poll_timer = DeadlineTimer(
+                broker.scheduler,
+                self._now,
+                controller.maybe_poll,
+                controller.next_poll_ms,
+                name="controller-poll",
+                min_delay_ms=10,
+                max_delay_ms=1000,
+            )
+            self._poll_timer.start()
 
     def _controller_channel(self) -> ControllerChannel:
         """The way to the active controller: this node's own alone on a one-voter quorum; with
-        several voters, this node's controller when active, else the active one (the raft
-        manager's leader) over the wire to its controller listener."""
+        several voters (or on a broker-only node), this node's controller when active, else the
+        active one (the raft manager's leader) over the wire to its controller listener."""
         kraft = self.kraft
-        if self.single_voter or not kraft.voters:
+        if self.controller is not None and (self.single_voter or not kraft.voters):
             return LocalControllerChannel(self.controller)
 
         def leader() -> int | None:
@@ -272,13 +310,18 @@ class BrokerQuorum:
         if leader is None:
             voters = ",".join(str(v) for v in sorted(self.voters))
             return "leader", f"a leader of the metadata quorum (a majority of voters {voters} up)"
-        if leader == self.node_id and not (controller.is_active and controller.waiting == 0):
+        if leader == self.node_id and controller is not None and not (
+            controller.is_active and controller.waiting == 0
+        ):
             return "active", "this node's controller to commit its first batch"
         target = manager.leader_high_watermark
         if target is None:
             return "fetch", f"a first answer from the quorum's leader {leader}"
         if self.loader.last_offset + 1 < target or self.publisher.image is None:
-            return "catch-up", f"the metadata log to be applied up to the leader's high watermark {target}"
+            return "catch-up", (
+                f"the committed metadata log (the leader's high watermark: {target}; "
+                f"applied here: {self.loader.last_offset + 1}) and a first image"
+            )
         return None
 
     async def wait_caught_up(self) -> None:
@@ -372,7 +415,7 @@ class BrokerQuorum:
     def _end_own_session(self) -> None:
         """The previous incarnation of this broker was this node's previous process: over (only
         this node's own controller, when active, can know that)."""
-        if self.controller.is_active:
+        if self.controller is not None and self.controller.is_active:
             self.controller.end_session(self.node_id)
 
     @property
