@@ -194,19 +194,21 @@ class BrokerQuorum:
         self.kraft = cfg.kraft()
         self.voters = self.kraft.voter_ids
         # a broker-only node (process.roles=broker) is an observer of the quorum: no controller
-        self.controller: ControllerServer | None = None if not self.kraft.is_controller else ControllerServer(
-            self.node_id,
-            broker.clock,
-            ControllerConfig(
-                num_partitions=int(cfg["num.partitions"]),
-                default_replication_factor=1,
-                broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
-                delete_topic_enable=bool(cfg["delete.topic.enable"]),
-            ),
-            cluster_id=broker.cluster_id,
-            validator=accept_all,  # the broker validated the configs with its own messages
-            snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
-        )
+        self.controller: ControllerServer | None = None
+        if self.kraft.is_controller:
+            self.controller = ControllerServer(
+                self.node_id,
+                broker.clock,
+                ControllerConfig(
+                    num_partitions=int(cfg["num.partitions"]),
+                    default_replication_factor=1,
+                    broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
+                    delete_topic_enable=bool(cfg["delete.topic.enable"]),
+                ),
+                cluster_id=broker.cluster_id,
+                validator=accept_all,  # the broker validated the configs with its own messages
+                snapshot_max_bytes=int(cfg["metadata.log.max.record.bytes.between.snapshots"]),
+            )
         # everything asked of the controller goes through the channel (local or over the wire)
         self.channel: ControllerChannel = self._controller_channel()
         self.loader = MetadataLoader()
