@@ -1,7 +1,8 @@
 """The broker process, a composition root: it builds the components and wires them together.
 
 * :class:`~strom.server.metadata_cache.MetadataCache` (``metadata_cache``): what handlers know
-  of the cluster (topics, partition leadership, brokers), today over the topic registry.
+  of the cluster (topics, partition leadership, brokers): over the topic registry on a single
+  node, over the metadata image on the quorum (``ImageMetadataCache``).
 * :class:`~strom.server.replica_manager.ReplicaManager` (``replica_manager``): the partition
   logs, appends, reads, offsets, log dirs and their failures, the one answer for a partition
   that cannot be served here.

@@ -73,8 +73,9 @@ broker applied the committed result, so a client that got an answer sees the top
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
-no id is reused when the controller takes them over), SCRAM/ACLs. Partition leadership in
-Metadata answers still comes from the registry (this node leads everything it hosts).
+no id is reused when the controller takes them over), SCRAM/ACLs. Brokers and partition
+leadership in the broker's answers come from the image
+(:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ partitions each has, who leads a partition at which epoch with which replicas an
 brokers are alive at which endpoints, who the controller is, the cluster id. They never read
 the topic registry or the broker's fields for that.
 
-:class:`MetadataCache` is the interface (a protocol); :class:`RegistryMetadataCache` is today's
+:class:`MetadataCache` is the interface (a protocol); :class:`RegistryMetadataCache` is the
 single-node implementation over the :class:`~strom.metadata.topics.TopicRegistry`: this node
 leads every partition at epoch 0 and is its only replica, and a partition on a failed log dir has
 no leader (leader -1, this node among its offline replicas), as Kafka's controller answers once

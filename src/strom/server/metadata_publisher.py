@@ -197,11 +197,13 @@ class BrokerMetadataPublisher:
         """The group and transaction coordinators serve the partitions of their topic that
         this broker leads: load a partition that became led here, forget one led elsewhere now
         (Kafka's ``onElection``/``onResignation``, called by its metadata publisher)."""
-        from .broker import OFFSETS_TOPIC, TXN_TOPIC
-
         broker = self.broker
         cache = broker.metadata_cache
-        for topic, coord in ((OFFSETS_TOPIC, broker.group_coordinator), (TXN_TOPIC, broker.txn_coordinator)):
+        internal = (
+            ("__consumer_offsets", broker.group_coordinator),
+            ("__transaction_state", broker.txn_coordinator),
+        )
+        for topic, coord in internal:
             owned = getattr(coord, "owned", None)
             if owned is None:  # not started, or serving every partition
                 continue
