@@ -170,11 +170,11 @@ def test_an_unreachable_broker_is_one_line_exit_1(argv: list[str]) -> None:
     assert len(lines) == 1 and lines[0].startswith(f"strom {argv[0]}: error: "), r.stderr
 
 
-def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> None:
-    """The registry-path single node (strom.metadata.quorum.enable=false, today's default) answers
-    DescribeQuorum BROKER_NOT_AVAILABLE; the CLI prints that in one line and exits 1. The xfail
-    below flips once the single node runs on its quorum by default."""
-    r = strom("metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--replication")
+def test_a_node_without_a_quorum_is_named_in_one_line(tmp_path: Path) -> None:
+    """A registry-path single node (strom.metadata.quorum.enable=false) answers DescribeQuorum
+    BROKER_NOT_AVAILABLE; the CLI prints that in one line and exits 1."""
+    with BrokerProcess(tmp_path / "data", overrides=["strom.metadata.quorum.enable=false"]) as registry:
+        r = strom("metadata-quorum", "--bootstrap-server", registry.bootstrap, "describe", "--replication")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         "strom metadata-quorum: error: BROKER_NOT_AVAILABLE: this node runs no KRaft quorum"
