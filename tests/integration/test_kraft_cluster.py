@@ -10,7 +10,11 @@ and show on every node (the time a new topic takes to show on all three is print
 the active controller: a new leader, CreateTopics through a surviving node keeps working, the
 killed node restarts, rejoins and shows the topics made while it was down; confluent-kafka,
 kafka-python and the Java AdminClient against the cluster; ``strom dev-cluster`` end to end; and
-the bad set-ups a single node cannot detect alone (a node formatted with another cluster id).
+the bad set-ups a single node cannot detect alone: a node formatted with another cluster id (it
+never joins, disturbs nobody, and both sides log the mismatch naming ``cluster.id``) and a node
+whose ``controller.quorum.voters`` disagrees with the others' (it disturbs nobody). The set-ups one
+node refuses at start (bad or inconsistent voters, a node id not in the voters, a cluster id or
+node id that does not match the dirs, nothing lost) are tests/integration/test_kraft_storage.py.
 
 Every request is sent to one named node (a fresh client bootstrapped on it alone), so an answer is
 that node's own view, not whichever node a routing client picked.
