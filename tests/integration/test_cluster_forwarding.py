@@ -2,7 +2,8 @@
 them): every broker registers with the active controller over the wire, requests sent to a node
 whose controller is not the active one are forwarded to it (CreateTopics, CreatePartitions,
 AlterConfigs, DeleteTopics in an Envelope, DescribeQuorum), and a node stopped with SIGTERM
-shuts down in a controlled way."""
+shuts down in a controlled way; after a kill -9 of the active controller the channels find the
+new one."""
 
 from __future__ import annotations
 
@@ -115,3 +116,34 @@ def test_brokers_register_over_the_wire_and_requests_are_forwarded(cluster: DevC
     assert proc.wait(60) == 0
     log = specs[follower].log_path.read_text()
     assert f"broker {follower}: controlled shutdown complete" in log, log[-3000:]
+
+
+def test_forwarding_follows_the_new_controller_after_a_kill_9(cluster: DevCluster) -> None:
+    specs = {s.node_id: s for s in cluster.specs}
+    for node, s in specs.items():
+        wait_for(
+            f"node {node} to register",
+            lambda node=node, s=s: f"broker {node} registered with epoch" in s.log_path.read_text(),
+        )
+    leader = leader_seen_by(next(iter(specs.values())).port)
+    assert leader in specs
+    survivor = next(n for n in specs if n != leader)
+    at = f"{HOST}:{specs[survivor].port}"
+    assert strom("topics", "--bootstrap-server", at, "create", "--topic", "before").returncode == 0
+    cluster.procs[leader].send_signal(signal.SIGKILL)
+    cluster.procs[leader].wait(30)
+    # the surviving node's channel loses its connection, finds the new leader and retries there
+    r = strom(
+        "topics", "--bootstrap-server", at, "create", "--topic", "after", "--partitions", "2", timeout=90
+    )
+    assert r.returncode == 0, r.stderr
+    new_leader = leader_seen_by(specs[survivor].port)
+    assert new_leader is not None and new_leader != leader
+    # and the survivor that is not the new controller forwards to it
+    follower = next(n for n in specs if n not in (leader, new_leader))
+    at_follower = f"{HOST}:{specs[follower].port}"
+    assert strom("topics", "--bootstrap-server", at_follower, "create", "--topic", "later").returncode == 0
+    for node in specs:
+        if node != leader:
+            out = strom("topics", "--bootstrap-server", f"{HOST}:{specs[node].port}", "list").stdout.split()
+            assert {"before", "after", "later"} <= set(out), (node, out)

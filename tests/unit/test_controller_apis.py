@@ -15,12 +15,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kio.schema.allocate_producer_ids.v0 import request as allocate
 from kio.schema.api_versions.v3 import request as api_versions
 from kio.schema.broker_heartbeat.v1 import request as heartbeat
 from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.describe_quorum.v2 import request as describe_quorum
 from kio.schema.envelope.v0 import request as envelope_request
+from kio.schema.incremental_alter_configs.v1 import request as incremental
+from kio.schema.list_partition_reassignments.v0 import request as list_reassignments
 from kio.schema.produce.v9 import request as produce
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from strom.config import BrokerConfig
 from strom.protocol import envelope
@@ -210,3 +214,70 @@ def test_envelope_at_a_node_whose_controller_is_not_active_is_not_controller() -
     assert asyncio.run(handle_envelope(_ctx(no_quorum), _envelope(_create("x"))))["error_code"] == (
         ErrorCode.NOT_CONTROLLER
     )
+
+
+def test_the_other_forwarded_apis_and_producer_ids(node: Node, loop: asyncio.AbstractEventLoop) -> None:
+    """IncrementalAlterConfigs, ListPartitionReassignments, DescribeQuorum in Envelopes and a
+    direct AllocateProducerIds, from a remote channel to the node's controller listener."""
+    broker = node.broker
+    assert broker.quorum is not None
+
+    async def main() -> None:
+        channel = QuorumControllerChannel(
+            None, lambda: broker.node_id, {broker.node_id: ("127.0.0.1", node.controller_port)}
+        )
+        try:
+            assert (await channel.call(19, _create("cfg", 1)))["topics"][0]["error_code"] == 0
+            alter = incremental.IncrementalAlterConfigsRequest(
+                resources=(
+                    incremental.AlterConfigsResource(
+                        resource_type=i8(2),  # TOPIC
+                        resource_name="cfg",
+                        configs=(
+                            incremental.AlterableConfig(
+                                name="retention.ms", config_operation=i8(0), value="777"
+                            ),
+                        ),
+                    ),
+                ),
+                validate_only=False,
+            )
+            answer = await channel.call(44, alter)
+            assert [r["error_code"] for r in answer["responses"]] == [0]
+            ctl = broker.quorum.controller.committed
+            assert ctl.configs.topic_config("cfg", "retention.ms") == "777"
+            listed = await channel.call(
+                46,
+                list_reassignments.ListPartitionReassignmentsRequest(
+                    timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)), topics=None
+                ),
+            )
+            assert listed["error_code"] == 0 and listed["topics"] == []
+            quorum = await channel.call(
+                55,
+                describe_quorum.DescribeQuorumRequest(
+                    topics=(
+                        describe_quorum.TopicData(
+                            topic_name="__cluster_metadata",  # type: ignore[arg-type]
+                            partitions=(describe_quorum.PartitionData(partition_index=i32(0)),),
+                        ),
+                    )
+                ),
+            )
+            part = quorum["topics"][0]["partitions"][0]
+            assert part["error_code"] == 0 and part["leader_id"] == broker.node_id
+            assert [v["replica_id"] for v in part["current_voters"]] == [broker.node_id]
+            block = await channel.call(
+                67,
+                allocate.AllocateProducerIdsRequest(
+                    broker_id=i32(broker.node_id),  # type: ignore[arg-type]
+                    broker_epoch=i64(broker.quorum.broker_epoch),
+                ),
+            )
+            assert (
+                block["error_code"] == 0 and block["producer_id_start"] >= 0 and block["producer_id_len"] > 0
+            )
+        finally:
+            await channel.close()
+
+    loop.run_until_complete(main())

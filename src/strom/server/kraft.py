@@ -434,10 +434,13 @@ class BrokerQuorum:
         return self.lifecycle.incarnation_id
 
     async def controlled_shutdown(self) -> None:
-        """Before the broker stops (``controlled.shutdown.enable``): leaderships move away, in a
-        cluster of several nodes (a single node has nowhere to move them and keeps them)."""
-        kraft = self.broker.config.kraft()
-        if not self.broker.config["controlled.shutdown.enable"] or len(kraft.voter_ids) < 2:
+        """Before the broker stops (``controlled.shutdown.enable``): leaderships move away to
+        the other live brokers. A broker with no other unfenced broker in its image (the single
+        node) has nowhere to move them: it keeps them (no leaderless partitions in the log)."""
+        image = self.publisher.image
+        brokers = [] if image is None else image.cluster.unfenced_brokers()
+        others = [b for b in brokers if b.id != self.node_id]
+        if not self.broker.config["controlled.shutdown.enable"] or not others:
             self.lifecycle.close()
             return
         await self.lifecycle.controlled_shutdown(int(self.broker.config["broker.session.timeout.ms"]))
