@@ -3,9 +3,9 @@
 --generate`` work on it today. The calls a single node does not answer yet are written out and
 marked ``xfail(strict=True)`` naming the missing server piece, so they turn into failures to
 un-mark as soon as it lands: DescribeQuorum (the single node's Raft manager). A real three-node
-``dev-cluster`` serves (more of it: tests/integration/test_kraft_cluster.py). ElectLeaders and
-Alter/ListPartitionReassignments are forwarded to the controller by a node on its metadata quorum
-(``quorum_broker``)."""
+``dev-cluster`` is served and described (every node's metadata cache reads the image; more of
+it: tests/integration/test_kraft_cluster.py). ElectLeaders and Alter/ListPartitionReassignments
+are forwarded to the controller by a node on its metadata quorum (``quorum_broker``)."""
 
 from __future__ import annotations
 

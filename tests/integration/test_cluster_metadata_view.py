@@ -4,8 +4,9 @@ their addresses and the same leaders; a partition's log exists only on its repli
 a node that does not lead the partition answers NOT_LEADER_OR_FOLLOWER, the client following the
 leaders reaches every partition; FindCoordinator at any node names the leader of the group's
 ``__consumer_offsets`` partition, a commit there works and one at another node answers
-NOT_COORDINATOR; a real client's consumer group (librdkafka, classic and KIP-848) consumes what
-was produced across the three."""
+NOT_COORDINATOR; a real client's transaction over partitions of the three brokers is committed
+and aborted with every marker written (WriteTxnMarkers from its coordinator); a real client's
+consumer group (librdkafka, classic and KIP-848) consumes what was produced across the three."""
 
 from __future__ import annotations
 
@@ -86,12 +87,54 @@ async def _commit_error(client: Client, port: int, group: str) -> int:
     return int(resp.topics[0].partitions[0].error_code)
 
 
+def _committed_values(confluent_kafka: Any, boot: str) -> list[bytes]:  # of topic "txn"
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": boot, "group.id": "read-committed", "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+    })
+    try:
+        consumer.subscribe(["txn"])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        idle = 0
+        while time.monotonic() < deadline and idle < 5:
+            m = consumer.poll(1.0)
+            if m is None:
+                idle += 1 if values else 0
+                continue
+            if not m.error():
+                values.append(m.value())
+        return values
+    finally:
+        consumer.close()
+
+
+async def _check_stable(c: DevCluster) -> None:
+    client = Client(",".join(f"{HOST}:{s.port}" for s in c.specs))
+    try:
+        md = await client.metadata(["txn"])
+        for p, m in md.topics["txn"].partitions.items():
+            b = md.brokers[m.leader]
+            conn = await client.connection(b.host, b.port)
+            offsets = []
+            for isolation in (0, 1):  # the high watermark, the last stable offset
+                resp = await conn.request(ApiKey.LIST_OFFSETS, {
+                    "replica_id": -1, "isolation_level": isolation, "timeout": 5000,
+                    "topics": [{"name": "txn", "partitions": [
+                        {"partition_index": p, "timestamp": -1, "current_leader_epoch": -1}]}],
+                })
+                offsets.append(int(resp.topics[0].partitions[0].offset))
+            assert offsets[0] == offsets[1] > 0, (p, offsets)
+    finally:
+        await client.close()
+
+
 async def _check(c: DevCluster) -> dict[int, int]:
     specs = {s.node_id: s for s in c.specs}
     boot = ",".join(f"{HOST}:{s.port}" for s in c.specs)
     client = Client(boot)
     try:
-        assert await client.create_topics({"spread": (6, 1)}) == {"spread": None}
+        assert await client.create_topics({"spread": (6, 1), "txn": (6, 1)}) == {"spread": None, "txn": None}
         views: dict[int, Any] = {}
         for node, s in specs.items():
             one = Client(f"{HOST}:{s.port}")
@@ -175,3 +218,23 @@ def test_three_nodes_answer_from_the_image(cluster: DevCluster) -> None:
             consumer.commit(asynchronous=False)
         finally:
             consumer.close()
+
+    # a transaction over partitions led by the three brokers: its coordinator writes the
+    # markers of the others' partitions through them (WriteTxnMarkers). (Its own topic: each
+    # broker still hands out producer ids from its own local blocks, so the idempotent
+    # producer above may have the same id; the controller's AllocateProducerIds is not used yet)
+    txn = confluent_kafka.Producer({"bootstrap.servers": boot, "transactional.id": "spread-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(12):
+        txn.produce("txn", key=f"t{i}".encode(), value=b"committed", partition=i % 6)
+    txn.commit_transaction(30)
+    txn.begin_transaction()
+    for p in range(6):
+        txn.produce("txn", key=b"a", value=b"aborted", partition=p)
+    txn.flush(30)
+    txn.abort_transaction(30)
+    committed = _committed_values(confluent_kafka, boot)
+    assert committed.count(b"committed") == 12 and b"aborted" not in committed
+    # and the last stable offset reached the high watermark on every partition (every marker written)
+    asyncio.run(_check_stable(cluster))

@@ -223,6 +223,24 @@ def test_a_member_of_three_brokers_answers_from_the_image(tmp_path: Path) -> Non
                                                          "committed_metadata": "", "commit_timestamp": -1}]}],
             })
             assert int(resp.topics[0].partitions[0].error_code) == ErrorCode.NOT_COORDINATOR
+            # a reassignment that adds this broker to x-0's replicas: its (empty) log is made here
+            # (replication would fill it); still led by 2, so not served here
+            reassign_x = apr.AlterPartitionReassignmentsRequest(
+                timeout=i32(1000),  # type: ignore[arg-type]
+                topics=(apr.ReassignableTopic(name="x", partitions=(  # type: ignore[arg-type]
+                    apr.ReassignablePartition(partition_index=i32(0), replicas=(i32(2), i32(1))),)),),
+            )
+            r = await _call(broker, ALTER_PARTITION_REASSIGNMENTS, reassign_x)
+            assert r["responses"][0]["partitions"][0]["error_code"] == 0, r
+            assert ("x", 0) in broker.logs and broker.logs[("x", 0)].log_end_offset == 0
+            assert await _produce_error(conn, "x", 0) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            path = broker.logs[("x", 0)].directory
+            # cancelled: this broker is no longer a replica, its log is deleted
+            cancel = dataclasses.replace(reassign_x, topics=(apr.ReassignableTopic(name="x", partitions=(  # type: ignore[arg-type]
+                apr.ReassignablePartition(partition_index=i32(0), replicas=None),)),))
+            r = await _call(broker, ALTER_PARTITION_REASSIGNMENTS, cancel)
+            assert r["responses"][0]["partitions"][0]["error_code"] == 0, r
+            assert ("x", 0) not in broker.logs and not path.exists()
             # a group of a partition still led here is served
             other = next(f"h{i}" for i in range(1000) if partition_for(f"h{i}", 4) != gp)
             assert (await groups.find_coordinator(client, other)).node_id == 1

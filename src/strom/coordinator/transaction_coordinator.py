@@ -71,6 +71,7 @@ class TransactionCoordinator:
         # served since (on_election / on_resignation); other transactional ids: NOT_COORDINATOR.
         self.owns: Callable[[int], bool] | None = None
         self.owned: set[int] | None = None
+        self._elections: set[asyncio.Task[None]] = set()  # completing prepared txns on election
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
@@ -85,13 +86,7 @@ class TransactionCoordinator:
             if self.owned is None or p in self.owned:  # (else led elsewhere: another broker's)
                 self._load(p)
         self.loaded = True
-        for res in self.sm.incomplete():
-            assert res.markers is not None
-            log.info(
-                "completing prepared transaction %s after restart", res.markers.complete.transactional_id
-            )
-            async with self._lock:
-                await self._write_markers(res.markers)
+        await self._complete_prepared(None, "after restart")
         self._task = self.scheduler.schedule_periodic(
             self.abort_check_interval_ms, self._check_timeouts, name="transaction timeout check"
         )
@@ -104,14 +99,37 @@ class TransactionCoordinator:
             except TxnRecordError as e:
                 log.error("skipping corrupt __transaction_state record in partition %d: %s", p, e)
 
+    async def _complete_prepared(self, partition: int | None, why: str) -> None:
+        """Write the markers of the prepared transactions (of ``partition``, or all) that the
+        log holds without their completion."""
+        for res in self.sm.incomplete():
+            assert res.markers is not None
+            tid = res.markers.complete.transactional_id
+            if partition is not None and self.partition_for(tid) != partition:
+                continue
+            log.info("completing prepared transaction %s %s", tid, why)
+            async with self._lock:
+                await self._write_markers(res.markers)
+
     def on_election(self, partition: int) -> None:
         """This broker became the leader of ``__transaction_state-partition``: load its
-        transactional ids from the local log (Kafka's ``onElection``). (Not yet: completing the
-        prepared transactions it holds, as :meth:`start` does after a restart.)"""
+        transactional ids from the local log (Kafka's ``onElection``), then complete the
+        prepared transactions among them, as :meth:`start` does after a restart."""
         self.on_resignation(partition)
         if self.owned is not None:
             self.owned.add(partition)
         self._load(partition)
+        if self.loaded:  # (started: a loop runs)
+            task = asyncio.get_running_loop().create_task(
+                self._complete_prepared(partition, f"of __transaction_state-{partition} on election")
+            )
+            self._elections.add(task)
+            task.add_done_callback(self._election_done)
+
+    def _election_done(self, task: asyncio.Task[None]) -> None:
+        self._elections.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("completing prepared transactions after an election failed: %s", task.exception())
 
     def on_resignation(self, partition: int) -> None:
         """This broker no longer leads the partition: forget its transactional ids."""
@@ -121,6 +139,8 @@ class TransactionCoordinator:
             del self.sm.txns[tid]
 
     async def stop(self) -> None:
+        for task in list(self._elections):
+            task.cancel()
         if self._task is not None:
             self._task.cancel()
             self._task = None

@@ -83,6 +83,7 @@ from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
+from .txn_marker_sender import TxnMarkerSender
 
 if TYPE_CHECKING:
     from ..raft.manager import RaftManager
@@ -272,6 +273,8 @@ class Broker:
         self.sasl = SaslState(config.values, self.log_dir)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
+        # transaction markers for partitions other brokers lead (a cluster)
+        self.marker_sender = TxnMarkerSender(self, _default_listener(config))
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
 
@@ -481,6 +484,7 @@ class Broker:
                 with contextlib.suppress(Exception):
                     await coord.stop()
         self.coordinator_writer.close()
+        await self.marker_sender.close()
         if self.quorum is not None:
             await self.quorum.stop()
         self.replica_manager.shutdown()
@@ -688,7 +692,26 @@ class Broker:
     async def write_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
     ) -> None:
-        """Write a transaction marker (control batch) to each partition, durably (one flush
+        """Write a transaction marker (control batch) to each partition: those led here by
+        :meth:`write_local_markers`, those another broker leads (a cluster) by that broker,
+        through :class:`~strom.server.txn_marker_sender.TxnMarkerSender` (WriteTxnMarkers)."""
+        partitions = list(partitions)
+        cache, me = self.metadata_cache, self.node_id
+        elsewhere = [tp for tp in partitions if (leader := cache.leader_id(*tp)) is not None and leader != me
+                     and tp not in self.replica_manager.offline_partitions]
+        if not elsewhere:
+            await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
+            return
+        here = [tp for tp in partitions if tp not in set(elsewhere)]
+        await asyncio.gather(
+            self.write_local_markers(producer_id, producer_epoch, commit, here),
+            self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere),
+        )
+
+    async def write_local_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """Write a transaction marker (control batch) to each partition here, durably (one flush
         round for all of them, :mod:`strom.server.coordinator_writer`); offsets partitions also
         complete the group coordinator's pending transactional offsets."""
         partitions = list(partitions)
