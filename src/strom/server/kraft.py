@@ -2,8 +2,9 @@
 quorum of one voter or of many, or a broker-only observer of it.
 
 Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
-in one process; enabled by ``strom.metadata.quorum.enable``, and always on for a node whose
-``controller.quorum.voters`` names more than one voter: a multi-node cluster has no other path).
+in one process; enabled by ``strom.metadata.quorum.enable``, true by default, and always on for a
+node whose ``controller.quorum.voters`` names more than one voter: a multi-node cluster has no
+other path).
 
 Parts, all on the broker's event loop:
 
@@ -68,8 +69,10 @@ the registry and their logs are deleted. Changes are applied one at a time, in l
 manager's ``load_logs`` opens (or makes) the logs, as before.
 
 Requests: :meth:`create_topic`, :meth:`delete_topic`, :meth:`create_partitions`,
-:meth:`alter_topic_configs` send the controller request, and the first three wait until the
-broker applied the committed result, so a client that got an answer sees the topic at once.
+:meth:`alter_topic_configs` send the controller request; the first three wait until the broker
+applied the committed result, so a client that got an answer sees the topic at once. A topic's
+configs are applied by the broker first (the registry's ``on_set_configs``), then written; the
+AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
