@@ -1,9 +1,10 @@
 """Shared fixtures.
 
-``STROM_TEST_QUORUM=1`` runs the in-process brokers of the tests on the one-voter metadata quorum:
-the default of ``strom.metadata.quorum.enable`` is set to true for this test process, and
-:class:`strom.testing.broker_process.BrokerProcess` passes it to the brokers it starts (a test's
-explicit setting wins). The product default stays false.
+The brokers of the tests run on the one-voter metadata quorum, the product default of
+``strom.metadata.quorum.enable``. ``STROM_TEST_QUORUM=0`` runs them on the JSON topic registry
+instead (for comparison), ``STROM_TEST_QUORUM=1`` forces the quorum: the default of the flag is set
+for this test process, and :class:`strom.testing.broker_process.BrokerProcess` passes it to the
+brokers it starts (a test's explicit setting wins).
 Tests that are about one path only set the config explicitly or skip with a reason.
 """
 
@@ -21,9 +22,10 @@ from strom.log.file_cache import FILE_CACHE
 from strom.testing.broker_process import BrokerProcess
 
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
-TEST_QUORUM = os.environ.get("STROM_TEST_QUORUM", "") == "1"
-if TEST_QUORUM:
-    BROKER_CONFIGS[QUORUM_ENABLE] = dataclasses.replace(BROKER_CONFIGS[QUORUM_ENABLE], default=True)
+_FORCED = {"1": True, "0": False}.get(os.environ.get("STROM_TEST_QUORUM", ""))
+if _FORCED is not None:
+    BROKER_CONFIGS[QUORUM_ENABLE] = dataclasses.replace(BROKER_CONFIGS[QUORUM_ENABLE], default=_FORCED)
+TEST_QUORUM = bool(BROKER_CONFIGS[QUORUM_ENABLE].default)  # this run's brokers are on the quorum
 
 
 @pytest.fixture(autouse=True)

@@ -453,9 +453,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("metadata.log.segment.ms", _LONG, 604800000),
     _c("metadata.max.retention.bytes", _LONG, 104857600),
     _c("metadata.max.retention.ms", _LONG, 604800000),
-    # run the node on its one-voter metadata quorum (server/kraft.py) instead of the JSON topic
-    # registry; off by default until the quorum path has passed the whole suite
-    _c("strom.metadata.quorum.enable", _BOOL, False),
+    # run the node on its one-voter metadata quorum (server/kraft.py), as Kafka's KRaft mode; false:
+    # the JSON topic registry of the older strom (strom-topics.json in the first log dir)
+    _c("strom.metadata.quorum.enable", _BOOL, True),
     _c("metadata.log.max.record.bytes.between.snapshots", _LONG, 20971520, AtLeast(1)),
     _c("metadata.log.max.snapshot.interval.ms", _LONG, 3600000, AtLeast(0)),
     _c("metadata.max.idle.interval.ms", _INT, 500, AtLeast(0)),

@@ -3,9 +3,9 @@
 --generate`` work on it today. The calls a single node does not answer yet are written out and
 marked ``xfail(strict=True)`` naming the missing server piece, so they turn into failures to
 un-mark as soon as it lands: DescribeQuorum (the single node's Raft manager). A real three-node
-``dev-cluster`` is served and described (every node's metadata cache reads the image).
-ElectLeaders and Alter/ListPartitionReassignments are forwarded to the controller by a node on
-its metadata quorum (``quorum_broker``)."""
+``dev-cluster`` is served and described (every node's metadata cache reads the image; more of
+it: tests/integration/test_kraft_cluster.py). ElectLeaders and Alter/ListPartitionReassignments
+are forwarded to the controller by a node on its metadata quorum (``quorum_broker``)."""
 
 from __future__ import annotations
 
@@ -170,11 +170,11 @@ def test_an_unreachable_broker_is_one_line_exit_1(argv: list[str]) -> None:
     assert len(lines) == 1 and lines[0].startswith(f"strom {argv[0]}: error: "), r.stderr
 
 
-def test_a_node_without_a_quorum_is_named_in_one_line(broker: BrokerProcess) -> None:
-    """The registry-path single node (strom.metadata.quorum.enable=false, today's default) answers
-    DescribeQuorum BROKER_NOT_AVAILABLE; the CLI prints that in one line and exits 1. The xfail
-    below flips once the single node runs on its quorum by default."""
-    r = strom("metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--replication")
+def test_a_node_without_a_quorum_is_named_in_one_line(tmp_path: Path) -> None:
+    """A registry-path single node (strom.metadata.quorum.enable=false) answers DescribeQuorum
+    BROKER_NOT_AVAILABLE; the CLI prints that in one line and exits 1."""
+    with BrokerProcess(tmp_path / "data", overrides=["strom.metadata.quorum.enable=false"]) as registry:
+        r = strom("metadata-quorum", "--bootstrap-server", registry.bootstrap, "describe", "--replication")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         "strom metadata-quorum: error: BROKER_NOT_AVAILABLE: this node runs no KRaft quorum"

@@ -4,6 +4,8 @@ records, topic configs and committed group offsets are all there, served by the 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -87,3 +89,15 @@ def test_old_data_dir_starts_on_the_quorum_with_nothing_lost(tmp_path: Path) -> 
         assert _describe(again.bootstrap, "fresh")[1] == 1
     finally:
         assert again.stop() == 0
+
+    # back on the registry path: refused (it cannot read the metadata log), nothing written
+    listing = sorted(p.name for p in data.iterdir())
+    back = subprocess.run(
+        [sys.executable, "-m", "strom", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{old.port}",
+         "--override", f"log.dirs={data}", "--override", "strom.metadata.quorum.enable=false"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert back.returncode == 1, back.stderr
+    assert "strom.metadata.quorum.enable" in back.stderr and "__cluster_metadata-0" in back.stderr
+    assert sorted(p.name for p in data.iterdir()) == listing
+    assert not (data / "strom-topics.json").exists()

@@ -137,3 +137,63 @@ def test_creation_failing_on_disk_answers_storage_error_and_leaves_no_topic(
             await broker.stop()
 
     asyncio.run(go())
+
+
+def test_topic_configs_are_answered_once_in_the_metadata_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AlterConfigs and IncrementalAlterConfigs on a topic answer once the change is committed in
+    the metadata log and applied (as Kafka's controller answers after the commit): it survives
+    a restart at once; a change the controller did not take answers its error and is undone."""
+    from strom.client import admin
+    from strom.controller.server import NotControllerError
+    from strom.metadata.image import CONFIG_RESOURCE_TOPIC
+
+    data = tmp_path / "data"
+
+    def in_image(broker: Broker) -> dict[str, str]:
+        assert broker.quorum is not None and broker.quorum.publisher.image is not None
+        return dict(broker.quorum.publisher.image.configs.configs(CONFIG_RESOURCE_TOPIC, "t"))
+
+    async def first() -> None:
+        broker = Broker(_config(data))
+        await broker.start(listen=False)
+        try:
+            client = MemoryNetwork(broker).client()
+            assert await client.create_topics({"t": (1, 1)}) == {"t": None}
+            await admin.alter_configs(client, CONFIG_RESOURCE_TOPIC, "t", {"retention.ms": "1000"})
+            assert in_image(broker) == {"retention.ms": "1000"}
+            await admin.incremental_alter_configs(
+                client, CONFIG_RESOURCE_TOPIC, "t", [("segment.ms", 0, "60000")]
+            )
+            assert in_image(broker) == {"retention.ms": "1000", "segment.ms": "60000"}
+            assert broker.logs[("t", 0)].config.segment_ms == 60000
+            await admin.incremental_alter_configs(  # validate_only: nothing written
+                client, CONFIG_RESOURCE_TOPIC, "t", [("segment.ms", 1, None)], validate_only=True
+            )
+            assert "segment.ms" in in_image(broker)
+
+            assert broker.quorum is not None
+            async def refused(*_a: object, **_k: object) -> None:
+                raise NotControllerError("not the controller")
+
+            monkeypatch.setattr(broker.quorum.channel, "call", refused)
+            with pytest.raises(Exception) as err:
+                await admin.alter_configs(client, CONFIG_RESOURCE_TOPIC, "t", {"retention.ms": "5"})
+            assert getattr(err.value, "code", None) == ErrorCode.NOT_CONTROLLER, err.value
+            assert broker.topics.topics["t"].configs == {"retention.ms": "1000", "segment.ms": "60000"}
+            assert broker.logs[("t", 0)].config.retention_ms == 1000
+        finally:
+            monkeypatch.undo()
+            await broker.stop()
+
+    async def second() -> None:
+        broker = Broker(_config(data))
+        await broker.start(listen=False)
+        try:
+            assert broker.topics.topics["t"].configs == {"retention.ms": "1000", "segment.ms": "60000"}
+        finally:
+            await broker.stop()
+
+    asyncio.run(first())
+    asyncio.run(second())

@@ -10,10 +10,11 @@
   the listeners; the producer id blocks.
 * topic lifecycle (create, grow, delete), kept here behind a few methods: the registry
   (``topics``) and the partitions' logs change together. With ``strom.metadata.quorum.enable``
-  (default false), and always when ``controller.quorum.voters`` names several voters, the node
-  runs on the metadata quorum (:mod:`strom.server.kraft`): these methods go through the
-  controller, the registry is kept in memory as the broker's view of the metadata image, and
-  an older data dir's registry is migrated on the first start of a one-voter node.
+  (default true; false keeps the JSON topic registry), and always when
+  ``controller.quorum.voters`` names several voters, the node runs on the metadata quorum
+  (:mod:`strom.server.kraft`): these methods go through the controller, the registry is kept in
+  memory as the broker's view of the metadata image, and an older data dir's registry is migrated
+  on the first start of a one-voter node.
 
 Startup: read ``meta.properties`` in every log dir (or write it), load the topic registry, find
 and open (and recover) every partition log in whichever log dir holds it, start the group
@@ -74,6 +75,7 @@ from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
+from ..raft.metadata_log import METADATA_TOPIC
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
@@ -203,6 +205,10 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
+        # a node of a multi-voter quorum has no other path (the registry is one node's store)
+        quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
+        if not quorum:  # (before anything is written)
+            _refuse_metadata_log(config.metadata_log_dir)
         # a node of a multi-node quorum (controller.quorum.voters set) starts only on dirs that
         # `strom storage format` formatted, as in Kafka; the zero set-up node formats its own
         meta = load_meta(
@@ -218,8 +224,6 @@ class Broker:
         self.fatal = asyncio.Event()  # the first log dir failed: the broker must stop
         # on the metadata quorum (strom.metadata.quorum.enable) the metadata log is the store and
         # the registry, in memory, is the broker's view of the published image (server/kraft.py)
-        # a node of a multi-voter quorum has no other path (the registry is one node's store)
-        quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
         self.topics = TopicRegistry(self.log_dir, persist=not quorum)  # (handlers: metadata_cache)
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
@@ -555,16 +559,18 @@ class Broker:
         configs: dict[str, str] | None = None,
         *,
         validate_only: bool = False,
+        replication_factor: int = -1,
     ) -> TopicInfo:
         """CreateTopics: the partitions are made in a worker thread, then the topic is published
-        (see the module docstring). Raises TopicError with Kafka's code."""
+        (see the module docstring). Raises TopicError with Kafka's code. ``replication_factor``
+        is the controller's to place (on the quorum; -1: its default), else it must be 1."""
         configs = self._check_new_topic(name, partitions, configs)
         if validate_only:
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         self._creating[name] = partitions
         try:
             if self.quorum is not None:  # through the controller; applied here before the answer
-                info = await self.quorum.create_topic(name, partitions, configs)
+                info = await self.quorum.create_topic(name, partitions, configs, replication_factor)
             else:
                 pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
                 make = self.replica_manager.make_partition_logs
@@ -637,6 +643,13 @@ class Broker:
     def _alter_topic_configs_on_quorum(self, name: str, configs: dict[str, str]) -> None:
         assert self.quorum is not None
         self.quorum.alter_topic_configs(name, configs)
+
+    async def settle_topic_configs(self, names: Iterable[str]) -> dict[str, KafkaError]:
+        """(Alter/IncrementalAlterConfigs, before answering) on the metadata quorum: until the
+        config changes of these topics are committed and applied; the failed ones by topic."""
+        if self.quorum is None:
+            return {}
+        return await self.quorum.settle_config_writes(names)
 
     def _deletable(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -716,6 +729,20 @@ class Broker:
             await writer.await_offset(tp, end)
             if tp[0] == OFFSETS_TOPIC:
                 await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
+
+
+def _refuse_metadata_log(metadata_log_dir: Path) -> None:
+    """The registry path (``strom.metadata.quorum.enable=false``) on a dir the metadata quorum
+    wrote: its topics are in the metadata log, which the registry path cannot read; started, it
+    would serve none of them and make new internal topics over the old ones' logs. Refused, as
+    a ZooKeeper-mode Kafka broker refuses a KRaft-formatted dir."""
+    found = metadata_log_dir / f"{METADATA_TOPIC}-0"
+    if found.is_dir():
+        raise ConfigError(
+            f"{found} holds the metadata log of a node on the metadata quorum, which "
+            f"strom.metadata.quorum.enable=false (the JSON topic registry) cannot read: start it "
+            f"with strom.metadata.quorum.enable=true"
+        )
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

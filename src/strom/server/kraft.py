@@ -2,8 +2,9 @@
 quorum of one voter or of many, or a broker-only observer of it.
 
 Theory of operation (Kafka's ``KafkaRaftServer`` with ``ControllerServer`` and ``BrokerServer``
-in one process; enabled by ``strom.metadata.quorum.enable``, and always on for a node whose
-``controller.quorum.voters`` names more than one voter: a multi-node cluster has no other path).
+in one process; enabled by ``strom.metadata.quorum.enable``, true by default, and always on for a
+node whose ``controller.quorum.voters`` names more than one voter: a multi-node cluster has no
+other path).
 
 Parts, all on the broker's event loop:
 
@@ -68,8 +69,10 @@ the registry and their logs are deleted. Changes are applied one at a time, in l
 manager's ``load_logs`` opens (or makes) the logs, as before.
 
 Requests: :meth:`create_topic`, :meth:`delete_topic`, :meth:`create_partitions`,
-:meth:`alter_topic_configs` send the controller request, and the first three wait until the
-broker applied the committed result, so a client that got an answer sees the topic at once.
+:meth:`alter_topic_configs` send the controller request; the first three wait until the broker
+applied the committed result, so a client that got an answer sees the topic at once. A topic's
+configs are applied by the broker first (the registry's ``on_set_configs``), then written; the
+AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
@@ -81,11 +84,12 @@ leadership in the broker's answers come from the image
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +114,7 @@ from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
 from ..metadata.loader import MetadataLoader
 from ..metadata.migration import TOPICS_FILE, records_for_data_dir
 from ..metadata.topics import TopicError, TopicInfo
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, KafkaError
 from ..raft.log import OffsetAndEpoch, RaftStorageError
 from ..raft.manager import RaftManager
 from ..raft.metadata_log import MetadataLog
@@ -230,6 +234,9 @@ class BrokerQuorum:
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
         self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
+        # topic config changes on their way into the metadata log (alter_topic_configs)
+        self.pending_config_topics: collections.Counter[str] = collections.Counter()
+        self._config_writes: dict[str, set[asyncio.Task[KafkaError | None]]] = {}
 
     def _now(self) -> int:
         return int(self.broker.clock.monotonic_ms())
@@ -467,11 +474,13 @@ class BrokerQuorum:
                 await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1
+    ) -> TopicInfo:
         topic = create_topics.CreatableTopic(
             name=name,  # type: ignore[arg-type]
             num_partitions=i32(partitions),
-            replication_factor=i16(-1),
+            replication_factor=i16(replication_factor),
             assignments=(),
             configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
         )
@@ -521,8 +530,12 @@ class BrokerQuorum:
             lambda image: len(getattr(image.topics.get_topic(name), "partitions", ())) >= count
         )
 
-    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
-        """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log."""
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Task[KafkaError | None]:
+        """Replace the topic's overrides (legacy AlterConfigs semantics) in the metadata log. The
+        broker already applied them (the registry's ``on_set_configs``); the AlterConfigs handler
+        answers after :meth:`settle_config_writes`, once the change is committed and applied,
+        as Kafka's controller answers after the commit. Until then the publisher leaves this
+        topic's configs alone (an image committed before the change would undo it meanwhile)."""
         request = alter_configs.AlterConfigsRequest(
             resources=(
                 alter_configs.AlterConfigsResource(
@@ -533,7 +546,50 @@ class BrokerQuorum:
             ),
             validate_only=False,
         )
-        return asyncio.ensure_future(self.channel.call(ALTER_CONFIGS, request))
+        self.pending_config_topics[name] += 1
+        task = asyncio.get_running_loop().create_task(self._write_topic_configs(name, request))
+        self._config_writes.setdefault(name, set()).add(task)
+
+        def done(t: asyncio.Task[KafkaError | None]) -> None:
+            writes = self._config_writes.get(name)
+            if writes is not None:
+                writes.discard(t)
+                if not writes:
+                    del self._config_writes[name]
+
+        task.add_done_callback(done)
+        return task
+
+    async def _write_topic_configs(self, name: str, request: Any) -> KafkaError | None:
+        error: KafkaError | None = None
+        try:
+            response = await self._call(ALTER_CONFIGS, request)
+            result = response["responses"][0]
+            if result["error_code"]:
+                error = KafkaError(result["error_code"], result["error_message"] or "")
+            else:
+                await self._settle()
+        except KafkaError as e:
+            error = e
+        finally:
+            self.pending_config_topics[name] -= 1
+            if self.pending_config_topics[name] <= 0:
+                del self.pending_config_topics[name]
+        if error is not None:  # not in the log: back to what the image holds
+            log.error("altering the configs of topic %s in the metadata log failed: %s", name, error)
+            self.publisher.restore_topic_configs(name)
+        return error
+
+    async def settle_config_writes(self, names: Iterable[str]) -> dict[str, KafkaError]:
+        """Wait until the config changes of these topics asked so far are committed and applied
+        here; the failed ones, by topic."""
+        errors: dict[str, KafkaError] = {}
+        for name in set(names):
+            for task in list(self._config_writes.get(name, ())):
+                error = await asyncio.shield(task)
+                if error is not None:
+                    errors[name] = error
+        return errors
 
 
 def _protocol_id(name: str) -> int:

@@ -188,7 +188,8 @@ class BrokerMetadataPublisher:
                     log.info("%s-%d is no longer hosted here: deleting its log", name, p)
                     rm.remove_replica(name, p)
             self._topic_images[name] = timage
-            if configs != info.configs:
+            newer = broker.quorum is not None and name in broker.quorum.pending_config_topics
+            if configs != info.configs and not newer:  # (newer: the broker's change, on its way)
                 reg.set_configs(name, configs, notify=False)
                 broker.refresh_log_configs(name)
         self._follow_coordinator_leadership()
@@ -215,6 +216,20 @@ class BrokerMetadataPublisher:
             for p in sorted(led - owned):
                 log.info("now the coordinator of %s-%d: loading it", topic, p)
                 coord.on_election(p)
+
+    def restore_topic_configs(self, name: str) -> None:
+        """A config change of ``name`` did not reach the metadata log: its configs as in the image
+        applied last."""
+        info = self.broker.topics.get(name)
+        if info is None or self.image is None:
+            return
+        t = self.image.topics.topics_by_name.get(name)
+        if t is None or t.id != info.topic_id:
+            return
+        configs = dict(self.image.configs.configs(CONFIG_RESOURCE_TOPIC, name))
+        if configs != info.configs:
+            self.broker.topics.set_configs(name, configs, notify=False)
+            self.broker.refresh_log_configs(name)
 
 
 __all__ = ["BrokerMetadataPublisher"]

@@ -79,8 +79,10 @@ class BrokerProcess:
             "--override",
             f"log.dirs={self.data_dir}",
         ]
-        if os.environ.get("STROM_TEST_QUORUM", "") == "1":  # (tests/conftest.py): before the
-            args += ["--override", "strom.metadata.quorum.enable=true"]  # test's own, which win
+        test_quorum = os.environ.get("STROM_TEST_QUORUM", "")  # (tests/conftest.py): 1 forces the
+        if test_quorum in ("0", "1"):  # quorum path, 0 the registry path; before the test's own
+            enable = "true" if test_quorum == "1" else "false"  # overrides, which win
+            args += ["--override", f"strom.metadata.quorum.enable={enable}"]
         for o in self.overrides:
             args += ["--override", o]
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)

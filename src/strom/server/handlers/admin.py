@@ -50,7 +50,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             partitions = broker.config["num.partitions"]
         if rf == -1:
             rf = broker.config["default.replication.factor"]
-        if rf != 1 and not t.assignments:
+        if rf != 1 and not t.assignments and broker.quorum is None:  # (the controller places replicas)
             entry.update(
                 error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
                 error_message=f"Replication factor: {rf} larger than available brokers: 1.",
@@ -60,12 +60,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
             # off the event loop, published only once every partition exists (Broker docstring)
-            info = await broker.create_topic_async(name, partitions, configs, validate_only=validate_only)
+            info = await broker.create_topic_async(
+                name, partitions, configs, validate_only=validate_only, replication_factor=rf
+            )
         except TopicError as e:
             entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
             continue
-        entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1, configs=[])
+        entry.update(
+            topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=rf, configs=[]
+        )
         out.append(entry)
     return {"throttle_time": 0, "topics": out}
 

@@ -206,7 +206,18 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
             broker.storage_log.ok("saving configs of", f"resource {rtype} {rname!r}")
             log.info("altered configs of resource %d %r: %s", rtype, rname, sorted(configs))
         out.append(_alter_result(rtype, rname, error))
-    return {"throttle_time": 0, "responses": out}
+    return {"throttle_time": 0, "responses": await _settled(broker, out)}
+
+
+async def _settled(broker: Any, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """On the metadata quorum: answer once the topics' config changes are in the metadata log."""
+    topics = [r["resource_name"] for r in out if r["resource_type"] == cfg.ResourceType.TOPIC]
+    failed = await broker.settle_topic_configs(topics) if topics else {}
+    for i, r in enumerate(out):
+        name = r["resource_name"]
+        if r["resource_type"] == cfg.ResourceType.TOPIC and not r["error_code"] and name in failed:
+            out[i] = _alter_result(r["resource_type"], name, failed[name])
+    return out
 
 
 @handler(44)
@@ -267,7 +278,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
             broker.storage_log.ok("saving configs of", f"resource {rtype} {rname!r}")
             log.info("altered configs of resource %d %r: %s", rtype, rname, ops)
         out.append(_alter_result(rtype, rname, error))
-    return {"throttle_time": 0, "responses": out}
+    return {"throttle_time": 0, "responses": await _settled(broker, out)}
 
 
 # ------------------------------------------------------------------------------ CreatePartitions
