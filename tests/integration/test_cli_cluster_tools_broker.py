@@ -2,9 +2,10 @@
 ``strom cluster``, ``strom topics describe`` (Leader/Replicas/Isr) and ``reassign-partitions
 --generate`` work on it today. The calls a single node does not answer yet are written out and
 marked ``xfail(strict=True)`` naming the missing server piece, so they turn into failures to
-un-mark as soon as it lands: DescribeQuorum (the single node's Raft manager) and a real
-``dev-cluster`` (multi-node serving). ElectLeaders and Alter/ListPartitionReassignments are
-forwarded to the controller by a node on its metadata quorum (``quorum_broker``)."""
+un-mark as soon as it lands: DescribeQuorum (the single node's Raft manager). A real three-node
+``dev-cluster`` is served and described (every node's metadata cache reads the image; more of
+it: tests/integration/test_kraft_cluster.py). ElectLeaders and Alter/ListPartitionReassignments
+are forwarded to the controller by a node on its metadata quorum (``quorum_broker``)."""
 
 from __future__ import annotations
 
@@ -245,12 +246,6 @@ def test_reassign_execute_verify_list(quorum_broker: BrokerProcess, tmp_path: Pa
     assert ok(*b, "--list").strip() == "No partition reassignments found."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DescribeCluster (strom cluster) lists only the answering node until the broker's "
-    "metadata cache reads the metadata image (the three nodes do register: "
-    "tests/integration/test_cluster_forwarding.py)",
-)
 def test_dev_cluster_of_three_serves_and_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "strom", "dev-cluster", "--nodes", "3", "--dir", str(tmp_path / "dc")],

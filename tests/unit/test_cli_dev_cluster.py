@@ -1,8 +1,8 @@
 """``strom dev-cluster``: the node plan (configs, ports, voters) and the process management —
 start, print, stop everything on SIGINT/SIGTERM, stop the rest when one node dies, no orphans even
 when the command itself is SIGKILLed. The nodes here are stand-in processes (``sleep`` in
-Python) that record their pid; the real ``strom serve`` nodes are exercised in
-``tests/integration/test_cli_cluster_tools_broker.py`` once multi-node serving works."""
+Python) that record their pid; real ``strom serve`` nodes are exercised in
+``tests/integration/test_cli_cluster_tools_broker.py`` and ``test_kraft_cluster.py``."""
 
 from __future__ import annotations
 
@@ -159,6 +159,31 @@ def test_start_then_stop_reaps_every_node(tmp_path: Path) -> None:
         c.stop()
     assert not any(alive(p) for p in ps)
     assert sorted(rc for _, rc in c.exited()) == [-signal.SIGTERM] * 3
+
+
+def test_one_node_started_again_alone(tmp_path: Path) -> None:
+    """start_node (ClusterProcess's restart): a node that exited starts anew on its own config;
+    a running one is not started twice; the cluster id never begins with '-' (a flag to argparse)."""
+    c = DevCluster(tmp_path, 3, format_command=None, serve_command=serve())  # type: ignore[arg-type]
+    c.plan()
+    assert not c.cluster_id.startswith("-")
+    c.start()
+    try:
+        first = pids(tmp_path, 3)
+        with pytest.raises(CommandError, match="node 2 is running already"):
+            c.start_node(2)
+        c.procs[2].kill()
+        c.procs[2].wait()
+        (tmp_path / "node-2" / "pid").unlink()
+        c.start_node(2)
+        again = pids(tmp_path, 3)
+        assert again[0] == first[0] and again[2] == first[2] and again[1] != first[1]
+        assert alive(again[1])
+        with pytest.raises(KeyError):
+            c.start_node(4)
+    finally:
+        c.stop()
+    assert not any(alive(p) for p in again)
 
 
 def test_a_node_ignoring_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:

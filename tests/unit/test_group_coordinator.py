@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from strom.clock import ManualClock
 from strom.coordinator.classic import ClassicConfig, GroupState
@@ -388,3 +388,51 @@ def test_describe_groups_v6_reports_missing_and_non_classic_groups() -> None:
         assert d["error_message"] == "Group modern is not a classic group."
 
     asyncio.run(go())
+
+
+def test_partition_ownership_election_and_resignation() -> None:
+    """In a cluster: only the __consumer_offsets partitions led here are loaded and served
+    (others: NOT_COORDINATOR); one elected here later is loaded from its log; one resigned is
+    forgotten, and a member waiting in a join is answered NOT_COORDINATOR."""
+
+    async def main() -> None:
+        storage = MemoryOffsetsStorage()
+        gc, _, clock = make(storage)
+        await gc.start()
+        offsets = {("t", 0): (5, -1, None)}
+        assert await gc.commit_offsets("g", member_id="", generation_id=-1, offsets=offsets) == {("t", 0): 0}
+        part = gc.partition_for("g")
+
+        gc2, _, _ = make(storage, clock)
+        gc2.owns = lambda p: p != part  # "g"'s partition is led by another broker
+        await gc2.start()
+        assert "g" not in gc2.groups and "g" not in gc2.offsets
+        assert gc2.fetch_offsets("g", None)[0] == E.NOT_COORDINATOR
+        assert await gc2.commit_offsets("g", member_id="", generation_id=-1, offsets=offsets) == {
+            ("t", 0): E.NOT_COORDINATOR
+        }
+        gc2.on_election(part)
+        err, got = gc2.fetch_offsets("g", None)
+        assert err == 0 and got["t"][0] is not None and got["t"][0].offset == 5
+        # a member waiting for the others in a join is told to find the new coordinator
+        def join(member: str) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(gc2.join_group(
+                "g", member_id=member, group_instance_id=None, protocol_type="consumer",
+                protocols=[("range", b"")], session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                client_id="c", client_host="/h", api_version=3,
+            ))
+
+        first = await join("")
+        assert first.error == 0
+        second = join("")  # a rebalance: it waits for the first member to join again
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not second.done()
+        gc2.on_resignation(part)
+        assert "g" not in gc2.groups and "g" not in gc2.offsets
+        assert gc2.fetch_offsets("g", None)[0] == E.NOT_COORDINATOR
+        assert (await asyncio.wait_for(second, 5)).error == E.NOT_COORDINATOR
+        await gc.stop()
+        await gc2.stop()
+
+    asyncio.run(main())

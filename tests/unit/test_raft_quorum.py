@@ -13,6 +13,7 @@ from strom.protocol.records import build_batch
 from strom.raft.log import ElectionState, OffsetAndEpoch
 from strom.raft.messages import (
     BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     Errors,
     FetchRequest,
@@ -355,6 +356,23 @@ def test_a_request_from_another_cluster_is_refused_and_changes_nothing() -> None
     assert node.epoch == 0 and store.read() is None
     resp = answer(node.handle(0, 2, 6, VoteRequest(9, 2, 9, 9, cluster_id="abc")), 2)
     assert isinstance(resp, VoteResponse) and resp.vote_granted
+
+
+def test_an_answer_from_another_cluster_moves_no_epoch() -> None:
+    """A node formatted for another cluster answers INCONSISTENT_CLUSTER_ID with its own (higher)
+    epoch: neither a leader nor a candidate of this cluster adopts it (a real three-node cluster
+    lost its leader to such a node: tests/integration/test_kraft_cluster.py)."""
+    leader, *_ = make_node(ElectionState(5, None, 1))  # a candidate of epoch 5
+    vote = next(o for o in leader.poll(0) if o.destination == 2)
+    out = leader.handle(1, 2, vote.correlation_id, VoteResponse(Errors.NONE, -1, 5, True))
+    out += leader.poll(2)
+    begin = next(o for o in out if o.destination == 3 and isinstance(o.message, BeginQuorumEpochRequest))
+    leader.handle(3, 3, begin.correlation_id, BeginQuorumEpochResponse(Errors.INCONSISTENT_CLUSTER_ID, -1, 9))
+    assert (leader.state_name, leader.epoch) == ("Leader", 5)
+    candidate, *_ = make_node(ElectionState(5, None, 1))
+    vote = next(o for o in candidate.poll(0) if o.destination == 3)
+    candidate.handle(1, 3, vote.correlation_id, VoteResponse(Errors.INCONSISTENT_CLUSTER_ID, 3, 9, False))
+    assert (candidate.state_name, candidate.epoch) == ("Candidate", 5)
 
 
 def test_an_observer_never_votes_never_stands_and_finds_the_leader() -> None:

@@ -77,6 +77,12 @@ class OtherLeader(RegistryMetadataCache):
         pm = self.partition(topic, partition)
         return None if pm is None else pm.leader_id
 
+    def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
+        # broker 7 is alive too (Metadata gives only a leader alive on the client's listener)
+        if node_id == 7:
+            return BrokerNode(7, "seven.example", 9092)
+        return super().alive_broker(node_id, listener)
+
 
 def follow(b: Broker) -> None:
     cache = b.metadata_cache

@@ -241,3 +241,43 @@ def test_random_operations_keep_invariants(seq: list[tuple[str, str, int]]) -> N
         await coord2.stop()
 
     run(go())
+
+
+def test_partition_ownership_election_and_resignation() -> None:
+    """In a cluster: only the __transaction_state partitions led here are loaded and served
+    (others: NOT_COORDINATOR); a partition elected here later is loaded and its prepared
+    transactions completed; one resigned is forgotten."""
+
+    async def go() -> None:
+        storage = MemoryStorage()
+        crashing = RecordingMarkers(fail_after=1)
+        coord, _, _ = make(storage=storage, markers=crashing)
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 10_000)
+        await coord.add_partitions("app", pid, e, [("a", 0), ("b", 0)])
+        with pytest.raises(KafkaError):
+            await coord.end_txn("app", pid, e, True)  # prepared, one marker written
+        await coord.stop()
+        part = coord.partition_for("app")
+        other = next(f"t{i}" for i in range(100) if coord.partition_for(f"t{i}") != part)
+
+        markers = RecordingMarkers()
+        coord2, _, _ = make(storage=storage, markers=markers)
+        coord2.owns = lambda p: p != part  # "app"'s partition is led by another broker
+        await coord2.start()
+        assert "app" not in coord2.sm.txns and markers.written == []
+        assert (await coord2.init_producer_id("app", 10_000))[0] == ErrorCode.NOT_COORDINATOR
+        assert (await coord2.init_producer_id(other, 10_000))[0] == ErrorCode.NONE
+        coord2.on_election(part)  # its leadership moves here
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert [m[3] for m in markers.written] == [("a", 0), ("b", 0)]
+        assert coord2.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        err, pid2, e2 = await coord2.init_producer_id("app", 10_000)
+        assert (err, pid2, e2) == (0, pid, e + 1)
+        coord2.on_resignation(part)  # and away again
+        assert "app" not in coord2.sm.txns
+        assert (await coord2.init_producer_id("app", 10_000))[0] == ErrorCode.NOT_COORDINATOR
+        await coord2.stop()
+
+    run(go())

@@ -35,14 +35,13 @@ import subprocess
 import sys
 import time
 import types
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from strom.cli.commands import CommandError
-from strom.client.client import topic_id_str
+from strom.log.log_dirs import random_uuid
 
 __all__ = ["DevCluster", "NodeSpec", "add_parser", "dev_cluster", "free_ports"]
 
@@ -164,7 +163,7 @@ class DevCluster:
             NodeSpec(i, ports[2 * (i - 1)], ports[2 * (i - 1) + 1], self.base_dir / f"node-{i}")
             for i in range(1, self.n + 1)
         ]
-        self.cluster_id = topic_id_str(uuid.uuid4())
+        self.cluster_id = random_uuid()  # as kafka-storage: never starting with '-' (read as a flag)
         for s in self.specs:
             s.dir.mkdir(parents=True, exist_ok=True)
             s.config_path.write_text(self.config_text(s))
@@ -237,21 +236,40 @@ class DevCluster:
 
     def start(self) -> None:
         for s in self.specs:
-            log = s.log_path.open("ab")
             try:
-                self.procs[s.node_id] = subprocess.Popen(
-                    self.serve_command(s.config_path),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
-                )
-            except OSError as e:
+                self.start_node(s.node_id)
+            except CommandError:
                 self.stop()
-                raise CommandError(f"cannot start node {s.node_id}: {e}") from None
-            finally:
-                log.close()
+                raise
+
+    def spec(self, node_id: int) -> NodeSpec:
+        for s in self.specs:
+            if s.node_id == node_id:
+                return s
+        raise KeyError(f"no node {node_id} in this cluster")
+
+    def start_node(self, node_id: int) -> subprocess.Popen[bytes]:
+        """Start one node (again: a node that exited may be started anew, on its own dirs)."""
+        s = self.spec(node_id)
+        running = self.procs.get(node_id)
+        if running is not None and running.poll() is None:
+            raise CommandError(f"node {node_id} is running already")
+        log = s.log_path.open("ab")
+        try:
+            proc = subprocess.Popen(
+                self.serve_command(s.config_path),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+            )
+        except OSError as e:
+            raise CommandError(f"cannot start node {node_id}: {e}") from None
+        finally:
+            log.close()
+        self.procs[node_id] = proc
+        return proc
 
     def exited(self) -> list[tuple[int, int]]:
         """``(node id, exit code)`` of nodes that are no longer running."""

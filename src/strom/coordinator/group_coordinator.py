@@ -190,6 +190,11 @@ class GroupCoordinator:
         # group id -> its group configs (KIP-848 consumer.session.timeout.ms and
         # consumer.heartbeat.interval.ms), effective values; None: the broker-level ones
         self.group_configs: Callable[[str], dict[str, str]] | None = None
+        # which __consumer_offsets partitions this broker leads (the metadata quorum's image),
+        # asked at start; None: every one (a single node). ``owned``: the partitions loaded and
+        # served since (on_election / on_resignation); groups of the others answer NOT_COORDINATOR.
+        self.owns: Callable[[int], bool] | None = None
+        self.owned: set[int] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,11 +202,17 @@ class GroupCoordinator:
         return partition_for(group_id, self.config.num_partitions)
 
     async def start(self) -> None:
-        """Load every ``__consumer_offsets`` partition, then start the timer task."""
-        read_entries = getattr(self.storage, "read_entries", None)
+        """Load every ``__consumer_offsets`` partition this broker leads (``owns``), then start
+        the timer task."""
+        owns = self.owns
+        if owns is not None:
+            self.owned = {p for p in range(self.config.num_partitions) if owns(p)}
         for p in range(self.config.num_partitions):
-            self.load_partition(p, read_entries(p) if read_entries is not None else self.storage.read_all(p))
-            await asyncio.sleep(0)
+            if self.owned is None or p in self.owned:
+                self._load_from_storage(p)
+                await asyncio.sleep(0)
+            else:
+                self.loading.discard(p)
         self._next_retention_check = self.clock.time_ms() + self.config.retention_check_interval_ms
         if self.run_timer:
             self.timer.start()
@@ -214,6 +225,36 @@ class GroupCoordinator:
                     for pend in (m.join_pending, m.sync_pending):
                         if pend is not None:
                             pend.fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def _load_from_storage(self, partition: int) -> None:
+        read_entries = getattr(self.storage, "read_entries", None)
+        entries = read_entries(partition) if read_entries is not None else self.storage.read_all(partition)
+        self.load_partition(partition, entries)
+
+    def on_election(self, partition: int) -> None:
+        """This broker became the leader of ``__consumer_offsets-partition`` (Kafka's
+        ``onElection``): load its groups from the local log."""
+        self.on_resignation(partition)  # (nothing of it is kept: the log is replayed whole)
+        if self.owned is not None:
+            self.owned.add(partition)
+        self._load_from_storage(partition)
+
+    def on_resignation(self, partition: int) -> None:
+        """This broker no longer leads ``__consumer_offsets-partition`` (Kafka's
+        ``onResignation``): forget its groups and offsets; members waiting in a join or sync
+        are answered NOT_COORDINATOR and find the new coordinator."""
+        if self.owned is not None:
+            self.owned.discard(partition)
+        for gid in [g for g in set(self.groups) | set(self.offsets) if self.partition_for(g) == partition]:
+            group = self.groups.pop(gid, None)
+            self.offsets.pop(gid, None)
+            if isinstance(group, ClassicGroup):
+                for m in group.members.values():
+                    for pend in (m.join_pending, m.sync_pending):
+                        if pend is not None:
+                            pend.fail(ErrorCode.NOT_COORDINATOR)
+        for key in [k for k in self.pending_txn if k[0] == partition]:
+            del self.pending_txn[key]
 
     def load_partition(
         self, partition: int, records: Iterable[tuple[bytes, bytes | None] | StoredEntry]
@@ -391,8 +432,16 @@ class GroupCoordinator:
             lock = self._locks[partition] = asyncio.Lock()
         return lock
 
-    def _is_loading(self, group_id: str) -> bool:
-        return self.partition_for(group_id) in self.loading
+    def _unavailable(self, group_id: str) -> int:
+        """Why the group cannot be served here: NOT_COORDINATOR when its ``__consumer_offsets``
+        partition is not led by this broker (``owns``), COORDINATOR_LOAD_IN_PROGRESS while the
+        partition loads, else NONE (0)."""
+        partition = self.partition_for(group_id)
+        if self.owned is not None and partition not in self.owned:
+            return ErrorCode.NOT_COORDINATOR
+        if partition in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
 
     async def _run(self, group_id: str, step: Callable[[Effects], T]) -> tuple[T, int]:
         """Run a step under the partition lock, append its records and replay them; answer
@@ -480,8 +529,8 @@ class GroupCoordinator:
         """JoinGroup; waits until the join phase ends (or an error)."""
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
-        if self._is_loading(group_id):
-            return JoinResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, member_id)
+        if unavailable := self._unavailable(group_id):
+            return JoinResult(unavailable, member_id)
         cc = self.config.classic
         if not cc.min_session_timeout_ms <= session_timeout_ms <= cc.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
@@ -535,8 +584,8 @@ class GroupCoordinator:
     ) -> SyncResult:
         if not group_id:
             return SyncResult(ErrorCode.INVALID_GROUP_ID)
-        if self._is_loading(group_id):
-            return SyncResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self._unavailable(group_id):
+            return SyncResult(unavailable)
 
         def step(eff: Effects) -> Pending[SyncResult]:
             g = self.groups.get(group_id)
@@ -562,8 +611,8 @@ class GroupCoordinator:
     ) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        if self._is_loading(group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if unavailable := self._unavailable(group_id):
+            return unavailable
         g = self.groups.get(group_id)
         if not isinstance(g, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -575,8 +624,8 @@ class GroupCoordinator:
         """LeaveGroup: (top-level error, per-member errors)."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
-        if self._is_loading(group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
+        if unavailable := self._unavailable(group_id):
+            return unavailable, []
 
         def step(eff: Effects) -> tuple[int, list[int]]:
             g = self.groups.get(group_id)
@@ -630,8 +679,8 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, int]:
         """OffsetCommit: per partition error. ``offsets``: tp -> (offset, leader epoch, metadata).
         Acknowledged (NONE) only once the records are durable."""
-        if self._is_loading(group_id):
-            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self._unavailable(group_id):
+            return dict.fromkeys(offsets, unavailable)
 
         def step(eff: Effects) -> dict[TopicPartition, int]:
             g = self.groups.get(group_id)
@@ -674,8 +723,8 @@ class GroupCoordinator:
         become committed when the COMMIT marker reaches this partition (:meth:`complete_txn`).
         KIP-447: a request naming a generation or member is fenced like a plain commit (a stale
         member epoch of a consumer group is reported as ILLEGAL_GENERATION, as Kafka does)."""
-        if self._is_loading(group_id):
-            return dict.fromkeys(offsets, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self._unavailable(group_id):
+            return dict.fromkeys(offsets, unavailable)
         partition = self.partition_for(group_id)
         g = self.groups.get(group_id)
         if g is None and generation_id >= 0:
@@ -748,8 +797,8 @@ class GroupCoordinator:
     ) -> tuple[int, dict[str, dict[int, OffsetAndMetadata | None]]]:
         """OffsetFetch: (group error, topic -> partition -> committed or None).
         ``topics`` None means every partition the group committed."""
-        if self._is_loading(group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, {}
+        if unavailable := self._unavailable(group_id):
+            return unavailable, {}
         g = self.groups.get(group_id)
         if isinstance(g, ConsumerGroup):
             err = g.validate_offset_fetch(member_id, member_epoch)
@@ -771,8 +820,8 @@ class GroupCoordinator:
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[int, dict[TopicPartition, int]]:
         """OffsetDelete: (group error, per partition error)."""
-        if self._is_loading(group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, {}
+        if unavailable := self._unavailable(group_id):
+            return unavailable, {}
 
         def step(eff: Effects) -> tuple[int, dict[TopicPartition, int]]:
             g = self.groups.get(group_id)
@@ -813,8 +862,9 @@ class GroupCoordinator:
         (KIP-1043). The empty id is an id like any other (Kafka keeps it describable)."""
         base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE, "error_message": None}
         empty = {"protocol_type": "", "protocol_data": "", "members": []}
-        if self._is_loading(group_id):  # DescribeGroupsRequest.getErrorDescribedGroupList: no state
-            return {**base, **empty, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "group_state": ""}
+        # DescribeGroupsRequest.getErrorDescribedGroupList: no state
+        if unavailable := self._unavailable(group_id):
+            return {**base, **empty, "error_code": unavailable, "group_state": ""}
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             return {**base, **g.describe()}
@@ -860,8 +910,8 @@ class GroupCoordinator:
     async def _delete_group(self, group_id: str) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        if self._is_loading(group_id):
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if unavailable := self._unavailable(group_id):
+            return unavailable
 
         def step(eff: Effects) -> int:
             g = self.groups.get(group_id)
@@ -913,8 +963,8 @@ class GroupCoordinator:
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, "group id must not be empty")
-        if self._is_loading(group_id):
-            return HeartbeatResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self._unavailable(group_id):
+            return HeartbeatResult(unavailable)
 
         def remembering(name: str) -> tuple[uuid.UUID, int] | None:
             r = resolve(name)
@@ -975,8 +1025,8 @@ class GroupCoordinator:
 
     def consumer_group_describe(self, group_id: str) -> dict[str, Any]:
         base: dict[str, Any] = {"group_id": group_id, "error_code": ErrorCode.NONE}
-        if self._is_loading(group_id):
-            return {**base, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+        if unavailable := self._unavailable(group_id):
+            return {**base, "error_code": unavailable}
         g = self.groups.get(group_id)
         if not isinstance(g, ConsumerGroup) or g.dead:
             msg = (

@@ -66,6 +66,12 @@ class TransactionCoordinator:
         self.scheduler: Scheduler = scheduler if scheduler is not None else AsyncioScheduler()
         self._task: TaskHandle | None = None  # the periodic timeout check
         self.loaded = False
+        # which __transaction_state partitions this broker leads (the metadata quorum's image),
+        # asked at start; None: every one (a single node). ``owned``: the partitions loaded and
+        # served since (on_election / on_resignation); other transactional ids: NOT_COORDINATOR.
+        self.owns: Callable[[int], bool] | None = None
+        self.owned: set[int] | None = None
+        self._elections: set[asyncio.Task[None]] = set()  # completing prepared txns on election
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
@@ -73,26 +79,68 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        owns = self.owns
+        if owns is not None:
+            self.owned = {p for p in range(self.num_partitions) if owns(p)}
         for p in range(self.num_partitions):
-            for key, value in self.storage.read_all(p):
-                try:
-                    tid = decode_key(key)
-                    self.sm.replay(None if value is None else decode_value(tid, value), tid)
-                except TxnRecordError as e:
-                    log.error("skipping corrupt __transaction_state record in partition %d: %s", p, e)
+            if self.owned is None or p in self.owned:  # (else led elsewhere: another broker's)
+                self._load(p)
         self.loaded = True
-        for res in self.sm.incomplete():
-            assert res.markers is not None
-            log.info(
-                "completing prepared transaction %s after restart", res.markers.complete.transactional_id
-            )
-            async with self._lock:
-                await self._write_markers(res.markers)
+        await self._complete_prepared(None, "after restart")
         self._task = self.scheduler.schedule_periodic(
             self.abort_check_interval_ms, self._check_timeouts, name="transaction timeout check"
         )
 
+    def _load(self, p: int) -> None:
+        for key, value in self.storage.read_all(p):
+            try:
+                tid = decode_key(key)
+                self.sm.replay(None if value is None else decode_value(tid, value), tid)
+            except TxnRecordError as e:
+                log.error("skipping corrupt __transaction_state record in partition %d: %s", p, e)
+
+    async def _complete_prepared(self, partition: int | None, why: str) -> None:
+        """Write the markers of the prepared transactions (of ``partition``, or all) that the
+        log holds without their completion."""
+        for res in self.sm.incomplete():
+            assert res.markers is not None
+            tid = res.markers.complete.transactional_id
+            if partition is not None and self.partition_for(tid) != partition:
+                continue
+            log.info("completing prepared transaction %s %s", tid, why)
+            async with self._lock:
+                await self._write_markers(res.markers)
+
+    def on_election(self, partition: int) -> None:
+        """This broker became the leader of ``__transaction_state-partition``: load its
+        transactional ids from the local log (Kafka's ``onElection``), then complete the
+        prepared transactions among them, as :meth:`start` does after a restart."""
+        self.on_resignation(partition)
+        if self.owned is not None:
+            self.owned.add(partition)
+        self._load(partition)
+        if self.loaded:  # (started: a loop runs)
+            task = asyncio.get_running_loop().create_task(
+                self._complete_prepared(partition, f"of __transaction_state-{partition} on election")
+            )
+            self._elections.add(task)
+            task.add_done_callback(self._election_done)
+
+    def _election_done(self, task: asyncio.Task[None]) -> None:
+        self._elections.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("completing prepared transactions after an election failed: %s", task.exception())
+
+    def on_resignation(self, partition: int) -> None:
+        """This broker no longer leads the partition: forget its transactional ids."""
+        if self.owned is not None:
+            self.owned.discard(partition)
+        for tid in [t for t in self.sm.txns if self.partition_for(t) == partition]:
+            del self.sm.txns[tid]
+
     async def stop(self) -> None:
+        for task in list(self._elections):
+            task.cancel()
         if self._task is not None:
             self._task.cancel()
             self._task = None
@@ -156,14 +204,18 @@ class TransactionCoordinator:
             await self._write_markers(res.markers)
         return res
 
-    def _not_ready(self) -> int | None:
+    def _not_ready(self, txn_id: str | None = None) -> int | None:
+        """NOT_COORDINATOR for a transactional id whose ``__transaction_state`` partition this
+        broker does not lead (``owns``); COORDINATOR_LOAD_IN_PROGRESS until loaded."""
+        if txn_id and self.owned is not None and self.partition_for(txn_id) not in self.owned:
+            return ErrorCode.NOT_COORDINATOR
         return None if self.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
     # ------------------------------------------------------------------ API
     async def init_producer_id(
         self, txn_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
     ) -> tuple[int, int, int]:
-        if (err := self._not_ready()) is not None:
+        if (err := self._not_ready(txn_id)) is not None:
             return err, -1, -1
         async with self._lock:
             res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch))
@@ -182,7 +234,7 @@ class TransactionCoordinator:
         client_transaction_version: int | None = None,
     ) -> dict[TopicPartition, int]:
         parts = list(partitions)
-        if (err := self._not_ready()) is not None:
+        if (err := self._not_ready(txn_id)) is not None:
             return dict.fromkeys(parts, err)
         async with self._lock:
             res = await self._apply(
@@ -212,7 +264,7 @@ class TransactionCoordinator:
     ) -> tuple[int, int, int]:
         """EndTxn: ``(error, producer id, producer epoch)``; with ``tv2`` (EndTxn v5+) the id and
         epoch are the bumped ones the client continues with (-1, -1 on an error)."""
-        if (err := self._not_ready()) is not None:
+        if (err := self._not_ready(txn_id)) is not None:
             return err, -1, -1
         async with self._lock:
             res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit, tv2=tv2))

@@ -53,6 +53,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     24: ("AddPartitionsToTxn", 0, 5),
     25: ("AddOffsetsToTxn", 0, 4),
     26: ("EndTxn", 0, 5),
+    27: ("WriteTxnMarkers", 1, 1),  # between brokers: a transaction's markers (server/txn_marker_sender.py)
     28: ("TxnOffsetCommit", 0, 5),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),

@@ -254,6 +254,7 @@ class RaftManager:
         self._soon: asyncio.Handle | None = None  # a poll due now, on the loop
         self._leader_hw: int | None = None  # the high watermark of the last fetch answered by the leader
         self._inbound_ids = itertools.count(1)
+        self._other_clusters: set[int] = set()  # nodes whose cluster.id mismatch was logged
         self._inbound: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._waiters: list[_Waiter] = []
         self._closed = False
@@ -313,9 +314,7 @@ class RaftManager:
         )
         store = FileQuorumStateStore(self.config.metadata_log_dir)
         try:
-            self.node = RaftNode(
-                self.raft_config, self.metadata_log, store, self, self.rng, self._now()
-            )
+            self.node = RaftNode(self.raft_config, self.metadata_log, store, self, self.rng, self._now())
         except BaseException:
             self.metadata_log.close()
             raise
@@ -493,6 +492,9 @@ class RaftManager:
         node = self._node()
         if not isinstance(request, _REQUEST_TYPES):
             raise TypeError(f"not a KRaft request: {request!r}")
+        theirs = getattr(request, "cluster_id", None)
+        if theirs is not None and theirs != self.raft_config.cluster_id:
+            self._log_other_cluster(sender, f"its cluster.id is {theirs}")
         cid = next(self._inbound_ids)
         fut: asyncio.Future[RaftResponse] = asyncio.get_running_loop().create_future()
         key = (sender, cid)
@@ -510,6 +512,8 @@ class RaftManager:
         (the transport's callback)."""
         if self._closed or self.node is None:
             return
+        if response.error_code == Errors.INCONSISTENT_CLUSTER_ID:
+            self._log_other_cluster(sender, "it answers INCONSISTENT_CLUSTER_ID")
         if (
             isinstance(response, FetchResponse)
             and response.error_code == Errors.NONE
@@ -517,6 +521,21 @@ class RaftManager:
         ):
             self._leader_hw = response.high_watermark
         self._dispatch(self.node.handle(self._now(), sender, correlation_id, response))
+
+    def _log_other_cluster(self, other: int, why: str) -> None:
+        """Once per node: a voter formatted for another cluster can never join this quorum."""
+        if other in self._other_clusters:
+            return
+        self._other_clusters.add(other)
+        log.error(
+            "node %d: node %d belongs to another cluster (%s); this node's cluster.id is %s "
+            "(meta.properties, from 'strom storage format -t'): the two never form a quorum "
+            "until they are formatted with the same cluster id",
+            self.raft_config.node_id,
+            other,
+            why,
+            self.raft_config.cluster_id,
+        )
 
     # ------------------------------------------------------------------ RaftListener (fan-out)
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
@@ -533,9 +552,7 @@ class RaftManager:
             listener.handle_load_snapshot(snapshot_id, data)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        log.info(
-            "node %d: leader %s in epoch %d", self.raft_config.node_id, leader.leader_id, leader.epoch
-        )
+        log.info("node %d: leader %s in epoch %d", self.raft_config.node_id, leader.leader_id, leader.epoch)
         for listener in list(self._listeners):
             listener.handle_leader_change(leader)
 

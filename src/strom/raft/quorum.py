@@ -736,6 +736,11 @@ class RaftNode:
 
     # ------------------------------------------------------------------ responses
     def _handle_response(self, now_ms: int, sender: int, resp: RaftMessage) -> None:
+        if getattr(resp, "error_code", Errors.NONE) == Errors.INCONSISTENT_CLUSTER_ID:
+            # a node of another cluster: its epoch and leader mean nothing here (Kafka answers
+            # this as a top-level error, which never moves the receiver's epoch); retry later
+            self._retry_at[sender] = now_ms + self.config.retry_backoff_ms
+            return
         if isinstance(resp, VoteResponse):
             self._handle_vote_response(now_ms, sender, resp)
         elif isinstance(resp, BeginQuorumEpochResponse):

@@ -1,7 +1,8 @@
 """The broker process, a composition root: it builds the components and wires them together.
 
 * :class:`~strom.server.metadata_cache.MetadataCache` (``metadata_cache``): what handlers know
-  of the cluster (topics, partition leadership, brokers), today over the topic registry.
+  of the cluster (topics, partition leadership, brokers): over the topic registry on a single
+  node, over the metadata image on the quorum (``ImageMetadataCache``).
 * :class:`~strom.server.replica_manager.ReplicaManager` (``replica_manager``): the partition
   logs, appends, reads, offsets, log dirs and their failures, the one answer for a partition
   that cannot be served here.
@@ -53,7 +54,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,8 +81,9 @@ from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
-from .metadata_cache import RegistryMetadataCache
+from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .replica_manager import ReplicaManager, delete_logs
+from .txn_marker_sender import TxnMarkerSender
 
 if TYPE_CHECKING:
     from ..raft.manager import RaftManager
@@ -168,6 +170,14 @@ class BrokerLogView:
         return plog.high_watermark
 
 
+def _default_listener(config: BrokerConfig) -> str:
+    """The listener a client that names none means: the first that is not a controller listener
+    (as :meth:`BrokerConfig.advertised`)."""
+    controllers = config.kraft().controller_listener_names
+    names = [name for name, _host, _port in config.listeners()]
+    return next((n for n in names if n not in controllers), names[0])
+
+
 def _iso_duration_ms(text: str) -> int:
     import re
 
@@ -218,8 +228,15 @@ class Broker:
         # partitions on failed log dirs: the replica manager keeps them, the metadata cache
         # answers leader -1 for them (what a controller learns from log dir failure reports)
         offline_partitions: dict[tuple[str, int], Path | None] = {}
-        self.metadata_cache = RegistryMetadataCache(
-            self.topics, self.node_id, self.cluster_id, config.advertised, offline_partitions
+        # on the quorum, leadership and brokers come from the published metadata image
+        self.metadata_cache: RegistryMetadataCache | ImageMetadataCache = (
+            ImageMetadataCache(
+                self.topics, self.node_id, self.cluster_id, _default_listener(config), offline_partitions
+            )
+            if quorum
+            else RegistryMetadataCache(
+                self.topics, self.node_id, self.cluster_id, config.advertised, offline_partitions
+            )
         )
         self.replica_manager = ReplicaManager(
             node_id=self.node_id,
@@ -256,6 +273,8 @@ class Broker:
         self.sasl = SaslState(config.values, self.log_dir)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
+        # transaction markers for partitions other brokers lead (a cluster)
+        self.marker_sender = TxnMarkerSender(self, _default_listener(config))
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
 
@@ -345,7 +364,8 @@ class Broker:
             await self.quorum.create_internal_topics(
                 [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
             )
-        self.replica_manager.load_logs(self.topics.topics.values())
+        hosted = self.quorum.publisher.hosts if self.quorum is not None else None  # (its replicas)
+        self.replica_manager.load_logs(self.topics.topics.values(), hosted=hosted)
         if self.quorum is not None:
             self.quorum.go_live()
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
@@ -357,6 +377,8 @@ class Broker:
             scheduler=self.scheduler,
         )
         self.group_coordinator.group_configs = self.group_config
+        if self.quorum is not None:  # a multi-node cluster: only the partitions led here
+            self.group_coordinator.owns = self._leads(OFFSETS_TOPIC)
         # consumer-group records name topics by id: let the coordinator resolve every known one
         for info in self.topics.topics.values():
             self.group_coordinator.topic_names[info.topic_id] = info.name
@@ -376,6 +398,8 @@ class Broker:
             ],
             scheduler=self.scheduler,
         )
+        if self.quorum is not None:
+            self.txn_coordinator.owns = self._leads(TXN_TOPIC)
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
         if listen:
@@ -397,6 +421,10 @@ class Broker:
             f" (offline: {','.join(str(d) for d in rm.offline_dirs)})" if rm.offline_dirs else "",
             len(rm.logs),
         )
+
+    def _leads(self, topic: str) -> Callable[[int], bool]:
+        """Whether this broker leads a partition of ``topic`` (the coordinators' ownership)."""
+        return lambda p: self.metadata_cache.leader_id(topic, p) == self.node_id
 
     def on_connection_closed(self, connection_id: str) -> None:
         """A client connection closed: its share sessions close and release their records."""
@@ -456,6 +484,7 @@ class Broker:
                 with contextlib.suppress(Exception):
                     await coord.stop()
         self.coordinator_writer.close()
+        await self.marker_sender.close()
         if self.quorum is not None:
             await self.quorum.stop()
         self.replica_manager.shutdown()
@@ -530,16 +559,18 @@ class Broker:
         configs: dict[str, str] | None = None,
         *,
         validate_only: bool = False,
+        replication_factor: int = -1,
     ) -> TopicInfo:
         """CreateTopics: the partitions are made in a worker thread, then the topic is published
-        (see the module docstring). Raises TopicError with Kafka's code."""
+        (see the module docstring). Raises TopicError with Kafka's code. ``replication_factor``
+        is the controller's to place (on the quorum; -1: its default), else it must be 1."""
         configs = self._check_new_topic(name, partitions, configs)
         if validate_only:
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         self._creating[name] = partitions
         try:
             if self.quorum is not None:  # through the controller; applied here before the answer
-                info = await self.quorum.create_topic(name, partitions, configs)
+                info = await self.quorum.create_topic(name, partitions, configs, replication_factor)
             else:
                 pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
                 make = self.replica_manager.make_partition_logs
@@ -661,7 +692,26 @@ class Broker:
     async def write_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
     ) -> None:
-        """Write a transaction marker (control batch) to each partition, durably (one flush
+        """Write a transaction marker (control batch) to each partition: those led here by
+        :meth:`write_local_markers`, those another broker leads (a cluster) by that broker,
+        through :class:`~strom.server.txn_marker_sender.TxnMarkerSender` (WriteTxnMarkers)."""
+        partitions = list(partitions)
+        cache, me = self.metadata_cache, self.node_id
+        elsewhere = [tp for tp in partitions if (leader := cache.leader_id(*tp)) is not None and leader != me
+                     and tp not in self.replica_manager.offline_partitions]
+        if not elsewhere:
+            await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
+            return
+        here = [tp for tp in partitions if tp not in set(elsewhere)]
+        await asyncio.gather(
+            self.write_local_markers(producer_id, producer_epoch, commit, here),
+            self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere),
+        )
+
+    async def write_local_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """Write a transaction marker (control batch) to each partition here, durably (one flush
         round for all of them, :mod:`strom.server.coordinator_writer`); offsets partitions also
         complete the group coordinator's pending transactional offsets."""
         partitions = list(partitions)

@@ -75,8 +75,9 @@ AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and a
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
 configs, the producer-id blocks (local file; the migration records the next block in the log so
-no id is reused when the controller takes them over), SCRAM/ACLs. Partition leadership in
-Metadata answers still comes from the registry (this node leads everything it hosts).
+no id is reused when the controller takes them over), SCRAM/ACLs. Brokers and partition
+leadership in the broker's answers come from the image
+(:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
 
 from __future__ import annotations
@@ -394,9 +395,14 @@ class BrokerQuorum:
     # -- broker lifecycle at the controller (server/broker_lifecycle.py)
     def _registration_request(self, incarnation_id: uuid.UUID) -> Any:
         broker = self.broker
+        # the endpoints clients are told (advertised.listeners), as Kafka registers them
+        advertised = broker.config.advertised_listeners()
         listeners = tuple(
             registration.Listener(
-                name=name, host=host, port=u16(port), security_protocol=i16(_protocol_id(proto))
+                name=name,
+                host=advertised.get(name, (host, port))[0],
+                port=u16(advertised.get(name, (host, port))[1]),
+                security_protocol=i16(_protocol_id(proto)),
             )
             for name, proto, host, port in broker.config.listener_protocols()
         )
@@ -467,11 +473,13 @@ class BrokerQuorum:
                 await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1
+    ) -> TopicInfo:
         topic = create_topics.CreatableTopic(
             name=name,  # type: ignore[arg-type]
             num_partitions=i32(partitions),
-            replication_factor=i16(-1),
+            replication_factor=i16(replication_factor),
             assignments=(),
             configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
         )

@@ -5,22 +5,41 @@ partitions each has, who leads a partition at which epoch with which replicas an
 brokers are alive at which endpoints, who the controller is, the cluster id. They never read
 the topic registry or the broker's fields for that.
 
-:class:`MetadataCache` is the interface (a protocol); :class:`RegistryMetadataCache` is today's
+:class:`MetadataCache` is the interface (a protocol); :class:`RegistryMetadataCache` is the
 single-node implementation over the :class:`~strom.metadata.topics.TopicRegistry`: this node
 leads every partition at epoch 0 and is its only replica, and a partition on a failed log dir has
 no leader (leader -1, this node among its offline replicas), as Kafka's controller answers once
-a broker reports the dir offline. A KRaft metadata image will implement the same interface;
-the :class:`~strom.server.replica_manager.ReplicaManager` decides NOT_LEADER_OR_FOLLOWER from
-:meth:`MetadataCache.leader_id`, so replication only has to change what the cache says.
+a broker reports the dir offline.
+
+:class:`ImageMetadataCache` is the broker's cache on the metadata quorum (Kafka's
+``KRaftMetadataCache``), over the latest :class:`~strom.metadata.image.MetadataImage` the
+:class:`~strom.server.metadata_publisher.BrokerMetadataPublisher` applied:
+
+* brokers: the registered, unfenced brokers of ``image.cluster`` with their endpoint of the
+  listener the client connected on (a broker without that listener is left out, as Kafka's
+  ``getAliveBrokerNodes``); the controller id clients are told is a random alive broker (Kafka 4's
+  ``getRandomAliveBrokerId``: KRaft brokers hide the controllers);
+* topics: which topics and how many of their partitions exist is still the topic registry, which
+  the publisher fills as the broker applies the image, so the broker's rule holds: a topic (or a
+  new partition) with a replica here is visible only once its log exists here; one without a
+  replica here is published as soon as the image has it;
+* partitions: leader, leader epoch, replicas and ISR are the image's ``PartitionRegistration``;
+  offline replicas are the replicas whose broker is not registered or fenced, plus this node for a
+  partition on one of its failed log dirs (it then has no leader if this node led it, as today).
+
+The :class:`~strom.server.replica_manager.ReplicaManager` decides NOT_LEADER_OR_FOLLOWER from
+:meth:`MetadataCache.leader_id`: a partition led by another broker is answered so.
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..metadata.image import EMPTY_IMAGE, BrokerRegistration, MetadataImage, PartitionRegistration
 from ..metadata.topics import TopicInfo, TopicRegistry
 
 TopicPartition = tuple[str, int]
@@ -67,6 +86,10 @@ class MetadataCache(Protocol):
         ...
 
     def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None: ...
+
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        """The registered but fenced brokers (DescribeCluster's ``include_fenced_brokers``)."""
+        ...
 
     def topics(self) -> Iterable[TopicInfo]:
         """Every topic, in creation order."""
@@ -141,6 +164,9 @@ class RegistryMetadataCache:
             return None
         return self.alive_brokers(listener)[0]
 
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        return []  # a running single node is never fenced
+
     # ------------------------------------------------------------------ topics
     def topics(self) -> Iterable[TopicInfo]:
         return list(self._registry.topics.values())
@@ -178,3 +204,134 @@ class RegistryMetadataCache:
             return None
         offline = self._offline
         return NO_LEADER if offline and (topic, partition) in offline else self._node_id
+
+
+class ImageMetadataCache:
+    """:class:`MetadataCache` of a broker on the metadata quorum, over the applied image and the
+    topic registry (see the module docstring).
+
+    ``default_listener`` names the listener a caller that names none means (the broker's first
+    non-controller listener); ``offline_replicas`` holds the partitions whose replica here is on a
+    failed log dir; ``rng`` picks the controller id clients are given.
+    """
+
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        node_id: int,
+        cluster_id: str,
+        default_listener: str,
+        offline_replicas: Container[TopicPartition] = frozenset(),
+        rng: random.Random | None = None,
+    ) -> None:
+        self._registry = registry
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._default_listener = default_listener
+        self._offline = offline_replicas
+        self._rng = rng if rng is not None else random.Random()
+        self._image: MetadataImage = EMPTY_IMAGE
+        self._image_version = 0  # moves with every image applied
+
+    # ------------------------------------------------------------------ the image
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def update(self, image: MetadataImage) -> None:
+        """The publisher applies ``image`` (called before the registry changes for it)."""
+        if image is not self._image:
+            self._image = image
+            self._image_version += 1
+
+    # ------------------------------------------------------------------ cluster
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def controller_id(self) -> int:
+        """A random alive broker (Kafka's KRaft brokers answer clients so), -1 if none."""
+        alive = [b.id for b in self._image.cluster.unfenced_brokers()]
+        if not alive:
+            return NO_LEADER  # MetadataResponse.NO_CONTROLLER_ID
+        return alive[self._rng.randrange(len(alive))]
+
+    def _node(self, reg: BrokerRegistration, listener: str | None) -> BrokerNode | None:
+        ep = reg.listener(listener or self._default_listener)
+        if ep is None:
+            return None
+        return BrokerNode(reg.id, ep.host, ep.port, reg.rack)
+
+    def alive_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        out = []
+        for reg in self._image.cluster.unfenced_brokers():
+            node = self._node(reg, listener)
+            if node is not None:
+                out.append(node)
+        return out
+
+    def fenced_brokers(self, listener: str | None = None) -> list[BrokerNode]:
+        brokers = self._image.cluster.brokers
+        nodes = (self._node(brokers[i], listener) for i in sorted(brokers) if brokers[i].fenced)
+        return [n for n in nodes if n is not None]
+
+    def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
+        reg = self._image.cluster.broker(node_id)
+        if reg is None or reg.fenced:
+            return None
+        return self._node(reg, listener)
+
+    # ------------------------------------------------------------------ topics (the registry)
+    def topics(self) -> Iterable[TopicInfo]:
+        return list(self._registry.topics.values())
+
+    def topics_version(self) -> int:
+        # both only grow: the sum moves when the registry or the image does
+        return self._registry.version + self._image_version
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._registry.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._registry.by_id.get(topic_id)
+
+    def num_partitions(self, topic: str) -> int | None:
+        info = self._registry.topics.get(topic)
+        return info.partitions if info is not None else None
+
+    def contains(self, topic: str, partition: int) -> bool:
+        return self._registration(topic, partition) is not None
+
+    # ------------------------------------------------------------------ partitions (the image)
+    def _registration(self, topic: str, partition: int) -> PartitionRegistration | None:
+        info = self._registry.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        t = self._image.topics.topics_by_name.get(topic)
+        if t is None or t.id != info.topic_id:
+            return None
+        return t.partitions.get(partition)
+
+    def partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        reg = self._registration(topic, partition)
+        if reg is None:
+            return None
+        brokers = self._image.cluster.brokers
+        offline = [r for r in reg.replicas if (b := brokers.get(r)) is None or b.fenced]
+        leader = reg.leader
+        if (topic, partition) in self._offline:
+            if self._node_id not in offline and self._node_id in reg.replicas:
+                offline.append(self._node_id)
+            if leader == self._node_id:
+                leader = NO_LEADER
+        return PartitionMetadata(topic, partition, leader, reg.leader_epoch, reg.replicas, reg.isr,
+                                 tuple(r for r in reg.replicas if r in offline))
+
+    def leader_id(self, topic: str, partition: int) -> int | None:
+        reg = self._registration(topic, partition)
+        if reg is None:
+            return None
+        leader = reg.leader
+        offline = self._offline
+        if leader == self._node_id and offline and (topic, partition) in offline:
+            return NO_LEADER
+        return leader

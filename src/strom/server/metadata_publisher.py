@@ -2,11 +2,19 @@
 
 Theory of operation: the :class:`~strom.metadata.loader.MetadataLoader` publishes an image after
 each committed batch. During start-up (``live`` false) the image fills the broker's topic registry
-directly and the replica manager's ``load_logs`` then opens the logs; once the broker is live,
-images are queued and applied one at a time, in log order, by one asyncio task: new topics' and
-partitions' logs are made in a worker thread and only then published in the registry and the
-replica manager (a topic is visible only once its logs exist); deleted topics leave the registry
-and their logs are deleted; changed topic configs are pushed to the logs.
+directly and the replica manager's ``load_logs`` then opens the logs of the partitions this node
+hosts (:meth:`BrokerMetadataPublisher.hosts`: the node is among the partition's replicas; a log
+of a partition it does not host is a stray, deleted as Kafka deletes stray replicas); once the
+broker is live, images are queued and applied one at a time, in log order, by one asyncio task.
+
+Applying an image: the broker's :class:`~strom.server.metadata_cache.ImageMetadataCache` takes it
+first (leadership, brokers), then deleted topics leave the registry and their logs are deleted;
+new topics' and partitions' logs are made, for the partitions hosted here only, in a worker
+thread and only then are they published in the registry and the replica manager (a topic is
+visible only once its local logs exist; a topic with no replica here at once); a partition moved
+here by a reassignment gets its log, one moved away loses it (deleted, as Kafka's
+``ReplicaManager`` deletes a replica no longer assigned to it); changed topic configs are pushed
+to the logs. A topic the image left untouched (the same ``TopicImage`` object) is skipped.
 :meth:`BrokerMetadataPublisher.wait_applied` lets a request that changed the metadata answer only
 once the broker applied the result.
 """
@@ -19,8 +27,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..metadata.delta import MetadataDelta
-from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage
+from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage, TopicImage
 from ..metadata.topics import TopicInfo
+from .metadata_cache import ImageMetadataCache
 from .replica_manager import delete_logs
 
 if TYPE_CHECKING:
@@ -41,11 +50,27 @@ class BrokerMetadataPublisher:
         self._applied_offset = -1
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.published_at: dict[int, float] = {}  # image offset -> loop time published (bench)
+        # the topic images last applied: a topic whose image is the same object is unchanged
+        self._topic_images: dict[str, TopicImage] = {}
+
+    def hosts(self, topic: str, partition: int) -> bool:
+        """Is this node a replica of the partition in the latest image (its log belongs here)?"""
+        image = self.image
+        t = image.topics.topics_by_name.get(topic) if image is not None else None
+        reg = t.partitions.get(partition) if t is not None else None
+        return reg is not None and self.broker.node_id in reg.replicas
+
+    def _to_cache(self, image: MetadataImage) -> None:
+        cache = self.broker.metadata_cache
+        if isinstance(cache, ImageMetadataCache):
+            cache.update(image)
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
         self.image = image
         if not self.live:
+            self._to_cache(image)
             self._reconcile_registry(image)
+            self._topic_images = dict(image.topics.topics_by_name)
             self._applied(image.offset)
             return
         self._queue.put_nowait((image, image.offset))
@@ -112,35 +137,85 @@ class BrokerMetadataPublisher:
         broker = self.broker
         reg = broker.topics
         rm = broker.replica_manager
+        node = broker.node_id
+        self._to_cache(image)
         wanted = self._wanted(image)
         for name in [n for n, i in reg.topics.items() if n not in wanted or wanted[n][0] != i.topic_id]:
             info = reg.delete(name)
+            self._topic_images.pop(name, None)
             rm.remove_partitions(name, info.partitions)
             if broker.share_coordinator is not None:
                 broker.share_coordinator.topic_deleted(info.topic_id)
             log.info("deleted topic %s", name)
+        by_name = image.topics.topics_by_name
         for name, (tid, n, configs) in wanted.items():
+            timage = by_name[name]
             existing = reg.get(name)
+            if existing is not None and self._topic_images.get(name) is timage and existing.partitions == n:
+                if configs != existing.configs:
+                    reg.set_configs(name, configs, notify=False)
+                    broker.refresh_log_configs(name)
+                continue
+            local = [p for p, pr in sorted(timage.partitions.items()) if node in pr.replicas]
             if existing is None:
                 pending = TopicInfo(name, tid, n, configs)
-                logs = await broker._in_worker(rm.make_partition_logs, pending, range(n))
+                logs = await broker._in_worker(rm.make_partition_logs, pending, local) if local else []
                 if reg.get(name) is not None:  # (cannot happen: one apply at a time)
                     delete_logs(logs)
                     continue
                 info = reg.create(name, n, configs, topic_id=tid)
-                rm.add_partitions(info, 0, logs)
-                log.info("created topic %s with %d partitions", name, n)
+                rm.add_logs(info, logs)
+                self._topic_images[name] = timage
+                log.info("created topic %s with %d partitions (%d here)", name, n, len(logs))
                 continue
             info = existing
-            if n > info.partitions:
-                current = info.partitions
-                logs = await broker._in_worker(rm.make_partition_logs, info, range(current, n))
+            current = info.partitions
+            # partitions hosted here without a log: new ones, or moved here by a reassignment
+            missing = [
+                p for p in local if (name, p) not in rm.logs and (name, p) not in rm.offline_partitions
+            ]
+            if missing:
+                logs = await broker._in_worker(rm.make_partition_logs, info, missing)
+                if reg.get(name) is not info:  # (cannot happen: one apply at a time)
+                    delete_logs(logs)
+                    continue
+                rm.add_logs(info, logs)
+            if n > current:
                 reg.set_partitions(name, n)
-                rm.add_partitions(info, current, logs)
+            hosted = set(local)
+            for p in range(min(current, n)):
+                if p not in hosted and ((name, p) in rm.logs or (name, p) in rm.offline_partitions):
+                    log.info("%s-%d is no longer hosted here: deleting its log", name, p)
+                    rm.remove_replica(name, p)
+            self._topic_images[name] = timage
             newer = broker.quorum is not None and name in broker.quorum.pending_config_topics
             if configs != info.configs and not newer:  # (newer: the broker's change, on its way)
                 reg.set_configs(name, configs, notify=False)
                 broker.refresh_log_configs(name)
+        self._follow_coordinator_leadership()
+
+    def _follow_coordinator_leadership(self) -> None:
+        """The group and transaction coordinators serve the partitions of their topic that
+        this broker leads: load a partition that became led here, forget one led elsewhere now
+        (Kafka's ``onElection``/``onResignation``, called by its metadata publisher)."""
+        broker = self.broker
+        cache = broker.metadata_cache
+        internal = (
+            ("__consumer_offsets", broker.group_coordinator),
+            ("__transaction_state", broker.txn_coordinator),
+        )
+        for topic, coord in internal:
+            owned = getattr(coord, "owned", None)
+            if owned is None:  # not started, or serving every partition
+                continue
+            count = cache.num_partitions(topic) or 0
+            led = {p for p in range(count) if cache.leader_id(topic, p) == broker.node_id}
+            for p in sorted(owned - led):
+                log.info("no longer the coordinator of %s-%d", topic, p)
+                coord.on_resignation(p)
+            for p in sorted(led - owned):
+                log.info("now the coordinator of %s-%d: loading it", topic, p)
+                coord.on_election(p)
 
     def restore_topic_configs(self, name: str) -> None:
         """A config change of ``name`` did not reach the metadata log: its configs as in the image

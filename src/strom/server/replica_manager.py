@@ -667,9 +667,16 @@ class ReplicaManager:
             counts[mv.dest] = counts.get(mv.dest, 0) + 1
         return counts
 
-    def load_logs(self, topics: Iterable[TopicInfo]) -> None:
+    def load_logs(
+        self, topics: Iterable[TopicInfo], hosted: Callable[[str, int], bool] | None = None
+    ) -> None:
         """At start: find every partition of ``topics`` in the online dirs (see
-        :mod:`strom.log.log_dirs`), finish swaps a crash interrupted, open the logs."""
+        :mod:`strom.log.log_dirs`), finish swaps a crash interrupted, open the logs.
+
+        ``hosted`` (on the metadata quorum): whether this node is a replica of a partition; only
+        those are opened (or made), and the log of a partition of ``topics`` that is not hosted
+        here any more (moved away while the broker was down) is a stray and is deleted, as Kafka
+        deletes stray replicas at start-up."""
         topics = list(topics)
         known = {info.name for info in topics}
         online = self.online_dirs()
@@ -677,6 +684,16 @@ class ReplicaManager:
         leftovers = found.deleted
         doomed_tps = {(p[0], p[1]) for p in map(parse_partition_dir, (x.name for x in leftovers)) if p}
         resume: list[tuple[str, int, Path]] = []
+        if hosted is not None:
+            counts = {info.name: info.partitions for info in topics}
+            strays = [
+                tp for tp in found.current if tp[0] in known and tp[1] < counts[tp[0]] and not hosted(*tp)
+            ]
+            for tp in strays:
+                log.info("%s-%d is not hosted by this broker: deleting its stray log", tp[0], tp[1])
+                leftovers.append(found.current.pop(tp) / f"{tp[0]}-{tp[1]}")
+            for tp in [tp for tp in found.future if tp[0] in known and not hosted(*tp)]:
+                leftovers.append(found.future.pop(tp))
         for tp, path in sorted(found.future.items()):
             if tp in found.current:
                 resume.append((tp[0], tp[1], path))
@@ -698,6 +715,8 @@ class ReplicaManager:
         for info in topics:
             for p in range(info.partitions):
                 tp = (info.name, p)
+                if hosted is not None and not hosted(*tp):
+                    continue
                 d = found.current.get(tp)
                 if d is None:
                     if self.offline_dirs:  # it may be on the failed dir: do not make it empty
@@ -727,7 +746,7 @@ class ReplicaManager:
         return plog
 
     def make_partition_logs(
-        self, info: TopicInfo, partitions: range, abort: threading.Event | None = None
+        self, info: TopicInfo, partitions: Iterable[int], abort: threading.Event | None = None
     ) -> list[PartitionLog]:
         """Create the logs of ``partitions`` (in a worker thread), unpublished; all or nothing.
         Raises TopicError (KAFKA_STORAGE_ERROR, or REQUEST_TIMED_OUT when abandoned)."""
@@ -767,6 +786,25 @@ class ReplicaManager:
         for p, plog in enumerate(logs, first):
             plog.update_high_watermark(plog.log_end_offset)
             self.logs[(info.name, p)] = plog
+
+    def add_logs(self, info: TopicInfo, logs: list[PartitionLog]) -> None:
+        """Publish logs made by :meth:`make_partition_logs`, each as its own partition (on the
+        metadata quorum: the partitions this node hosts, not necessarily contiguous)."""
+        for plog in logs:
+            plog.update_high_watermark(plog.log_end_offset)
+            self.logs[(info.name, plog.partition)] = plog
+
+    def remove_replica(self, topic: str, partition: int) -> None:
+        """This node no longer hosts the partition (a reassignment moved it away): stop its
+        move, delete its log; requests waiting on it are answered NOT_LEADER_OR_FOLLOWER."""
+        tp = (topic, partition)
+        self.mover.cancel(tp)
+        self.offline_partitions.pop(tp, None)
+        plog = self.logs.pop(tp, None)
+        self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.purgatory.notify(tp)
+        if plog is not None:
+            plog.delete()
 
     def remove_partitions(self, topic: str, count: int) -> None:
         """The topic was deleted: stop its moves, delete its logs."""

@@ -50,7 +50,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             partitions = broker.config["num.partitions"]
         if rf == -1:
             rf = broker.config["default.replication.factor"]
-        if rf != 1 and not t.assignments:
+        if rf != 1 and not t.assignments and broker.quorum is None:  # (the controller places replicas)
             entry.update(
                 error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
                 error_message=f"Replication factor: {rf} larger than available brokers: 1.",
@@ -60,12 +60,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
             # off the event loop, published only once every partition exists (Broker docstring)
-            info = await broker.create_topic_async(name, partitions, configs, validate_only=validate_only)
+            info = await broker.create_topic_async(
+                name, partitions, configs, validate_only=validate_only, replication_factor=rf
+            )
         except TopicError as e:
             entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
             continue
-        entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1, configs=[])
+        entry.update(
+            topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=rf, configs=[]
+        )
         out.append(entry)
     return {"throttle_time": 0, "topics": out}
 
@@ -112,10 +116,10 @@ _ENDPOINT_BROKER, _ENDPOINT_CONTROLLER = 1, 2
 @handler(60)
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Kafka's broker answer: the brokers of this listener (v2 ``include_fenced_brokers`` adds
-    fenced ones; a single running node is never fenced) and a live broker as controller id
-    (KRaft hides the controllers). An endpoint type other than brokers is refused as Kafka does:
-    UNSUPPORTED_ENDPOINT_TYPE for an unknown one, MISMATCHED_ENDPOINT_TYPE for controllers
-    (INVALID_REQUEST on v0, which has no such codes)."""
+    the fenced ones, ``is_fenced``; a single running node is never fenced) and a random live
+    broker as controller id (KRaft hides the controllers). An endpoint type other than brokers is
+    refused as Kafka does: UNSUPPORTED_ENDPOINT_TYPE for an unknown one, MISMATCHED_ENDPOINT_TYPE
+    for controllers (INVALID_REQUEST on v0, which has no such codes)."""
     cache = ctx.broker.metadata_cache
     endpoint_type = int(getattr(request, "endpoint_type", _ENDPOINT_BROKER))
     v0 = ctx.api_version == 0
@@ -132,6 +136,11 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
             "error_message": "The request was sent to an endpoint of type BROKER, "
             "but we wanted an endpoint of type CONTROLLER",
         }
+    listener = ctx.session.listener
+    brokers = [(b, False) for b in cache.alive_brokers(listener)]
+    if getattr(request, "include_fenced_brokers", False):
+        brokers += [(b, True) for b in cache.fenced_brokers(listener)]
+        brokers.sort(key=lambda e: e[0].node_id)
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -140,8 +149,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
         "cluster_id": cache.cluster_id(),
         "controller_id": cache.controller_id(),
         "brokers": [
-            {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
-            for b in cache.alive_brokers(ctx.session.listener)
+            {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": fenced}
+            for b, fenced in brokers
         ],
         "cluster_authorized_operations": -2147483648,
     }

@@ -3,8 +3,9 @@ Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups
 DeleteGroups (42), OffsetDelete (47), ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69).
 
 Thin glue: each handler maps the request of any version onto :class:`GroupCoordinator` and the
-result onto the response dict (the codec drops what the version lacks). This single broker is the
-coordinator of every group and transactional id.
+result onto the response dict (the codec drops what the version lacks). The coordinator of a group
+or transactional id is the leader of its internal-topic partition (a single node: itself); the
+:class:`GroupCoordinator` answers NOT_COORDINATOR for a group whose partition is led elsewhere.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
+from ...coordinator.records import partition_for
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from . import handler
-from .metadata import advertised_endpoint
 
 
 def _ms(value: Any, default: int = -1) -> int:
@@ -49,27 +50,36 @@ def _client_host(ctx: RequestContext) -> str:
 
 @handler(10)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    host, port = advertised_endpoint(ctx)
-    node = ctx.broker.node_id
+    """The coordinator of a group (key type 0) or transactional id (1) is the leader of its
+    partition of ``__consumer_offsets`` / ``__transaction_state`` (Kafka's ``partitionFor`` then
+    the partition's leader), at its endpoint of the listener the request came in on;
+    COORDINATOR_NOT_AVAILABLE when that partition has no leader (or the leader no endpoint
+    there), as Kafka answers. A single node leads every partition: itself."""
+    broker = ctx.broker
+    cache = broker.metadata_cache
+    listener = ctx.session.listener
     key_type = int(getattr(request, "key_type", 0))
+
+    def none(key: str, code: int, message: str | None) -> dict[str, Any]:
+        return {"key": key, "error_code": code, "error_message": message,
+                "node_id": -1, "host": "", "port": -1}
 
     def one(key: str) -> dict[str, Any]:
         if key_type not in (0, 1):
-            return {
-                "key": key,
-                "error_code": ErrorCode.INVALID_REQUEST,
-                "error_message": f"unknown key type {key_type}",
-                "node_id": -1,
-                "host": "",
-                "port": -1,
-            }
+            return none(key, ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        topic = "__consumer_offsets" if key_type == 0 else "__transaction_state"
+        count = cache.num_partitions(topic)
+        leader = cache.leader_id(topic, partition_for(key, count)) if count else None
+        node = cache.alive_broker(leader, listener) if leader is not None and leader >= 0 else None
+        if node is None:
+            return none(key, ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
         return {
             "key": key,
             "error_code": ErrorCode.NONE,
             "error_message": None,
-            "node_id": node,
-            "host": host,
-            "port": port,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
         }
 
     if ctx.api_version >= 4:

@@ -11,27 +11,28 @@ from ..context import RequestContext
 from . import handler
 
 
-def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
-    """The (host, port) this broker advertises for the listener the request came in on (Kafka
-    answers each listener's clients with that listener's address)."""
-    node = ctx.broker.metadata_cache.alive_broker(ctx.broker.node_id, ctx.session.listener)
-    assert node is not None  # this broker is alive
-    return node.host, node.port
-
-
 def partition_entries(ctx: RequestContext, info: TopicInfo) -> list[dict[str, Any]]:
     # a partition on a failed log dir has no leader (Kafka's controller takes the replica
-    # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas)
+    # offline: LEADER_NOT_AVAILABLE, leader -1, the replica listed in offline_replicas). A leader
+    # that is not alive on the client's listener is not given (Kafka's KRaftMetadataCache):
+    # LISTENER_NOT_FOUND from v6 when it is alive on another listener, else LEADER_NOT_AVAILABLE
     cache = ctx.broker.metadata_cache
+    listener = ctx.session.listener
     out = []
     for p in range(info.partitions):
         pm = cache.partition(info.name, p)
-        if pm is None:  # not reached: ``info`` and the cache are read in one step
+        if pm is None:  # a partition of the registry the image does not have (yet)
             continue
+        leader, error = pm.leader_id, ErrorCode.NONE
+        if not pm.has_leader:
+            error = ErrorCode.LEADER_NOT_AVAILABLE
+        elif cache.alive_broker(leader, listener) is None:
+            elsewhere = ctx.api_version >= 6 and cache.alive_broker(leader) is not None
+            leader, error = -1, ErrorCode.LISTENER_NOT_FOUND if elsewhere else ErrorCode.LEADER_NOT_AVAILABLE
         out.append({
-            "error_code": 0 if pm.has_leader else ErrorCode.LEADER_NOT_AVAILABLE,
+            "error_code": error,
             "partition_index": p,
-            "leader_id": pm.leader_id,
+            "leader_id": leader,
             "leader_epoch": pm.leader_epoch,
             "replica_nodes": list(pm.replicas),
             "isr_nodes": list(pm.isr),

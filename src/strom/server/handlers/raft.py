@@ -78,7 +78,14 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> dict[str,
     quorum = getattr(ctx.broker, "quorum", None)
     channel = getattr(quorum, "channel", None)
     leader = mgr.leader_and_epoch.leader_id
-    if channel is not None and leader is not None and leader != getattr(ctx.broker, "node_id", leader):
+    # on a CONTROLLER listener a voter answers for itself (Kafka's ControllerApis; the brokers'
+    # listeners forward)
+    config = getattr(ctx.broker, "config", None)
+    on_controller_listener = (
+        config is not None and ctx.session.listener in config.kraft().controller_listener_names
+    )
+    if (channel is not None and leader is not None and not on_controller_listener
+            and leader != getattr(ctx.broker, "node_id", leader)):
         from ...controller.server import NotControllerError
 
         try:

@@ -10,6 +10,7 @@ from typing import Any
 from ...coordinator.transaction import KAFKA_STATE_NAMES
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
+from ..txn_marker_sender import marker_response
 from . import handler
 
 
@@ -27,13 +28,16 @@ def _topic_results(errors: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
 def _known_partitions(
     ctx: RequestContext, topics: Any
 ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], int]]:
+    """Kafka's check: a partition the metadata cache knows, wherever it is led (its markers go
+    to its leader); one on a failed log dir here is refused, as before."""
     ok: list[tuple[str, int]] = []
     bad: dict[tuple[str, int], int] = {}
     rm = ctx.broker.replica_manager
+    cache = ctx.broker.metadata_cache
     for t in topics:
         name = str(t.name)
         for p in t.partitions:
-            if rm.is_online(name, p):
+            if cache.contains(name, p) and (name, p) not in rm.offline_partitions:
                 ok.append((name, int(p)))
             else:
                 bad[(name, int(p))] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -62,8 +66,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
             errors = {**coord.verify_partitions(tid, txn.producer_id, txn.producer_epoch, ok), **bad}
         elif bad:
             errors = {**dict.fromkeys(ok, ErrorCode.OPERATION_NOT_ATTEMPTED), **bad}
-        else:
-            errors = await coord.add_partitions(tid, txn.producer_id, txn.producer_epoch, ok)
+        else:  # (v5: a broker adding for a Produce v12+, transaction version 2)
+            tv = 2 if ctx.api_version >= 5 else None
+            errors = await coord.add_partitions(tid, txn.producer_id, txn.producer_epoch, ok,
+                                                client_transaction_version=tv)
         results.append({"transactional_id": tid, "topic_results": _topic_results(errors)})
     return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
 
@@ -216,3 +222,35 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[s
             )
         topics.append({"name": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
+
+
+@handler(27)
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """WriteTxnMarkers, from the transaction coordinator on another broker (Kafka's inter-broker
+    API): each marker is written to the partitions led here (answered once durable, offsets
+    partitions completing their pending transactional offsets); a partition not led here
+    answers NOT_LEADER_OR_FOLLOWER (the sender looks its leader up again), one that does not
+    exist UNKNOWN_TOPIC_OR_PARTITION, one on a failed log dir KAFKA_STORAGE_ERROR."""
+    broker = ctx.broker
+    rm = broker.replica_manager
+    out = []
+    for marker in request.markers:
+        pid, epoch = int(marker.producer_id), int(marker.producer_epoch)
+        commit = bool(marker.transaction_result)
+        codes: dict[tuple[str, int], int] = {}
+        for t in marker.topics:
+            for p in t.partition_indexes:
+                codes[(str(t.name), int(p))] = rm.partition_error(str(t.name), int(p))
+        led = [tp for tp, code in codes.items() if code == ErrorCode.NONE]
+        if led:
+            try:
+                await broker.write_local_markers(pid, epoch, commit, led)
+            except Exception as e:  # a storage error: the sender tries again
+                code = int(getattr(e, "error_code", getattr(e, "code", ErrorCode.KAFKA_STORAGE_ERROR)))
+                for tp in led:
+                    codes[tp] = code or ErrorCode.KAFKA_STORAGE_ERROR
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (name, p), code in codes.items():
+            by_topic.setdefault(name, []).append((p, code))
+        out.append(marker_response(pid, by_topic))
+    return {"markers": out}

@@ -1,0 +1,195 @@
+"""Transaction markers for partitions led by other brokers (Kafka's ``TransactionMarkerChannelManager``).
+
+Theory of operation: in a cluster the partitions of a transaction are led by several brokers,
+while one broker (the leader of the transactional id's ``__transaction_state`` partition)
+coordinates it. :meth:`Broker.write_markers <strom.server.broker.Broker.write_markers>` writes
+the markers of the partitions led here itself and hands the others to :class:`TxnMarkerSender`,
+which sends one WriteTxnMarkers request per leader (the metadata cache names it, at its endpoint
+of the broker's default listener) and waits for the answers; the leader writes the control
+batches (and, for a ``__consumer_offsets`` partition, completes the group coordinator's pending
+transactional offsets) before it answers.
+
+A partition whose leader is unknown, moving (NOT_LEADER_OR_FOLLOWER, no leader) or unreachable
+is tried again, its leader looked up again each time (it may have moved here), every
+``RETRY_BACKOFF_S`` until ``TIMEOUT_S``; then the write fails and the coordinator answers
+NOT_COORDINATOR with the transaction still prepared (Kafka's channel retries without end; here a
+later EndTxn, a restart or an election of the coordinator completes it). A partition the
+metadata no longer has (its topic was deleted) needs no marker, as in Kafka.
+
+Produce v12+ (transaction version 2) to a partition led here for a transactional id another
+broker coordinates adds the partition to the transaction there (:meth:`TxnMarkerSender.add_partitions`,
+AddPartitionsToTxn v5, Kafka's ``AddPartitionsToTxnManager``).
+
+Not yet: TLS/SASL on the inter-broker connection (the default listener must be PLAINTEXT), the
+coordinator epoch check (``coordinator_epoch`` is sent as 0 and not checked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..client.client import Client
+from ..client.errors import KafkaConnectionError
+from ..protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.txn_markers")
+
+WRITE_TXN_MARKERS = 27
+ADD_PARTITIONS_TO_TXN = 24
+TXN_TOPIC = "__transaction_state"
+TopicPartition = tuple[str, int]
+
+
+class TxnMarkerSender:
+    """Sends WriteTxnMarkers to the leaders of a transaction's partitions (see the module doc)."""
+
+    TIMEOUT_S = 30.0
+    RETRY_BACKOFF_S = 0.1
+
+    def __init__(self, broker: Broker, listener: str) -> None:
+        self.broker = broker
+        self.listener = listener
+        self._clients: dict[tuple[str, int], Client] = {}
+
+    async def write(self, producer_id: int, producer_epoch: int, commit: bool,
+                    partitions: list[TopicPartition]) -> None:
+        """The markers of ``partitions`` (led elsewhere, or moving), written by their leaders.
+        Raises KafkaError when some could not be written in ``TIMEOUT_S``."""
+        broker = self.broker
+        cache = broker.metadata_cache
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.TIMEOUT_S
+        pending = list(partitions)
+        while True:
+            by_leader: dict[int, list[TopicPartition]] = {}
+            retry: list[TopicPartition] = []
+            for tp in pending:
+                leader = cache.leader_id(*tp)
+                if leader is None:
+                    continue  # deleted since it joined the transaction: no marker needed
+                if leader < 0:
+                    retry.append(tp)
+                else:
+                    by_leader.setdefault(leader, []).append(tp)
+            here = by_leader.pop(broker.node_id, [])
+            if here:  # led here now
+                await broker.write_local_markers(producer_id, producer_epoch, commit, here)
+            results = await asyncio.gather(
+                *(self._send(leader, producer_id, producer_epoch, commit, tps)
+                  for leader, tps in by_leader.items())
+            )
+            for failed in results:
+                retry.extend(failed)
+            if not retry:
+                return
+            if loop.time() >= deadline:
+                names = ", ".join(f"{t}-{p}" for t, p in retry)
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"transaction markers not written to {names}")
+            pending = retry
+            await asyncio.sleep(self.RETRY_BACKOFF_S)
+
+    async def _send(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
+                    tps: list[TopicPartition]) -> list[TopicPartition]:
+        """One WriteTxnMarkers to ``leader``; returns the partitions to try again."""
+        node = self.broker.metadata_cache.alive_broker(leader, self.listener)
+        if node is None:
+            return tps
+        topics: dict[str, list[int]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append(p)
+        request = {"markers": [{
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "transaction_result": commit,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+            "coordinator_epoch": 0,
+        }]}
+        try:
+            conn = await self._connection(node.host, node.port)
+            resp = await conn.request(WRITE_TXN_MARKERS, request)
+        except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as e:
+            log.warning("WriteTxnMarkers to broker %d failed: %s (retrying)", leader, e)
+            await self._drop(node.host, node.port)
+            return tps
+        retry: list[TopicPartition] = []
+        for marker in resp.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    code = int(p.error_code)
+                    if code not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                        retry.append((str(t.name), int(p.partition_index)))
+        return retry
+
+    async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Produce v12+ (KIP-890 transaction version 2) to a partition led here for a
+        transactional id coordinated by another broker: add the partitions to its transaction
+        there (AddPartitionsToTxn v5, Kafka's AddPartitionsToTxnManager); per partition, the
+        coordinator's error (NOT_COORDINATOR when it cannot be reached)."""
+        from ..coordinator.records import partition_for
+
+        cache = self.broker.metadata_cache
+        count = cache.num_partitions(TXN_TOPIC)
+        leader = cache.leader_id(TXN_TOPIC, partition_for(txn_id, count)) if count else None
+        node = cache.alive_broker(leader, self.listener) if leader is not None and leader >= 0 else None
+        if node is None:
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        request = {"transactions": [{
+            "transactional_id": txn_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "verify_only": False,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }]}
+        try:
+            conn = await self._connection(node.host, node.port)
+            resp = await conn.request(ADD_PARTITIONS_TO_TXN, request, version=5)
+        except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as e:
+            log.warning("AddPartitionsToTxn to broker %d failed: %s", leader, e)
+            await self._drop(node.host, node.port)
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        if int(getattr(resp, "error_code", 0)):
+            return dict.fromkeys(partitions, int(resp.error_code))
+        out: dict[TopicPartition, int] = {}
+        for txn in resp.results_by_transaction:
+            for t in txn.topic_results:
+                for p in t.results_by_partition:
+                    out[(str(t.name), int(p.partition_index))] = int(p.partition_error_code)
+        return out
+
+    async def _connection(self, host: str, port: int) -> Any:
+        client = self._clients.get((host, port))
+        if client is None:
+            client = Client(f"{host}:{port}", client_id="strom-txn-markers")
+            self._clients[(host, port)] = client
+        return await client.connection(host, port)
+
+    async def _drop(self, host: str, port: int) -> None:
+        client = self._clients.pop((host, port), None)
+        if client is not None:
+            await client.close()
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+
+def marker_response(producer_id: int, topics: dict[str, list[tuple[int, int]]]) -> dict[str, Any]:
+    """One marker's entry of a WriteTxnMarkers response: per topic, (partition, error code)."""
+    return {
+        "producer_id": producer_id,
+        "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "error_code": c} for p, c in parts]}
+            for t, parts in topics.items()
+        ],
+    }
+
+
+__all__ = ["TxnMarkerSender", "marker_response"]
