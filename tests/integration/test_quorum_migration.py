@@ -101,3 +101,60 @@ def test_old_data_dir_starts_on_the_quorum_with_nothing_lost(tmp_path: Path) -> 
     assert "strom.metadata.quorum.enable" in back.stderr and "__cluster_metadata-0" in back.stderr
     assert sorted(p.name for p in data.iterdir()) == listing
     assert not (data / "strom-topics.json").exists()
+
+
+def _init_producer_ids(bootstrap: str, transactional_ids: list[str | None]) -> list[int]:
+    """InitProducerId for each (None: an idempotent producer), retried while the node has no
+    producer-id block yet (COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE)."""
+    import asyncio
+    import time
+
+    from strom.client.connection import KafkaConnection
+
+    async def main() -> list[int]:
+        host, port = bootstrap.rsplit(":", 1)
+        conn = await KafkaConnection.open(host, int(port))
+        out: list[int] = []
+        try:
+            for tid in transactional_ids:
+                deadline = time.monotonic() + 30
+                while True:
+                    resp = await conn.request(
+                        22,
+                        {"transactional_id": tid, "transaction_timeout": 60_000, "producer_id": -1,
+                         "producer_epoch": -1},
+                    )
+                    if int(resp.error_code) == 0:
+                        out.append(int(resp.producer_id))
+                        break
+                    assert int(resp.error_code) in (14, 15) and time.monotonic() < deadline, resp
+                    await asyncio.sleep(0.2)
+        finally:
+            await conn.close()
+        return out
+
+    return asyncio.run(main())
+
+
+def test_producer_ids_stay_unique_across_the_migration_and_restarts(tmp_path: Path) -> None:
+    """Ids handed out on the registry path (``strom-producer-ids.json``) are never handed out
+    again once the node's producer-id blocks come from the controller, nor after a restart."""
+    data = tmp_path / "data"
+    old = BrokerProcess(data, overrides=QUORUM_OFF).start()
+    try:
+        before = _init_producer_ids(old.bootstrap, [None, None, "tx-a", None])
+    finally:
+        assert old.stop() == 0
+    assert (data / "strom-producer-ids.json").exists()
+
+    seen = list(before)
+    for round_ in range(2):  # the migrating start, then a start from the metadata log alone
+        node = BrokerProcess(data, port=old.port, overrides=QUORUM_ON).start()
+        try:
+            got = _init_producer_ids(node.bootstrap, [None, f"tx-b{round_}", None, f"tx-c{round_}"])
+        finally:
+            assert node.stop() == 0
+        assert min(got) > max(seen), (seen, got)
+        assert len(set(got)) == len(got)
+        seen += got
+    assert (data / "__cluster_metadata-0").is_dir()

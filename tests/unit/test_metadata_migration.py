@@ -24,7 +24,7 @@ from strom.metadata.migration import (
     records_for_existing_topics,
 )
 from strom.metadata.topics import TopicRegistry
-from strom.server.broker import ProducerIdManager
+from strom.server.producer_id_manager import LocalProducerIdManager
 
 
 def replay(recs: list[r.MetadataRecord]) -> MetadataImage:
@@ -53,7 +53,7 @@ def test_a_data_dir_written_by_the_registries_migrates_with_its_ids(tmp_path: Pa
     group_configs.GroupConfigStore(tmp_path / GROUP_CONFIG_FILE).set(
         "g1", {"consumer.session.timeout.ms": "50000"}
     )
-    pids = ProducerIdManager(tmp_path / PRODUCER_IDS_FILE)
+    pids = LocalProducerIdManager(tmp_path / PRODUCER_IDS_FILE)
     used = [pids.allocate() for _ in range(3)]
 
     recs = records_for_data_dir(tmp_path, node_id=1, metadata_version=25, directory_id=uuid.UUID(int=9))

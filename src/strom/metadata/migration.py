@@ -19,9 +19,9 @@ the node on the metadata log:
   migration is handed out again.
 
 The file names and document shapes are those written by ``metadata/topics.py``,
-``metadata/configs.py``, ``metadata/group_configs.py`` and ``server/broker.py``; they are read
-here as plain JSON (importing those modules would pull the broker in). A missing file is an empty
-registry. Error contract: a document that is not valid JSON of the expected shape raises
+``metadata/configs.py``, ``metadata/group_configs.py`` and ``server/producer_id_manager.py``;
+they are read here as plain JSON (importing those modules would pull the broker in). A missing
+file is an empty registry. Error contract: a document that is not valid JSON of the expected shape raises
 :class:`MigrationError` naming the file.
 """
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -60,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
-from ..durable_file import replace_file
 from ..log.errors import KafkaStorageError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import load_meta
@@ -72,6 +70,7 @@ from ..metadata.configs import (
     normalize_topic_value,
 )
 from ..metadata.group_configs import GroupConfigStore, group_effective
+from ..metadata.migration import PRODUCER_IDS_FILE
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
@@ -82,6 +81,7 @@ from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
+from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .txn_marker_sender import TxnMarkerSender
 
@@ -100,38 +100,6 @@ INTERNAL_TOPIC_PARTITIONS = (
     (TXN_TOPIC, "transaction.state.log.num.partitions"),
     (SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions"),
 )
-
-
-class ProducerIdManager:
-    """Hands out producer ids; blocks of ids are reserved on disk before use, so a restart never
-    hands out an id twice."""
-
-    BLOCK = 1000
-
-    def __init__(self, path: Path, storage_log: RateLimitedLog | None = None) -> None:
-        self.path = path
-        self.storage_log = storage_log
-        self._next = 0
-        self._limit = 0
-        if path.exists():
-            self._next = self._limit = int(json.loads(path.read_text())["next_block"])
-
-    def allocate(self) -> int:
-        if self._next >= self._limit:
-            new_limit = self._next + self.BLOCK
-            try:
-                replace_file(self.path, json.dumps({"next_block": new_limit}).encode())
-            except OSError as e:
-                if self.storage_log is not None:
-                    self.storage_log.failed("reserving producer ids in", str(self.path), e,
-                                            "answering COORDINATOR_LOAD_IN_PROGRESS (clients retry)")
-                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "cannot reserve producer ids") from e
-            if self.storage_log is not None:
-                self.storage_log.ok("reserving producer ids in", str(self.path))
-            self._limit = new_limit
-        pid = self._next
-        self._next += 1
-        return pid
 
 
 class BrokerLogView:
@@ -253,7 +221,6 @@ class Broker:
         )
         # the coordinators' appends: durable off the event loop, answered at the HW
         self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
-        self.producer_ids = ProducerIdManager(self.log_dir / "strom-producer-ids.json", self.storage_log)
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
@@ -273,6 +240,13 @@ class Broker:
         self.sasl = SaslState(config.values, self.log_dir)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
+        # producer id blocks: from the controller on the quorum, else reserved in a local file
+        q = self.quorum
+        self.producer_ids: ProducerIdManager = (
+            LocalProducerIdManager(self.log_dir / PRODUCER_IDS_FILE, self.storage_log)
+            if q is None
+            else RPCProducerIdManager(self.node_id, self.clock, lambda: q.broker_epoch, q.channel)
+        )
         # transaction markers for partitions other brokers lead (a cluster)
         self.marker_sender = TxnMarkerSender(self, _default_listener(config))
         if self.quorum is not None:
@@ -361,6 +335,7 @@ class Broker:
                 self.servers = await start_listeners(self, only=controller_listeners)
             await self.quorum.wait_caught_up()
             await self.quorum.register()
+            await self.producer_ids.start()  # the first block from the controller
             await self.quorum.create_internal_topics(
                 [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
             )
@@ -485,6 +460,7 @@ class Broker:
                     await coord.stop()
         self.coordinator_writer.close()
         await self.marker_sender.close()
+        await self.producer_ids.close()
         if self.quorum is not None:
             await self.quorum.stop()
         self.replica_manager.shutdown()

@@ -74,8 +74,9 @@ configs are applied by the broker first (the registry's ``on_set_configs``), the
 AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
 Not here (the old local path still serves them on a quorum node): dynamic broker and group
-configs, the producer-id blocks (local file; the migration records the next block in the log so
-no id is reused when the controller takes them over), SCRAM/ACLs. Brokers and partition
+configs, SCRAM/ACLs. Producer-id blocks come from the controller through ``self.channel``
+(:mod:`strom.server.producer_id_manager`; the migration records a data dir's reservation in the
+log, so no id is reused). Brokers and partition
 leadership in the broker's answers come from the image
 (:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
