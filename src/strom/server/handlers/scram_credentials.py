@@ -129,10 +129,11 @@ async def _alter_on_quorum(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
     def applied(image: MetadataImage) -> bool:
         creds = image.scram.credentials
-        return all(
-            (c := creds.get(key)) is None if stored is None else c is not None and c.stored_key == stored
-            for key, stored in wanted.items()
-        )
+        for key, stored in wanted.items():
+            c = creds.get(key)
+            if (c.stored_key if c is not None else None) != stored:
+                return False
+        return True
 
     quorum = getattr(ctx.broker, "quorum", None)
     if wanted and quorum is not None:
