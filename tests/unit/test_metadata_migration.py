@@ -121,3 +121,32 @@ def test_unreadable_documents_raise_migration_error(tmp_path: Path, name: str, c
     (tmp_path / name).write_text(content)
     with pytest.raises(MigrationError, match=name):
         records_for_data_dir(tmp_path, node_id=1)
+
+
+def test_the_scram_credential_store_migrates_to_records_and_logins_still_work(tmp_path: Path) -> None:
+    from strom.metadata.migration import SCRAM_CREDENTIALS_FILE
+    from strom.security import credentials as sc
+
+    assert sc.FILE_NAME == SCRAM_CREDENTIALS_FILE
+    store = sc.CredentialStore(tmp_path)
+    alice = sc.ScramCredential.from_password("SCRAM-SHA-256", "alice-secret", 4096)
+    bob = sc.ScramCredential.from_password("SCRAM-SHA-512", "bob-secret", 8192)
+    store.apply([("alice", "SCRAM-SHA-256", alice), ("bob", "SCRAM-SHA-512", bob)])
+
+    recs = records_for_data_dir(tmp_path, node_id=1)
+    scram = [x for x in recs if isinstance(x, r.UserScramCredentialRecord)]
+    assert [(x.name, x.mechanism, x.iterations) for x in scram] == [("alice", 1, 4096), ("bob", 2, 8192)]
+    # the image the brokers authenticate from holds the very same credentials
+    migrated = sc.ImageCredentials(replay(recs).scram)
+    assert migrated.get("alice", "SCRAM-SHA-256") == alice
+    assert migrated.get("bob", "SCRAM-SHA-512") == bob
+    assert migrated.get("alice", "SCRAM-SHA-512") is None
+    assert migrated.users() == store.users()
+
+
+def test_a_corrupt_scram_store_is_a_migration_error(tmp_path: Path) -> None:
+    from strom.metadata.migration import SCRAM_CREDENTIALS_FILE
+
+    (tmp_path / SCRAM_CREDENTIALS_FILE).write_text(json.dumps({"users": {"u": {"SCRAM-SHA-256": {}}}}))
+    with pytest.raises(MigrationError, match=SCRAM_CREDENTIALS_FILE):
+        records_for_data_dir(tmp_path, node_id=1)

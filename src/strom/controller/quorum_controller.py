@@ -22,7 +22,8 @@ The managers, each owning a slice of the state:
 * :class:`ReplicationControlManager`: topics, partitions, leaders, ISRs, reassignments;
 * :class:`ConfigurationControlManager`: dynamic topic and broker configs;
 * :class:`ProducerIdControlManager`: producer-id blocks;
-* :class:`FeatureControlManager`: finalized feature levels.
+* :class:`FeatureControlManager`: finalized feature levels;
+* :class:`ScramControlManager`: SCRAM credentials (AlterUserScramCredentials).
 
 Randomness: seed it in tests; in production leave it unseeded, since a controller that takes
 over with the same seed as its predecessor would draw the same topic ids again (ids already in use
@@ -62,9 +63,11 @@ from ..metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from ..protocol.errors import ErrorCode, KafkaError
 from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager, broker_state
@@ -75,6 +78,7 @@ from .partitions import Election
 from .producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdControlManager
 from .replication_control import ReplicationControlManager
 from .result import ControllerResult
+from .scram_control import ScramControlManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,7 @@ BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
+ALTER_USER_SCRAM_CREDENTIALS = 51
 CONTROLLER_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -124,6 +129,7 @@ CONTROLLER_APIS = frozenset(
         UNREGISTER_BROKER,
         UPDATE_FEATURES,
         ALLOCATE_PRODUCER_IDS,
+        ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 
@@ -157,6 +163,7 @@ class QuorumController:
             unclean_leader_election=self._unclean_enabled,
         )
         self.producer_ids = ProducerIdControlManager(self.cluster)
+        self.scram = ScramControlManager()
         self.last_applied_offset = -1
         self._next_rebalance_ms: int | None = None
 
@@ -196,6 +203,8 @@ class QuorumController:
             self.producer_ids.replay(record)
         elif isinstance(record, FeatureLevelRecord):
             self.features.replay(record)
+        elif isinstance(record, UserScramCredentialRecord | RemoveUserScramCredentialRecord):
+            self.scram.replay(record)
         if offset is not None:
             self.last_applied_offset = offset
 
@@ -207,6 +216,7 @@ class QuorumController:
             *self.replication.to_records(),
             *self.configs.to_records(),
             *self.producer_ids.to_records(),
+            *self.scram.to_records(),
         ]
 
     def activate(self, now_ms: int) -> None:
@@ -240,6 +250,7 @@ class QuorumController:
             UNREGISTER_BROKER: self.unregister_broker,
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             UPDATE_FEATURES: self.update_features,
+            ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
         }[api_key]
         return operation(request)
 
@@ -581,6 +592,11 @@ class QuorumController:
             "producer_id_len": PRODUCER_ID_BLOCK_SIZE,
         }
         return ControllerResult([record], response)
+
+    # ---- SCRAM credentials --------------------------------------------------------------
+    def alter_user_scram_credentials(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.scram.alter_credentials(request)
+        return ControllerResult(records, response)
 
     # ---- periodic work -------------------------------------------------------------------
     def maybe_fence_one_stale_broker(self, now_ms: int) -> ControllerResult[None]:

@@ -16,7 +16,10 @@ the node on the metadata log:
   on (BROKER, "") for the cluster default and (BROKER, "<id>") per broker; group overrides on
   (GROUP, name);
 * the next producer-id block becomes a ProducerIdsRecord, so no producer id handed out before the
-  migration is handed out again.
+  migration is handed out again;
+* each SCRAM credential of the local store (``strom-scram-credentials.json``, written by
+  ``security/credentials.py``) becomes a UserScramCredentialRecord (:func:`scram_records`): the
+  same salt, keys and iterations, so every login still works after the upgrade.
 
 The file names and document shapes are those written by ``metadata/topics.py``,
 ``metadata/configs.py``, ``metadata/group_configs.py`` and ``server/producer_id_manager.py``;
@@ -27,6 +30,7 @@ file is an empty registry. Error contract: a document that is not valid JSON of 
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -42,12 +46,16 @@ from .records import (
     PartitionRecord,
     ProducerIdsRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 
 TOPICS_FILE = "strom-topics.json"
 DYNAMIC_CONFIG_FILE = "strom-dynamic-configs.json"
 GROUP_CONFIG_FILE = "strom-group-configs.json"
 PRODUCER_IDS_FILE = "strom-producer-ids.json"
+SCRAM_CREDENTIALS_FILE = "strom-scram-credentials.json"
+# Kafka's ScramMechanism ids, by the names the credential store uses
+_SCRAM_MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 
 
 class MigrationError(Exception):
@@ -170,7 +178,7 @@ def records_for_data_dir(
 ) -> list[MetadataRecord]:
     """:func:`records_for_existing_topics` over what :func:`read_existing_state` finds."""
     s = read_existing_state(log_dir)
-    return records_for_existing_topics(
+    records = records_for_existing_topics(
         s.topics,
         node_id=node_id,
         broker_default_configs=s.broker_default_configs,
@@ -180,6 +188,36 @@ def records_for_data_dir(
         metadata_version=metadata_version,
         directory_id=directory_id,
     )
+    return records + scram_records(log_dir)  # (SCRAM credentials: read from their own store)
+
+
+def scram_records(log_dir: Path) -> list[MetadataRecord]:
+    """The UserScramCredentialRecords of the data dir's SCRAM credential store (by user, then
+    mechanism; credentials of mechanisms strom does not know are skipped, as the store does)."""
+    path = log_dir / SCRAM_CREDENTIALS_FILE
+    doc = _load(path)
+    out: list[MetadataRecord] = []
+    try:
+        for user, mechs in sorted(doc.get("users", {}).items()):
+            for mech, c in sorted(mechs.items()):
+                if mech not in _SCRAM_MECHANISM_IDS:
+                    continue
+                iterations = c["iterations"]
+                if not isinstance(iterations, int):
+                    raise TypeError("iterations is not an integer")
+                out.append(
+                    UserScramCredentialRecord(
+                        name=str(user),
+                        mechanism=_SCRAM_MECHANISM_IDS[mech],
+                        salt=base64.b64decode(str(c["salt"]), validate=True),
+                        stored_key=base64.b64decode(str(c["stored_key"]), validate=True),
+                        server_key=base64.b64decode(str(c["server_key"]), validate=True),
+                        iterations=iterations,
+                    )
+                )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise MigrationError(f"{path}: not a SCRAM credential store ({e!r})") from e
+    return out
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..durable_file import replace_file
+from ..metadata.image import ScramImage, ScramKey
 from .scram_keys import SCRAM_MECHANISMS, salted_password, scram_keys
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "SCRAM_MECHANISMS",
     "CredentialError",
     "CredentialStore",
+    "ImageCredentials",
     "ScramCredential",
 ]
 
@@ -129,6 +131,31 @@ def check_upsertion(user: str, mechanism: str | None, iterations: int, salt: byt
     if not salted:
         raise CredentialError(UNKNOWN_SERVER_ERROR, "")
     return mechanism
+
+
+class ImageCredentials:
+    """The credentials of a metadata image (its ``ScramImage``, keyed by mechanism id), read as
+    a :class:`CredentialStore` is: the broker's view on the metadata quorum. No image yet: none."""
+
+    def __init__(self, image: ScramImage | None) -> None:
+        self._creds = image.credentials if image is not None else {}
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        if mechanism not in SCRAM_MECHANISMS:
+            return None
+        c = self._creds.get(ScramKey(SCRAM_MECHANISMS[mechanism][0], user))
+        return None if c is None else ScramCredential(c.salt, c.stored_key, c.server_key, c.iterations)
+
+    def users(self) -> list[str]:
+        return sorted({k.name for k in self._creds})
+
+    def credentials(self, user: str) -> dict[str, ScramCredential]:
+        out = {}
+        for m in SCRAM_MECHANISMS:
+            c = self.get(user, m)
+            if c is not None:
+                out[m] = c
+        return out
 
 
 class CredentialStore:

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config_schema import ConfigError
-from .credentials import SCRAM_MECHANISMS, CredentialStore, ScramCredential
+from ..metadata.image import ScramImage
+from .credentials import SCRAM_MECHANISMS, CredentialStore, ImageCredentials, ScramCredential
 from .jaas import JaasEntry, JaasError, parse_jaas
 
 __all__ = [
@@ -320,13 +321,20 @@ class SaslState:
     listener, and the SCRAM credential store of ``log_dir``, opened at first use (the broker
     opens it at start when it has a SASL listener, so a corrupt store fails the start).
 
+    ``from_image`` (the broker runs on the metadata quorum): SCRAM logins and
+    DescribeUserScramCredentials read the credentials of the metadata image instead,
+    ``scram_image``, which the broker's metadata publisher sets as images are published (the
+    local store is then only read once, migrated into the first batch of the metadata log).
+
     Error contract: ``ConfigError`` from the constructor (bad settings); ``ValueError`` from
     :attr:`credentials` for a corrupt store file."""
 
-    def __init__(self, values: Mapping[str, Any], log_dir: Path) -> None:
+    def __init__(self, values: Mapping[str, Any], log_dir: Path, *, from_image: bool = False) -> None:
         self.settings = SaslSettings.from_values(values)
         self.log_dir = log_dir
         self._credentials: CredentialStore | None = None
+        self.from_image = from_image
+        self.scram_image: ScramImage | None = None
 
     @property
     def credentials(self) -> CredentialStore:
@@ -334,8 +342,14 @@ class SaslState:
             self._credentials = CredentialStore(self.log_dir)
         return self._credentials
 
+    def credential_view(self) -> CredentialStore | ImageCredentials:
+        """Where SCRAM credentials are read: the image's on the quorum, else the local store."""
+        if self.from_image:
+            return ImageCredentials(self.scram_image)
+        return self.credentials
+
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self.credentials.get(user, mechanism)
+        return self.credential_view().get(user, mechanism)
 
 
 def validate_sasl_config(values: Mapping[str, Any]) -> None:

@@ -237,7 +237,7 @@ class Broker:
         self.dynamic_configs = DynamicBrokerConfigs.load(self.log_dir, self.node_id)
         apply_dynamic_broker_configs(self)
         self.group_configs = GroupConfigStore.open(self.log_dir)
-        self.sasl = SaslState(config.values, self.log_dir)
+        self.sasl = SaslState(config.values, self.log_dir, from_image=quorum)  # (quorum: the image's SCRAM)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         # producer id blocks: from the controller on the quorum, else reserved in a local file

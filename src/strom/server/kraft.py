@@ -474,6 +474,11 @@ class BrokerQuorum:
                 await asyncio.wait_for(self.publisher.wait_applied(self.loader.last_offset + 1), remaining)
         await self.publisher.wait_applied(self.loader.last_offset)
 
+    async def settle_image(self, until: Callable[[MetadataImage], bool]) -> None:
+        """(A change the controller committed, before answering the client) until this broker
+        applied an image where ``until`` holds, at most the channel's timeout."""
+        await self._settle(until)
+
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1
     ) -> TopicInfo:

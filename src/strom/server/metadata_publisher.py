@@ -67,6 +67,7 @@ class BrokerMetadataPublisher:
 
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
         self.image = image
+        self.broker.sasl.scram_image = image.scram  # SCRAM logins read it (SaslState.from_image)
         if not self.live:
             self._to_cache(image)
             self._reconcile_registry(image)

@@ -15,32 +15,38 @@ Errors are per user, with Kafka's codes and rules:
   mechanism -> UNSUPPORTED_SASL_MECHANISM; deleting a credential that does not exist ->
   RESOURCE_NOT_FOUND; an empty salted password -> UNKNOWN_SERVER_ERROR (Kafka fails deriving the
   keys from it). Any salt is accepted, even an empty one. A user with an error has none of its
-  changes applied; the others are applied and persisted together before the answer.
+  changes applied; the others are applied and persisted together before the answer (the rules
+  are :func:`strom.controller.scram_control.plan_alteration`).
+
+Where the credentials live: without the metadata quorum, in this node's credential store (its
+first log dir). On the quorum (KIP-554 on KRaft) the request is forwarded to the active
+controller, which writes UserScramCredentialRecord / RemoveUserScramCredentialRecord; the answer
+waits until this broker applied them, and describe reads this broker's metadata image, as SCRAM
+logins do (:class:`strom.security.sasl.SaslState`), so every broker knows the same users.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...controller.scram_control import plan_alteration
+from ...metadata.image import MetadataImage, ScramKey
 from ...protocol.errors import ErrorCode
 from ...security.credentials import (
     DUPLICATE_RESOURCE,
     RESOURCE_NOT_FOUND,
     SCRAM_MECHANISMS,
-    UNACCEPTABLE_CREDENTIAL,
-    UNSUPPORTED_SASL_MECHANISM,
-    CredentialError,
     ScramCredential,
-    check_upsertion,
     mechanism_name,
 )
 from ..context import RequestContext
 from . import handler
+from .forwarding import forward_to_controller
 
 
 @handler(50)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    store = ctx.broker.sasl.credentials
+    store = ctx.broker.sasl.credential_view()  # (on the metadata quorum: the image's)
     results: list[dict[str, Any]] = []
     names = [str(u.name) for u in (request.users or ())]
     if not names:
@@ -85,64 +91,51 @@ def _described(
 
 @handler(51)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if getattr(ctx.broker, "quorum", None) is not None:
+        return await _alter_on_quorum(ctx, request)
     store = ctx.broker.sasl.credentials
-    order: list[str] = []
-    errors: dict[str, tuple[int, str | None]] = {}
-    deletions: dict[str, str] = {}  # user -> mechanism
-    upsertions: dict[str, tuple[str, ScramCredential]] = {}
-    duplicate = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-
-    def first_time(user: str) -> bool:
-        """Whether this user's alteration is to be checked: not after an error; a second one
-        undoes the first and is DUPLICATE_RESOURCE."""
-        if user not in order:
-            order.append(user)
-        if user in errors:
-            return False
-        if deletions.pop(user, None) is not None or upsertions.pop(user, None) is not None:
-            errors[user] = duplicate
-            return False
-        return True
-
-    for d in request.deletions:
-        user, mech = str(d.name), mechanism_name(int(d.mechanism))
-        if not first_time(user):
-            continue
-        if not user:
-            errors[user] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-        elif mech is None:
-            errors[user] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-        elif store.get(user, mech) is None:
-            errors[user] = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-        else:
-            deletions[user] = mech
-    for u in request.upsertions:
-        user, mech = str(u.name), mechanism_name(int(u.mechanism))
-        if not first_time(user):
-            continue
-        try:
-            m = check_upsertion(user, mech, int(u.iterations), bytes(u.salt), bytes(u.salted_password))
-        except CredentialError as e:
-            errors[user] = (e.code, str(e) or None)
-            continue
-        cred = ScramCredential.from_salted_password(
-            m, bytes(u.salt), bytes(u.salted_password), int(u.iterations)
-        )
-        upsertions[user] = (m, cred)
-    ok_del = list(deletions.items())
-    ok_up = [(user, m, c) for user, (m, c) in upsertions.items()]
+    plan = plan_alteration(request, lambda user, mech: store.get(user, mech) is not None)
+    ok_del = list(plan.deletions.items())
+    ok_up = [(user, m, c) for user, (m, c) in plan.upsertions.items()]
     if ok_del or ok_up:
         try:
             store.apply(ok_up, ok_del)
         except OSError as e:
             ctx.broker.storage_log.failed("saving SCRAM credentials to", str(store.path), e,
                                           "answering KAFKA_STORAGE_ERROR; no credential changed")
-            for user in [*deletions, *upsertions]:
-                errors.setdefault(user, (ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
+            for user in [*plan.deletions, *plan.upsertions]:
+                plan.errors.setdefault(user, (ErrorCode.KAFKA_STORAGE_ERROR, "storage error"))
         else:
             ctx.broker.storage_log.ok("saving SCRAM credentials to", str(store.path))
-    results = []
-    for user in order:
-        code, message = errors.get(user, (0, None))
-        results.append({"user": user, "error_code": code, "error_message": message})
-    return {"throttle_time": 0, "results": results}
+    return plan.response()
+
+
+async def _alter_on_quorum(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    """The controller decides and writes the records (forwarded with the client's principal);
+    the answer waits until this broker applied them, so a login here right after succeeds."""
+    response = await forward_to_controller(ctx, request)
+    done = {str(r["user"]) for r in response.get("results", ()) if not r["error_code"]}
+    wanted: dict[ScramKey, bytes | None] = {}  # the stored key each changed credential must have
+    for d in request.deletions:
+        if str(d.name) in done:
+            wanted[ScramKey(int(d.mechanism), str(d.name))] = None
+    for u in request.upsertions:
+        mech = mechanism_name(int(u.mechanism))
+        if str(u.name) in done and mech is not None:
+            cred = ScramCredential.from_salted_password(
+                mech, bytes(u.salt), bytes(u.salted_password), int(u.iterations)
+            )
+            wanted[ScramKey(int(u.mechanism), str(u.name))] = cred.stored_key
+
+    def applied(image: MetadataImage) -> bool:
+        creds = image.scram.credentials
+        for key, stored in wanted.items():
+            c = creds.get(key)
+            if (c.stored_key if c is not None else None) != stored:
+                return False
+        return True
+
+    quorum = getattr(ctx.broker, "quorum", None)
+    if wanted and quorum is not None:
+        await quorum.settle_image(applied)
+    return response
