@@ -74,9 +74,14 @@ applied the committed result, so a client that got an answer sees the topic at o
 configs are applied by the broker first (the registry's ``on_set_configs``), then written; the
 AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
-Not here (the old local path still serves them on a quorum node): dynamic broker and group
-configs, the producer-id blocks (local file; the migration records the next block in the log so
-no id is reused when the controller takes them over), SCRAM/ACLs. Brokers and partition
+Dynamic broker configs (BROKER resources: the cluster default ``""`` and each broker id) and group
+configs (GROUP) are validated by the broker that received the request, then written through the
+controller (:meth:`alter_resource_configs`) and answered once committed and applied here; every
+broker takes the cluster default, its own configs and the group configs from its image.
+
+Not here (the old local path still serves them on a quorum node): the producer-id blocks (local
+file; the migration records the next block in the log so no id is reused when the controller
+takes them over), SCRAM/ACLs. Brokers and partition
 leadership in the broker's answers come from the image
 (:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
@@ -579,6 +584,32 @@ class BrokerQuorum:
             log.error("altering the configs of topic %s in the metadata log failed: %s", name, error)
             self.publisher.restore_topic_configs(name)
         return error
+
+    def stored_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        """The dynamic configs of a resource in the image applied last."""
+        image = self.publisher.image
+        return {} if image is None else dict(image.configs.configs(resource_type, name))
+
+    async def alter_resource_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic configs of a BROKER (``""``: the cluster default) or GROUP resource
+        in the metadata log with ``configs`` (validated and normalized by the broker), and return
+        once the change is committed and applied here (every broker applies it from its image:
+        :class:`BrokerMetadataPublisher`). Raises the controller's error (KafkaError)."""
+        request = alter_configs.AlterConfigsRequest(
+            resources=(
+                alter_configs.AlterConfigsResource(
+                    resource_type=i8(resource_type),
+                    resource_name=name,
+                    configs=tuple(alter_configs.AlterableConfig(name=k, value=v) for k, v in configs.items()),
+                ),
+            ),
+            validate_only=False,
+        )
+        response = await self._call(ALTER_CONFIGS, request)
+        result = response["responses"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result["error_message"] or "")
+        await self._settle(lambda image: dict(image.configs.configs(resource_type, name)) == configs)
 
     async def settle_config_writes(self, names: Iterable[str]) -> dict[str, KafkaError]:
         """Wait until the config changes of these topics asked so far are committed and applied
