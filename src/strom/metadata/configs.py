@@ -20,7 +20,11 @@ sensitive: :mod:`strom.config_schema`.
 Topic overrides live in the topic registry. Dynamic broker configs
 (:class:`DynamicBrokerConfigs`, which the broker loads when it is made and owns) are kept in
 ``strom-dynamic-configs.json`` in the log dir, replaced atomically (temp file, fsync, rename,
-fsync of the directory). They are applied to ``broker.config.values`` (what the rest of the broker
+fsync of the directory); on the metadata quorum they are ConfigRecords on (BROKER, ``""``) and
+(BROKER, ``"<id>"``) in the metadata log instead: an alter is checked here
+(:func:`validate_broker_change`), written through the controller, and every broker takes the
+cluster default and its own configs from the published image (:func:`apply_image_broker_configs`;
+nothing is written to the log dir). They are applied to ``broker.config.values`` (what the rest of the broker
 reads) and pushed into every open partition log, so a change takes effect without restart
 (:func:`apply_dynamic_broker_configs`, also at broker start). The functions here take the broker
 as a :class:`ConfigHost`: this module does not import the server.
@@ -72,11 +76,14 @@ __all__ = [
     "alter_broker",
     "alter_topic",
     "apply_dynamic_broker_configs",
+    "apply_image_broker_configs",
     "broker_scope",
     "describe_broker",
     "describe_topic",
     "incremental_changes",
     "is_sensitive",
+    "quorum_broker_scope",
+    "validate_broker_change",
 ]
 
 DYNAMIC_CONFIG_FILE = "strom-dynamic-configs.json"
@@ -523,6 +530,27 @@ def alter_broker(
 ) -> None:
     """Replace the dynamic configs of this broker (or of the cluster default) with ``configs``,
     persist them and apply them at once."""
+    clean = validate_broker_change(host, default, configs)
+    if validate_only:
+        return
+    state = host.dynamic_configs
+    if state.scope(default) == clean:
+        return
+    if default:
+        state.default = clean
+    else:
+        state.per_broker = clean
+    state.save()
+    apply_dynamic_broker_configs(host)
+
+
+def validate_broker_change(
+    host: ConfigHost, default: bool, configs: Mapping[str, str | None], *, local: bool = True
+) -> dict[str, str]:
+    """Check that ``configs`` may replace the dynamic configs of the cluster default
+    (``default``), of this broker, or (``local`` false, on the metadata quorum) of another
+    broker, whose static configs this node does not know: then only the names, scopes and
+    values are checked, as Kafka's controller does. Returns the canonical values."""
     state = host.dynamic_configs
     scopes = {n: BROKER_CONFIGS[n].dynamic for n in configs if n in BROKER_CONFIGS}
     not_dynamic = sorted(n for n, scope in scopes.items() if scope is DynamicScope.READ_ONLY)
@@ -535,6 +563,8 @@ def alter_broker(
             + ", ".join(per_broker)
         )
     clean = {name: normalize_broker_value(name, value) for name, value in configs.items()}
+    if not local:
+        return clean
     trial = DynamicBrokerConfigs(state.path, state.node_id, dict(state.default), dict(state.per_broker))
     if default:
         trial.default = clean
@@ -543,16 +573,33 @@ def alter_broker(
     values = dict(host.config.values)
     values.update(_effective_values(host.config, trial))
     _validate_broker_values(host, values)
-    if validate_only:
-        return
-    if state.scope(default) == clean:
-        return
-    if default:
-        state.default = clean
-    else:
-        state.per_broker = clean
-    state.save()
+    return clean
+
+
+def quorum_broker_scope(host: ConfigHost, resource_name: str) -> tuple[bool, bool]:
+    """On the metadata quorum, the BROKER resource an alter names: ``(default, local)`` for the
+    cluster default (``""``), this broker, or another broker by id (its configs go through the
+    controller like this broker's); INVALID_REQUEST for a name that is no broker id."""
+    if resource_name == "":
+        return True, True
+    if not resource_name.strip().isdigit():
+        broker_scope(host, resource_name)  # (raises, with Kafka's message)
+    return False, int(resource_name) == host.node_id
+
+
+def apply_image_broker_configs(
+    host: ConfigHost, default: Mapping[str, str], per_broker: Mapping[str, str]
+) -> bool:
+    """On the metadata quorum: the dynamic broker configs of the published image (the cluster
+    default and this broker's) become the broker's, applied at once when they changed (nothing
+    is written to the log dir: the metadata log keeps them). True if they changed."""
+    state = host.dynamic_configs
+    if state.default == default and state.per_broker == per_broker:
+        return False
+    state.default = dict(default)
+    state.per_broker = dict(per_broker)
     apply_dynamic_broker_configs(host)
+    return True
 
 
 def _validate_broker_values(host: ConfigHost, values: dict[str, Any]) -> None:

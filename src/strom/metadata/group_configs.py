@@ -11,9 +11,11 @@ outside the broker's current bounds is clamped into them, as Kafka 4.x's ``Group
 
 Names, types, defaults, lower bounds and the bounding broker configs are in
 :data:`strom.config_schema.GROUP_CONFIGS`. Kafka keeps the overrides as ConfigRecords in the
-metadata log; strom keeps them, like its dynamic broker configs, in a JSON document in the log dir
-(``strom-group-configs.json``), replaced atomically: a :class:`GroupConfigStore` the broker makes
-and owns (``Broker.group_configs``).
+metadata log; so does strom on the metadata quorum (ConfigRecords on (GROUP, group id), written
+through the controller; the broker's store is then in memory, filled from each published image by
+:meth:`GroupConfigStore.replace_all`). On the registry path strom keeps them, like its dynamic
+broker configs, in a JSON document in the log dir (``strom-group-configs.json``), replaced
+atomically: a :class:`GroupConfigStore` the broker makes and owns (``Broker.group_configs``).
 
 Error contract: :class:`ConfigResourceError` with INVALID_CONFIG (unknown name, bad value) or
 INVALID_REQUEST (empty group id, duplicate keys, APPEND/SUBTRACT on a non-list config).
@@ -64,10 +66,15 @@ class GroupConfigStore:
     def open(cls, log_dir: Path) -> GroupConfigStore:
         return cls(log_dir / GROUP_CONFIG_FILE)
 
-    def __init__(self, path: Path) -> None:
+    @classmethod
+    def in_memory(cls) -> GroupConfigStore:
+        """The store of a broker on the metadata quorum (the metadata log keeps the configs)."""
+        return cls(None)
+
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self.groups: dict[str, dict[str, str]] = {}
-        if path.exists():
+        if path is not None and path.exists():
             doc = json.loads(path.read_text())
             self.groups = {
                 str(g): {str(k): str(v) for k, v in c.items()} for g, c in doc.get("groups", {}).items()
@@ -82,9 +89,18 @@ class GroupConfigStore:
             new[group] = dict(overrides)
         else:
             new.pop(group, None)
-        doc = {"version": 1, "groups": new}
-        replace_file(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        if self.path is not None:
+            doc = {"version": 1, "groups": new}
+            replace_file(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
         self.groups = new
+
+    def replace_all(self, groups: Mapping[str, Mapping[str, str]]) -> bool:
+        """Every group's overrides at once (from a metadata image); True if they changed."""
+        new = {g: dict(c) for g, c in groups.items() if c}
+        if new == self.groups:
+            return False
+        self.groups = new
+        return True
 
 
 def _broker_value(broker_cfg: Any, name: str | None, fallback: str) -> str:

@@ -64,6 +64,7 @@ from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import load_meta
 from ..log.partition_log import AppendInfo, PartitionLog
 from ..metadata.configs import (
+    DYNAMIC_CONFIG_FILE,
     ConfigResourceError,
     DynamicBrokerConfigs,
     apply_dynamic_broker_configs,
@@ -234,9 +235,14 @@ class Broker:
         self._grow_lock = asyncio.Lock()  # one CreatePartitions at a time
         # config and security state, in the first log dir: dynamic broker configs (applied to
         # config.values at once), group configs, SASL settings and SCRAM credentials
-        self.dynamic_configs = DynamicBrokerConfigs.load(self.log_dir, self.node_id)
+        # (on the metadata quorum both are in the metadata log: filled from the published images)
+        if quorum:
+            self.dynamic_configs = DynamicBrokerConfigs(self.log_dir / DYNAMIC_CONFIG_FILE, self.node_id)
+            self.group_configs = GroupConfigStore.in_memory()
+        else:
+            self.dynamic_configs = DynamicBrokerConfigs.load(self.log_dir, self.node_id)
+            self.group_configs = GroupConfigStore.open(self.log_dir)
         apply_dynamic_broker_configs(self)
-        self.group_configs = GroupConfigStore.open(self.log_dir)
         self.sasl = SaslState(config.values, self.log_dir, from_image=quorum)  # (quorum: the image's SCRAM)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None

@@ -73,10 +73,14 @@ applied the committed result, so a client that got an answer sees the topic at o
 configs are applied by the broker first (the registry's ``on_set_configs``), then written; the
 AlterConfigs handlers answer after :meth:`settle_config_writes` (committed and applied).
 
-Not here (the old local path still serves them on a quorum node): dynamic broker and group
-configs, SCRAM/ACLs. Producer-id blocks come from the controller through ``self.channel``
+Dynamic broker configs (BROKER resources: the cluster default ``""`` and each broker id) and group
+configs (GROUP) are validated by the broker that received the request, then written through the
+controller (:meth:`alter_resource_configs`) and answered once committed and applied here; every
+broker takes the cluster default, its own configs and the group configs from its image. SCRAM
+credentials are UserScramCredentialRecords written through the controller; logins read the image.
+Producer-id blocks come from the controller through ``self.channel``
 (:mod:`strom.server.producer_id_manager`; the migration records a data dir's reservation in the
-log, so no id is reused). Brokers and partition
+log, so no id is reused). Not here yet: ACLs and client quotas. Brokers and partition
 leadership in the broker's answers come from the image
 (:class:`~strom.server.metadata_cache.ImageMetadataCache`).
 """
@@ -588,6 +592,32 @@ class BrokerQuorum:
             log.error("altering the configs of topic %s in the metadata log failed: %s", name, error)
             self.publisher.restore_topic_configs(name)
         return error
+
+    def stored_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        """The dynamic configs of a resource in the image applied last."""
+        image = self.publisher.image
+        return {} if image is None else dict(image.configs.configs(resource_type, name))
+
+    async def alter_resource_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic configs of a BROKER (``""``: the cluster default) or GROUP resource
+        in the metadata log with ``configs`` (validated and normalized by the broker), and return
+        once the change is committed and applied here (every broker applies it from its image:
+        :class:`BrokerMetadataPublisher`). Raises the controller's error (KafkaError)."""
+        request = alter_configs.AlterConfigsRequest(
+            resources=(
+                alter_configs.AlterConfigsResource(
+                    resource_type=i8(resource_type),
+                    resource_name=name,
+                    configs=tuple(alter_configs.AlterableConfig(name=k, value=v) for k, v in configs.items()),
+                ),
+            ),
+            validate_only=False,
+        )
+        response = await self._call(ALTER_CONFIGS, request)
+        result = response["responses"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result["error_message"] or "")
+        await self._settle(lambda image: dict(image.configs.configs(resource_type, name)) == configs)
 
     async def settle_config_writes(self, names: Iterable[str]) -> dict[str, KafkaError]:
         """Wait until the config changes of these topics asked so far are committed and applied

@@ -14,7 +14,9 @@ thread and only then are they published in the registry and the replica manager 
 visible only once its local logs exist; a topic with no replica here at once); a partition moved
 here by a reassignment gets its log, one moved away loses it (deleted, as Kafka's
 ``ReplicaManager`` deletes a replica no longer assigned to it); changed topic configs are pushed
-to the logs. A topic the image left untouched (the same ``TopicImage`` object) is skipped.
+to the logs. The dynamic broker configs (the cluster default and this broker's) and the group
+configs of the image are applied first, at start-up too (``_apply_configs``). A topic the image
+left untouched (the same ``TopicImage`` object) is skipped.
 :meth:`BrokerMetadataPublisher.wait_applied` lets a request that changed the metadata answer only
 once the broker applied the result.
 """
@@ -26,8 +28,16 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ..metadata.configs import apply_image_broker_configs
 from ..metadata.delta import MetadataDelta
-from ..metadata.image import CONFIG_RESOURCE_TOPIC, MetadataImage, TopicImage
+from ..metadata.image import (
+    CONFIG_RESOURCE_BROKER,
+    CONFIG_RESOURCE_GROUP,
+    CONFIG_RESOURCE_TOPIC,
+    ConfigurationsImage,
+    MetadataImage,
+    TopicImage,
+)
 from ..metadata.topics import TopicInfo
 from .metadata_cache import ImageMetadataCache
 from .replica_manager import delete_logs
@@ -52,6 +62,7 @@ class BrokerMetadataPublisher:
         self.published_at: dict[int, float] = {}  # image offset -> loop time published (bench)
         # the topic images last applied: a topic whose image is the same object is unchanged
         self._topic_images: dict[str, TopicImage] = {}
+        self._configs_image: ConfigurationsImage | None = None  # the configs last applied
 
     def hosts(self, topic: str, partition: int) -> bool:
         """Is this node a replica of the partition in the latest image (its log belongs here)?"""
@@ -70,6 +81,7 @@ class BrokerMetadataPublisher:
         self.broker.sasl.scram_image = image.scram  # SCRAM logins read it (SaslState.from_image)
         if not self.live:
             self._to_cache(image)
+            self._apply_configs(image)
             self._reconcile_registry(image)
             self._topic_images = dict(image.topics.topics_by_name)
             self._applied(image.offset)
@@ -110,6 +122,27 @@ class BrokerMetadataPublisher:
             out[name] = (t.id, len(t.partitions), configs)
         return out
 
+    def _apply_configs(self, image: MetadataImage) -> None:
+        """The dynamic broker configs (the cluster default and this broker's: applied to the
+        broker's config values and its logs at once) and the group configs (what the group
+        coordinator looks up) of the image. Before the topics: a topic's log config falls back
+        to the broker's values."""
+        configs = image.configs
+        if configs is self._configs_image:
+            return
+        self._configs_image = configs
+        broker = self.broker
+        if apply_image_broker_configs(
+            broker,
+            configs.configs(CONFIG_RESOURCE_BROKER, ""),
+            configs.configs(CONFIG_RESOURCE_BROKER, str(broker.node_id)),
+        ):
+            log.info("applied the dynamic broker configs of the metadata image")
+        groups = {
+            res.name: data for res, data in configs.resource_data.items() if res.type == CONFIG_RESOURCE_GROUP
+        }
+        broker.group_configs.replace_all(groups)
+
     def _reconcile_registry(self, image: MetadataImage) -> None:
         reg = self.broker.topics
         wanted = self._wanted(image)
@@ -140,6 +173,7 @@ class BrokerMetadataPublisher:
         rm = broker.replica_manager
         node = broker.node_id
         self._to_cache(image)
+        self._apply_configs(image)
         wanted = self._wanted(image)
         for name in [n for n, i in reg.topics.items() if n not in wanted or wanted[n][0] != i.topic_id]:
             info = reg.delete(name)

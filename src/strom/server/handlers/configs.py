@@ -3,13 +3,17 @@ IncrementalAlterConfigs (44), CreatePartitions (37),
 DescribeTopicPartitions (75), OffsetForLeaderEpoch (23).
 
 The config model (sources, synonyms, validation, persistence of dynamic broker configs) lives in
-:mod:`strom.metadata.configs`; these handlers only map requests and errors. Every error is per
+:mod:`strom.metadata.configs`; these handlers only map requests and errors. On the metadata quorum
+a BROKER resource (``""``, this broker's id or another's) or a GROUP resource is validated here,
+then written through the controller (``broker.quorum.alter_resource_configs``) and answered once
+applied here. Logs name the configs changed, never their values (passwords). Every error is per
 resource / topic / partition, as in Kafka; nothing here fails a whole request.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ...metadata import configs as cfg
@@ -190,6 +194,8 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
             configs = {str(c.name): c.value for c in res.configs}
             if rtype == cfg.ResourceType.TOPIC:
                 cfg.alter_topic(broker, rname, configs, validate_only=validate_only)
+            elif rtype == cfg.ResourceType.BROKER and broker.quorum is not None:
+                await _alter_broker_on_quorum(broker, rname, configs, validate_only)
             elif rtype == cfg.ResourceType.BROKER:
                 cfg.alter_broker(
                     broker, cfg.broker_scope(broker, rname), configs, validate_only=validate_only
@@ -207,6 +213,20 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
             log.info("altered configs of resource %d %r: %s", rtype, rname, sorted(configs))
         out.append(_alter_result(rtype, rname, error))
     return {"throttle_time": 0, "responses": await _settled(broker, out)}
+
+
+async def _alter_broker_on_quorum(
+    broker: Any, rname: str, configs: Mapping[str, str | None], validate_only: bool
+) -> None:
+    """On the metadata quorum: check a BROKER resource's new dynamic configs here (this broker's,
+    the cluster default, or another broker's by id), then replace them in the metadata log
+    through the controller; returns once applied here (every broker applies its own and the
+    default from its image)."""
+    default, local = cfg.quorum_broker_scope(broker, rname)
+    clean = cfg.validate_broker_change(broker, default, configs, local=local)
+    if validate_only or broker.quorum.stored_configs(cfg.ResourceType.BROKER, rname) == clean:
+        return
+    await broker.quorum.alter_resource_configs(cfg.ResourceType.BROKER, rname, clean)
 
 
 async def _settled(broker: Any, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -241,6 +261,17 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                     unknown="topic",
                 )
                 cfg.alter_topic(broker, rname, new, validate_only=validate_only)
+            elif rtype == cfg.ResourceType.BROKER and broker.quorum is not None:
+                default, local = cfg.quorum_broker_scope(broker, rname)
+                current = broker.quorum.stored_configs(rtype, rname)
+                new = cfg.incremental_changes(
+                    current,
+                    ops,
+                    type_of=cfg.broker_config_types(),
+                    effective=cfg.broker_effective_strings(broker, default) if local else current,
+                    unknown="broker",
+                )
+                await _alter_broker_on_quorum(broker, rname, new, validate_only)
             elif rtype == cfg.ResourceType.BROKER:
                 default = cfg.broker_scope(broker, rname)
                 new = cfg.incremental_changes(
@@ -264,7 +295,14 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                     effective=broker.group_config(rname),
                     unknown="group",
                 )
-                group_configs.alter(broker.config, store, rname, new, validate_only=validate_only)
+                quorum = broker.quorum
+                group_configs.alter(
+                    broker.config, store, rname, new, validate_only=validate_only or quorum is not None
+                )
+                if quorum is not None and not validate_only:  # into the metadata log (image: here)
+                    canon = group_configs.validate(broker.config, new)
+                    if canon != store.get(rname):
+                        await quorum.alter_resource_configs(rtype, rname, canon)
             else:
                 raise cfg.ConfigResourceError(
                     ErrorCode.INVALID_REQUEST,
@@ -276,7 +314,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
             error = _storage_error(broker, rtype, rname, e)
         if error is None and not validate_only:
             broker.storage_log.ok("saving configs of", f"resource {rtype} {rname!r}")
-            log.info("altered configs of resource %d %r: %s", rtype, rname, ops)
+            log.info("altered configs of resource %d %r: %s", rtype, rname, sorted({n for n, _, _ in ops}))
         out.append(_alter_result(rtype, rname, error))
     return {"throttle_time": 0, "responses": await _settled(broker, out)}
 
