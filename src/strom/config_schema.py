@@ -465,6 +465,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("leader.imbalance.per.broker.percentage", _INT, 10, AtLeast(0)),
     _c("unclean.leader.election.enable", _BOOL, False, dynamic=_CW),
     _c("controlled.shutdown.enable", _BOOL, True),
+    # the longest a stopping broker waits for the controller to release it from controlled
+    # shutdown (at most broker.session.timeout.ms too): leaderships move away within a few
+    # heartbeats; what may never come is the other brokers catching up (one that stopped
+    # heartbeating is not fenced before its session expires), and a stop must not hang on that
+    _c("strom.controlled.shutdown.timeout.ms", _INT, 30000, AtLeast(0)),
 )
 
 

@@ -54,6 +54,8 @@ def _config(data: Path) -> BrokerConfig:
         "strom.metadata.quorum.enable": "true",
         "controller.quorum.append.linger.ms": "0",
         "broker.session.timeout.ms": "600000",  # the peers heartbeat only when the test says
+        # the peers never catch up with the controlled shutdown: the stop gives up after this
+        "strom.controlled.shutdown.timeout.ms": "500",
     })
 
 

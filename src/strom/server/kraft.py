@@ -450,7 +450,13 @@ class BrokerQuorum:
         if not self.broker.config["controlled.shutdown.enable"] or not others:
             self.lifecycle.close()
             return
-        await self.lifecycle.controlled_shutdown(int(self.broker.config["broker.session.timeout.ms"]))
+        # bounded by its own timeout, not only the session timeout: a cluster with a long session
+        # (a peer that stopped heartbeating stays unfenced that long) would hold the stop as long
+        timeout_ms = min(
+            int(self.broker.config["broker.session.timeout.ms"]),
+            int(self.broker.config["strom.controlled.shutdown.timeout.ms"]),
+        )
+        await self.lifecycle.controlled_shutdown(timeout_ms)
 
     # -- requests
     async def _call(self, api_key: int, request: Any) -> dict[str, Any]:
