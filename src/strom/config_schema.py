@@ -369,6 +369,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # (-1: no limit). Each partition costs memory (~tens of KB), not descriptors
     _c("strom.broker.max.partitions", _INT, 50000),
     _c("min.insync.replicas", _INT, 1, AtLeast(1), dynamic=_CW),
+    # replication (Kafka's names and defaults): followers fetch from leaders
+    _c("num.replica.fetchers", _INT, 1, AtLeast(1), dynamic=_CW),
+    _c("replica.fetch.max.bytes", _INT, 1048576, AtLeast(0), dynamic=_CW),
+    _c("replica.fetch.min.bytes", _INT, 1),
+    _c("replica.fetch.wait.max.ms", _INT, 500),
+    _c("replica.fetch.response.max.bytes", _INT, 10485760, AtLeast(0), dynamic=_CW),
+    _c("replica.fetch.backoff.ms", _INT, 1000, AtLeast(0)),
+    _c("replica.lag.time.max.ms", _LONG, 30000),
+    _c("replica.socket.timeout.ms", _INT, 30000),
     _c("compression.type", _STR, "producer", ValidString(_COMPRESSION_TYPES), dynamic=_CW),
     _c("offsets.topic.num.partitions", _INT, 50),
     _c("offsets.topic.replication.factor", _INT, 1),

@@ -393,6 +393,10 @@ class Broker:
             max(10, int(self.config["strom.log.dir.check.interval.ms"])), self.replica_manager.check_log_dirs,
             name="log-dir-checker"))
         self._timers.extend(start_log_tasks(self))
+        if self.quorum is not None:  # Kafka's isr-expiration task
+            self._timers.append(self.scheduler.schedule_periodic(
+                max(10, int(self.config["replica.lag.time.max.ms"]) // 2),
+                self.replica_manager.maybe_shrink_isrs, name="isr-expiration"))
         rm = self.replica_manager
         log.info(
             "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
@@ -465,6 +469,8 @@ class Broker:
                 with contextlib.suppress(Exception):
                     await coord.stop()
         self.coordinator_writer.close()
+        if self.quorum is not None:
+            await self.quorum.stop_replication()
         await self.marker_sender.close()
         await self.producer_ids.close()
         if self.quorum is not None:

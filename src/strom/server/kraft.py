@@ -379,8 +379,32 @@ class BrokerQuorum:
                     await asyncio.sleep(self._retry_s)
 
     def go_live(self) -> None:
-        """The broker opened its logs: later images are applied by making and deleting logs."""
+        """The broker opened its logs: later images are applied by making and deleting logs;
+        replication starts (followers fetch from leaders, leaders propose ISR changes)."""
+        from .alter_partition_manager import AlterPartitionManager
+        from .broker import _default_listener
+        from .replica_fetcher import ReplicaFetcherManager
+
+        broker = self.broker
+        rm = broker.replica_manager
+        self.alter_partitions = AlterPartitionManager(broker, lambda: self.broker_epoch)
+        rm.isr_sender = self.alter_partitions.submit
+        rm.fetcher_manager = ReplicaFetcherManager(
+            rm, listener=_default_listener(broker.config), broker_epoch=lambda: self.broker_epoch
+        )
         self.publisher.go_live()
+        self.publisher.apply_all_partitions()
+
+    async def stop_replication(self) -> None:
+        """Followers stop fetching, ISR changes stop (before the logs close)."""
+        rm = self.broker.replica_manager
+        rm.isr_sender = None
+        fetchers, rm.fetcher_manager = rm.fetcher_manager, None
+        if fetchers is not None:
+            await fetchers.close()
+        alter = getattr(self, "alter_partitions", None)
+        if alter is not None:
+            await alter.close()
 
     async def stop(self) -> None:
         self.lifecycle.close()

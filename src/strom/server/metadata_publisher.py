@@ -96,6 +96,21 @@ class BrokerMetadataPublisher:
         self.live = True
         self._task = asyncio.get_running_loop().create_task(self._consume(), name="metadata-publisher")
 
+    def apply_all_partitions(self) -> None:
+        """Every partition hosted here takes its registration (at go-live: the logs are open)."""
+        image = self.image
+        if image is None:
+            return
+        for name, t in image.topics.topics_by_name.items():
+            self._apply_partitions(name, t)
+
+    def _apply_partitions(self, name: str, timage: TopicImage) -> None:
+        rm = self.broker.replica_manager
+        node = self.broker.node_id
+        for p, reg in timage.partitions.items():
+            if node in reg.replicas and (name, p) in rm.logs:
+                rm.apply_partition(name, p, reg)
+
     async def wait_applied(self, offset: int) -> None:
         """Until the broker applied the image at ``offset`` or later."""
         if self._applied_offset >= offset:
@@ -201,6 +216,7 @@ class BrokerMetadataPublisher:
                 info = reg.create(name, n, configs, topic_id=tid)
                 rm.add_logs(info, logs)
                 self._topic_images[name] = timage
+                self._apply_partitions(name, timage)
                 log.info("created topic %s with %d partitions (%d here)", name, n, len(logs))
                 continue
             info = existing
@@ -223,6 +239,7 @@ class BrokerMetadataPublisher:
                     log.info("%s-%d is no longer hosted here: deleting its log", name, p)
                     rm.remove_replica(name, p)
             self._topic_images[name] = timage
+            self._apply_partitions(name, timage)
             newer = broker.quorum is not None and name in broker.quorum.pending_config_topics
             if configs != info.configs and not newer:  # (newer: the broker's change, on its way)
                 reg.set_configs(name, configs, notify=False)

@@ -66,6 +66,7 @@ from ..rate_limited_log import RateLimitedLog
 from ..scheduler import Scheduler
 from .log_dir_mover import LogDirMover, remove_tree
 from .metadata_cache import MetadataCache
+from .partition import Partition, RoleChange
 from .purgatory import FetchPurgatory
 
 log = logging.getLogger("strom.replica_manager")
@@ -142,6 +143,7 @@ class LogReadResult:
     log_start_offset: int = -1
     aborted: list[tuple[int, int]] | None = None
     records: FetchData = EMPTY_FETCH
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower that diverged
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,15 @@ class ReplicaManager:
         # acks=-1 appends waiting for the HW: partition -> [(offset the HW must pass, future)]
         self._hw_waiters: dict[TopicPartition, list[tuple[int, asyncio.Future[None]]]] = {}
         self.stopping = threading.Event()  # set at shutdown: partition creation gives up
+        # replication state of the partitions hosted here (on the metadata quorum; empty on the
+        # registry path, where this node leads everything and the HW is the log end offset)
+        self.partitions: dict[TopicPartition, Partition] = {}
+        # the leader's own bound on the HW (its log end offset; for the coordinators' topics what
+        # is durable), set by advance_high_watermark
+        self._leader_caps: dict[TopicPartition, int] = {}
+        # set by the broker in a cluster: followers' fetchers, and the AlterPartition sender
+        self.fetcher_manager: Any = None
+        self.isr_sender: Callable[[Partition, tuple[int, ...]], None] | None = None
 
     # ------------------------------------------------------------------ partition errors
     def partition_error(self, topic: str, partition: int) -> int:
@@ -303,6 +314,13 @@ class ReplicaManager:
             if plog is None or leader != self.node_id:
                 results[slot] = PartitionResponse(self.partition_error(topic, partition))
                 continue
+            if acks == -1 and (p := self.partitions.get((topic, partition))) is not None:
+                min_isr = plog.config.min_insync_replicas
+                if len(p.isr) < min_isr:  # Kafka's appendRecordsToLeader check
+                    message = (f"The size of the current ISR {list(p.isr)} is insufficient to satisfy "
+                               f"the min.isr requirement of {min_isr} for partition {topic}-{partition}")
+                    results[slot] = PartitionResponse(ErrorCode.NOT_ENOUGH_REPLICAS, error_message=message)
+                    continue
             try:
                 walk = plog.needs_record_walk(records)
             except Exception as e:
@@ -369,7 +387,8 @@ class ReplicaManager:
         """``led``: the partition's log, already found led here in this step of the event loop."""
         try:
             if led is not None:
-                res = self._append_to_log(led, records, 0, False, from_coordinator, prevalidated)
+                res = self._append_to_log(led, records, self.leader_epoch_of((topic, partition)), False,
+                                          from_coordinator, prevalidated)
             else:
                 res = self.append_to_leader(
                     topic, partition, records, prevalidated=prevalidated, from_coordinator=from_coordinator
@@ -452,7 +471,8 @@ class ReplicaManager:
                 continue
             plog = self.logs.get((topic, partition))
             if plog is not None and plog.high_watermark > r.last_offset:
-                continue  # a single node: the HW is the log end offset, so always here
+                self._check_isr_after_append((topic, partition), results, slot)
+                continue  # e.g. a single replica: the HW is the log end offset
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._hw_waiters.setdefault((topic, partition), []).append((r.last_offset + 1, fut))
             waits.append((slot, (topic, partition), fut))
@@ -473,6 +493,24 @@ class ReplicaManager:
                 elif not fut.cancelled() and (exc := fut.exception()) is not None:
                     code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
                     results[slot] = PartitionResponse(code)
+                else:
+                    self._check_isr_after_append(tp, results, slot)
+
+    def _check_isr_after_append(
+        self, tp: TopicPartition, results: list[PartitionResponse], slot: int
+    ) -> None:
+        """Kafka's ``checkEnoughReplicasReachOffset``: the HW passed the append, but the ISR is
+        below ``min.insync.replicas``."""
+        p = self.partitions.get(tp)
+        plog = self.logs.get(tp)
+        if p is None or plog is None:
+            return
+        min_isr = plog.config.min_insync_replicas
+        if len(p.isr) < min_isr:
+            results[slot] = PartitionResponse(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                error_message=f"the ISR of {tp[0]}-{tp[1]} shrank below min.insync.replicas={min_isr}",
+            )
 
     def _high_watermark_advanced(self, tp: TopicPartition, hw: int) -> None:
         waiters = self._hw_waiters.get(tp)
@@ -519,6 +557,9 @@ class ReplicaManager:
         plog = self.logs[(topic, partition)]
         if self.metadata_cache.leader_id(topic, partition) != self.node_id:
             raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
+        p = self.partitions.get((topic, partition))
+        if p is not None:
+            leader_epoch = p.leader_epoch
         return self._append_to_log(plog, records, leader_epoch, flush, from_coordinator, prevalidated,
                                    advance_hw)
 
@@ -546,14 +587,174 @@ class ReplicaManager:
         return info
 
     def advance_high_watermark(self, plog: PartitionLog, offset: int) -> None:
-        """Move ``plog``'s HW up to ``offset``: waiting fetches and acks=-1 appends see it."""
+        """Move ``plog``'s HW up to ``offset`` as far as the ISR allows (Kafka's
+        ``maybeIncrementLeaderHW``: not past the log end offset of any replica of the maximal
+        ISR): waiting fetches and acks=-1 appends see it."""
+        tp = (plog.topic, plog.partition)
+        p = self.partitions.get(tp)
+        if p is not None and len(p.replicas) > 1:
+            self._leader_caps[tp] = offset
+            offset = p.high_watermark_bound(offset) if p.is_leader else -1
         if offset > plog.high_watermark:
             plog.update_high_watermark(offset)
-        tp = (plog.topic, plog.partition)
         if self._hw_waiters:
             self._high_watermark_advanced(tp, plog.high_watermark)
         else:
             self.purgatory.notify(tp)
+
+    # ------------------------------------------------------------------ replication
+    def leader_epoch_of(self, tp: TopicPartition) -> int:
+        """The partition's leader epoch here (0 on the registry path: one leader, never elected)."""
+        p = self.partitions.get(tp)
+        return p.leader_epoch if p is not None else self.LEADER_EPOCH
+
+    def leader_epoch_error(self, tp: TopicPartition, current_leader_epoch: int) -> int:
+        """KIP-320: a request's ``current_leader_epoch`` (-1: none) against the partition's here:
+        FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer."""
+        if current_leader_epoch < 0:
+            return ErrorCode.NONE
+        epoch = self.leader_epoch_of(tp)
+        if current_leader_epoch < epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NONE
+
+    def apply_partition(self, topic: str, partition: int, reg: Any) -> None:
+        """The image's registration of a partition hosted here (Kafka's ``applyDelta`` for one
+        partition): become its leader or a follower at a new leader epoch, or take a new ISR."""
+        tp = (topic, partition)
+        plog = self.logs.get(tp)
+        p = self.partitions.get(tp)
+        if p is None:
+            p = self.partitions[tp] = Partition(topic, partition, self.node_id)
+        leo = plog.log_end_offset if plog is not None else 0
+        change = p.update(tuple(reg.replicas), tuple(reg.isr), int(reg.leader), int(reg.leader_epoch),
+                          int(reg.partition_epoch), self.clock.time_ms(), leo,
+                          int(getattr(reg, "leader_recovery_state", 0)))
+        fetchers = self.fetcher_manager
+        if change is RoleChange.LEADER:
+            if fetchers is not None:
+                fetchers.remove_partition(tp)
+            if plog is not None:
+                assign = getattr(plog, "assign_epoch", None)
+                if assign is not None:
+                    assign(p.leader_epoch, plog.log_end_offset)
+                self._leader_caps[tp] = plog.log_end_offset
+                if len(p.replicas) == 1:
+                    self.advance_high_watermark(plog, plog.log_end_offset)
+            log.info("%s-%d: leader at epoch %d, ISR %s", topic, partition, p.leader_epoch, list(p.isr))
+        elif change is RoleChange.FOLLOWER:
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self.purgatory.notify(tp)
+            self._leader_caps.pop(tp, None)
+            if fetchers is not None:
+                if p.leader_id >= 0 and plog is not None:
+                    fetchers.add_partition(tp, p.leader_id, p.leader_epoch)
+                else:
+                    fetchers.remove_partition(tp)
+            log.info("%s-%d: follower of %d at epoch %d", topic, partition, p.leader_id, p.leader_epoch)
+        elif p.is_leader and plog is not None:
+            self._maybe_increment_hw(tp, plog)  # the ISR may have shrunk
+
+    def current_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """KIP-951: (leader id, leader epoch) as this broker knows them, for an answer that
+        sends the client elsewhere; None when unknown."""
+        p = self.partitions.get((topic, partition))
+        if p is not None and p.leader_id >= 0:
+            return p.leader_id, p.leader_epoch
+        leader = self.metadata_cache.leader_id(topic, partition)
+        if leader is None or leader < 0:
+            return None
+        return leader, self.leader_epoch_of((topic, partition))
+
+    def forget_partition(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+        self._leader_caps.pop(tp, None)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partition(tp)
+
+    def _maybe_increment_hw(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        cap = self._leader_caps.get(tp, plog.log_end_offset)
+        self.advance_high_watermark(plog, cap)
+
+    def read_for_follower(
+        self,
+        replica_id: int,
+        topic: str,
+        partition: int,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        current_leader_epoch: int = -1,
+        last_fetched_epoch: int = -1,
+        broker_epoch: int = -1,
+        min_one_message: bool = True,
+    ) -> LogReadResult:
+        """A follower's Fetch of one partition (Kafka's ``readFromLocalLog`` for a replica plus
+        ``updateFollowerFetchState``): epochs checked (KIP-320), divergence answered with the
+        end of the follower's last epoch on this leader (``diverging_epoch``, KIP-595's check
+        that Kafka 2.7+ replicas use instead of OffsetForLeaderEpoch), else the fetch offset is
+        the follower's log end offset: the HW and the ISR may move; records up to the log end."""
+        tp = (topic, partition)
+        plog, error = self.leader_log_or_error(topic, partition)
+        if plog is None:
+            return LogReadResult(error)
+        p = self.partitions.get(tp)
+        if p is None or replica_id not in p.replicas:
+            return LogReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        epoch_error = self.leader_epoch_error(tp, current_leader_epoch)
+        if epoch_error != ErrorCode.NONE:
+            return LogReadResult(epoch_error)
+        leo = plog.log_end_offset
+        r = LogReadResult(ErrorCode.NONE, plog.high_watermark, plog.last_stable_offset, plog.log_start_offset)
+        if last_fetched_epoch >= 0:
+            epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
+            if epoch != last_fetched_epoch or end < fetch_offset:
+                r.diverging_epoch = (epoch, end)
+                return r
+        if fetch_offset < plog.log_start_offset or fetch_offset > leo:
+            r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            return r
+        p.update_follower(replica_id, fetch_offset, leo, self.clock.time_ms(), broker_epoch)
+        self._maybe_increment_hw(tp, plog)
+        self._maybe_expand_isr(p, plog)
+        r.high_watermark = plog.high_watermark
+        r.last_stable_offset = plog.last_stable_offset
+        if fetch_offset >= leo or (max_bytes <= 0 and not min_one_message):
+            return r
+        try:
+            r.records = plog.read(
+                fetch_offset, max(max_bytes, 0), max_offset=leo, min_one_message=min_one_message
+            )
+        except Exception as e:
+            r.error_code = self.read_failed(topic, partition, e)
+        return r
+
+    def _maybe_expand_isr(self, p: Partition, plog: PartitionLog) -> None:
+        target = p.isr_to_expand(plog.high_watermark)
+        if target is not None and self.isr_sender is not None:
+            log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr), list(target))
+            self.isr_sender(p, target)
+
+    def maybe_shrink_isrs(self) -> None:
+        """Every ``replica.lag.time.max.ms`` / 2 (Kafka's ``isr-expiration`` task): remove the
+        followers not caught up for ``replica.lag.time.max.ms`` from the ISRs led here."""
+        if self.isr_sender is None:
+            return
+        lag_max = int(self.config["replica.lag.time.max.ms"])
+        now = self.clock.time_ms()
+        for tp, p in list(self.partitions.items()):
+            if not p.is_leader or len(p.replicas) < 2:
+                continue
+            plog = self.logs.get(tp)
+            if plog is None:
+                continue
+            target = p.isr_to_shrink(now, lag_max, plog.log_end_offset)
+            if target is not None:
+                log.info("%s-%d: shrinking the ISR %s to %s (replicas lagging more than %d ms)",
+                         tp[0], tp[1], list(p.isr), list(target), lag_max)
+                self.isr_sender(p, target)
 
     # ------------------------------------------------------------------ reads
     def read(
@@ -565,6 +766,7 @@ class ReplicaManager:
         *,
         isolation_level: int = READ_UNCOMMITTED,
         min_one_message: bool = True,
+        current_leader_epoch: int = -1,
     ) -> LogReadResult:
         """Fetch's read of one partition (Kafka's ``readFromLocalLog``): the partition's state
         and whole batches from ``fetch_offset`` up to the HW (the LSO for read_committed, with
@@ -573,6 +775,10 @@ class ReplicaManager:
         plog, error = self.leader_log_or_error(topic, partition)
         if plog is None:
             return LogReadResult(error)
+        if current_leader_epoch >= 0:
+            error = self.leader_epoch_error((topic, partition), current_leader_epoch)
+            if error != ErrorCode.NONE:
+                return LogReadResult(error)
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         r = LogReadResult(ErrorCode.NONE, hw, lso, plog.log_start_offset)
@@ -635,7 +841,8 @@ class ReplicaManager:
                 offset, found_ts = hit
         else:
             return OffsetResult(ErrorCode.INVALID_REQUEST)
-        return OffsetResult(ErrorCode.NONE, offset, found_ts, self.LEADER_EPOCH if offset >= 0 else -1)
+        epoch = self.leader_epoch_of((topic, partition))
+        return OffsetResult(ErrorCode.NONE, offset, found_ts, epoch if offset >= 0 else -1)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
         """DeleteRecords on one partition: (new low watermark, error)."""
@@ -801,6 +1008,7 @@ class ReplicaManager:
         self.mover.cancel(tp)
         self.offline_partitions.pop(tp, None)
         plog = self.logs.pop(tp, None)
+        self.forget_partition(tp)
         self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.purgatory.notify(tp)
         if plog is not None:
@@ -813,6 +1021,7 @@ class ReplicaManager:
             self.mover.cancel(tp)
             self.offline_partitions.pop(tp, None)
             plog = self.logs.pop(tp, None)
+            self.forget_partition(tp)
             self._fail_waiters(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             if plog is not None:
                 plog.delete()

@@ -477,19 +477,12 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
 
 @handler(23)
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    """End offset of the requested leader epoch (Kafka's LeaderEpochFileCache.endOffsetFor).
-
-    The partition's current leader epoch is the metadata cache's (0 on a single node; the
-    image's on the metadata quorum, where it rises at each election). Every batch is written
-    with epoch 0 (strom does not keep an epoch cache yet), so the log holds epoch 0 from its start
-    and, as Kafka records at an election, each later epoch starts at the log end: the current
-    epoch ends at the log end offset, and so does any older one (Kafka's answer for an epoch
-    older than the current one is the start of the next epoch: here the log end, which never
-    reports a truncation that did not happen). ``current_leader_epoch`` newer than the current
-    epoch is UNKNOWN_LEADER_EPOCH, older FENCED_LEADER_EPOCH; a requested epoch newer than any
-    known answers -1/-1."""
+    """End offset of the requested leader epoch (Kafka's ``lastOffsetForLeaderEpoch``), from the
+    leader's epoch cache: the largest epoch at or below the requested one and the start of the
+    epoch after it (the log end offset for the latest epoch); -1/-1 when the cache cannot say.
+    Answered by the leader only; ``current_leader_epoch`` newer than the partition's is
+    UNKNOWN_LEADER_EPOCH, older FENCED_LEADER_EPOCH (KIP-320)."""
     rm = ctx.broker.replica_manager
-    cache = ctx.broker.metadata_cache
     topics_out = []
     for t in request.topics:
         name = str(t.topic)
@@ -497,21 +490,16 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
         for p in t.partitions:
             idx = int(p.partition)
             entry: dict[str, Any] = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
-            state, error = rm.partition_state(name, idx)
-            pm = cache.partition(name, idx)
-            epoch = pm.leader_epoch if pm is not None else 0
-            current = int(getattr(p, "current_leader_epoch", -1))
-            requested = int(p.leader_epoch)
-            if state is None:
+            plog, error = rm.leader_log_or_error(name, idx)
+            if plog is None:
                 entry["error_code"] = error
-            elif current > epoch:
-                entry["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
-            elif 0 <= current < epoch:
-                entry["error_code"] = ErrorCode.FENCED_LEADER_EPOCH
-            elif requested == epoch:
-                entry.update(leader_epoch=epoch, end_offset=state.log_end_offset)
-            elif 0 <= requested < epoch:
-                entry.update(leader_epoch=0, end_offset=state.log_end_offset)
+            else:
+                error = rm.leader_epoch_error((name, idx), int(getattr(p, "current_leader_epoch", -1)))
+                if error:
+                    entry["error_code"] = error
+                else:
+                    epoch, end_offset = plog.end_offset_for_epoch(int(p.leader_epoch))
+                    entry.update(leader_epoch=epoch, end_offset=end_offset)
             parts.append(entry)
         topics_out.append({"topic": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics_out}

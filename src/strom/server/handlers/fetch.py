@@ -41,6 +41,8 @@ class PartitionResult:
     regions: list[Region] = field(default_factory=list)
     size: int = 0
     raw: bytes | None = None  # records given as bytes (tests, internal callers)
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): tagged field 0 (v12+)
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch): tagged field 1 (v12+)
 
 
 @dataclass
@@ -52,13 +54,18 @@ class TopicResult:
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_EPOCH_END = struct.Struct(">iqb")  # EpochEndOffset: epoch, end offset, no tagged fields
+_LEADER = struct.Struct(">iib")  # LeaderIdAndEpoch: leader id, leader epoch, no tagged fields
 _PART_FIXED = struct.Struct(">ihqqq")
 
 
 def encode_fetch_response(
-    version: int, topics: list[TopicResult], *, error_code: int = 0, session_id: int = 0, throttle_ms: int = 0
+    version: int, topics: list[TopicResult], *, error_code: int = 0, session_id: int = 0,
+    throttle_ms: int = 0, node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
 ) -> tuple[list[bytes | Region], int]:
-    """Encode a Fetch response body for ``version`` (4..17). Returns (parts, total size)."""
+    """Encode a Fetch response body for ``version`` (4..17). Returns (parts, total size).
+    ``node_endpoints`` (v16+, KIP-951): (node id, host, port, rack) of the leaders named in
+    ``current_leader`` fields."""
     flexible = version >= 12
     parts: list[bytes | Region] = []
     out = bytearray(_I32.pack(throttle_ms))
@@ -118,11 +125,38 @@ def encode_fetch_response(
                 parts.extend(p.regions)
                 size += p.size
             if flexible:
-                out += b"\x00"  # partition tagged fields
+                if p.diverging_epoch is None and p.current_leader is None:
+                    out += b"\x00"  # partition tagged fields
+                else:
+                    tags = int(p.diverging_epoch is not None) + int(p.current_leader is not None)
+                    out.append(tags)
+                    if p.diverging_epoch is not None:
+                        out += b"\x00" + bytes([_EPOCH_END.size]) + _EPOCH_END.pack(*p.diverging_epoch, 0)
+                    if p.current_leader is not None:
+                        out += b"\x01" + bytes([_LEADER.size]) + _LEADER.pack(*p.current_leader, 0)
         if flexible:
             out += b"\x00"  # topic tagged fields
     if flexible:
-        out += b"\x00"  # top-level tagged fields
+        if version >= 16 and node_endpoints:
+            body = bytearray()
+            write_uvarint(body, len(node_endpoints) + 1)
+            for node_id, host, port, rack in node_endpoints:
+                hb = host.encode()
+                body += _I32.pack(node_id)
+                write_uvarint(body, len(hb) + 1)
+                body += hb + _I32.pack(port)
+                if rack is None:
+                    body += b"\x00"
+                else:
+                    rb = rack.encode()
+                    write_uvarint(body, len(rb) + 1)
+                    body += rb
+                body += b"\x00"
+            out += b"\x01\x00"  # one tagged field: node_endpoints (tag 0)
+            write_uvarint(out, len(body))
+            out += body
+        else:
+            out += b"\x00"  # top-level tagged fields
     parts.append(bytes(out))
     size += len(out)
     return parts, size
@@ -141,6 +175,8 @@ def _read_partitions(
     first_data = True
     isolation = getattr(request, "isolation_level", 0)
     fds_held = 0
+    replica_id = follower_id(request, version)
+    broker_epoch = int(request.replica_state.replica_epoch) if version >= 15 else -1
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -160,15 +196,29 @@ def _read_partitions(
                 any_error = True
                 continue
             limit = min(fp.partition_max_bytes, budget - total)
-            r = rm.read(name, fp.partition, fp.fetch_offset, limit, isolation_level=isolation,
-                        min_one_message=first_data)
+            epoch = int(getattr(fp, "current_leader_epoch", -1))
+            if replica_id >= 0:
+                r = rm.read_for_follower(
+                    replica_id, name, fp.partition, fp.fetch_offset, limit, current_leader_epoch=epoch,
+                    last_fetched_epoch=int(getattr(fp, "last_fetched_epoch", -1)),
+                    broker_epoch=broker_epoch, min_one_message=first_data,
+                )
+            else:
+                r = rm.read(name, fp.partition, fp.fetch_offset, limit, isolation_level=isolation,
+                            min_one_message=first_data, current_leader_epoch=epoch)
             pr.error_code = r.error_code
             pr.high_watermark = r.high_watermark
             pr.last_stable_offset = r.last_stable_offset
             pr.log_start_offset = r.log_start_offset
             pr.aborted = r.aborted
+            if r.diverging_epoch is not None and version >= 12:
+                pr.diverging_epoch = r.diverging_epoch
+                any_error = True
+                continue
             if r.error_code != ErrorCode.NONE:
                 any_error = True
+                if version >= 12 and r.error_code in _LEADER_ERRORS:
+                    pr.current_leader = rm.current_leader(name, fp.partition)
                 continue
             data = r.records
             if not data.size:
@@ -190,6 +240,18 @@ def _read_partitions(
             total += data.size
             first_data = False
     return results, total, any_error
+
+
+_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+
+
+def follower_id(request: Any, version: int) -> int:
+    """The replica id of a follower's Fetch (``replica_id`` before v15, ``replica_state`` from
+    v15), -1 for a consumer."""
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return int(state.replica_id) if state is not None else -1
+    return int(getattr(request, "replica_id", -1))
 
 
 def _release(results: list[TopicResult]) -> None:
@@ -232,5 +294,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
-    parts, size = encode_fetch_response(version, results)
+    endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
+    parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
     return RawResponse(parts, size)  # type: ignore[arg-type]
+
+
+def _leader_endpoints(
+    ctx: RequestContext, results: list[TopicResult]
+) -> list[tuple[int, str, int, str | None]]:
+    """KIP-951: the endpoints (on the client's listener) of the leaders the answer names."""
+    ids = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
+    out = []
+    cache = ctx.broker.metadata_cache
+    for node_id in sorted(ids):
+        node = cache.alive_broker(node_id, ctx.session.listener)
+        if node is not None:
+            out.append((node.node_id, node.host, node.port, node.rack))
+    return out

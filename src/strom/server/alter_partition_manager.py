@@ -1,0 +1,127 @@
+"""ISR changes proposed by partition leaders, sent to the controller (Kafka's
+``AlterPartitionManager``).
+
+Theory of operation: the replica manager decides that a follower caught up or fell behind and
+calls :meth:`AlterPartitionManager.submit` with the ISR it wants. The partition is marked
+``pending`` at once (no second change starts, and an expansion already counts for the HW, see
+:mod:`strom.server.partition`); an AlterPartition v3 (topic ids, ``new_isr_with_epochs``) goes to
+the active controller through the broker's controller channel. The answer carries the partition's
+new state, applied at once (Kafka's leader does the same: it need not wait for the metadata
+image); an error (a newer leader epoch, an outdated partition epoch, an ineligible replica, no
+controller) only clears ``pending``: the image brings the truth, and the next fetch or ISR check
+proposes again. Changes are not batched per request (Kafka batches them); each is one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.errors import ErrorCode
+from .partition import Partition, PendingIsr
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("strom.replication")
+
+ALTER_PARTITION = 56
+
+
+class AlterPartitionManager:
+    def __init__(self, broker: Broker, broker_epoch: Callable[[], int]) -> None:
+        self.broker = broker
+        self.broker_epoch = broker_epoch
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, p: Partition, isr: tuple[int, ...]) -> None:
+        if p.pending is not None:
+            return
+        p.pending = PendingIsr(isr, p.partition_epoch, self.broker.clock.time_ms())
+        task = asyncio.get_running_loop().create_task(self._send(p, p.pending), name="alter-partition")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, p: Partition, pending: PendingIsr) -> None:
+        broker = self.broker
+        info = broker.metadata_cache.topic(p.topic)
+        try:
+            if info is None:
+                return
+            request = {
+                "broker_id": broker.node_id,
+                "broker_epoch": self.broker_epoch(),
+                "topics": [{
+                    "topic_id": info.topic_id,
+                    "partitions": [{
+                        "partition_index": p.partition,
+                        "leader_epoch": p.leader_epoch,
+                        "new_isr_with_epochs": [
+                            {"broker_id": b, "broker_epoch": -1} for b in pending.isr
+                        ],
+                        "leader_recovery_state": p.leader_recovery_state,
+                        "partition_epoch": pending.partition_epoch,
+                    }],
+                }],
+            }
+            channel = broker.quorum.channel if broker.quorum is not None else None
+            if channel is None:
+                return
+            resp = await channel.call(ALTER_PARTITION, request, 3)
+            self._answer(p, pending, resp)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("AlterPartition of %s-%d to ISR %s failed: %s", p.topic, p.partition,
+                        list(pending.isr), e)
+        finally:
+            if p.pending is pending:
+                p.pending = None
+
+    def _answer(self, p: Partition, pending: PendingIsr, resp: dict[str, Any]) -> None:
+        top = int(resp.get("error_code", 0))
+        if top != ErrorCode.NONE:
+            log.warning("AlterPartition of %s-%d refused: %s", p.topic, p.partition, ErrorCode(top).name)
+            return
+        for t in resp.get("topics", ()):
+            for pd in t.get("partitions", ()):
+                if int(pd["partition_index"]) != p.partition:
+                    continue
+                code = int(pd.get("error_code", 0))
+                if code != ErrorCode.NONE:
+                    log.info("AlterPartition of %s-%d to ISR %s: %s", p.topic, p.partition,
+                             list(pending.isr), ErrorCode(code).name)
+                    continue
+                if p.pending is pending:
+                    p.pending = None
+                rm = self.broker.replica_manager
+                rm.apply_partition(p.topic, p.partition, _Registration(
+                    replicas=p.replicas, isr=tuple(int(b) for b in pd["isr"]), leader=int(pd["leader_id"]),
+                    leader_epoch=int(pd["leader_epoch"]), partition_epoch=int(pd["partition_epoch"]),
+                    leader_recovery_state=int(pd.get("leader_recovery_state", 0)),
+                ))
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Registration:
+    """The fields of a registration ``ReplicaManager.apply_partition`` reads."""
+
+    def __init__(self, *, replicas: tuple[int, ...], isr: tuple[int, ...], leader: int, leader_epoch: int,
+                 partition_epoch: int, leader_recovery_state: int) -> None:
+        self.replicas = replicas
+        self.isr = isr
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.leader_recovery_state = leader_recovery_state
+
+
+__all__ = ["AlterPartitionManager"]

@@ -1,0 +1,377 @@
+"""Followers fetching from leaders (Kafka's ``ReplicaFetcherManager`` and ``ReplicaFetcherThread``).
+
+Theory of operation
+-------------------
+* **One fetcher per (leader, fetcher id)**: a partition this broker follows is given to the
+  fetcher of its leader numbered ``hash(partition) % num.replica.fetchers``; each fetcher is one
+  asyncio task with one connection to the leader's endpoint on the broker's default (inter-broker)
+  listener. A partition moves between fetchers when its leader changes; a fetcher with no
+  partitions ends.
+* **The fetch**: Fetch v12..17 with the replica's id (``replica_state`` from v15), topic ids from
+  v13, per partition ``fetch_offset`` = the follower's log end offset, ``last_fetched_epoch`` =
+  the latest epoch in its log, ``current_leader_epoch`` = the epoch it follows, its log start
+  offset; ``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``,
+  ``replica.fetch.max.bytes`` per partition and ``replica.fetch.response.max.bytes``. The
+  leader long-polls it, so records reach the follower as soon as they are appended.
+* **The answer**, per partition:
+  - records: appended as they are (``append_as_follower``: offsets, epochs and producer state
+    from the leader's batches), then the follower's HW = min(leader's HW, its log end offset);
+  - ``diverging_epoch``: the follower's log has a suffix the leader does not; it truncates
+    (Kafka's ``getOffsetTruncationState``): to the end of the epoch both know, or, when the
+    follower's largest epoch at or below the leader's answer differs, to that epoch's end (the
+    next fetch asks again);
+  - OFFSET_OUT_OF_RANGE: below the leader's log start the log restarts empty at it; above the
+    leader's log end (only when the log has no epochs to compare) it is cut to the leader's HW;
+  - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, unknown topic, storage
+    errors: the partition waits ``replica.fetch.backoff.ms`` (the metadata image will move it).
+  An answer for a partition whose leader epoch changed while the fetch was in flight is dropped.
+* A connection failure waits ``replica.fetch.backoff.ms`` and reconnects (to the leader's
+  current endpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..client.connection import KafkaConnection
+from ..client.errors import KafkaError
+from ..log.errors import KafkaStorageError, LogError
+from ..protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger("strom.replication")
+
+FETCH = 1
+TopicPartition = tuple[str, int]
+
+_RETRIABLE = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE,
+})
+
+
+@dataclass(slots=True)
+class FetchState:
+    leader_epoch: int
+    delayed_until: float = 0.0  # loop time
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker (see the module docstring)."""
+
+    def __init__(self, rm: ReplicaManager, *, listener: str, broker_epoch: Any = None) -> None:
+        self.rm = rm
+        self.listener = listener
+        self.broker_epoch = broker_epoch  # () -> int, for ReplicaState.replica_epoch
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._where: dict[TopicPartition, tuple[int, int]] = {}
+        self.closed = False
+
+    def _fetcher_id(self, tp: TopicPartition) -> int:
+        n = max(1, int(self.rm.config["num.replica.fetchers"]))
+        return zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % n
+
+    def add_partition(self, tp: TopicPartition, leader_id: int, leader_epoch: int) -> None:
+        if self.closed:
+            return
+        key = (leader_id, self._fetcher_id(tp))
+        old = self._where.get(tp)
+        if old is not None and old != key:
+            self._remove_from(old, tp)
+        fetcher = self.fetchers.get(key)
+        if fetcher is None or fetcher.done:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, leader_id, key[1])
+        fetcher.add(tp, leader_epoch)
+        self._where[tp] = key
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        key = self._where.pop(tp, None)
+        if key is not None:
+            self._remove_from(key, tp)
+
+    def _remove_from(self, key: tuple[int, int], tp: TopicPartition) -> None:
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not fetcher.partitions:
+            del self.fetchers[key]
+            fetcher.stop()
+
+    def fetcher_of(self, tp: TopicPartition) -> ReplicaFetcher | None:
+        key = self._where.get(tp)
+        return self.fetchers.get(key) if key is not None else None
+
+    async def close(self) -> None:
+        self.closed = True
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._where.clear()
+        for f in fetchers:
+            f.stop()
+        await asyncio.gather(*(f.wait_stopped() for f in fetchers), return_exceptions=True)
+
+
+class ReplicaFetcher:
+    """One leader's partitions, fetched in one loop over one connection."""
+
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, fetcher_id: int) -> None:
+        self.manager = manager
+        self.rm = manager.rm
+        self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._wakeup = asyncio.Event()
+        self._conn: KafkaConnection | None = None
+        self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{leader_id}-{fetcher_id}"
+        )
+        self.done = False
+        self.fetches = 0  # answers handled (tests, metrics)
+
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self.partitions[tp] = FetchState(leader_epoch)
+        self._wakeup.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def stop(self) -> None:
+        self.done = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def wait_stopped(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._close_conn()
+
+    async def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def _backoff_s(self) -> float:
+        return max(0.01, int(self.rm.config["replica.fetch.backoff.ms"]) / 1000)
+
+    async def _connection(self) -> KafkaConnection | None:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        node = self.rm.metadata_cache.alive_broker(self.leader_id, self.manager.listener)
+        if node is None:
+            return None
+        timeout = int(self.rm.config["replica.socket.timeout.ms"]) / 1000
+        self._conn = await KafkaConnection.open(
+            node.host, node.port, client_id=f"strom-replica-fetcher-{self.rm.node_id}",
+            request_timeout=timeout + int(self.rm.config["replica.fetch.wait.max.ms"]) / 1000,
+        )
+        return self._conn
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.done:
+                if not self.partitions:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                now = loop.time()
+                ready = {tp: st for tp, st in self.partitions.items() if st.delayed_until <= now}
+                if not ready:
+                    wait = min(st.delayed_until for st in self.partitions.values()) - now
+                    self._wakeup.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), max(0.001, wait))
+                    continue
+                try:
+                    conn = await self._connection()
+                    if conn is None:
+                        await asyncio.sleep(self._backoff_s())
+                        continue
+                    request, sent = self._build(ready, conn)
+                    if request is None:
+                        await asyncio.sleep(self._backoff_s())
+                        continue
+                    resp = await conn.request(FETCH, request, version=self._version)
+                except (KafkaError, OSError, TimeoutError) as e:
+                    log.info("fetching from broker %d failed: %s (retrying in %g s)", self.leader_id, e,
+                             self._backoff_s())
+                    await self._close_conn()
+                    await asyncio.sleep(self._backoff_s())
+                    continue
+                self._handle(resp, sent)
+                self.fetches += 1
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.done = True
+
+    _version = 12
+
+    def _build(self, ready: dict[TopicPartition, FetchState], conn: KafkaConnection
+               ) -> tuple[dict[str, Any] | None, dict[TopicPartition, int]]:
+        rm = self.rm
+        cfg = rm.config
+        version = max(12, min(17, conn.version(FETCH)))
+        self._version = version
+        topics: dict[str, list[dict[str, Any]]] = {}
+        sent: dict[TopicPartition, int] = {}
+        for tp, st in ready.items():
+            plog = rm.logs.get(tp)
+            if plog is None:
+                continue
+            latest = plog.latest_epoch
+            topics.setdefault(tp[0], []).append({
+                "partition": tp[1],
+                "current_leader_epoch": st.leader_epoch,
+                "fetch_offset": plog.log_end_offset,
+                "last_fetched_epoch": latest if latest is not None else -1,
+                "log_start_offset": plog.log_start_offset,
+                "partition_max_bytes": int(cfg["replica.fetch.max.bytes"]),
+            })
+            sent[tp] = st.leader_epoch
+        if not topics:
+            return None, sent
+        ftopics = []
+        for name, parts in topics.items():
+            entry: dict[str, Any] = {"partitions": parts}
+            if version >= 13:
+                info = rm.metadata_cache.topic(name)
+                if info is None:
+                    for p in parts:
+                        sent.pop((name, p["partition"]), None)
+                    continue
+                entry["topic_id"] = info.topic_id
+            else:
+                entry["topic"] = name
+            ftopics.append(entry)
+        request: dict[str, Any] = {
+            "max_wait": int(cfg["replica.fetch.wait.max.ms"]),
+            "min_bytes": int(cfg["replica.fetch.min.bytes"]),
+            "max_bytes": int(cfg["replica.fetch.response.max.bytes"]),
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": ftopics,
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        if version >= 15:
+            epoch = self.manager.broker_epoch() if self.manager.broker_epoch is not None else -1
+            request["replica_state"] = {"replica_id": rm.node_id, "replica_epoch": epoch}
+        else:
+            request["replica_id"] = rm.node_id
+        return request, sent
+
+    def _handle(self, resp: Any, sent: dict[TopicPartition, int]) -> None:
+        rm = self.rm
+        cache = rm.metadata_cache
+        loop = asyncio.get_running_loop()
+        backoff = self._backoff_s()
+        if int(getattr(resp, "error_code", 0)) != ErrorCode.NONE:
+            for tp in sent:
+                st = self.partitions.get(tp)
+                if st is not None:
+                    st.delayed_until = loop.time() + backoff
+            return
+        for t in resp.responses:
+            if getattr(t, "topic_id", None) is not None and self._version >= 13:
+                tid = t.topic_id if isinstance(t.topic_id, uuid.UUID) else uuid.UUID(str(t.topic_id))
+                info = cache.topic_by_id(tid)
+                name = info.name if info is not None else None
+            else:
+                name = str(t.topic)
+            if name is None:
+                continue
+            for pd in t.partitions:
+                tp = (name, int(pd.partition_index))
+                st = self.partitions.get(tp)
+                if st is None or sent.get(tp) != st.leader_epoch:
+                    continue  # no longer fetched here, or its leader epoch changed meanwhile
+                try:
+                    self._handle_partition(tp, pd)
+                except (KafkaStorageError, OSError) as e:
+                    plog = rm.logs.get(tp)
+                    if plog is not None:
+                        rm.note_storage_error(plog, e)
+                    st.delayed_until = loop.time() + backoff
+                except LogError as e:
+                    log.warning("%s-%d: the follower's append failed: %s", tp[0], tp[1], e)
+                    st.delayed_until = loop.time() + backoff
+                else:
+                    code = int(pd.error_code)
+                    if code != ErrorCode.NONE and code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                        st.delayed_until = loop.time() + backoff
+
+    def _handle_partition(self, tp: TopicPartition, pd: Any) -> None:
+        rm = self.rm
+        plog = rm.logs.get(tp)
+        if plog is None:
+            return
+        code = int(pd.error_code)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = int(pd.log_start_offset)
+            if plog.log_end_offset < leader_start:
+                log.info("%s-%d: log end %d below the leader's log start %d: restarting the log there",
+                         tp[0], tp[1], plog.log_end_offset, leader_start)
+                plog.truncate_fully_and_start_at(leader_start)
+            else:
+                target = min(int(pd.high_watermark), plog.log_end_offset)
+                log.info("%s-%d: fetch offset %d out of the leader's range: truncating to %d",
+                         tp[0], tp[1], plog.log_end_offset, target)
+                plog.truncate_to(max(target, plog.log_start_offset))
+            return
+        if code != ErrorCode.NONE:
+            if code not in _RETRIABLE:
+                log.warning("%s-%d: the leader answered %s", tp[0], tp[1], ErrorCode(code).name)
+            return
+        div = getattr(pd, "diverging_epoch", None)
+        if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0):
+            self._truncate(tp, plog, int(div.epoch), int(div.end_offset))
+            return
+        records = pd.records
+        if records:
+            plog.append_as_follower(records)
+        hw = min(int(pd.high_watermark), plog.log_end_offset)
+        if hw > plog.high_watermark:
+            plog.update_high_watermark(hw)
+            rm.purgatory.notify(tp)
+        leader_start = int(pd.log_start_offset)
+        if plog.log_start_offset < leader_start <= plog.high_watermark:
+            with contextlib.suppress(LogError):
+                plog.delete_records(leader_start)
+
+    @staticmethod
+    def _truncate(tp: TopicPartition, plog: Any, leader_epoch: int, leader_end: int) -> None:
+        """Kafka's ``getOffsetTruncationState`` for a diverging epoch."""
+        leo = plog.log_end_offset
+        if leader_end < 0:
+            target = min(plog.high_watermark, leo)
+        elif leader_epoch < 0:
+            target = min(leader_end, leo)
+        else:
+            local_epoch, local_end = plog.end_offset_for_epoch(leader_epoch)
+            if local_epoch < 0 or local_end < 0:
+                target = min(leader_end, leo)
+            elif local_epoch != leader_epoch:
+                target = min(local_end, leo)
+            else:
+                target = min(leader_end, local_end, leo)
+        target = max(target, plog.log_start_offset)
+        if target < leo:
+            log.info("%s-%d: diverged from the leader (its epoch %d ends at %d): truncating %d -> %d",
+                     tp[0], tp[1], leader_epoch, leader_end, leo, target)
+            plog.truncate_to(target)
+
+
+__all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]

@@ -1,0 +1,233 @@
+"""Replicated partitions on a real three-node cluster (issue 14): followers fetch from leaders,
+the HW is the ISR's, ``acks=all`` waits for the ISR, ``min.insync.replicas`` refuses writes the
+ISR cannot hold, and a kill -9 of a leader loses no acknowledged record.
+
+Three ``strom serve`` processes (:class:`ClusterProcess`, the configs of ``strom dev-cluster``),
+one module-wide cluster; each test uses its own topic. Records are produced and consumed with
+confluent-kafka (librdkafka), unchanged. After the replicas caught up, the partition's segment
+files are compared byte for byte across the three data dirs: followers hold the leader's bytes
+(offsets, leader epochs, producer ids and CRCs as the leader wrote them).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from strom.testing.cluster_process import ClusterProcess
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.integration
+
+NODES = (1, 2, 3)
+OVERRIDES = (
+    "broker.heartbeat.interval.ms=300",
+    "broker.session.timeout.ms=2500",
+    "replica.lag.time.max.ms=3000",
+    "controller.quorum.election.timeout.ms=500",
+    "controller.quorum.fetch.timeout.ms=1000",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    c = ClusterProcess(tmp_path_factory.mktemp("replication") / "dc", 3, overrides=OVERRIDES)
+    c.start()
+    try:
+        c.wait_ready(90)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def ready(cluster: ClusterProcess) -> ClusterProcess:
+    for i in NODES:
+        if not cluster.is_running(i):
+            cluster.start_node(i)
+    cluster.wait_ready(90)
+    return cluster
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create(c: ClusterProcess, name: str, partitions: int, rf: int = 3, **configs: str) -> None:
+    node = c.running[0]
+    res = c.create_topics(node, {name: (partitions, rf)}, configs=configs)
+    assert res[name][0] == 0, res
+    c.wait_topic(name, timeout=60)
+
+
+def partition_info(c: ClusterProcess, node: int, name: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr) as ``node`` answers Metadata."""
+    md = c.metadata(node, [name])
+    t = md.topics[name]
+    return {p.partition: (p.leader, list(p.replicas), list(p.isr)) for p in t.partitions.values()}
+
+
+def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as e:  # a node restarting: ask again
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def produce(c: ClusterProcess, name: str, values: list[bytes], *, acks: str = "all",
+            idempotent: bool = True, timeout: float = 60.0) -> tuple[list[tuple[int, int, bytes]], list[str]]:
+    """Produce ``values`` (key = value); returns ((partition, offset, value) acknowledged, errors)."""
+    p = confluent_kafka.Producer({
+        "bootstrap.servers": c.bootstrap, "acks": acks, "enable.idempotence": idempotent,
+        "linger.ms": 5, "message.timeout.ms": int(timeout * 1000), "topic.metadata.refresh.interval.ms": 1000,
+    })
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+
+    def cb(err, msg):  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    for v in values:
+        while True:
+            try:
+                p.produce(name, key=v, value=v, on_delivery=cb)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    left = p.flush(timeout + 10)
+    assert left == 0, f"{left} records never answered"
+    return acked, errors
+
+
+def consume_all(
+    c: ClusterProcess, name: str, expected: int, timeout: float = 60.0
+) -> list[tuple[int, int, bytes]]:
+    cons = confluent_kafka.Consumer({
+        "bootstrap.servers": c.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    cons.subscribe([name])
+    out: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is None or m.error():
+                continue
+            out.append((m.partition(), m.offset(), m.value()))
+        # nothing more than expected turns up
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            m = cons.poll(0.2)
+            if m is not None and not m.error():
+                out.append((m.partition(), m.offset(), m.value()))
+    finally:
+        cons.close()
+    return out
+
+
+def segment_bytes(c: ClusterProcess, node: int, name: str, partition: int) -> bytes:
+    d = Path(c.spec(node).dir) / "data" / f"{name}-{partition}"
+    return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+
+
+def wait_isr_full(c: ClusterProcess, name: str, partitions: int, node: int | None = None,
+                  timeout: float = 60.0) -> dict[int, tuple[int, list[int], list[int]]]:
+    def check():  # type: ignore[no-untyped-def]
+        info = partition_info(c, node or c.running[0], name)
+        return info if len(info) == partitions and all(len(i[2]) == 3 for i in info.values()) else None
+
+    return wait_for(f"full ISRs of {name}", check, timeout)
+
+
+def test_replicas_hold_the_leaders_bytes(ready: ClusterProcess) -> None:
+    c = ready
+    name = topic_name("repl")
+    create(c, name, 3, 3)
+    values = [f"r{i:05d}".encode() for i in range(3000)]
+    acked, errors = produce(c, name, values)
+    assert errors == [] and len(acked) == len(values)
+    info = wait_isr_full(c, name, 3)
+    for p in range(3):
+        assert sorted(info[p][1]) == [1, 2, 3]
+
+    def same_bytes():  # type: ignore[no-untyped-def]
+        for p in range(3):
+            blobs = {n: segment_bytes(c, n, name, p) for n in NODES}
+            if len(set(blobs.values())) != 1 or not blobs[1]:
+                return None
+        return True
+
+    wait_for("identical segments on the three nodes", same_bytes, 30)
+    got = consume_all(c, name, len(values))
+    assert sorted(v for _p, _o, v in got) == sorted(values)
+
+
+def test_min_insync_replicas_refuses_acks_all_but_not_acks_1(ready: ClusterProcess) -> None:
+    c = ready
+    name = topic_name("minisr")
+    create(c, name, 1, 3, **{"min.insync.replicas": "3"})
+    acked, errors = produce(c, name, [b"before"])
+    assert errors == [] and len(acked) == 1
+    leader = partition_info(c, 1, name)[0][0]
+    victim = next(n for n in NODES if n != leader)
+    c.kill(victim)
+    try:
+        wait_for("the ISR to shrink to two", lambda: len(partition_info(c, leader, name)[0][2]) == 2, 30)
+        acked, errors = produce(c, name, [b"refused"], timeout=3)
+        assert acked == [] and errors and "NOT_ENOUGH_REPLICAS" in errors[0].upper().replace(" ", "_"), errors
+        acked, errors = produce(c, name, [b"acks1"], acks="1", idempotent=False, timeout=10)
+        assert errors == [] and len(acked) == 1
+    finally:
+        c.start_node(victim)
+    wait_isr_full(c, name, 1, timeout=60)
+    acked, errors = produce(c, name, [b"after"])
+    assert errors == [] and len(acked) == 1
+
+
+def test_kill_leader_loses_no_acknowledged_record(ready: ClusterProcess) -> None:
+    c = ready
+    name = topic_name("failover")
+    create(c, name, 3, 3, **{"min.insync.replicas": "2"})
+    first = [f"a{i:05d}".encode() for i in range(2000)]
+    acked1, errors = produce(c, name, first)
+    assert errors == [] and len(acked1) == len(first)
+    info = wait_isr_full(c, name, 3)
+    leader0 = info[0][0]
+    c.kill(leader0)
+    survivor = next(n for n in NODES if n != leader0)
+    wait_for("a new leader of partition 0",
+             lambda: partition_info(c, survivor, name)[0][0] not in (-1, leader0), 30)
+    second = [f"b{i:05d}".encode() for i in range(2000)]
+    acked2, errors = produce(c, name, second)
+    assert errors == [] and len(acked2) == len(second)
+    c.start_node(leader0)
+    wait_isr_full(c, name, 3, timeout=90)
+    expected = first + second
+    got = consume_all(c, name, len(expected))
+    values = [v for _p, _o, v in got]
+    assert len(values) == len(set(values)), "a record was read twice"
+    assert sorted(values) == sorted(expected), (
+        f"{len(set(expected) - set(values))} acknowledged records lost"
+    )
+    # offsets per partition are contiguous and every acknowledged offset holds its value
+    by_offset = {(p, o): v for p, o, v in got}
+    for p, o, v in acked1 + acked2:
+        assert by_offset.get((p, o)) == v
