@@ -273,6 +273,9 @@ class PartitionLog:
             # Keep the marker until the first change (:meth:`_mark_dirty`): a log that is only
             # read is still clean, and closing it again costs no fsync.
             log._clean_marker = True
+            # a missing or damaged epoch file was rebuilt: write it now (a close that changed
+            # nothing writes nothing), so the next open need not walk the log again
+            log._epochs.write()
         else:
             log._write_checkpoints()
         return log
