@@ -15,14 +15,16 @@ from strom.log.errors import KafkaStorageError, PolicyViolationError
 HOUR = 3_600_000
 
 
-def fill_segments(log: PartitionLog, n_segments: int, per_segment: int = 3, ts: int = T0) -> None:
+def fill_segments(log: PartitionLog, n_segments: int, per_segment: int = 3, ts: int = T0,
+                  hw: int | None = None) -> None:
     """``n_segments`` closed segments of ``per_segment`` one-record batches each, plus an empty
-    active segment; the high watermark follows the log end."""
+    active segment; the high watermark moves to ``hw`` (default: the log end; it never moves
+    back)."""
     for _ in range(n_segments):
         for _ in range(per_segment):
             log.append_as_leader(batch(1, ts=ts), leader_epoch=0)
         log.roll()
-    log.update_high_watermark(log.log_end_offset)
+    log.update_high_watermark(log.log_end_offset if hw is None else hw)
 
 
 def files(d: Path, suffix: str) -> list[str]:
@@ -72,8 +74,7 @@ def test_active_segment_is_never_deleted(tmp_path: Path) -> None:
 def test_segments_above_high_watermark_are_kept(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     log = open_log(tmp_path / "t-0", clock, retention_ms=1)
-    fill_segments(log, 3)
-    log.update_high_watermark(4)  # only segment [0,3) is wholly below the HW
+    fill_segments(log, 3, hw=4)  # only segment [0,3) is wholly below the HW
     clock.advance(HOUR)
     assert log.delete_old_segments() == 1
     assert log.log_start_offset == 3
@@ -199,8 +200,7 @@ def test_delete_records_moves_start_and_deletes_covered_segments(tmp_path: Path)
 
 def test_delete_records_beyond_high_watermark_is_out_of_range(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
-    fill_segments(log, 2)
-    log.update_high_watermark(4)
+    fill_segments(log, 2, hw=4)
     with pytest.raises(OffsetOutOfRangeError):
         log.delete_records(5)
     with pytest.raises(OffsetOutOfRangeError):

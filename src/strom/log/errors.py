@@ -12,6 +12,7 @@ from strom.protocol.records import CorruptRecordError, InvalidRecordError
 __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
+    "CorruptReplicaRecordsError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -19,9 +20,11 @@ __all__ = [
     "LogError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
+    "OffsetsOutOfOrderError",
     "OutOfOrderSequenceError",
     "PolicyViolationError",
     "RecordListTooLargeError",
+    "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
 ]
 
@@ -78,5 +81,28 @@ class UnknownProducerIdError(LogError):
 
 class CorruptIndexError(LogError):
     """An index file failed its sanity check. Internal: the log rebuilds the index."""
+
+    error_code = 2
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose first batch does not start at the log end offset (Kafka's
+    UnexpectedAppendOffsetException; internal, the replica fetcher handles it). ``first_offset``
+    and ``last_offset`` are the offsets of the first batch."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+class OffsetsOutOfOrderError(LogError):
+    """A follower append whose batches do not follow one another (Kafka's
+    OffsetsOutOfOrderException; internal)."""
+
+
+class CorruptReplicaRecordsError(LogError, CorruptRecordError):
+    """Replicated bytes that fail framing or their CRC32C (Kafka's CorruptRecordException on the
+    follower path). Both a :class:`LogError` and a :class:`CorruptRecordError`."""
 
     error_code = 2

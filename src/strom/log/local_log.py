@@ -250,8 +250,8 @@ class LocalLog:
         self.recovery_point = max(self.recovery_point, new_base)
         return seg
 
-    def append(self, records: bytearray, batches: list[tuple[int, BatchHeader]], last_offset: int,
-               largest_timestamp: int, offset_of_largest_timestamp: int) -> None:
+    def append(self, records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
+               last_offset: int, largest_timestamp: int, offset_of_largest_timestamp: int) -> None:
         self.active_segment.append(records, largest_timestamp, offset_of_largest_timestamp, batches)
         self.log_end_offset = last_offset + 1
 

@@ -72,25 +72,32 @@ from strom.clock import Clock
 from strom.config import LogConfig
 from strom.durable_file import fsync_dir, replace_file
 from strom.log.errors import (
+    CorruptReplicaRecordsError,
     InvalidRecordError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
     PolicyViolationError,
     RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
 )
 from strom.log.faults import crash_point
 from strom.log.file_cache import CachedFile, note_fd_exhaustion
+from strom.log.leader_epoch import LeaderEpochFileCache
 from strom.log.local_log import EMPTY_FETCH, FetchData, FileRegion, LocalLog
 from strom.log.producer_state import ProducerAppendInfo, ProducerStateManager
 from strom.log.segment import LogSegment, filename_prefix
 from strom.log.transaction_index import AbortedTxn, TransactionIndex
 from strom.protocol.batch_validation import any_compressed, check_record_chain, validate_batch_records
 from strom.protocol.records import (
+    BATCH_OVERHEAD,
     CONTROL_ABORT,
     BatchHeader,
+    CorruptRecordError,
     control_type,
     iter_batches,
+    parse_header,
     patch_base_offset,
     patch_leader_epoch,
     set_log_append_time,
@@ -147,13 +154,58 @@ def _read_checkpoint(path: Path) -> int | None:
         return None
 
 
+def _load_epochs(directory: Path, local: LocalLog, clean: bool, recovery_point: int, log_start: int
+                 ) -> LeaderEpochFileCache:
+    """The leader epoch cache at open: the checkpoint file is trusted below the first segment
+    that recovery re-read (all of it after a clean shutdown); from there on, and wholly if the
+    file is missing or not valid, the cache is rebuilt from batch headers. Entries then lie in
+    ``[log start, log end)``."""
+    saved = LeaderEpochFileCache.read_file(directory)
+    segs = local.segments
+    leo = local.log_end_offset
+    if saved is None:
+        trusted_below = segs[0].base_offset
+    elif clean:
+        trusted_below = leo
+    else:
+        trusted_below = segs[local.segment_index_for(min(recovery_point, leo))].base_offset
+    epochs = LeaderEpochFileCache(directory, [e for e in saved or [] if e[1] < trusted_below])
+    if trusted_below < leo:
+        for seg in segs[local.segment_index_for(trusted_below):]:
+            for _, h in seg.iter_headers():
+                if h.last_offset >= trusted_below:
+                    epochs.assign(h.partition_leader_epoch, h.base_offset)
+    epochs.truncate_from_start(log_start)
+    epochs.truncate_from_end(leo)
+    epochs.mark_written(saved)
+    return epochs
+
+
+def _complete_batches(data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+    """``(position, header)`` of the whole batches at the start of ``data``; a trailing partial
+    batch (a fetch response cut at its size limit) is left out. Bad framing raises
+    CorruptReplicaRecordsError."""
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    end = len(data)
+    while end - pos >= BATCH_OVERHEAD:
+        h = parse_header(data, pos)
+        if h.magic != 2 or h.size < BATCH_OVERHEAD or h.last_offset_delta < 0 or h.records_count < 0:
+            raise CorruptReplicaRecordsError(f"invalid record batch header at position {pos}")
+        if pos + h.size > end:
+            break
+        out.append((pos, h))
+        pos += h.size
+    return out
+
+
 class PartitionLog:
     """The log of one topic-partition. Called from the event loop; only the cleaner thread may
     call :meth:`cleanable_segments` / :meth:`replace_segments` concurrently (see the lock rules)."""
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock,
                  local: LocalLog, producer_state: ProducerStateManager, log_start_offset: int,
-                 high_watermark: int) -> None:
+                 high_watermark: int, epochs: LeaderEpochFileCache | None = None) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -173,6 +225,8 @@ class PartitionLog:
         self._checkpointed: list[int | None] = [None, None, None]
         # aborted transactions, one ``.txnindex`` per segment (by segment base offset)
         self._txn_indexes: dict[int, TransactionIndex] = {}
+        # leader epoch -> first offset (``leader-epoch-checkpoint``; see "Leader epochs" above)
+        self._epochs = epochs if epochs is not None else LeaderEpochFileCache(directory)
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -207,7 +261,8 @@ class PartitionLog:
         replay_from = psm.load(log_start, leo)
         hw = _read_checkpoint(directory / HIGH_WATERMARK_FILE)
         hw = log_start if hw is None else min(max(hw, log_start), leo)
-        log = cls(directory, topic, partition, config, clock, local, psm, log_start, hw)
+        epochs = _load_epochs(directory, local, clean, recovery_point, log_start)
+        log = cls(directory, topic, partition, config, clock, local, psm, log_start, hw, epochs)
         if new:  # no checkpoint files: they read as 0, which a new log's offsets are
             log._checkpointed = [0, 0, 0]
         log._load_txn_indexes(replay_from)
@@ -218,6 +273,9 @@ class PartitionLog:
             # Keep the marker until the first change (:meth:`_mark_dirty`): a log that is only
             # read is still clean, and closing it again costs no fsync.
             log._clean_marker = True
+            # a missing or damaged epoch file was rebuilt: write it now (a close that changed
+            # nothing writes nothing), so the next open need not walk the log again
+            log._epochs.write()
         else:
             log._write_checkpoints()
         return log
@@ -253,9 +311,10 @@ class PartitionLog:
                 continue
             self._txn_index(base).truncate_to(rebuild_from)
 
-    def _replay_producers(self, start_offset: int) -> None:
-        """Rebuild producer state (and aborted-transaction entries) from batch headers; only a
-        control batch's single record is decoded, for its commit/abort type."""
+    def _replay_producers(self, start_offset: int, note_markers: bool = True) -> None:
+        """Rebuild producer state (and, with ``note_markers``, aborted-transaction entries) from
+        batch headers; only a control batch's single record is decoded, for its commit/abort
+        type."""
         local = self._local
         psm = self.producer_state
         for seg in local.segments[local.segment_index_for(start_offset):]:
@@ -263,7 +322,7 @@ class PartitionLog:
             if found is None:
                 continue
             for pos, h in seg.iter_headers(found[0]):
-                if h.is_control and h.producer_id >= 0:
+                if note_markers and h.is_control and h.producer_id >= 0:
                     self._note_marker(seg, pos, h)
                 psm.replay([h])
 
@@ -342,8 +401,40 @@ class PartitionLog:
             seg.index_interval_bytes = config.index_interval_bytes
 
     def update_high_watermark(self, offset: int) -> None:
-        """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
-        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        """Move the high watermark up to ``offset``, clamped to ``[log_start_offset,
+        log_end_offset]``; a lower value is ignored (Kafka's ``maybeUpdateHighWatermark``: the
+        high watermark goes back only on truncation, :meth:`truncate_to`)."""
+        hw = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+
+    # ------------------------------------------------------------------ leader epochs
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The latest leader epoch in the cache (None: empty)."""
+        return self._epochs.latest_epoch
+
+    @property
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """The leader epoch cache: ``[(epoch, start offset)]``, both strictly increasing."""
+        return list(self._epochs.entries)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end offset)`` as Kafka's ``LeaderEpochFileCache.endOffsetFor``
+        answers (see :meth:`strom.log.leader_epoch.LeaderEpochCache.end_offset_for`); ``(-1, -1)``
+        (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) when the cache cannot say."""
+        return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """Kafka's ``maybeAssignEpochStartOffset``: a replica becoming leader records that
+        ``leader_epoch`` starts at ``start_offset`` (its log end offset) before anything is
+        appended in it, so :meth:`end_offset_for_epoch` answers for the previous epochs at once.
+        Not written to the file until the next checkpoint; an open drops an entry at the log end."""
+        self._check_open()
+        if start_offset > self.log_end_offset:
+            raise ValueError(f"epoch start {start_offset} is past the log end {self.log_end_offset}")
+        self._epochs.assign(leader_epoch, start_offset)
 
     # ------------------------------------------------------------------ append
 
@@ -481,6 +572,7 @@ class PartitionLog:
                 self._undo_partial_append()
                 note_fd_exhaustion(e, f"append to {self.topic}-{self.partition}")
                 raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
+            self._epochs.assign(leader_epoch, first_offset)  # Kafka's assign: only a new epoch adds
             try:
                 for txn in aborted:
                     self._txn_index(local.segments[-1].base_offset).append(txn)
@@ -497,43 +589,94 @@ class PartitionLog:
         )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
-        """Append batches that already have their offsets (Kafka's ``appendAsFollower``), as a
-        future log copying its current log does (AlterReplicaLogDirs): offsets, epochs and
-        timestamps kept, producer state and aborted transactions rebuilt from the headers, no
-        validation (the bytes were validated when first appended). The first batch must start
-        at the log end offset, or hold it. Returns the new log end offset; OSError is wrapped
-        in KafkaStorageError."""
+        """Append batches replicated from the leader (Kafka's ``appendAsFollower``), or copied
+        from the current log by a future log (AlterReplicaLogDirs): offsets, leader epochs and
+        timestamps are kept. Header walk only, records are never decoded (but for the single
+        record of a transaction marker): per batch framing and CRC32C; producer state, the
+        aborted-transaction index and the leader epoch cache (each batch's
+        ``partitionLeaderEpoch``, Kafka's ``assign``) are updated from the headers.
+
+        A trailing partial batch (a fetch response ends mid-batch) is ignored: only the whole
+        batches are appended. Returns the new log end offset.
+
+        Refused with nothing appended:
+
+        * the first batch does not start at the log end offset: UnexpectedAppendOffsetError —
+          except that an empty log (log end == log start) whose log end offset falls inside the
+          first batch restarts at that batch's base offset (Kafka's
+          ``Partition.appendRecordsToFollowerOrFutureReplica``: the leader's log start lies
+          inside a batch); and that a compacted log accepts a first batch after its end (the
+          cleaner leaves gaps between batches);
+        * a batch that does not start at the end of the one before: OffsetsOutOfOrderError (a
+          compacted log only requires increasing offsets);
+        * bad framing or a CRC32C mismatch: CorruptReplicaRecordsError.
+
+        ``OSError`` is wrapped in KafkaStorageError."""
         self._check_open()
-        data = bytearray(records)
-        batches = [(pos, h) for pos, h in iter_batches(data)]
+        batches = _complete_batches(records)
         if not batches:
             return self.log_end_offset
+        gaps_allowed = self.config.compact_enabled
+        leo = self.log_end_offset
+        first = batches[0][1]
+        restart_at: int | None = None
         psm = self.producer_state
+        if first.base_offset != leo:
+            if first.base_offset < leo <= first.last_offset and leo == self.log_start_offset:
+                restart_at = first.base_offset  # (after the checks below)
+            elif not (gaps_allowed and first.base_offset > leo):
+                raise UnexpectedAppendOffsetError(
+                    f"unexpected offset in append to {self.topic}-{self.partition}: the first batch "
+                    f"holds offsets {first.base_offset}..{first.last_offset}, the log end offset is {leo}",
+                    first.base_offset, first.last_offset,
+                )
         infos: dict[int, ProducerAppendInfo] = {}
         aborted: list[AbortedTxn] = []
-        max_ts, offset_of_max_ts = -1, batches[0][1].base_offset
+        max_ts, offset_of_max_ts = -1, first.base_offset
+        expected = first.base_offset
         for pos, h in batches:
+            if h.base_offset != expected and not (gaps_allowed and h.base_offset > expected):
+                raise OffsetsOutOfOrderError(
+                    f"out of order offsets in append to {self.topic}-{self.partition}: batch at "
+                    f"offset {h.base_offset} after offset {expected - 1}"
+                )
+            try:
+                verify_crc(records, pos, h)
+            except CorruptRecordError as e:
+                raise CorruptReplicaRecordsError(
+                    f"record batch at offset {h.base_offset} of an append to {self.topic}-{self.partition} "
+                    "failed its CRC32C check"
+                ) from e
+            expected = h.next_offset
             if h.producer_id >= 0:
                 info = infos.get(h.producer_id)
                 if info is None:
                     info = infos[h.producer_id] = psm.prepare_update(h.producer_id, validate=False)
                 if h.is_control:
                     txn_first = info.updated.current_txn_first_offset
-                    if txn_first is not None and control_type(data, pos, h) == CONTROL_ABORT:
+                    if (txn_first is not None and h.records_count
+                            and control_type(records, pos, h) == CONTROL_ABORT):
                         aborted.append(AbortedTxn(h.producer_id, txn_first, h.base_offset, txn_first))
                     info.append_control_batch(h, h.base_offset, h.max_timestamp)
                 else:
-                    info.append_data_batch(h, h.base_offset, h.next_offset - 1, h.max_timestamp)
+                    info.append_data_batch(h, h.base_offset, h.last_offset, h.max_timestamp)
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max_ts = h.max_timestamp, h.base_offset
-        last_offset = batches[-1][1].next_offset - 1
+        if restart_at is not None:  # all checked: start again at the batch's base (rare)
+            self.truncate_fully_and_start_at(restart_at)
+            return self.append_as_follower(records)
+        last_offset = batches[-1][1].last_offset
+        end = batches[-1][0] + batches[-1][1].size
+        data = memoryview(records)[:end] if end != len(records) else records
         local = self._local
         with self.lock:
             try:
                 self._mark_dirty()
-                if local.should_roll(len(data), max_ts, last_offset, self.clock.time_ms()):
+                if local.should_roll(end, max_ts, last_offset, self.clock.time_ms()):
                     self._roll()
                 local.append(data, batches, last_offset, max_ts, offset_of_max_ts)
+                for _, h in batches:
+                    self._epochs.assign(h.partition_leader_epoch, h.base_offset)
                 for txn in aborted:
                     self._txn_index(local.segments[-1].base_offset).append(txn)
             except OSError as e:
@@ -543,6 +686,107 @@ class PartitionLog:
             psm.update(info)
         psm.update_map_end_offset(last_offset + 1)
         return last_offset + 1
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Kafka's ``truncateTo``: remove every batch holding an offset >= ``offset`` (whole
+        batches: one that holds ``offset`` goes, so the new log end offset may be below it).
+        Segments after it are deleted and the one holding it cut (offset and time indexes with
+        it), aborted-transaction entries of removed markers dropped, producer state rebuilt from
+        the newest snapshot at or below the new end, the epoch cache truncated to the new end
+        (``truncateFromEnd``), the high watermark, recovery point and log start offset lowered
+        to it if above. Returns whether anything was removed.
+
+        ``offset`` at or past the log end: only epoch entries at or after the log end are
+        dropped (Kafka: an epoch assigned by a leader that appended nothing). Below the first
+        segment: :meth:`truncate_fully_and_start_at`.
+
+        Durable when it returns (see "Truncation" in the module docstring): a crash afterwards
+        never brings a removed record back; a crash during it leaves a prefix of the old log.
+        ``OSError`` is wrapped in KafkaStorageError."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic}-{self.partition} to a negative offset {offset}")
+        with self.lock:
+            try:
+                return self._truncate_to(offset)
+            except OSError as e:
+                raise KafkaStorageError(f"truncation of {self.topic}-{self.partition} failed: {e}") from e
+
+    def _truncate_to(self, offset: int) -> bool:
+        local = self._local
+        if offset >= local.log_end_offset:
+            self._epochs.truncate_from_end(local.log_end_offset)  # written with the next checkpoint
+            return False
+        if local.segments[0].base_offset > offset:
+            self._truncate_fully_and_start_at(offset)
+            return True
+        self._mark_dirty()
+        # 1. the lowered recovery point, durably, before any segment changes: from here on a
+        #    crash makes the next open recover (and re-read epochs) from the cut segment on
+        local.recovery_point = min(local.recovery_point, offset)
+        self._write_checkpoints()
+        crash_point("truncate.after_checkpoint")
+        # 2. later segments, snapshots and aborted-transaction entries of what goes
+        removed = [s.base_offset for s in local.segments[1:] if s.base_offset >= offset]
+        local.truncate_to(offset)
+        leo = local.log_end_offset
+        for base in removed:
+            idx = self._txn_indexes.pop(base, None)
+            if idx is not None:
+                idx.delete()
+        for idx in self._txn_indexes.values():
+            if any(t.last_offset >= leo for t in idx.entries):
+                idx.rewrite([t for t in idx.entries if t.last_offset < leo])  # atomic, fsynced
+        self.producer_state.delete_snapshots_after(leo)
+        # 3. the deletions durable first, then the cut (else a later segment could come back
+        #    after the cut segment grew new batches over its offsets)
+        fsync_dir(self.directory)
+        crash_point("truncate.after_dir_sync")
+        local.active_segment.flush()
+        # 4. state derived from the log
+        self.log_start_offset = min(self.log_start_offset, leo)
+        psm = self.producer_state
+        replay_from = psm.load(self.log_start_offset, leo)
+        if replay_from < leo:  # the kept entries of the .txnindex files are right as they are
+            self._replay_producers(replay_from, note_markers=False)
+        psm.update_map_end_offset(leo)
+        self._epochs.truncate_from_end(leo)
+        self.high_watermark = min(self.high_watermark, leo)
+        self._write_checkpoints()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's ``truncateFullyAndStartAt``: delete every segment and start an empty log at
+        ``offset`` (log start offset, high watermark and recovery point all ``offset``), with no
+        producer state, aborted-transaction index or epoch entry. Durable when it returns; a
+        crash during it leaves the old log (its log start possibly moved) or the new empty one.
+        ``OSError`` is wrapped in KafkaStorageError."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot start {self.topic}-{self.partition} at a negative offset {offset}")
+        with self.lock:
+            try:
+                self._truncate_fully_and_start_at(offset)
+            except OSError as e:
+                raise KafkaStorageError(f"truncation of {self.topic}-{self.partition} failed: {e}") from e
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._mark_dirty()
+        # the new log start first: a crash once segments are gone opens an empty log there
+        self.log_start_offset = offset
+        self._write_checkpoints()
+        crash_point("truncate_fully.after_checkpoint")
+        self._local.truncate_fully_and_start_at(offset)
+        for idx in self._txn_indexes.values():
+            idx.delete()
+        self._txn_indexes.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
+        self._epochs.clear()
+        self.high_watermark = offset
+        fsync_dir(self.directory)  # the snapshots' and .txnindex files' deletion
+        self._write_checkpoints()
 
     def _undo_partial_append(self) -> None:
         """After a failed write (e.g. ENOSPC) cut the active segment back to its last complete
@@ -692,7 +936,9 @@ class PartitionLog:
         """Write the checkpoint files whose value changed since this log last wrote (or read) them."""
         d, t, p = self.directory, self.topic, self.partition
         values = (self._local.recovery_point, self.log_start_offset, self.high_watermark)
-        changed = False
+        # the epoch file first (its own directory fsync): it must be right below the recovery
+        # point the next lines may checkpoint
+        changed = self._epochs.write(sync=sync)
         for i, (name, value) in enumerate(zip(_CHECKPOINT_FILES, values, strict=True)):
             if self._checkpointed[i] != value:
                 _write_checkpoint(d / name, t, p, value, sync)
@@ -838,6 +1084,7 @@ class PartitionLog:
             if first > self.log_start_offset:
                 self.log_start_offset = first
                 self.high_watermark = max(self.high_watermark, first)
+                self._epochs.truncate_from_start(first)
             self._write_checkpoints()
             self.producer_state.delete_snapshots_before(first)
             for seg in doomed:
@@ -868,6 +1115,7 @@ class PartitionLog:
                 )
             if target > self.log_start_offset:
                 self.log_start_offset = target
+                self._epochs.truncate_from_start(target)
                 try:
                     self._mark_dirty()
                     self._write_checkpoints()

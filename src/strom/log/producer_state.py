@@ -307,6 +307,15 @@ class ProducerStateManager:
             if snap < offset:
                 self.snapshot_path(snap).unlink(missing_ok=True)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Forget every producer and delete every snapshot (Kafka's ``truncateFullyAndStartAt``);
+        the caller fsyncs the directory."""
+        for snap in self.list_snapshots():
+            self.snapshot_path(snap).unlink(missing_ok=True)
+        self.producers.clear()
+        self._ongoing.clear()
+        self.map_end_offset = offset
+
     def load(self, log_start_offset: int, log_end_offset: int) -> int:
         """Load the newest usable snapshot in ``[log_start_offset, log_end_offset]`` and return the
         offset from which the log must be replayed (the snapshot offset, or the log start).

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING
 from strom.clock import Clock, RealClock
 from strom.config import LogConfig
 from strom.durable_file import fsync_dir, replace_file
+from strom.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from strom.log.local_log import LocalLog
 from strom.log.partition_log import (
     CLEAN_SHUTDOWN_FILE,
@@ -100,7 +101,6 @@ __all__ = [
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = f"{METADATA_TOPIC}-0"
-LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 SNAPSHOT_SUFFIX = ".checkpoint"
 PARTIAL_SNAPSHOT_SUFFIX = ".checkpoint.part"
 DELETED_SNAPSHOT_SUFFIX = ".checkpoint.deleted"
@@ -122,85 +122,6 @@ def _parse_snapshot_name(name: str, suffix: str) -> OffsetAndEpoch | None:
     if sep != "-" or len(offset) != 20 or len(epoch) != 10 or not (offset.isdigit() and epoch.isdigit()):
         return None
     return OffsetAndEpoch(int(offset), int(epoch))
-
-
-# --------------------------------------------------------------------------- leader epoch cache
-
-
-class LeaderEpochCache:
-    """Kafka's LeaderEpochFileCache, in memory: ``(epoch, start offset)`` entries, both strictly
-    increasing. The owner writes :meth:`to_checkpoint` to the file."""
-
-    def __init__(self, entries: list[tuple[int, int]] | None = None) -> None:
-        self.entries: list[tuple[int, int]] = []
-        for epoch, start in entries or []:
-            self.assign(epoch, start)
-
-    @property
-    def latest_epoch(self) -> int | None:
-        return self.entries[-1][0] if self.entries else None
-
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (a no-op for the latest epoch).
-        Entries that contradict it (epoch >= ``epoch`` or start >= ``start_offset``) are removed
-        first, as Kafka does; the log checks epochs before appending, so that happens only when
-        rebuilding from a log."""
-        if self.entries and self.entries[-1][0] == epoch and self.entries[-1][1] <= start_offset:
-            return
-        while self.entries and (self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset):
-            self.entries.pop()
-        self.entries.append((epoch, start_offset))
-
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop the entries of epochs starting at or after ``end_offset``."""
-        while self.entries and self.entries[-1][1] >= end_offset:
-            self.entries.pop()
-
-    def truncate_from_start(self, start_offset: int) -> None:
-        """Drop the entries wholly before ``start_offset``; the epoch holding it starts there."""
-        below = [e for e in self.entries if e[1] <= start_offset]
-        if below:
-            self.entries = [(below[-1][0], start_offset), *self.entries[len(below):]]
-
-    def end_offset_for(self, epoch: int, log_end_offset: int) -> OffsetAndEpoch | None:
-        """Kafka's ``endOffsetFor``: ``(largest epoch <= epoch, the start of the next epoch or the
-        log end)``; for an epoch below every entry, ``(epoch, first entry's start)``; ``None``
-        when the cache cannot say (empty, or ``epoch`` above the latest epoch)."""
-        if epoch < 0 or not self.entries:
-            return None
-        if self.entries[-1][0] == epoch:
-            return OffsetAndEpoch(log_end_offset, epoch)
-        higher = next((i for i, (e, _) in enumerate(self.entries) if e > epoch), None)
-        if higher is None:
-            return None
-        next_start = self.entries[higher][1]
-        if higher == 0:
-            return OffsetAndEpoch(next_start, epoch)
-        return OffsetAndEpoch(next_start, self.entries[higher - 1][0])
-
-    def to_checkpoint(self) -> bytes:
-        lines = ["0", str(len(self.entries)), *(f"{e} {o}" for e, o in self.entries)]
-        return ("\n".join(lines) + "\n").encode()
-
-    @staticmethod
-    def parse_checkpoint(data: bytes) -> list[tuple[int, int]] | None:
-        """The entries of a checkpoint file; ``None`` if it is not a valid one."""
-        try:
-            lines = data.decode().split("\n")
-            if lines[0].strip() != "0":
-                return None
-            count = int(lines[1])
-            entries = []
-            for line in lines[2:2 + count]:
-                epoch, offset = line.split()
-                entries.append((int(epoch), int(offset)))
-        except (ValueError, IndexError, UnicodeDecodeError):
-            return None
-        if len(entries) != count or any(
-            a[0] >= b[0] or a[1] >= b[1] for a, b in itertools.pairwise(entries)
-        ) or any(e < 0 or o < 0 for e, o in entries):
-            return None
-        return entries
 
 
 # --------------------------------------------------------------------------- the log
@@ -345,9 +266,10 @@ class MetadataLog:
         return self._snapshots[-1].epoch if self._snapshots else 0
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        found = self._epochs.end_offset_for(epoch, self.end_offset)
-        if found is None:
+        got_epoch, got_offset = self._epochs.end_offset_for(epoch, self.end_offset)
+        if epoch < 0 or got_epoch < 0:  # the cache cannot say (empty, or above its latest epoch)
             return OffsetAndEpoch(self.end_offset, self.last_fetched_epoch())
+        found = OffsetAndEpoch(got_offset, got_epoch)
         earliest = self._snapshots[0] if self._snapshots else None
         if earliest is not None and found.offset == earliest.offset and found.epoch < epoch:
             # Kafka: the epoch's start was removed with the log before the oldest snapshot
