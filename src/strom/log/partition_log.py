@@ -685,6 +685,8 @@ class PartitionLog:
         for info in infos.values():
             psm.update(info)
         psm.update_map_end_offset(last_offset + 1)
+        if last_offset + 1 - local.recovery_point >= self.config.flush_messages:
+            self.flush()  # flush.messages holds for replicas too (Kafka's UnifiedLog.append)
         return last_offset + 1
 
     # ------------------------------------------------------------------ truncation
