@@ -15,8 +15,12 @@ flushes; ``flush.ms`` via the flush scheduler; a roll flushes the segment it clo
 
 The test keeps its own recovery point by those rules (it learns of rolls from the segment count)
 and after each cut checks that everything below it survived, and that whatever survived is a
-prefix of the acknowledged records, CRC-valid and contiguous, with consistent indexes and
-producer state.
+prefix of the acknowledged records, CRC-valid and contiguous, with consistent indexes,
+producer state and leader epoch cache.
+
+Replica operations run among the others: ``append_as_follower`` of batches a leader wrote (own
+offsets and epochs) and ``truncate_to``, which is durable when it returns: the model forgets the
+removed batches then, so a cut that brought any of them back fails the prefix check.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from hypothesis import strategies as st
 from strom.clock import ManualClock
 from strom.config import LogConfig
 from strom.log import PartitionLog
+from strom.log.leader_epoch import LeaderEpochCache
 from strom.log.producer_state import ProducerStateManager
 from strom.log.transaction_index import AbortedTxn
 from strom.protocol.records import (
@@ -65,6 +70,9 @@ op = st.one_of(
     st.tuples(st.just("close")),
     st.tuples(st.just("delete_records"), st.floats(0, 1)),
     st.tuples(st.just("retention")),
+    st.tuples(st.just("epoch")),
+    st.tuples(st.just("follower"), st.integers(1, 4), st.integers(0, 80)),
+    st.tuples(st.just("truncate"), st.floats(0, 1)),
 )
 configs = st.fixed_dictionaries({
     "segment_bytes": st.sampled_from([700, 1200, 4000]),
@@ -85,6 +93,7 @@ class Model:
     min_log_start: int = 0  # the log start offset is in [min, max] (a DeleteRecords cut short)
     max_log_start: int = 0
     in_flight: bytes = b""  # the batch being appended
+    epoch: int = 0  # the leader epoch of appends (never decreases)
 
     def flushed(self, leo: int, now: int) -> None:
         self.durable = max(self.durable, leo)
@@ -145,6 +154,12 @@ def check_log(log: PartitionLog, model: Model) -> None:
         kept = producer_view(log.producer_state)
         for pid, (epoch, seq, _) in producer_view(fresh).items():
             assert kept[pid][0] == epoch and (seq < 0 or kept[pid][1] == seq)
+    # the epoch cache is what the batches say (and claims nothing past the log end)
+    epochs = LeaderEpochCache()
+    for _, h in batches:
+        epochs.assign(h.partition_leader_epoch, h.base_offset)
+    epochs.truncate_from_start(start)
+    assert log.epoch_entries == epochs.entries
     assert start <= log.high_watermark <= leo
     assert log.last_stable_offset <= log.high_watermark
     assert log.recovery_point <= leo
@@ -227,11 +242,17 @@ def run(ops: list[tuple[object, ...]], cfg: dict[str, int], torn: bool, seed: in
                     log = reopened(PartitionLog.open(d, "t", 0, config, clock))
                     continue
                 new_leo = log.log_end_offset
+                if kind == "truncate":  # durable now: what it removed is gone for good
+                    model.batches = [b for b in model.batches if b[1] < new_leo]
+                    model.durable = min(model.durable, new_leo)
+                    model.min_log_start = model.max_log_start = log.log_start_offset
+                    continue
                 if new_leo != leo:
                     model.batches.append((leo, new_leo - 1, parse_header(raw).crc))
                 if len(log.segments) > segments_before:
                     model.durable = max(model.durable, log.log_segments[-1].base_offset)
-                if kind in ("append", "marker") and new_leo - model.durable >= config.flush_messages:
+                appended = kind in ("append", "marker", "follower")
+                if appended and new_leo - model.durable >= config.flush_messages:
                     model.flushed(new_leo, clock.monotonic_ms())
             fs.disarm()
             log = restart()
@@ -258,7 +279,7 @@ def apply_op(o: tuple[object, ...], log: PartitionLog, model: Model, clock: Manu
             raw = build_batch(recs, producer_id=TXN_PID, producer_epoch=0,  # type: ignore[arg-type]
                               base_sequence=next_seq(log, TXN_PID), transactional=True)
         model.in_flight = raw
-        info = log.append_as_leader(raw, 0)
+        info = log.append_as_leader(raw, model.epoch)
         assert not info.duplicate and info.first_offset == leo
     elif kind == "marker":
         e = log.producer_state.last_entry(TXN_PID)
@@ -268,7 +289,7 @@ def apply_op(o: tuple[object, ...], log: PartitionLog, model: Model, clock: Manu
         model.batch_no += 1
         raw = build_control_batch(TXN_PID, 0, bool(o[1]), 0, ts)
         model.in_flight = raw
-        log.append_as_leader(raw, 0, from_coordinator=True)
+        log.append_as_leader(raw, model.epoch, from_coordinator=True)
     elif kind == "flush":
         log.flush()
         model.flushed(log.log_end_offset, clock.monotonic_ms())
@@ -293,6 +314,28 @@ def apply_op(o: tuple[object, ...], log: PartitionLog, model: Model, clock: Manu
         log.delete_expired_segments(force=True)
     elif kind == "close":
         log.close()
+    elif kind == "epoch":
+        model.epoch += 1
+        return False
+    elif kind == "follower":  # a batch a leader wrote at our log end, in the current epoch
+        n, size = int(o[1]), int(o[2])  # type: ignore[call-overload]
+        ts = T0 + 100 * model.batch_no
+        model.batch_no += 1
+        recs = [(None, f"{model.batch_no}:{i}:".encode() + b"f" * size, [], ts + i) for i in range(n)]
+        raw = build_batch(recs, base_offset=leo, partition_leader_epoch=model.epoch)  # type: ignore[arg-type]
+        model.in_flight = raw
+        assert log.append_as_follower(raw + raw[:30]) == leo + n  # (a partial batch follows)
+    elif kind == "truncate":
+        ls = log.log_start_offset
+        if leo == ls:
+            return False
+        target = ls + int(float(o[1]) * (leo - ls))  # type: ignore[arg-type]
+        cut = next((b[0] for b in model.batches if b[0] <= target <= b[1]), target)
+        # cut short, it leaves the old log or a prefix of it; the log start may drop to the cut
+        model.durable = min(model.durable, cut)
+        model.min_log_start = min(model.min_log_start, cut)
+        log.truncate_to(target)
+        assert log.log_end_offset == min(cut, leo)
     return True
 
 

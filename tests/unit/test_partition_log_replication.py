@@ -20,7 +20,7 @@ from strom.log.errors import (
 )
 from strom.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from strom.log.transaction_index import AbortedTxn
-from strom.protocol.records import build_batch, build_control_batch, iter_batches
+from strom.protocol.records import RecordInput, build_batch, build_control_batch, iter_batches
 
 UNDEFINED = (-1, -1)
 
@@ -39,8 +39,8 @@ def marker(pid: int, commit: bool) -> bytes:
 
 def replicated(base: int, epoch: int, n: int = 1, tag: int = 0) -> bytes:
     """A batch as a leader wrote it: offsets from ``base``, leader epoch ``epoch``."""
-    recs = [(None, f"{tag}:{i}".encode(), [], T0 + i) for i in range(n)]
-    return build_batch(recs, base_offset=base, partition_leader_epoch=epoch)  # type: ignore[arg-type]
+    recs: list[RecordInput] = [(None, f"{tag}:{i}".encode(), [], T0 + i) for i in range(n)]
+    return build_batch(recs, base_offset=base, partition_leader_epoch=epoch)
 
 
 def replicate(leader: PartitionLog, follower: PartitionLog, max_bytes: int = 1 << 30) -> None:

@@ -6,6 +6,7 @@
 
 from strom.log.errors import (
     CorruptRecordError,
+    CorruptReplicaRecordsError,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -13,8 +14,10 @@ from strom.log.errors import (
     LogError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
     OutOfOrderSequenceError,
     RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
     UnknownProducerIdError,
 )
 from strom.log.local_log import FetchData, FileRegion
@@ -23,6 +26,7 @@ from strom.log.partition_log import AppendInfo, PartitionLog, SegmentInfo, parti
 __all__ = [
     "AppendInfo",
     "CorruptRecordError",
+    "CorruptReplicaRecordsError",
     "FetchData",
     "FileRegion",
     "InvalidProducerEpochError",
@@ -32,10 +36,12 @@ __all__ = [
     "LogError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
+    "OffsetsOutOfOrderError",
     "OutOfOrderSequenceError",
     "PartitionLog",
     "RecordListTooLargeError",
     "SegmentInfo",
+    "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
     "partition_dir",
 ]

@@ -20,6 +20,36 @@ Files in the partition directory, besides the segments and producer snapshots:
 * ``.clean-shutdown`` — written by :meth:`close` after everything is fsynced and removed by
   :meth:`open`; without it, ``open`` recovers the log from the recovery point and rebuilds the
   producer state from the newest snapshot by scanning batch headers.
+* ``leader-epoch-checkpoint`` — the leader epoch cache (:mod:`strom.log.leader_epoch`).
+
+Leader epochs
+-------------
+``append_as_leader`` assigns ``(leader_epoch, first offset)`` when the epoch is new,
+``append_as_follower`` the ``partitionLeaderEpoch`` of each batch (Kafka's ``assign``); retention
+and DeleteRecords truncate the cache from the start, truncation from the end. The file is written
+with the other checkpoints, *before* them (:meth:`_write_checkpoints`: on roll, close, retention,
+truncation), so it is right for every offset below the recovery point on disk. At open it is
+trusted below the first segment recovery re-reads (all of it after a clean shutdown) and the rest
+is rebuilt from batch headers — all of it if the file is missing or damaged; entries at or past
+the log end are dropped and the one holding the log start starts there. So the cache never claims
+an epoch for offsets the log does not hold. The leader's early entry for a new epoch
+(:meth:`assign_epoch_start_offset`) lives in memory until the next checkpoint.
+
+Replication
+-----------
+``append_as_follower`` keeps the leader's offsets, epochs and timestamps; it walks headers only
+(framing, contiguity, CRC32C), so it costs about what a leader append of uncompressed batches
+does. ``truncate_to`` / ``truncate_fully_and_start_at`` are Kafka's ``truncateTo`` /
+``truncateFullyAndStartAt``. Truncation is durable when it returns: (1) the lowered recovery point
+(and the epoch file) are checkpointed before anything changes, so a crash from then on recovers
+the cut segment and re-reads its epochs; (2) later segments, producer snapshots past the cut and
+the ``.txnindex`` files of removed segments are deleted and the cut segment's ``.txnindex``
+rewritten atomically; (3) the directory is fsynced — a deleted segment could otherwise come back
+after a crash, beyond a cut segment that meanwhile got new batches over its offsets — and then the
+cut segment; (4) producer state is reloaded from the newest snapshot at or below the new end and
+the batches after it replayed, the epoch cache, high watermark and log start offset lowered to the
+new end, and checkpoints written. A crash during a truncation leaves a prefix of the old log.
+The high watermark moves back only there: :meth:`update_high_watermark` ignores lower values.
 
 Retention (:meth:`delete_old_segments`, Kafka's deleteOldSegments): whole closed segments,
 oldest first, never the active one and never one holding offsets at or above the high
@@ -56,8 +86,10 @@ stream — to reject bad structure, wrong offset deltas and, when compacted, nul
 Error contract: ``append_as_leader`` and ``check_batches`` raise CorruptRecordError (2) /
 InvalidRecordError (87; its RecordValidationError carries Kafka's per-record ``record_errors``),
 MessageTooLargeError (10), RecordListTooLargeError (18), InvalidProducerEpochError (47),
-OutOfOrderSequenceError (45) with nothing appended; ``read`` raises OffsetOutOfRangeError (1);
-``OSError`` is wrapped in KafkaStorageError (56).
+OutOfOrderSequenceError (45) with nothing appended; ``append_as_follower`` raises
+UnexpectedAppendOffsetError, OffsetsOutOfOrderError and CorruptReplicaRecordsError (2) with
+nothing appended; ``read`` raises OffsetOutOfRangeError (1); ``OSError`` is wrapped in
+KafkaStorageError (56).
 """
 
 from __future__ import annotations
@@ -685,6 +717,8 @@ class PartitionLog:
         for info in infos.values():
             psm.update(info)
         psm.update_map_end_offset(last_offset + 1)
+        if last_offset + 1 - local.recovery_point >= self.config.flush_messages:
+            self.flush()  # flush.messages holds for replicas too (Kafka's UnifiedLog.append)
         return last_offset + 1
 
     # ------------------------------------------------------------------ truncation

@@ -618,9 +618,17 @@ class LogSegment:
         if pos == 0:
             self.rolling_based_timestamp = None
             self.created_ms = self._clock.time_ms()
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = self.time_index.last_entry
-        if self.max_timestamp_so_far < 0:
-            self.offset_of_max_timestamp = -1
+        # the largest timestamp left: the time index's last entry, then the batches after it
+        # (headers only; without this a segment cut below its first time-index entry would
+        # forget its timestamps, and once closed never be found by time)
+        ts, off = self.time_index.last_entry
+        if ts < 0:
+            ts, off = -1, -1
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        if pos:
+            _, start = self.offset_index.lookup(max(off, self.base_offset))
+            for _, h in self.iter_headers(start):
+                self._update_max_timestamp(h.max_timestamp, h.base_offset)
         return removed
 
     def __repr__(self) -> str:
