@@ -295,6 +295,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("cluster.id", _STR, "strom-cluster-0000000001"),
     _c("listeners", _LIST, "PLAINTEXT://127.0.0.1:9092"),
     _c("advertised.listeners", _LIST, ""),
+    # the listener brokers use to reach each other (replica fetchers, transaction markers);
+    # empty: the first listener that is not a controller listener
+    _c("inter.broker.listener.name", _STR, ""),
     _c(
         "listener.security.protocol.map",
         _STR,

@@ -73,6 +73,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     53: ("BeginQuorumEpoch", 0, 1),
     54: ("EndQuorumEpoch", 0, 1),
     55: ("DescribeQuorum", 0, 2),  # v2: KIP-853 nodes
+    56: ("AlterPartition", 2, 3),  # partition leaders' ISR changes (KIP-896 removed v0-1)
     58: ("Envelope", 0, 0),  # the controller's APIs (strom.server.handlers.controller)
     59: ("FetchSnapshot", 0, 1),
     60: ("DescribeCluster", 0, 2),  # v2: IncludeFencedBrokers/IsFenced (KIP-1073)
@@ -101,11 +102,11 @@ ADVERTISED_MIN: dict[int, int] = {0: 0}  # Produce: KAFKA-18659
 API_VERSIONS_KEY = 18
 
 # The quorum's own RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot) and the
-# controller's APIs for brokers (Envelope, BrokerRegistration, BrokerHeartbeat,
+# controller's APIs for brokers (Envelope, AlterPartition, BrokerRegistration, BrokerHeartbeat,
 # AllocateProducerIds): accepted on every listener (strom has no separate controller network
 # stack yet) but, as a Kafka 4.0 broker listener, not listed in ApiVersions: Kafka lists them on
 # controller listeners only, and so does strom (``advertised(..., controller=True)``).
-CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 58, 59, 62, 63, 67})
+CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 56, 58, 59, 62, 63, 67})
 
 
 def api_name(api_key: int) -> str:

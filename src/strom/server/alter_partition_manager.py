@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import codec
 from ..protocol.errors import ErrorCode
 from .partition import Partition, PendingIsr
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.replication")
 
 ALTER_PARTITION = 56
+ALTER_PARTITION_VERSION = 3
+RETRY_BACKOFF_S = 0.5  # a failed change is proposed again at the earliest after this
 
 
 class AlterPartitionManager:
@@ -69,22 +72,27 @@ class AlterPartitionManager:
             channel = broker.quorum.channel if broker.quorum is not None else None
             if channel is None:
                 return
-            resp = await channel.call(ALTER_PARTITION, request, 3)
-            self._answer(p, pending, resp)
+            kio_request = codec.build(codec.request_type(ALTER_PARTITION, ALTER_PARTITION_VERSION), request)
+            resp = await channel.call(ALTER_PARTITION, kio_request, ALTER_PARTITION_VERSION)
+            if not self._answer(p, pending, resp):
+                await asyncio.sleep(RETRY_BACKOFF_S)  # pending meanwhile: no new proposal
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.warning("AlterPartition of %s-%d to ISR %s failed: %s", p.topic, p.partition,
                         list(pending.isr), e)
+            await asyncio.sleep(RETRY_BACKOFF_S)
         finally:
             if p.pending is pending:
                 p.pending = None
 
-    def _answer(self, p: Partition, pending: PendingIsr, resp: dict[str, Any]) -> None:
+    def _answer(self, p: Partition, pending: PendingIsr, resp: dict[str, Any]) -> bool:
+        """Apply the answer; False when the change was refused."""
         top = int(resp.get("error_code", 0))
         if top != ErrorCode.NONE:
             log.warning("AlterPartition of %s-%d refused: %s", p.topic, p.partition, ErrorCode(top).name)
-            return
+            return False
+        ok = False
         for t in resp.get("topics", ()):
             for pd in t.get("partitions", ()):
                 if int(pd["partition_index"]) != p.partition:
@@ -94,6 +102,7 @@ class AlterPartitionManager:
                     log.info("AlterPartition of %s-%d to ISR %s: %s", p.topic, p.partition,
                              list(pending.isr), ErrorCode(code).name)
                     continue
+                ok = True
                 if p.pending is pending:
                     p.pending = None
                 rm = self.broker.replica_manager
@@ -102,6 +111,7 @@ class AlterPartitionManager:
                     leader_epoch=int(pd["leader_epoch"]), partition_epoch=int(pd["partition_epoch"]),
                     leader_recovery_state=int(pd.get("leader_recovery_state", 0)),
                 ))
+        return ok
 
     async def close(self) -> None:
         tasks = list(self._tasks)

@@ -147,6 +147,13 @@ def _default_listener(config: BrokerConfig) -> str:
     return next((n for n in names if n not in controllers), names[0])
 
 
+def _inter_broker_listener(config: BrokerConfig) -> str:
+    """Kafka's ``inter.broker.listener.name``, by default the default listener."""
+    name = str(config["inter.broker.listener.name"] or "")
+    names = {n for n, _host, _port in config.listeners()}
+    return name if name in names else _default_listener(config)
+
+
 def _iso_duration_ms(text: str) -> int:
     import re
 
@@ -254,7 +261,8 @@ class Broker:
             else RPCProducerIdManager(self.node_id, self.clock, lambda: q.broker_epoch, q.channel)
         )
         # transaction markers for partitions other brokers lead (a cluster)
-        self.marker_sender = TxnMarkerSender(self, _default_listener(config))
+        self.inter_broker_listener = _inter_broker_listener(config)
+        self.marker_sender = TxnMarkerSender(self, self.inter_broker_listener)
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
 

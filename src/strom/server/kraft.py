@@ -382,7 +382,6 @@ class BrokerQuorum:
         """The broker opened its logs: later images are applied by making and deleting logs;
         replication starts (followers fetch from leaders, leaders propose ISR changes)."""
         from .alter_partition_manager import AlterPartitionManager
-        from .broker import _default_listener
         from .replica_fetcher import ReplicaFetcherManager
 
         broker = self.broker
@@ -390,7 +389,7 @@ class BrokerQuorum:
         self.alter_partitions = AlterPartitionManager(broker, lambda: self.broker_epoch)
         rm.isr_sender = self.alter_partitions.submit
         rm.fetcher_manager = ReplicaFetcherManager(
-            rm, listener=_default_listener(broker.config), broker_epoch=lambda: self.broker_epoch
+            rm, listener=broker.inter_broker_listener, broker_epoch=lambda: self.broker_epoch
         )
         self.publisher.go_live()
         self.publisher.apply_all_partitions()

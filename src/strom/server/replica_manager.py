@@ -65,7 +65,7 @@ from ..protocol.records import BATCH_OVERHEAD, parse_header
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import Scheduler
 from .log_dir_mover import LogDirMover, remove_tree
-from .metadata_cache import MetadataCache
+from .metadata_cache import MetadataCache, RegistryMetadataCache
 from .partition import Partition, RoleChange
 from .purgatory import FetchPurgatory
 
@@ -637,9 +637,7 @@ class ReplicaManager:
             if fetchers is not None:
                 fetchers.remove_partition(tp)
             if plog is not None:
-                assign = getattr(plog, "assign_epoch", None)
-                if assign is not None:
-                    assign(p.leader_epoch, plog.log_end_offset)
+                plog.assign_epoch_start_offset(p.leader_epoch, plog.log_end_offset)
                 self._leader_caps[tp] = plog.log_end_offset
                 if len(p.replicas) == 1:
                     self.advance_high_watermark(plog, plog.log_end_offset)
@@ -949,8 +947,15 @@ class ReplicaManager:
         d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
         plog.update_high_watermark(plog.log_end_offset)
+        self._registry_epoch(plog)
         self.logs[(info.name, partition)] = plog
         return plog
+
+    def _registry_epoch(self, plog: PartitionLog) -> None:
+        """On the registry path this node leads every partition at epoch 0 from the start: its
+        epoch cache says so, as a Kafka leader's does (``maybeAssignEpochStartOffset``)."""
+        if isinstance(self.metadata_cache, RegistryMetadataCache) and plog.latest_epoch is None:
+            plog.assign_epoch_start_offset(self.LEADER_EPOCH, plog.log_end_offset)
 
     def make_partition_logs(
         self, info: TopicInfo, partitions: Iterable[int], abort: threading.Event | None = None
@@ -992,6 +997,7 @@ class ReplicaManager:
         """Publish logs made by :meth:`make_partition_logs` as partitions ``first, first+1 ...``."""
         for p, plog in enumerate(logs, first):
             plog.update_high_watermark(plog.log_end_offset)
+            self._registry_epoch(plog)
             self.logs[(info.name, p)] = plog
 
     def add_logs(self, info: TopicInfo, logs: list[PartitionLog]) -> None:
@@ -999,6 +1005,7 @@ class ReplicaManager:
         metadata quorum: the partitions this node hosts, not necessarily contiguous)."""
         for plog in logs:
             plog.update_high_watermark(plog.log_end_offset)
+            self._registry_epoch(plog)
             self.logs[(info.name, plog.partition)] = plog
 
     def remove_replica(self, topic: str, partition: int) -> None:

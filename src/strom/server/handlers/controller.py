@@ -1,5 +1,5 @@
-"""The controller's APIs on a node's listeners: BrokerRegistration (62), BrokerHeartbeat (63),
-AllocateProducerIds (67) and Envelope (58, KIP-590), Kafka's ``ControllerApis``.
+"""The controller's APIs on a node's listeners: AlterPartition (56), BrokerRegistration (62),
+BrokerHeartbeat (63), AllocateProducerIds (67) and Envelope (58, KIP-590), Kafka's ``ControllerApis``.
 
 Theory of operation
 -------------------
@@ -76,6 +76,11 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> dict[
 
 @handler(63)
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return await _direct(ctx, request)
+
+
+@handler(56)
+async def handle_alter_partition(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return await _direct(ctx, request)
 
 
