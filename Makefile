@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup sysdeps compat serve test lint unit fuzz bench clean
+.PHONY: setup sysdeps compat serve ledger test lint unit fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ compat: sysdeps
 
 serve: setup
 	$(VENV)/bin/strom serve
+
+# The ledger example's CLI without activating the venv: make ledger ARGS="query stock"
+ARGS ?= --help
+ledger: setup
+	$(VENV)/bin/strom-ledger $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check src tests bench

@@ -12,6 +12,7 @@ unparseable files; the message names the key.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,6 +79,19 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+_log = logging.getLogger("strom.config")
+
+
+def _known_prefixed(name: str) -> bool:
+    """A per-listener config (``listener.name.<l>.<config>`` or ``listener.name.<l>.<mechanism>.
+    <config>``) whose base config is known: read by the listener code, not in the table."""
+    low = name.lower()
+    if not low.startswith("listener.name."):
+        return False
+    rest = low[len("listener.name.") :].partition(".")[2]
+    return any(base in BROKER_CONFIGS for base in (rest, rest.partition(".")[2]))
+
+
 @dataclass
 class BrokerConfig:
     """Broker configuration. ``values`` holds every known key, typed; ``explicit`` what was set."""
@@ -88,6 +102,8 @@ class BrokerConfig:
         default=None, repr=False, compare=False
     )
     _kraft: KRaftConfig | None = field(default=None, repr=False, compare=False)
+    unknown: list[str] = field(default_factory=list, repr=False, compare=False)
+    """Supplied names that are no config (kept for plugins; :meth:`warn_unknown` logs them)."""
 
     @classmethod
     def from_sources(
@@ -113,18 +129,27 @@ class BrokerConfig:
             if known is not None:
                 cfg.values[name] = cfg.explicit[name] = parse_value(name, known.python_type, raw)
             else:
-                # unknown keys are kept (Kafka logs them as unused) so plugins can read them
+                # unknown keys are kept so plugins can read them; Kafka warns about them
                 cfg.values[name] = cfg.explicit[name] = raw
+                if not _known_prefixed(name):
+                    cfg.unknown.append(name)
         cfg.validate()
         return cfg
+
+    def warn_unknown(self) -> None:
+        """Log each supplied name that is no known config, once, as Kafka's AbstractConfig does."""
+        for name in self.unknown:
+            _log.warning("The configuration '%s' was supplied but isn't a known config.", name)
 
     def validate(self) -> None:
         """Every value against its validator (Kafka's messages), then the rules that involve
         several configs: log dirs, listeners, TLS and SASL settings. Raises ConfigError."""
         for name, d in BROKER_CONFIGS.items():
             d.validate(self.values[name])
-        if "node.id" in self.explicit and "broker.id" in self.explicit and (
-            self.values["node.id"] != self.values["broker.id"]
+        if (
+            "node.id" in self.explicit
+            and "broker.id" in self.explicit
+            and (self.values["node.id"] != self.values["broker.id"])
         ):
             raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
         canonical = [os.path.realpath(d) for d in self.log_dirs]

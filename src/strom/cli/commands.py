@@ -84,6 +84,26 @@ async def _topic(client: Client, name: str) -> TopicMetadata:
         raise
 
 
+async def _topic_auto_create(client: Client, name: str, wait_s: float = 10.0) -> TopicMetadata:
+    """The topic to produce to, created by the broker if it is missing and the broker allows it
+    (a Metadata request with ``allow_auto_topic_creation``, as Kafka's console producer sends);
+    waits until every partition has a leader."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        md = await client.metadata([name], allow_auto_topic_creation=True)
+        t = md.topics.get(name)
+        code = t.error_code if t is not None else int(ErrorCode.unknown_topic_or_partition)
+        if t is not None and not code and t.partitions and all(p.leader >= 0 for p in t.partitions.values()):
+            return t
+        if code == ErrorCode.invalid_topic_exception:
+            raise CommandError(f"invalid topic name {name!r}")
+        if code == ErrorCode.unknown_topic_or_partition:  # Kafka's answer when it does not create
+            raise CommandError(f"topic {name!r} does not exist (the broker does not create topics)")
+        if time.monotonic() >= deadline:
+            raise KafkaError(code or int(ErrorCode.leader_not_available), f"topic {name!r}")
+        await asyncio.sleep(0.2)
+
+
 # ---------------------------------------------------------------------------- topics
 
 
@@ -293,7 +313,7 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
     client = _client(args)
     try:
         async with client:
-            t = await _topic(client, args.topic)
+            t = await _topic_auto_create(client, args.topic)
             if args.partition is not None and args.partition not in t.partitions:
                 raise CommandError(f"topic {args.topic!r} has no partition {args.partition}")
             source = _StdinChunks(stdin or sys.stdin.buffer, asyncio.get_running_loop())
@@ -462,10 +482,13 @@ async def consume(args: argparse.Namespace, out: BinaryIO | None = None) -> int:
             else:
                 parts = sorted(t.partitions)
             reset = EARLIEST if start == EARLIEST or args.from_beginning else LATEST
+            isolation = 1 if args.isolation_level == "read_committed" else 0
             if start >= 0:
                 offsets = dict.fromkeys(parts, start)
             else:
-                listed = await client.list_offsets(t.name, dict.fromkeys(parts, start))
+                listed = await client.list_offsets(
+                    t.name, dict.fromkeys(parts, start), isolation_level=isolation
+                )
                 assert isinstance(listed, dict)
                 offsets = listed
             last_activity = time.monotonic()
@@ -477,13 +500,17 @@ async def consume(args: argparse.Namespace, out: BinaryIO | None = None) -> int:
                         break
                     wait = max(0, min(wait, int(remaining)))
                 results = await client.fetch_many(
-                    t.name, offsets, max_wait_ms=wait, max_bytes=args.fetch_max_bytes
+                    t.name,
+                    offsets,
+                    max_wait_ms=wait,
+                    max_bytes=args.fetch_max_bytes,
+                    isolation_level=isolation,
                 )
                 got = False
                 for p in parts:
                     r = results[p]
                     if r.error_code == ErrorCode.offset_out_of_range:
-                        reset_to = await client.list_offsets(t.name, p, reset)
+                        reset_to = await client.list_offsets(t.name, p, reset, isolation_level=isolation)
                         assert isinstance(reset_to, int)
                         offsets[p] = reset_to
                         continue

@@ -164,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument("--max-wait-ms", type=int, default=500, help="fetch long-poll wait (default 500)")
     consume.add_argument("--fetch-max-bytes", type=int, default=1 << 20, help="max bytes per fetch")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactional records (default read_uncommitted)",
+    )
     _add_configs_parser(sub)
     _add_records_parser(sub)
     _add_dump_log_parser(sub)

@@ -619,11 +619,18 @@ class Client:
         max_wait_ms: int = 500,
         max_bytes: int = 1 << 20,
         min_bytes: int = 1,
+        isolation_level: int = 0,
     ) -> FetchResult:
         """Fetch decoded records of one partition from ``offset`` (records before ``offset``
-        in the first batch are dropped; control records are skipped)."""
+        in the first batch are dropped; control records are skipped; ``isolation_level=1``:
+        read_committed, records of aborted transactions are dropped too)."""
         results = await self.fetch_many(
-            topic, {partition: offset}, max_wait_ms=max_wait_ms, max_bytes=max_bytes, min_bytes=min_bytes
+            topic,
+            {partition: offset},
+            max_wait_ms=max_wait_ms,
+            max_bytes=max_bytes,
+            min_bytes=min_bytes,
+            isolation_level=isolation_level,
         )
         r = results[partition]
         if r.error_code:
@@ -639,6 +646,7 @@ class Client:
         max_bytes: int = 1 << 20,
         min_bytes: int = 1,
         partition_max_bytes: int | None = None,
+        isolation_level: int = 0,
     ) -> dict[int, FetchResult]:
         """Fetch several partitions of a topic: one request per leader, sent concurrently.
         Per-partition errors are returned in :attr:`FetchResult.error_code` (leadership errors
@@ -655,7 +663,9 @@ class Client:
             await _gather_conn_errors(
                 conn_errors,
                 [
-                    self._fetch_one(c, t, parts, out, max_wait_ms, min_bytes, max_bytes, pmax)
+                    self._fetch_one(
+                        c, t, parts, out, max_wait_ms, min_bytes, max_bytes, pmax, isolation_level
+                    )
                     for c, parts in by_leader
                 ],
             )
@@ -687,6 +697,7 @@ class Client:
         min_bytes: int,
         max_bytes: int,
         pmax: int,
+        isolation_level: int = 0,
     ) -> None:
         topic = t.name
         max_version = None if t.topic_id is not None else 12
@@ -697,7 +708,7 @@ class Client:
                 "max_wait": max_wait_ms,
                 "min_bytes": min_bytes,
                 "max_bytes": max_bytes,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "session_id": 0,
                 "session_epoch": -1,
                 "topics": [
@@ -736,7 +747,15 @@ class Client:
                 if not code and pd.records:
                     data = bytes(pd.records)
                     try:
-                        records = [r for r in rec.decode_records(data) if r.offset >= parts[p]]
+                        if isolation_level:
+                            aborted = [
+                                (int(a.producer_id), int(a.first_offset))
+                                for a in (getattr(pd, "aborted_transactions", None) or ())
+                            ]
+                            decoded: Iterable[rec.Record] = decode_committed(data, aborted)
+                        else:
+                            decoded = rec.decode_records(data)
+                        records = [r for r in decoded if r.offset >= parts[p]]
                         batches_end = _batches_end(data)
                     except rec.CorruptRecordError as e:
                         raise KafkaError(int(ErrorCode.corrupt_message), f"{topic}-{p}: {e}") from e
@@ -759,6 +778,34 @@ async def _gather_conn_errors(errors: list[KafkaError], coros: Sequence[Any]) ->
             errors.append(r)
         elif isinstance(r, BaseException):
             raise r
+
+
+def decode_committed(data: bytes, aborted: Sequence[tuple[int, int]]) -> list[rec.Record]:
+    """The records of a ``read_committed`` fetch answer: batches of aborted transactions dropped
+    as Kafka's consumer does it (a producer id is aborted from the first offset of its aborted
+    transaction until its ABORT marker), control batches skipped."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    ai = 0
+    aborted_pids: set[int] = set()
+    out: list[rec.Record] = []
+    pos, end = 0, len(data)
+    while end - pos >= rec.BATCH_OVERHEAD:
+        h = rec.parse_header(data, pos)
+        if h.size < rec.BATCH_OVERHEAD or h.size > end - pos:
+            break
+        while ai < len(pending) and pending[ai][1] <= h.last_offset:
+            aborted_pids.add(pending[ai][0])
+            ai += 1
+        if h.is_control:
+            if h.producer_id in aborted_pids:
+                for r in rec.decode_batch_records(data, pos, h):
+                    k = r.key or b""
+                    if len(k) >= 4 and int.from_bytes(k[2:4], "big") == rec.CONTROL_ABORT:
+                        aborted_pids.discard(h.producer_id)
+        elif not (h.is_transactional and h.producer_id in aborted_pids):
+            out.extend(rec.decode_batch_records(data, pos, h))
+        pos += h.size
+    return out
 
 
 def _batches_end(data: bytes) -> int | None:

@@ -810,6 +810,7 @@ def run(config: BrokerConfig) -> None:
         level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
     )
+    config.warn_unknown()
     use_uvloop = os.environ.get("STROM_EVENT_LOOP", "auto")
     if use_uvloop in ("auto", "uvloop") and not config["strom.fetch.sendfile"]:
         try:

@@ -4,9 +4,10 @@ Spark Structured Streaming job, and an HTTP service answering questions from tho
 * :mod:`.model`     records, views, the reference projection and the answers (pure Python)
 * :mod:`.generator` a realistic, deterministic ledger with storno corrections
 * :mod:`.producer`  idempotent writes of movements and master data
+* :mod:`.book`      booking by hand: a movement, a transfer, a storno (validated, transactional)
 * :mod:`.job`       the Spark job (strom source -> stateful aggregations -> exactly-once strom sink)
 * :mod:`.service`   interactive queries over the compacted view topics
-* :mod:`.cli`       ``python -m strom.examples.ledger generate|run|serve|query``
+* :mod:`.cli`       ``strom-ledger item|cell|book|transfer|storno|generate|run|serve|query``
 
 Quick start (a broker on 127.0.0.1:9092)::
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 
 from strom.examples.ledger.model import Cell, Item, Movement, grams
@@ -280,6 +280,7 @@ class _Sim:
             return
         out = self.movement(item, src, -qty, worker, f"transfer {src} -> {dst}")
         into = self.movement(item, dst, qty, worker, f"transfer {src} -> {dst}")
+        out, into = replace(out, transfer=f"T{out.id}"), replace(into, transfer=f"T{out.id}")
         self.move_physical(item, src, -qty)
         self.move_physical(item, dst, qty)
         self.book(out)

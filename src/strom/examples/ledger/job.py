@@ -3,9 +3,13 @@
 Theory of operation
 -------------------
 The ledger is read with the strom source (``startingOffsets=earliest``, ``read_committed``) and
-parsed from JSON; malformed records are dropped. Each movement is enriched with its item's master
-unit weight (a broadcast stream-static join; master data is read from the compacted ``items`` and
-``cells`` topics when the job starts) and weighed in whole grams.
+parsed from JSON. A record the job cannot use (not JSON, a required field missing or invalid, a
+zero quantity: the rules of :func:`strom.examples.ledger.model.check_record`) is not dropped: it
+goes to the dead-letter topic ``ledger-dead-letters`` with the reason, in the same transaction as
+the batch's view rows, and is counted in the progress line. A blank ``worker`` is no worker.
+Each movement is enriched with its item's master unit weight (a broadcast stream-static join;
+master data is read from the compacted ``items`` and ``cells`` topics when the job starts) and
+weighed in whole grams.
 
 One streaming query maintains every view: each movement is exploded into one contribution row per
 view it touches (``view``, ``key``, qty, weight, counters...), and a single stateful
@@ -43,7 +47,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +76,7 @@ LEDGER_SCHEMA = StructType(
         StructField("description", StringType()),
         StructField("unit_weight_kg", DoubleType()),
         StructField("reverses", StringType()),
+        StructField("transfer", StringType()),
     ]
 )
 
@@ -104,16 +110,24 @@ def movements(spark: SparkSession, cfg: JobConfig, items: Sequence[model.Item]) 
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
     raw = reader.load()
-    m = raw.select(F.from_json(F.col("value").cast("string"), LEDGER_SCHEMA).alias("m"), "value").select(
-        "m.*", F.col("value").alias("raw")
-    )
-    m = m.where(
-        F.col("id").isNotNull()
-        & F.col("date").isNotNull()
-        & F.col("item").isNotNull()
-        & F.col("cell").isNotNull()
-        & F.col("qty").isNotNull()
-        & F.col("worker").isNotNull()
+    m = raw.select(
+        F.from_json(F.col("value").cast("string"), LEDGER_SCHEMA).alias("m"),
+        F.col("value").cast("string").alias("raw"),
+        F.col("key").cast("string").alias("ledger_key"),
+        "partition",
+        "offset",
+    ).select("m.*", "raw", "ledger_key", "partition", "offset")
+
+    def blank_to_null(c: str) -> Column:
+        return F.when(F.trim(F.col(c)) == "", F.lit(None)).otherwise(F.trim(F.col(c)))
+
+    m = (
+        m.withColumn("worker", blank_to_null("worker"))
+        .withColumn("reverses", blank_to_null("reverses"))
+        .withColumn("transfer", blank_to_null("transfer"))
+        .withColumn("time", F.coalesce(F.col("time"), F.lit("00:00:00")))
+        .withColumn("description", F.coalesce(F.col("description"), F.lit("")))
+        .withColumn("reason", _reason())
     )
     master = spark.createDataFrame(
         [(i.item, i.unit_weight_kg) for i in items],
@@ -124,6 +138,26 @@ def movements(spark: SparkSession, cfg: JobConfig, items: Sequence[model.Item]) 
     return m.withColumn("weight_g", F.coalesce(F.col("qty") * unit_g, F.lit(0).cast("long"))).withColumn(
         "is_storno", F.col("reverses").isNotNull()
     )
+
+
+def _reason() -> Column:
+    """Why a parsed record cannot be used (null: it can); the rules of ``model.check_record``."""
+    obj = F.try_parse_json(F.col("raw"))
+
+    def blank(c: str) -> Column:
+        return F.col(c).isNull() | (F.trim(F.col(c)) == "")
+
+    r = F.when(
+        F.col("raw").isNull() | obj.isNull() | ~F.ltrim(F.col("raw")).startswith("{"),
+        F.lit("not a JSON object"),
+    )
+    for f in ("id", "date", "item", "cell"):
+        r = r.when(blank(f), F.lit(f"missing or invalid {f!r} (a non-empty string)"))
+    r = r.when(
+        ~F.col("date").rlike(r"^\d{4}-\d{2}-\d{2}$") | F.try_to_date(F.col("date"), "yyyy-MM-dd").isNull(),
+        F.lit("invalid 'date' (YYYY-MM-DD)"),
+    )
+    return r.when(F.col("qty").isNull() | (F.col("qty") == 0), F.lit("'qty' must be a non-zero integer"))
 
 
 _CONTRIB = StructType(
@@ -170,24 +204,45 @@ def _contribution(
     )
 
 
+_MOVEMENT_FIELDS = [f.name for f in LEDGER_SCHEMA.fields]
+
+
 def contributions(m: DataFrame) -> DataFrame:
-    """One row per (movement, view it touches)."""
+    """One row per (movement, view it touches); a record that cannot be used gives one
+    dead-letter row instead."""
     one, zero = F.lit(1).cast("long"), F.lit(0).cast("long")
     storno = F.col("is_storno")
+    transfer_in = F.col("transfer").isNotNull() & (F.col("qty") > 0)
+    has_worker = F.col("worker").isNotNull()
     every = {"movements": one, "items": zero, "stornos": zero}
+    normalized = F.to_json(F.struct(*(F.col(c) for c in _MOVEMENT_FIELDS)), {"ignoreNullFields": "false"})
     per_view = F.array(
         _contribution(
             model.STOCK_BY_ITEM_CELL, F.concat_ws("|", "item", "cell"), F.col("item"), F.col("cell"), **every
         ),
         _contribution(model.STOCK_BY_ITEM, F.col("item"), F.col("item"), None, **every),
-        _contribution(
-            model.WORKER_DAY,
-            F.concat_ws("|", "worker", "date"),
-            F.col("worker"),
-            F.col("date"),
-            movements=F.when(storno, zero).otherwise(one),
-            items=F.when(storno, zero).otherwise(F.abs("qty")),
-            stornos=F.when(storno, one).otherwise(zero),
+        F.when(
+            has_worker,
+            _contribution(
+                model.WORKER_DAY,
+                F.concat_ws("|", "worker", "date"),
+                F.col("worker"),
+                F.col("date"),
+                movements=F.when(storno | transfer_in, zero).otherwise(one),
+                items=F.when(storno | transfer_in, zero).otherwise(F.abs("qty")),
+                stornos=F.when(storno & ~transfer_in, one).otherwise(zero),
+            ),
+        ),
+        F.when(
+            has_worker,
+            _contribution(
+                model.WORKER_MOVEMENTS,
+                F.concat_ws("|", "worker", "date", "id"),
+                F.col("worker"),
+                F.col("date"),
+                **every,
+                raw=normalized,
+            ),
         ),
         _contribution(model.CELL_WEIGHT, F.col("cell"), F.col("cell"), None, **every),
         F.when(
@@ -197,7 +252,36 @@ def contributions(m: DataFrame) -> DataFrame:
             ),
         ),
     )
-    return m.select(F.explode(per_view).alias("c")).where(F.col("c").isNotNull()).select("c.*")
+    dead = F.to_json(
+        F.struct(
+            F.col("partition"),
+            F.col("offset"),
+            F.col("ledger_key").alias("key"),
+            F.col("raw").alias("value"),
+            F.col("reason"),
+        ),
+        {"ignoreNullFields": "false"},
+    )
+    nul = F.lit(None).cast("long")
+    dead_letter = F.struct(
+        F.lit(DEAD).alias("view"),
+        F.concat_ws("-", F.col("partition").cast("string"), F.col("offset").cast("string")).alias("key"),
+        F.lit(None).cast("string").alias("a"),
+        F.lit(None).cast("string").alias("b"),
+        nul.alias("qty"),
+        nul.alias("weight_g"),
+        one.alias("movements"),
+        zero.alias("items"),
+        zero.alias("stornos"),
+        F.lit(None).cast("string").alias("date"),
+        dead.alias("raw"),
+    )
+    arr = F.when(F.col("reason").isNull(), per_view).otherwise(F.array(dead_letter))
+    return m.select(F.explode(arr).alias("c")).where(F.col("c").isNotNull()).select("c.*")
+
+
+DEAD = "dead-letter"
+"""The (internal) view name of dead letters: written to :data:`model.DEAD_LETTERS`."""
 
 
 def aggregate(c: DataFrame) -> DataFrame:
@@ -218,6 +302,10 @@ def aggregate(c: DataFrame) -> DataFrame:
 def view_rows(row: Mapping[str, Any], capacities_g: Mapping[str, int]) -> list[tuple[str, str, bytes]]:
     """(topic, key, value) records for one aggregated row (plus an alert when over capacity)."""
     view, key = str(row["view"]), str(row["key"])
+    if view == DEAD:
+        return [(model.DEAD_LETTERS, key, str(row["raw"]).encode())]
+    if view == model.WORKER_MOVEMENTS:
+        return [(view, key, str(row["raw"]).encode())]
     qty, weight, n, date = int(row["qty"]), int(row["weight_g"]), int(row["movements"]), row["last_date"]
     value: dict[str, Any]
     if view == model.STOCK_BY_ITEM_CELL:
@@ -263,6 +351,7 @@ class TransactionalWriter:
         self._consumer: Any = None
         self.written_batches: list[int] = []
         self.skipped_batches: list[int] = []
+        self.batch_stats: dict[int, tuple[int, int]] = {}  # batch id -> (view rows, dead letters)
 
     def set_query_id(self, query_id: str) -> None:
         self.query_id = query_id
@@ -325,12 +414,18 @@ class TransactionalWriter:
             df.write.format("noop").mode("overwrite").save()
             log.info("batch %d already written by %s: skipped", batch_id, self.transactional_id)
             self.skipped_batches.append(batch_id)
+            self.batch_stats[batch_id] = (0, 0)
             return
         p = self._producer
+        rows = dead = 0
         try:
             p.begin_transaction()
             for row in df.toLocalIterator():
                 for topic, key, value in view_rows(row.asDict(), self.capacities_g):
+                    if topic == model.DEAD_LETTERS:
+                        dead += 1
+                    elif topic != model.ALERTS:
+                        rows += 1
                     while True:
                         try:
                             p.produce(topic, key=key.encode(), value=value)
@@ -350,6 +445,7 @@ class TransactionalWriter:
                 self.close()  # the next attempt starts with a fresh producer (and fences this one)
             raise
         self.written_batches.append(batch_id)
+        self.batch_stats[batch_id] = (rows, dead)
 
 
 def start(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, TransactionalWriter]:
@@ -378,19 +474,94 @@ def start(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, Transact
     return q, writer
 
 
-def run(spark: SparkSession, cfg: JobConfig, timeout: int | None = None) -> None:
-    """Run the query: until it has processed what is there (available-now) or until stopped,
-    failed or ``timeout`` seconds passed. Raises the query's failure."""
-    q, writer = start(spark, cfg)
+def _offsets_total(v: Any) -> int | None:
+    """Sum of a source offset (``{"topic": {"partition": offset}}``, as JSON text or parsed)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    if not isinstance(v, dict):
+        return None
     try:
-        if timeout is None:
-            q.awaitTermination()
-        else:
-            q.awaitTermination(timeout)
+        return sum(int(o) for parts in v.values() for o in parts.values())
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _progress_dict(p: Any) -> dict[str, Any]:
+    if isinstance(p, dict):
+        return p
+    text = getattr(p, "json", None)
+    if isinstance(text, str):
+        parsed: dict[str, Any] = json.loads(text)
+        return parsed
+    return {}
+
+
+def progress_line(p: Mapping[str, Any], writer: TransactionalWriter) -> str | None:
+    """The line reported for a finished micro-batch (``None`` for an idle trigger)."""
+    batch = p.get("batchId")
+    if not isinstance(batch, int) or batch not in writer.batch_stats:
+        return None
+    rows, dead = writer.batch_stats[batch]
+    read = int(p.get("numInputRows") or 0)
+    lag: int | None = None
+    for src in p.get("sources") or []:
+        latest, end = _offsets_total(src.get("latestOffset")), _offsets_total(src.get("endOffset"))
+        if latest is not None and end is not None:
+            lag = (lag or 0) + max(0, latest - end)
+    skipped = " (already written: skipped)" if batch in writer.skipped_batches else ""
+    return (
+        f"batch {batch}: read {read} records, wrote {rows} view rows, {dead} dead letters, "
+        f"lag {'?' if lag is None else lag}{skipped}"
+    )
+
+
+def run(
+    spark: SparkSession,
+    cfg: JobConfig,
+    timeout: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run the query: until it has processed what is there (available-now), until ``stop`` is
+    set, it failed or ``timeout`` seconds passed. ``progress`` gets one line per micro-batch.
+    Raises :class:`RuntimeError` (one line) with the query's failure."""
+    from pyspark.errors import StreamingQueryException
+
+    q, writer = start(spark, cfg)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    reported: set[int] = set()
+
+    def report() -> None:
+        if progress is None:
+            return
+        for raw in q.recentProgress:
+            p = _progress_dict(raw)
+            line = progress_line(p, writer)
+            b = p.get("batchId")
+            if line is not None and b not in reported:
+                reported.add(int(b))  # type: ignore[arg-type]
+                progress(line)
+
+    try:
+        while q.isActive:
+            if stop is not None and stop.is_set():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            try:
+                q.awaitTermination(1)
+            except StreamingQueryException:
+                break
+            report()
+        report()
     finally:
         if q.isActive:
             q.stop()
         writer.close()
     exc = q.exception()
     if exc is not None:
-        raise RuntimeError(f"query {q.name} failed: {exc}")
+        first = str(getattr(exc, "desc", None) or exc).strip().splitlines()
+        raise RuntimeError(f"query {q.name} failed: {first[0] if first else exc}")

@@ -14,22 +14,32 @@ they hold one row per key the state is the same.
 Read-your-writes: before answering, a request asks the broker for the last stable offset of
 every partition and waits (``sync_timeout``) until the consumer has passed it, so an answer
 reflects every view row committed before the request arrived. The response header
-``X-Ledger-Synced`` says whether that succeeded (``false``: the broker was unreachable or the
-consumer did not catch up in time; the answer is then from the state reached so far).
-``?sync=0`` skips the wait.
+``X-Ledger-Synced`` says whether that succeeded (``false``: the consumer did not catch up in
+time; the answer is then from the state reached so far). When the broker cannot be reached the
+service does not guess: it answers 503 with ``{"error": "broker ... unreachable: ..."}`` (an
+empty or stale state would read as "not found"). ``?sync=0`` skips the wait and answers from the
+state reached so far, reachable broker or not. An outage is logged once when it starts and once
+when it ends (librdkafka's own per-retry connection logs are silenced).
 
 Endpoints (JSON; see :mod:`strom.examples.ledger.model` for the answers' shapes)::
 
     GET /items/<item>                 total stock of an item and the cells holding it
     GET /cells/<cell>                 what is in a cell, its weight and capacity
-    GET /workers/<worker>/days/<date> pieces a worker moved on a day (YYYY-MM-DD)
+    GET /workers                      every worker and the days they booked on
+    GET /workers/<worker>             a worker's days, with counts
+    GET /workers/<worker>/days/<date> a worker's day (YYYY-MM-DD): counts (a transfer once), the
+                                      rows with storno marks, net quantities, pay
     GET /corrections[?item=<item>]    the storno entries
+    GET /dead-letters                 ledger records the job could not use, with the reason
     GET /over-capacity                cells above their weight capacity
     GET /stock                        stock of every item and every item|cell
     GET /health                       consumer positions and sync state
 
-Error contract: unknown items/cells and unknown paths answer 404 with ``{"error": ...}``;
-broker trouble never fails a request (see ``X-Ledger-Synced``).
+Pay (``/workers/<worker>/days/<date>``) uses the rates given to :class:`Service`
+(``strom-ledger serve --pay-per-movement X --pay-per-piece Y``); see :class:`model.PayRates`.
+
+Error contract: unknown items, cells, workers and paths answer 404 with ``{"error": ...}``; an
+unreachable broker answers 503 with ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ __all__ = ["Materializer", "Service", "serve"]
 
 log = logging.getLogger(__name__)
 
-TOPICS = (*model.VIEW_TOPICS, model.ITEMS, model.CELLS)
+TOPICS = (*model.VIEW_TOPICS, model.ITEMS, model.CELLS, model.DEAD_LETTERS)
 READ_COMMITTED = 1
 
 
@@ -70,6 +80,8 @@ class Materializer:
         self.positions: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self.records = 0
         self.errors = 0
+        self.dead_letters: dict[str, Any] = {}
+        self.broker_error: str | None = None  # set while the broker is unreachable
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -102,8 +114,25 @@ class Materializer:
                 "auto.offset.reset": "earliest",
                 "topic.metadata.refresh.interval.ms": 5000,
                 "reconnect.backoff.max.ms": 1000,
+                "log_level": 0,  # outages are logged once by _outage, not per librdkafka retry
+                "error_cb": self._on_client_error,
             }
         )
+
+    def _on_client_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self._outage(err.str())
+
+    def _outage(self, reason: str | None) -> None:
+        """Record the broker as unreachable (``reason``) or reachable (``None``); logs changes only."""
+        with self.lock:
+            was, self.broker_error = self.broker_error, reason
+        if reason is not None and was is None:
+            log.warning("broker %s unreachable: %s (answering 503 until it is back)", self.bootstrap, reason)
+        elif reason is None and was is not None:
+            log.warning("broker %s reachable again", self.bootstrap)
 
     def _run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
@@ -119,6 +148,7 @@ class Materializer:
                         md = consumer.list_topics(timeout=2)
                     except Exception as e:  # broker down: keep what we have, retry later
                         log.debug("metadata: %s", e)
+                        self._outage(_one_line(e))
                     else:
                         new = [
                             (t, p)
@@ -171,6 +201,12 @@ class Materializer:
                 v.cells.pop(k, None)
             else:
                 v.cells[k] = model.Cell.from_json(value)
+        elif topic == model.DEAD_LETTERS:
+            if value is not None:
+                try:
+                    self.dead_letters[k] = json.loads(value)
+                except ValueError:
+                    self.dead_letters[k] = {"value": value.decode(errors="replace"), "reason": "?"}
         elif value is None:
             v.view(topic).pop(k, None)
         else:
@@ -196,13 +232,17 @@ class Materializer:
         return out
 
     def sync(self, timeout: float) -> bool:
-        """Wait until every row committed before now has been read. True when that happened."""
+        """Wait until every row committed before now has been read. True when that happened;
+        :class:`BrokerUnavailable` if the broker cannot be reached."""
         deadline = time.monotonic() + timeout
         try:
-            targets = asyncio.run(asyncio.wait_for(self._stable_offsets(), timeout))
+            targets = asyncio.run(asyncio.wait_for(self._stable_offsets(), min(timeout, 10.0)))
         except Exception as e:
             log.debug("sync: %s", e)
-            return False
+            reason = _one_line(e) if str(e).strip() else "no answer in time"
+            self._outage(reason)
+            raise BrokerUnavailable(f"broker {self.bootstrap} unreachable: {reason}") from None
+        self._outage(None)
         with self.progress:
             while True:
                 behind = [tp for tp, o in targets.items() if self.positions.get(tp, -1) < o]
@@ -218,26 +258,46 @@ class Materializer:
             return {
                 "records": self.records,
                 "errors": self.errors,
+                "dead_letters": len(self.dead_letters),
+                "broker_error": self.broker_error,
                 "positions": {f"{t}-{p}": o for (t, p), o in sorted(self.positions.items())},
             }
+
+
+class BrokerUnavailable(Exception):
+    """The broker could not be asked (the service answers 503)."""
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(e).__name__
 
 
 def _first(values: list[str] | None) -> str | None:
     return values[0] if values else None
 
 
-Handler = Callable[[model.Views, re.Match[str], dict[str, list[str]]], "dict[str, Any] | None"]
+Handler = Callable[["Service", re.Match[str], dict[str, list[str]]], "dict[str, Any] | None"]
+
+
+def _dead_letters(svc: Service) -> dict[str, Any]:
+    rows = [{"id": k, **v} for k, v in sorted(svc.materializer.dead_letters.items())]
+    return {"count": len(rows), "dead_letters": rows}
+
 
 ROUTES: list[tuple[re.Pattern[str], Handler]] = [
-    (re.compile(r"/items/(?P<item>[^/]+)"), lambda v, m, q: model.answer_item(v, m["item"])),
-    (re.compile(r"/cells/(?P<cell>[^/]+)"), lambda v, m, q: model.answer_cell(v, m["cell"])),
+    (re.compile(r"/items/(?P<item>[^/]+)"), lambda s, m, q: model.answer_item(s.views, m["item"])),
+    (re.compile(r"/cells/(?P<cell>[^/]+)"), lambda s, m, q: model.answer_cell(s.views, m["cell"])),
     (
         re.compile(r"/workers/(?P<worker>[^/]+)/days/(?P<date>[^/]+)"),
-        lambda v, m, q: model.answer_worker_day(v, m["worker"], m["date"]),
+        lambda s, m, q: model.answer_worker_day(s.views, m["worker"], m["date"], s.rates),
     ),
-    (re.compile(r"/corrections"), lambda v, m, q: model.answer_corrections(v, _first(q.get("item")))),
-    (re.compile(r"/over-capacity"), lambda v, m, q: model.answer_over_capacity(v)),
-    (re.compile(r"/stock"), lambda v, m, q: model.answer_stock(v)),
+    (re.compile(r"/workers/(?P<worker>[^/]+)"), lambda s, m, q: model.answer_workers(s.views, m["worker"])),
+    (re.compile(r"/workers"), lambda s, m, q: model.answer_workers(s.views)),
+    (re.compile(r"/corrections"), lambda s, m, q: model.answer_corrections(s.views, _first(q.get("item")))),
+    (re.compile(r"/over-capacity"), lambda s, m, q: model.answer_over_capacity(s.views)),
+    (re.compile(r"/stock"), lambda s, m, q: model.answer_stock(s.views)),
+    (re.compile(r"/dead-letters"), lambda s, m, q: _dead_letters(s)),
 ]
 
 
@@ -245,10 +305,16 @@ class Service:
     """The HTTP server and its materializer. ``port=0`` picks a free port."""
 
     def __init__(
-        self, bootstrap: str, host: str = "127.0.0.1", port: int = 8080, sync_timeout: float = 10.0
+        self,
+        bootstrap: str,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        sync_timeout: float = 10.0,
+        rates: model.PayRates | None = None,
     ) -> None:
         self.materializer = Materializer(bootstrap)
         self.sync_timeout = sync_timeout
+        self.rates: model.PayRates = rates or model.PayRates()
         service = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -271,24 +337,43 @@ class Service:
         query = parse_qs(url.query)
         path = unquote(url.path).rstrip("/") or "/"
         synced = None
-        if path == "/health":
-            synced = self.materializer.sync(self.sync_timeout) if query.get("sync") == ["1"] else None
-            self._send(req, 200, {**self.materializer.health(), "synced": synced}, synced)
-            return
-        for pattern, handler in ROUTES:
-            m = pattern.fullmatch(path)
-            if m is None:
-                continue
-            if query.get("sync") != ["0"]:
-                synced = self.materializer.sync(self.sync_timeout)
-            with self.materializer.lock:
-                body = handler(self.materializer.views, m, query)
-            if body is None:
-                self._send(req, 404, {"error": f"not found: {path}"}, synced)
-            else:
-                self._send(req, 200, body, synced)
+        try:
+            if path == "/health":
+                synced = self.materializer.sync(self.sync_timeout) if query.get("sync") == ["1"] else None
+                self._send(req, 200, {**self.materializer.health(), "synced": synced}, synced)
+                return
+            for pattern, handler in ROUTES:
+                m = pattern.fullmatch(path)
+                if m is None:
+                    continue
+                if query.get("sync") != ["0"]:
+                    synced = self.materializer.sync(self.sync_timeout)
+                self._answer(req, path, handler, m, query, synced)
+                return
+        except BrokerUnavailable as e:
+            self._send(req, 503, {"error": str(e)}, False)
             return
         self._send(req, 404, {"error": f"no such endpoint: {path}", "endpoints": _ENDPOINTS}, None)
+
+    @property
+    def views(self) -> model.Views:
+        return self.materializer.views
+
+    def _answer(
+        self,
+        req: BaseHTTPRequestHandler,
+        path: str,
+        handler: Handler,
+        m: re.Match[str],
+        query: dict[str, list[str]],
+        synced: bool | None,
+    ) -> None:
+        with self.materializer.lock:
+            body = handler(self, m, query)
+        if body is None:
+            self._send(req, 404, {"error": f"not found: {path}"}, synced)
+        else:
+            self._send(req, 200, body, synced)
 
     @staticmethod
     def _send(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any], synced: bool | None) -> None:
@@ -315,19 +400,29 @@ class Service:
 _ENDPOINTS = [
     "/items/<item>",
     "/cells/<cell>",
+    "/workers",
+    "/workers/<worker>",
     "/workers/<worker>/days/<YYYY-MM-DD>",
     "/corrections[?item=<item>]",
     "/over-capacity",
     "/stock",
+    "/dead-letters",
     "/health[?sync=1]",
 ]
 
 
-def serve(bootstrap: str, host: str = "127.0.0.1", port: int = 8080, sync_timeout: float = 10.0) -> None:
+def serve(
+    bootstrap: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    sync_timeout: float = 10.0,
+    rates: model.PayRates | None = None,
+) -> None:
     """Run the service until interrupted (SIGINT/SIGTERM)."""
     import signal
 
-    svc = Service(bootstrap, host, port, sync_timeout)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    svc = Service(bootstrap, host, port, sync_timeout, rates)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc.start()

@@ -15,13 +15,14 @@ COMPACT = {"cleanup.policy": "compact"}
 
 
 async def ensure_topics(bootstrap: str, ledger_partitions: int = 3, view_partitions: int = 3) -> None:
-    """Create the ledger (append-only), master-data and view topics (compacted) and ``alerts``
-    (append-only) where missing. Existing topics are left as they are."""
+    """Create the ledger (append-only), master-data and view topics (compacted), ``alerts`` and
+    ``ledger-dead-letters`` (append-only) where missing. Existing topics are left as they are."""
     specs: dict[str, tuple[int, int, dict[str, str]]] = {
         model.LEDGER: (ledger_partitions, 1, {"cleanup.policy": "delete", "retention.ms": "-1"}),
         model.ITEMS: (1, 1, COMPACT),
         model.CELLS: (1, 1, COMPACT),
         model.ALERTS: (1, 1, {"cleanup.policy": "delete"}),
+        model.DEAD_LETTERS: (1, 1, {"cleanup.policy": "delete", "retention.ms": "-1"}),
     }
     for t in model.VIEW_TOPICS:
         specs[t] = (view_partitions, 1, COMPACT)
