@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,3 +235,60 @@ def test_kill_leader_loses_no_acknowledged_record(ready: ClusterProcess) -> None
     by_offset = {(p, o): v for p, o, v in got}
     for p, o, v in acked1 + acked2:
         assert by_offset.get((p, o)) == v
+
+
+def test_epochs_and_leader_hints_in_answers(ready: ClusterProcess) -> None:
+    """KIP-320 and KIP-951 on a replicated partition: stale or future ``current_leader_epoch``
+    answered FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH by ListOffsets; a Produce or Fetch sent
+    to a follower gets NOT_LEADER_OR_FOLLOWER with the leader and its endpoint; after a leader
+    change OffsetForLeaderEpoch gives the end of the old epoch, and ListOffsets the epochs."""
+    from strom.protocol.records import build_batch
+
+    c = ready
+    name = topic_name("epochs")
+    create(c, name, 1, 3)
+    acked, errors = produce(c, name, [b"one", b"two"])
+    assert errors == [] and len(acked) == 2
+    md = c.metadata(1, [name]).topics[name].partitions[0]
+    leader, epoch = md.leader, md.leader_epoch
+    follower = next(n for n in NODES if n != leader)
+
+    def list_offsets(node: int, current: int) -> Any:
+        resp = c.request(node, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": current,
+                                           "timestamp": -1}]}]})
+        return resp.topics[0].partitions[0]
+
+    assert int(list_offsets(leader, epoch).error_code) == 0
+    assert int(list_offsets(leader, epoch + 1).error_code) == 75  # UNKNOWN_LEADER_EPOCH
+    latest = list_offsets(leader, -1)
+    assert int(latest.offset) == 2 and int(latest.leader_epoch) == epoch
+
+    batch = build_batch([(None, b"to-a-follower", [], int(time.time() * 1000))])
+    resp = c.request(follower, 0, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+        {"name": name, "partition_data": [{"index": 0, "records": batch}]}]})
+    part = resp.responses[0].partition_responses[0]
+    assert int(part.error_code) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert int(part.current_leader.leader_id) == leader and int(part.current_leader.leader_epoch) == epoch
+    ports = {int(e.node_id): int(e.port) for e in resp.node_endpoints}
+    assert ports.get(leader) == int(c.node_bootstrap(leader).rsplit(":", 1)[1])
+
+    # a new leader: kill the old one; the epoch rises and the old epoch ends at offset 2
+    c.kill(leader)
+    try:
+        new = wait_for("a new leader", lambda: (
+            lambda p: p if p.leader not in (-1, leader) and p.leader_epoch > epoch else None
+        )(c.metadata(follower, [name]).topics[name].partitions[0]), 30)
+        resp = c.request(new.leader, 23, {"replica_id": -1, "topics": [
+            {"topic": name, "partitions": [{"partition": 0, "current_leader_epoch": new.leader_epoch,
+                                            "leader_epoch": epoch}]}]})
+        p = resp.topics[0].partitions[0]
+        assert int(p.error_code) == 0 and int(p.leader_epoch) == epoch and int(p.end_offset) == 2
+        assert int(list_offsets(new.leader, epoch).error_code) == 74  # FENCED_LEADER_EPOCH: the old epoch
+        earliest = c.request(new.leader, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                           "timestamp": -2}]}]}).topics[0].partitions[0]
+        assert int(earliest.offset) == 0 and int(earliest.leader_epoch) == epoch  # written in the old epoch
+    finally:
+        c.start_node(leader)
+    wait_isr_full(c, name, 1, timeout=60)

@@ -458,6 +458,10 @@ class PartitionLog:
         (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) when the cache cannot say."""
         return self._epochs.end_offset_for(epoch, self.log_end_offset)
 
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The leader epoch the record at ``offset`` was written in (ListOffsets answers it)."""
+        return self._epochs.epoch_for_offset(offset)
+
     def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
         """Kafka's ``maybeAssignEpochStartOffset``: a replica becoming leader records that
         ``leader_epoch`` starts at ``start_offset`` (its log end offset) before anything is

@@ -815,14 +815,20 @@ class ReplicaManager:
         return int(code)
 
     def fetch_offset(
-        self, topic: str, partition: int, timestamp: int, isolation_level: int = READ_UNCOMMITTED
+        self, topic: str, partition: int, timestamp: int, isolation_level: int = READ_UNCOMMITTED,
+        current_leader_epoch: int = -1,
     ) -> OffsetResult:
         """ListOffsets for one partition (Kafka's ``fetchOffsetForTimestamp``): earliest (-2),
         latest (-1: the HW, the LSO for read_committed), max timestamp (-3), earliest local
         (-4), latest tiered (-5: none), or the first offset below the HW whose timestamp is >=
-        ``timestamp``. INVALID_REQUEST for another negative timestamp."""
+        ``timestamp``. INVALID_REQUEST for another negative timestamp. The leader epoch
+        answered is the current one for latest, else the epoch the offset was written in (the
+        epoch cache); ``current_leader_epoch`` is checked as KIP-320 says."""
         plog, error = self.leader_log_or_error(topic, partition)
         if plog is None:
+            return OffsetResult(error)
+        error = self.leader_epoch_error((topic, partition), current_leader_epoch)
+        if error != ErrorCode.NONE:
             return OffsetResult(error)
         offset, found_ts = -1, -1
         if timestamp == LATEST:
@@ -839,8 +845,12 @@ class ReplicaManager:
                 offset, found_ts = hit
         else:
             return OffsetResult(ErrorCode.INVALID_REQUEST)
-        epoch = self.leader_epoch_of((topic, partition))
-        return OffsetResult(ErrorCode.NONE, offset, found_ts, epoch if offset >= 0 else -1)
+        if offset < 0:
+            return OffsetResult(ErrorCode.NONE, offset, found_ts, -1)
+        epoch = None if timestamp == LATEST else plog.epoch_for_offset(offset)
+        if epoch is None:
+            epoch = self.leader_epoch_of((topic, partition))
+        return OffsetResult(ErrorCode.NONE, offset, found_ts, epoch)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
         """DeleteRecords on one partition: (new low watermark, error)."""

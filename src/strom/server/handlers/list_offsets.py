@@ -21,7 +21,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
         parts = []
         for p in t.partitions:
             idx = p.partition_index
-            r = rm.fetch_offset(name, idx, p.timestamp, isolation)
+            r = rm.fetch_offset(name, idx, p.timestamp, isolation,
+                                current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)))
             if r.error_code != ErrorCode.NONE:
                 parts.append(
                     {"partition_index": idx, "error_code": r.error_code, "timestamp": -1, "offset": -1,

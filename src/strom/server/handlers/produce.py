@@ -92,20 +92,53 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
         return NoResponse()
     responses: list[dict[str, Any]] = []
     it = iter(results)
+    leaders: set[int] = set()
+    kip951 = ctx.api_version >= 10
+    rm = broker.replica_manager
     for topic in request.topic_data:
         parts = []
         for pd in topic.partition_data:
             r: PartitionResponse = next(it)
-            parts.append({
-                "index": pd.index,
-                "error_code": r.error_code,
-                "base_offset": r.base_offset,
-                "log_append_time": r.log_append_time,
-                "log_start_offset": r.log_start_offset,
-                "record_errors": [
-                    {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
-                ] if r.record_errors else [],
-                "error_message": r.error_message,
-            })
+            if kip951 and r.error_code in _LEADER_ERRORS:
+                # KIP-951: where the leader is, so the client reroutes without a metadata round trip
+                current = rm.current_leader(str(topic.name), pd.index)
+                if current is not None:
+                    leaders.add(current[0])
+                    leader = {"leader_id": current[0], "leader_epoch": current[1]}
+                    parts.append(_partition(pd.index, r, leader))
+                    continue
+            parts.append(_partition(pd.index, r))
         responses.append({"name": str(topic.name), "partition_responses": parts})
-    return {"responses": responses, "throttle_time": 0}
+    out: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+    if leaders:
+        endpoints = []
+        for node_id in sorted(leaders):
+            node = broker.metadata_cache.alive_broker(node_id, ctx.session.listener)
+            if node is not None:
+                endpoints.append(
+                    {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": node.rack}
+                )
+        out["node_endpoints"] = endpoints
+    return out
+
+
+_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER})
+
+
+def _partition(
+    index: int, r: PartitionResponse, current_leader: dict[str, int] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "index": index,
+        "error_code": r.error_code,
+        "base_offset": r.base_offset,
+        "log_append_time": r.log_append_time,
+        "log_start_offset": r.log_start_offset,
+        "record_errors": [
+            {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
+        ] if r.record_errors else [],
+        "error_message": r.error_message,
+    }
+    if current_leader is not None:
+        out["current_leader"] = current_leader
+    return out
