@@ -956,7 +956,11 @@ class ReplicaManager:
     def _open_partition(self, info: TopicInfo, partition: int, log_dir: Path) -> PartitionLog:
         d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
-        plog.update_high_watermark(plog.log_end_offset)
+        if isinstance(self.metadata_cache, RegistryMetadataCache):
+            # this node is the whole ISR; on the quorum the HW stays as checkpointed until this
+            # node leads (a single replica: the log end) or the leader says (Kafka's
+            # replication-offset-checkpoint, kept per partition here)
+            plog.update_high_watermark(plog.log_end_offset)
         self._registry_epoch(plog)
         self.logs[(info.name, partition)] = plog
         return plog
