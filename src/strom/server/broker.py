@@ -101,6 +101,11 @@ INTERNAL_TOPIC_PARTITIONS = (
     (TXN_TOPIC, "transaction.state.log.num.partitions"),
     (SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions"),
 )
+INTERNAL_TOPIC_REPLICATION = {
+    OFFSETS_TOPIC: "offsets.topic.replication.factor",
+    TXN_TOPIC: "transaction.state.log.replication.factor",
+    SHARE_STATE_TOPIC: "share.coordinator.state.topic.replication.factor",
+}
 
 
 class BrokerLogView:
@@ -351,7 +356,8 @@ class Broker:
             await self.quorum.register()
             await self.producer_ids.start()  # the first block from the controller
             await self.quorum.create_internal_topics(
-                [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
+                [(name, int(self.config[key]), int(self.config[INTERNAL_TOPIC_REPLICATION[name]]))
+                 for name, key in INTERNAL_TOPIC_PARTITIONS]
             )
         hosted = self.quorum.publisher.hosts if self.quorum is not None else None  # (its replicas)
         self.replica_manager.load_logs(self.topics.topics.values(), hosted=hosted)

@@ -210,7 +210,7 @@ class BrokerQuorum:
                 broker.clock,
                 ControllerConfig(
                     num_partitions=int(cfg["num.partitions"]),
-                    default_replication_factor=1,
+                    default_replication_factor=int(cfg["default.replication.factor"]),
                     broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
                     delete_topic_enable=bool(cfg["delete.topic.enable"]),
                 ),
@@ -361,15 +361,19 @@ class BrokerQuorum:
         await self.lifecycle.start()
         await self._settle()
 
-    async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
-        """Create the missing internal topics through the controller. A node that cannot reach
-        the active controller waits until the topic reaches its image (the active controller's
-        node creates it)."""
+    async def create_internal_topics(self, topics: list[tuple[str, int, int]]) -> None:
+        """Create the missing internal topics (name, partitions, replication factor) through the
+        controller, the replication factor capped by the brokers registered now (Kafka waits
+        for enough brokers instead). A node that cannot reach the active controller waits until
+        the topic reaches its image (the active controller's node creates it)."""
         told = False
-        for name, partitions in topics:
+        for name, partitions, rf in topics:
             while name not in self.broker.topics.topics:
+                image = self.publisher.image
+                brokers = len(image.cluster.unfenced_brokers()) if image is not None else 1
                 try:
-                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"},
+                                            replication_factor=max(1, min(rf, brokers)))
                 except TopicError as e:
                     if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS):
                         raise
