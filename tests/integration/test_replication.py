@@ -22,6 +22,7 @@ import pytest
 from strom.testing.cluster_process import ClusterProcess
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+admin_mod = pytest.importorskip("confluent_kafka.admin")
 
 pytestmark = pytest.mark.integration
 
@@ -292,3 +293,23 @@ def test_epochs_and_leader_hints_in_answers(ready: ClusterProcess) -> None:
     finally:
         c.start_node(leader)
     wait_isr_full(c, name, 1, timeout=60)
+
+
+def test_manual_replica_assignment_through_any_node(ready: ClusterProcess) -> None:
+    """CreateTopics with replica assignments (kafka-topics.sh --replica-assignment, the Java
+    Admin's NewTopic(name, assignments)) sent to a node that is named in none of them: the
+    controller places the replicas as asked and the first replica leads."""
+    admin = admin_mod.AdminClient({"bootstrap.servers": ready.node_bootstrap(1)})
+    name = topic_name("assigned")
+    new = admin_mod.NewTopic(name, 2, replica_assignment=[[2, 3], [3, 2]])
+    futures = admin.create_topics([new])
+    futures[name].result(30)
+    ready.wait_topic(name, timeout=60)
+    info = partition_info(ready, 1, name)
+    assert info[0][0] == 2 and sorted(info[0][1]) == [2, 3]
+    assert info[1][0] == 3 and sorted(info[1][1]) == [2, 3]
+    assert not (Path(ready.spec(1).dir) / "data" / f"{name}-0").exists()  # node 1 holds no replica
+    bad = admin.create_topics([admin_mod.NewTopic(topic_name("bad"), 1, replica_assignment=[[2, 9]])])
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        next(iter(bad.values())).result(30)
+    assert e.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT

@@ -562,17 +562,20 @@ class Broker:
         *,
         validate_only: bool = False,
         replication_factor: int = -1,
+        assignments: list[list[int]] | None = None,
     ) -> TopicInfo:
         """CreateTopics: the partitions are made in a worker thread, then the topic is published
         (see the module docstring). Raises TopicError with Kafka's code. ``replication_factor``
-        is the controller's to place (on the quorum; -1: its default), else it must be 1."""
+        is the controller's to place (on the quorum; -1: its default), else it must be 1;
+        ``assignments`` (replicas per partition, in order) go to the controller, which checks them."""
         configs = self._check_new_topic(name, partitions, configs)
         if validate_only:
             return TopicInfo(name, uuid.UUID(int=0), partitions, configs)
         self._creating[name] = partitions
         try:
             if self.quorum is not None:  # through the controller; applied here before the answer
-                info = await self.quorum.create_topic(name, partitions, configs, replication_factor)
+                info = await self.quorum.create_topic(name, partitions, configs, replication_factor,
+                                                      assignments=assignments)
             else:
                 pending = TopicInfo(name, uuid.UUID(int=0), partitions, configs)
                 make = self.replica_manager.make_partition_logs

@@ -102,6 +102,7 @@ from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
+from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
 from ..controller.config_control import accept_all
@@ -517,13 +518,20 @@ class BrokerQuorum:
         await self._settle(until)
 
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1
+        self, name: str, partitions: int, configs: dict[str, str], replication_factor: int = -1,
+        *, assignments: list[list[int]] | None = None,
     ) -> TopicInfo:
+        placed = tuple(
+            create_topics.CreatableReplicaAssignment(
+                partition_index=i32(i), broker_ids=tuple(BrokerId(b) for b in ids)
+            )
+            for i, ids in enumerate(assignments or ())
+        )
         topic = create_topics.CreatableTopic(
             name=name,  # type: ignore[arg-type]
-            num_partitions=i32(partitions),
-            replication_factor=i16(replication_factor),
-            assignments=(),
+            num_partitions=i32(-1 if placed else partitions),
+            replication_factor=i16(-1 if placed else replication_factor),
+            assignments=placed,
             configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
         )
         request = create_topics.CreateTopicsRequest(

@@ -39,7 +39,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         rf = t.replication_factor
         if t.assignments:
             partitions = len(t.assignments)
-            if any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+            if broker.quorum is None and any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+                # (on the quorum the controller checks the assignment against its brokers)
                 entry.update(
                     error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     error_message="Replica assignment names brokers that do not exist",
@@ -60,8 +61,12 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
             # off the event loop, published only once every partition exists (Broker docstring)
+            assignments = [
+                [int(b) for b in a.broker_ids] for a in sorted(t.assignments, key=lambda a: a.partition_index)
+            ]
             info = await broker.create_topic_async(
-                name, partitions, configs, validate_only=validate_only, replication_factor=rf
+                name, partitions, configs, validate_only=validate_only, replication_factor=rf,
+                assignments=assignments,
             )
         except TopicError as e:
             entry.update(error_code=e.code, error_message=str(e))
