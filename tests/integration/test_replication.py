@@ -33,6 +33,9 @@ OVERRIDES = (
     "replica.lag.time.max.ms=3000",
     "controller.quorum.election.timeout.ms=500",
     "controller.quorum.fetch.timeout.ms=1000",
+    # the coordinators' topics replicated too (Kafka's default is 3; strom's 1)
+    "offsets.topic.replication.factor=3",
+    "transaction.state.log.replication.factor=3",
 )
 
 
@@ -313,3 +316,46 @@ def test_manual_replica_assignment_through_any_node(ready: ClusterProcess) -> No
     with pytest.raises(confluent_kafka.KafkaException) as e:
         next(iter(bad.values())).result(30)
     assert e.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_committed_offsets_survive_the_coordinators_death(ready: ClusterProcess) -> None:
+    """__consumer_offsets replicated (RF=3): a group's committed offsets, acknowledged only once
+    the ISR has them, are served by the next coordinator after kill -9 of the first."""
+    c = ready
+    name = topic_name("groups")
+    create(c, name, 1, 3)
+    acked, errors = produce(c, name, [f"m{i}".encode() for i in range(20)])
+    assert errors == [] and len(acked) == 20
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    cons = confluent_kafka.Consumer({
+        "bootstrap.servers": c.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    try:
+        cons.subscribe([name])
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 20 and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and not m.error():
+                seen += 1
+        assert seen == 20
+        tp = confluent_kafka.TopicPartition(name, 0, 17)
+        cons.commit(offsets=[tp], asynchronous=False)
+    finally:
+        cons.close()
+    resp = c.request(1, 10, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+    coordinator = int(resp.coordinators[0].node_id)
+    c.kill(coordinator)
+    try:
+        survivor = next(n for n in NODES if n != coordinator)
+
+        def committed() -> int | None:
+            admin = admin_mod.AdminClient({"bootstrap.servers": c.node_bootstrap(survivor)})
+            req = confluent_kafka.ConsumerGroupTopicPartitions(group, [confluent_kafka.TopicPartition(name, 0)])
+            res = admin.list_consumer_group_offsets([req], request_timeout=5)[group].result(10)
+            return res.topic_partitions[0].offset if res.topic_partitions[0].error is None else None
+
+        assert wait_for("the group's offsets at a new coordinator", committed, 60) == 17
+    finally:
+        c.start_node(coordinator)

@@ -234,6 +234,7 @@ class Broker:
         )
         # the coordinators' appends: durable off the event loop, answered at the HW
         self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
+        self.replica_manager.coordinator_hooks = self.coordinator_writer
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])

@@ -82,6 +82,7 @@ class CoordinatorPartitionWriter:
         )
         self._waiting: dict[TopicPartition, DeferredQueue] = {}
         self._durable: dict[TopicPartition, int] = {}  # offsets below are on disk (this process)
+        self._completed: dict[TopicPartition, int] = {}  # waiters answered up to here
         self._listeners: dict[TopicPartition, list[HighWatermarkListener]] = {}
         self._dirty: set[TopicPartition] = set()
         self._kicked = False
@@ -116,9 +117,31 @@ class CoordinatorPartitionWriter:
         batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.broker.clock.time_ms())
         return self._append(tp, batch, True)
 
+    def _committed(self, tp: TopicPartition, plog: PartitionLog | None = None) -> int:
+        """What the waiters of ``tp`` may be answered up to: durable here and, for a replicated
+        partition, below the HW (the ISR has it, as Kafka's coordinators answer at the HW)."""
+        durable = self._durable.get(tp, -1)
+        if tp[0] not in self.hw_on_durable:
+            return durable
+        if plog is None:
+            plog = self.broker.replica_manager.logs.get(tp)
+        return durable if plog is None else min(durable, plog.high_watermark)
+
+    def high_watermark_advanced(self, tp: TopicPartition, hw: int) -> None:
+        """The replica manager moved ``tp``'s HW (followers caught up): answer what it covers."""
+        if tp in self._waiting or tp in self._listeners:
+            self._complete(tp, min(hw, self._durable.get(tp, -1)))
+
+    def resigned(self, tp: TopicPartition) -> None:
+        """This broker no longer leads ``tp``: its waiters will never be covered. What was durable
+        is forgotten too: as a follower its log may be truncated before it leads again."""
+        self._fail(tp, None, CoordinatorWriteError(ErrorCode.NOT_COORDINATOR, f"{tp[0]}-{tp[1]} moved"))
+        self._durable.pop(tp, None)
+        self._completed.pop(tp, None)
+
     def await_offset(self, tp: TopicPartition, offset: int) -> Awaitable[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._durable.get(tp, -1) >= offset:
+        if self._committed(tp) >= offset:
             fut.set_result(None)
             return fut
         if self._closed:
@@ -247,6 +270,12 @@ class CoordinatorPartitionWriter:
         self._durable[tp] = offset
         if tp[0] in self.hw_on_durable and offset > plog.high_watermark:
             self.broker.replica_manager.advance_high_watermark(plog, offset)
+        self._complete(tp, self._committed(tp, plog))
+
+    def _complete(self, tp: TopicPartition, offset: int) -> None:
+        if offset <= self._completed.get(tp, -1):
+            return
+        self._completed[tp] = offset
         q = self._waiting.get(tp)
         if q is not None:
             q.complete_upto(offset)

@@ -236,6 +236,8 @@ class ReplicaManager:
         self._leader_caps: dict[TopicPartition, int] = {}
         # set by the broker in a cluster: followers' fetchers, and the AlterPartition sender
         self.fetcher_manager: Any = None
+        # the coordinators' writer: told when an internal topic's HW moves or its leadership goes
+        self.coordinator_hooks: Any = None
         self.isr_sender: Callable[[Partition, tuple[int, ...]], None] | None = None
 
     # ------------------------------------------------------------------ partition errors
@@ -597,6 +599,8 @@ class ReplicaManager:
             offset = p.high_watermark_bound(offset) if p.is_leader else -1
         if offset > plog.high_watermark:
             plog.update_high_watermark(offset)
+            if p is not None and self.coordinator_hooks is not None and tp[0] in INTERNAL_TOPICS:
+                self.coordinator_hooks.high_watermark_advanced(tp, plog.high_watermark)
         if self._hw_waiters:
             self._high_watermark_advanced(tp, plog.high_watermark)
         else:
@@ -644,6 +648,8 @@ class ReplicaManager:
             log.info("%s-%d: leader at epoch %d, ISR %s", topic, partition, p.leader_epoch, list(p.isr))
         elif change is RoleChange.FOLLOWER:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            if self.coordinator_hooks is not None and topic in INTERNAL_TOPICS:
+                self.coordinator_hooks.resigned(tp)
             self.purgatory.notify(tp)
             self._leader_caps.pop(tp, None)
             if fetchers is not None:
