@@ -702,6 +702,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is None:
             return LogReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        hw_before = plog.high_watermark
         ans = handle_follower_fetch(
             p, plog, replica_id, fetch_offset, current_leader_epoch=current_leader_epoch,
             last_fetched_epoch=last_fetched_epoch, broker_epoch=broker_epoch,
@@ -711,7 +712,10 @@ class ReplicaManager:
         if ans.error_code != ErrorCode.NONE or ans.diverging_epoch is not None:
             r.diverging_epoch = ans.diverging_epoch
             return r
-        self._high_watermark_changed(tp, plog)
+        if plog.high_watermark > hw_before:
+            # only a HW that moved wakes anyone: waking every waiting fetch at each follower
+            # fetch made two idle followers' long polls wake each other without end
+            self._high_watermark_changed(tp, plog)
         if ans.expand_isr is not None and self.isr_sender is not None:
             log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr),
                      list(ans.expand_isr))
