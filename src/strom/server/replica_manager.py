@@ -941,7 +941,10 @@ class ReplicaManager:
     def _open_partition(self, info: TopicInfo, partition: int, log_dir: Path) -> PartitionLog:
         d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
-        plog.update_high_watermark(plog.log_end_offset)
+        if isinstance(self.metadata_cache, RegistryMetadataCache):
+            # one node leads everything: the HW is the log end offset. A replica keeps the HW of
+            # its checkpoint (Kafka's): its log end may hold what was never committed
+            plog.update_high_watermark(plog.log_end_offset)
         self._registry_epoch(plog)
         self.logs[(info.name, partition)] = plog
         return plog
