@@ -19,7 +19,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"replication simulation: {r.runs} seeded runs, {r.events} events, {r.checks} invariant checks "
             f"(after every event), {r.messages} messages, {r.kills} kills ({r.power_cuts} power cuts), "
             f"{r.elections} leader epochs, {r.truncations} follower truncations, {r.acked_all} acks=all "
-            f"and {r.acked_one} acks=1 records acknowledged"
+            f"and {r.acked_one} acks=1 records acknowledged, {r.unclean} runs past the fault model "
+            f"(the last ISR member had lost its tail: durability not checked on)"
         )
 
 

@@ -31,6 +31,10 @@ REGRESSIONS = {
     ("unflushed-tail", 0): "harness: the leader-HW check counted an ISR member that had just lost its "
     "unflushed tail (it leaves the ISR when it registers again)",
     ("unflushed-tail", 1): "harness: same",
+    ("chaos", 293): "harness: a power cut was allowed while the only other ISR member with the data was "
+    "cut off from the controller: it was fenced, the power-cut broker stayed the last ISR member and "
+    "was elected with an empty log (KIP-966's last replica standing; Kafka loses the data too)",
+    ("chaos", 347): "harness: same",
 }
 
 
