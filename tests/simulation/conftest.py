@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+import replsim
 from raftsim import TOTALS
 
 
@@ -11,6 +12,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"raft simulation: {t.runs} seeded runs, {t.events} events, {t.checks} invariant checks "
             f"(after every event), {t.messages} messages, {t.elections} elected leaders, {t.kills} kills, "
             f"{t.unflushed_lost} unflushed records lost to kills"
+        )
+    r = replsim.TOTALS
+    if r.runs:
+        terminalreporter.write_line(
+            f"replication simulation: {r.runs} seeded runs, {r.events} events, {r.checks} invariant checks "
+            f"(after every event), {r.messages} messages, {r.kills} kills ({r.power_cuts} power cuts), "
+            f"{r.elections} leader epochs, {r.truncations} follower truncations, {r.acked_all} acks=all "
+            f"and {r.acked_one} acks=1 records acknowledged, {r.unclean} runs past the fault model "
+            f"(the last ISR member had lost its tail: durability not checked on)"
         )
 
 

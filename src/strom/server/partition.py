@@ -152,6 +152,14 @@ class Partition:
             hw = min(hw, st.log_end_offset)
         return hw
 
+    def leader_high_watermark(self, leader_cap: int) -> int:
+        """The HW this replica may move to given its own cap (its log end offset, or what is
+        durable): the cap itself for a single replica, the bound over the maximal ISR for the
+        leader of several (:meth:`high_watermark_bound`), -1 (never) for a follower."""
+        if len(self.replicas) <= 1:
+            return leader_cap
+        return self.high_watermark_bound(leader_cap) if self.is_leader else -1
+
     def isr_to_expand(self, high_watermark: int) -> tuple[int, ...] | None:
         """The ISR with the followers that caught up added, or None (Kafka's ``maybeExpandIsr``)."""
         if not self.is_leader or self.pending is not None:

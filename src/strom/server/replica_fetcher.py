@@ -43,6 +43,7 @@ from ..client.connection import KafkaConnection
 from ..client.errors import KafkaError
 from ..log.errors import KafkaStorageError, LogError
 from ..protocol.errors import ErrorCode
+from ..replication.follower import FetchAnswer, fetch_partition, handle_fetch_answer, truncate
 
 if TYPE_CHECKING:
     from .replica_manager import ReplicaManager
@@ -51,12 +52,6 @@ log = logging.getLogger("strom.replication")
 
 FETCH = 1
 TopicPartition = tuple[str, int]
-
-_RETRIABLE = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE,
-})
 
 
 @dataclass(slots=True)
@@ -230,15 +225,10 @@ class ReplicaFetcher:
             plog = rm.logs.get(tp)
             if plog is None:
                 continue
-            latest = plog.latest_epoch
-            topics.setdefault(tp[0], []).append({
-                "partition": tp[1],
-                "current_leader_epoch": st.leader_epoch,
-                "fetch_offset": plog.log_end_offset,
-                "last_fetched_epoch": latest if latest is not None else -1,
-                "log_start_offset": plog.log_start_offset,
-                "partition_max_bytes": int(cfg["replica.fetch.max.bytes"]),
-            })
+            max_bytes = int(cfg["replica.fetch.max.bytes"])
+            topics.setdefault(tp[0], []).append(
+                {"partition": tp[1], **fetch_partition(plog, st.leader_epoch, max_bytes)}
+            )
             sent[tp] = st.leader_epoch
         if not topics:
             return None, sent
@@ -314,64 +304,19 @@ class ReplicaFetcher:
                         st.delayed_until = loop.time() + backoff
 
     def _handle_partition(self, tp: TopicPartition, pd: Any) -> None:
+        """One partition of the leader's answer: :func:`strom.replication.follower.handle_fetch_answer`."""
         rm = self.rm
         plog = rm.logs.get(tp)
         if plog is None:
             return
-        code = int(pd.error_code)
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            leader_start = int(pd.log_start_offset)
-            if plog.log_end_offset < leader_start:
-                log.info("%s-%d: log end %d below the leader's log start %d: restarting the log there",
-                         tp[0], tp[1], plog.log_end_offset, leader_start)
-                plog.truncate_fully_and_start_at(leader_start)
-            else:
-                target = min(int(pd.high_watermark), plog.log_end_offset)
-                log.info("%s-%d: fetch offset %d out of the leader's range: truncating to %d",
-                         tp[0], tp[1], plog.log_end_offset, target)
-                plog.truncate_to(max(target, plog.log_start_offset))
-            return
-        if code != ErrorCode.NONE:
-            if code not in _RETRIABLE:
-                log.warning("%s-%d: the leader answered %s", tp[0], tp[1], ErrorCode(code).name)
-            return
-        div = getattr(pd, "diverging_epoch", None)
-        if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0):
-            self._truncate(tp, plog, int(div.epoch), int(div.end_offset))
-            return
-        records = pd.records
-        if records:
-            plog.append_as_follower(records)
-        hw = min(int(pd.high_watermark), plog.log_end_offset)
-        if hw > plog.high_watermark:
-            plog.update_high_watermark(hw)
+        if handle_fetch_answer(tp, plog, FetchAnswer.of(pd)).high_watermark_advanced:
             rm.purgatory.notify(tp)
-        leader_start = int(pd.log_start_offset)
-        if plog.log_start_offset < leader_start <= plog.high_watermark:
-            with contextlib.suppress(LogError):
-                plog.delete_records(leader_start)
 
     @staticmethod
     def _truncate(tp: TopicPartition, plog: Any, leader_epoch: int, leader_end: int) -> None:
-        """Kafka's ``getOffsetTruncationState`` for a diverging epoch."""
-        leo = plog.log_end_offset
-        if leader_end < 0:
-            target = min(plog.high_watermark, leo)
-        elif leader_epoch < 0:
-            target = min(leader_end, leo)
-        else:
-            local_epoch, local_end = plog.end_offset_for_epoch(leader_epoch)
-            if local_epoch < 0 or local_end < 0:
-                target = min(leader_end, leo)
-            elif local_epoch != leader_epoch:
-                target = min(local_end, leo)
-            else:
-                target = min(leader_end, local_end, leo)
-        target = max(target, plog.log_start_offset)
-        if target < leo:
-            log.info("%s-%d: diverged from the leader (its epoch %d ends at %d): truncating %d -> %d",
-                     tp[0], tp[1], leader_epoch, leader_end, leo, target)
-            plog.truncate_to(target)
+        """Kafka's ``getOffsetTruncationState`` for a diverging epoch
+        (:func:`strom.replication.follower.truncate`)."""
+        truncate(tp, plog, leader_epoch, leader_end)
 
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]

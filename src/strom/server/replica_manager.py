@@ -63,6 +63,7 @@ from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, validate_t
 from ..protocol.errors import ErrorCode
 from ..protocol.records import BATCH_OVERHEAD, parse_header
 from ..rate_limited_log import RateLimitedLog
+from ..replication.leader import handle_follower_fetch, leader_epoch_error
 from ..scheduler import Scheduler
 from .log_dir_mover import LogDirMover, remove_tree
 from .metadata_cache import MetadataCache, RegistryMetadataCache
@@ -594,13 +595,19 @@ class ReplicaManager:
         ISR): waiting fetches and acks=-1 appends see it."""
         tp = (plog.topic, plog.partition)
         p = self.partitions.get(tp)
-        if p is not None and len(p.replicas) > 1:
-            self._leader_caps[tp] = offset
-            offset = p.high_watermark_bound(offset) if p.is_leader else -1
+        if p is not None:
+            if len(p.replicas) > 1:
+                self._leader_caps[tp] = offset
+            offset = p.leader_high_watermark(offset)
         if offset > plog.high_watermark:
             plog.update_high_watermark(offset)
-            if p is not None and self.coordinator_hooks is not None and tp[0] in INTERNAL_TOPICS:
-                self.coordinator_hooks.high_watermark_advanced(tp, plog.high_watermark)
+        self._high_watermark_changed(tp, plog)
+
+    def _high_watermark_changed(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        """Waiting fetches and acks=-1 appends look at ``plog``'s HW again (and the coordinators,
+        for their replicated topics: they answer at the HW)."""
+        if self.coordinator_hooks is not None and tp[0] in INTERNAL_TOPICS and tp in self.partitions:
+            self.coordinator_hooks.high_watermark_advanced(tp, plog.high_watermark)
         if self._hw_waiters:
             self._high_watermark_advanced(tp, plog.high_watermark)
         else:
@@ -617,12 +624,7 @@ class ReplicaManager:
         FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer."""
         if current_leader_epoch < 0:
             return ErrorCode.NONE
-        epoch = self.leader_epoch_of(tp)
-        if current_leader_epoch < epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        if current_leader_epoch > epoch:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH
-        return ErrorCode.NONE
+        return leader_epoch_error(self.leader_epoch_of(tp), current_leader_epoch)
 
     def apply_partition(self, topic: str, partition: int, reg: Any) -> None:
         """The image's registration of a partition hosted here (Kafka's ``applyDelta`` for one
@@ -705,41 +707,35 @@ class ReplicaManager:
         if plog is None:
             return LogReadResult(error)
         p = self.partitions.get(tp)
-        if p is None or replica_id not in p.replicas:
+        if p is None:
             return LogReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        epoch_error = self.leader_epoch_error(tp, current_leader_epoch)
-        if epoch_error != ErrorCode.NONE:
-            return LogReadResult(epoch_error)
-        leo = plog.log_end_offset
-        r = LogReadResult(ErrorCode.NONE, plog.high_watermark, plog.last_stable_offset, plog.log_start_offset)
-        if last_fetched_epoch >= 0:
-            epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
-            if epoch != last_fetched_epoch or end < fetch_offset:
-                r.diverging_epoch = (epoch, end)
-                return r
-        if fetch_offset < plog.log_start_offset or fetch_offset > leo:
-            r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+        hw_before = plog.high_watermark
+        ans = handle_follower_fetch(
+            p, plog, replica_id, fetch_offset, current_leader_epoch=current_leader_epoch,
+            last_fetched_epoch=last_fetched_epoch, broker_epoch=broker_epoch,
+            leader_cap=self._leader_caps.get(tp, plog.log_end_offset), now_ms=self.clock.time_ms(),
+        )
+        r = LogReadResult(ans.error_code, ans.high_watermark, ans.last_stable_offset, ans.log_start_offset)
+        if ans.error_code != ErrorCode.NONE or ans.diverging_epoch is not None:
+            r.diverging_epoch = ans.diverging_epoch
             return r
-        p.update_follower(replica_id, fetch_offset, leo, self.clock.time_ms(), broker_epoch)
-        self._maybe_increment_hw(tp, plog)
-        self._maybe_expand_isr(p, plog)
-        r.high_watermark = plog.high_watermark
-        r.last_stable_offset = plog.last_stable_offset
-        if fetch_offset >= leo or (max_bytes <= 0 and not min_one_message):
+        if plog.high_watermark > hw_before:
+            # only a HW that moved wakes anyone: waking every waiting fetch at each follower
+            # fetch made two idle followers' long polls wake each other without end
+            self._high_watermark_changed(tp, plog)
+        if ans.expand_isr is not None and self.isr_sender is not None:
+            log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr),
+                     list(ans.expand_isr))
+            self.isr_sender(p, ans.expand_isr)
+        if ans.read_to <= fetch_offset or (max_bytes <= 0 and not min_one_message):
             return r
         try:
             r.records = plog.read(
-                fetch_offset, max(max_bytes, 0), max_offset=leo, min_one_message=min_one_message
+                fetch_offset, max(max_bytes, 0), max_offset=ans.read_to, min_one_message=min_one_message
             )
         except Exception as e:
             r.error_code = self.read_failed(topic, partition, e)
         return r
-
-    def _maybe_expand_isr(self, p: Partition, plog: PartitionLog) -> None:
-        target = p.isr_to_expand(plog.high_watermark)
-        if target is not None and self.isr_sender is not None:
-            log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr), list(target))
-            self.isr_sender(p, target)
 
     def maybe_shrink_isrs(self) -> None:
         """Every ``replica.lag.time.max.ms`` / 2 (Kafka's ``isr-expiration`` task): remove the
@@ -963,9 +959,8 @@ class ReplicaManager:
         d = log_dir / f"{info.name}-{partition}"
         plog = PartitionLog.open(d, info.name, partition, self.log_config(info), self.clock)
         if isinstance(self.metadata_cache, RegistryMetadataCache):
-            # this node is the whole ISR; on the quorum the HW stays as checkpointed until this
-            # node leads (a single replica: the log end) or the leader says (Kafka's
-            # replication-offset-checkpoint, kept per partition here)
+            # one node leads everything: the HW is the log end offset. A replica keeps the HW of
+            # its checkpoint (Kafka's): its log end may hold what was never committed
             plog.update_high_watermark(plog.log_end_offset)
         self._registry_epoch(plog)
         self.logs[(info.name, partition)] = plog
