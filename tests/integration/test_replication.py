@@ -352,7 +352,8 @@ def test_committed_offsets_survive_the_coordinators_death(ready: ClusterProcess)
 
         def committed() -> int | None:
             admin = admin_mod.AdminClient({"bootstrap.servers": c.node_bootstrap(survivor)})
-            req = confluent_kafka.ConsumerGroupTopicPartitions(group, [confluent_kafka.TopicPartition(name, 0)])
+            tps = [confluent_kafka.TopicPartition(name, 0)]
+            req = confluent_kafka.ConsumerGroupTopicPartitions(group, tps)
             res = admin.list_consumer_group_offsets([req], request_timeout=5)[group].result(10)
             return res.topic_partitions[0].offset if res.topic_partitions[0].error is None else None
 
