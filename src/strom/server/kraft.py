@@ -372,6 +372,9 @@ class BrokerQuorum:
             while name not in self.broker.topics.topics:
                 image = self.publisher.image
                 brokers = len(image.cluster.unfenced_brokers()) if image is not None else 1
+                if rf > brokers:
+                    log.warning("creating %s with replication factor %d: only %d broker(s) are registered "
+                                "(its configured factor is %d)", name, max(1, brokers), brokers, rf)
                 try:
                     await self.create_topic(name, partitions, {"cleanup.policy": "compact"},
                                             replication_factor=max(1, min(rf, brokers)))
