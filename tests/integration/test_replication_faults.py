@@ -219,6 +219,23 @@ def kill_two_in_turn(run: Run) -> None:
         run.progress(100)
 
 
+def kill_two_overlapping(run: Run) -> None:
+    """Two down at once: the ISRs shrink to the survivor, ``acks=all`` is refused (min ISR 2)
+    until one comes back and catches up; nothing acknowledged may be lost on the way."""
+    first, second = run.rng.sample(NODES, 2)
+    run.c.kill(first)
+    run.event(f"kill -9 node {first}")
+    time.sleep(run.rng.uniform(3, 5))  # fenced: the ISRs shrink
+    run.c.kill(second)
+    run.event(f"kill -9 node {second} (one node left: below min.insync.replicas)")
+    time.sleep(run.rng.uniform(3, 5))
+    run.c.start_node(first)
+    run.event(f"node {first} restarted")
+    run.progress(100)
+    run.c.start_node(second)
+    run.event(f"node {second} restarted")
+
+
 def pause_leader(run: Run) -> None:
     p, victim = run.some_leader()
     run.c.pause(victim)
@@ -226,7 +243,7 @@ def pause_leader(run: Run) -> None:
     try:
         time.sleep(2.5 + run.rng.uniform(3, 6))  # longer than broker.session.timeout.ms
         wait_for(f"partition {p} led by another node",
-                 lambda: run.leaders().get(p) not in (victim, -1, None), 30)
+                 lambda: run.leaders().get(p) not in (victim, -1, None), 15)
         run.event(f"partition {p} has a new leader")
         run.progress(100)
     finally:
@@ -251,6 +268,7 @@ FAULTS: dict[str, Callable[[Run], None]] = {
     "kill_leader": kill_leader,
     "kill_controller": kill_controller,
     "kill_two_in_turn": kill_two_in_turn,
+    "kill_two_overlapping": kill_two_overlapping,
     "pause_leader": pause_leader,
     "rolling_restart": rolling_restart,
 }

@@ -265,6 +265,7 @@ class Workload:
             "topic.metadata.refresh.interval.ms": 1000,
             "retry.backoff.ms": 100,
             "error_cb": lambda err: h.note_error(who, err),
+            "log_level": 0,  # errors reach error_cb (the history), not stderr
         })
 
         def delivered(err: Any, msg: Any) -> None:
@@ -312,6 +313,7 @@ class Workload:
             "heartbeat.interval.ms": 500,
             "topic.metadata.refresh.interval.ms": 1000,
             "error_cb": lambda err: h.note_error(who, err),
+            "log_level": 0,  # errors reach error_cb (the history), not stderr
         })
         c.subscribe([self.topic])
         last_commit = time.monotonic()
@@ -362,6 +364,7 @@ class Workload:
             "enable.auto.commit": False,
             "topic.metadata.refresh.interval.ms": 1000,
             "error_cb": lambda err: h.note_error("monitor", err),
+            "log_level": 0,
         })
         tps = [confluent_kafka.TopicPartition(self.topic, p) for p in range(self.partitions)]
         try:
