@@ -421,6 +421,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("share.coordinator.state.topic.replication.factor", _INT, 1),
     _c("share.coordinator.snapshot.update.records.per.snapshot", _INT, 500),
     _c("transaction.state.log.num.partitions", _INT, 50),
+    _c("transaction.state.log.replication.factor", _INT, 1),
     # the finalized level of Kafka's ``transaction.version`` feature (what ``kafka-storage format
     # --feature transaction.version=N`` sets; 2, KIP-890's epoch bump per transaction, is Kafka
     # 4.0's default). Clients read it from ApiVersions: at 2 the Java client ends transactions

@@ -96,10 +96,11 @@ log = logging.getLogger("strom.broker")
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 SHARE_STATE_TOPIC = "__share_group_state"
-INTERNAL_TOPIC_PARTITIONS = (
-    (OFFSETS_TOPIC, "offsets.topic.num.partitions"),
-    (TXN_TOPIC, "transaction.state.log.num.partitions"),
-    (SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions"),
+INTERNAL_TOPIC_PARTITIONS = (  # (topic, its partition count's config, its replication factor's)
+    (OFFSETS_TOPIC, "offsets.topic.num.partitions", "offsets.topic.replication.factor"),
+    (TXN_TOPIC, "transaction.state.log.num.partitions", "transaction.state.log.replication.factor"),
+    (SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions",
+     "share.coordinator.state.topic.replication.factor"),
 )
 
 
@@ -351,7 +352,8 @@ class Broker:
             await self.quorum.register()
             await self.producer_ids.start()  # the first block from the controller
             await self.quorum.create_internal_topics(
-                [(name, int(self.config[key])) for name, key in INTERNAL_TOPIC_PARTITIONS]
+                [(name, int(self.config[key]), int(self.config[rf]))
+                 for name, key, rf in INTERNAL_TOPIC_PARTITIONS]
             )
         hosted = self.quorum.publisher.hosts if self.quorum is not None else None  # (its replicas)
         self.replica_manager.load_logs(self.topics.topics.values(), hosted=hosted)

@@ -40,8 +40,10 @@ Start-up, in Kafka's order (controller first), as :meth:`Broker.start` calls it:
    unfenced, then every ``broker.heartbeat.interval.ms``
    (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`; retried while the active
    controller cannot be reached).
-5. :meth:`BrokerQuorum.create_internal_topics` through the controller; a node that cannot reach
-   the active controller waits until the topic reaches its image.
+5. :meth:`BrokerQuorum.create_internal_topics` through the controller, each with its configured
+   replication factor (``offsets.topic.replication.factor``...); a node that cannot reach the
+   active controller, or finds fewer active brokers than that, waits until the topic reaches its
+   image.
 6. the broker loads its logs, goes live (:meth:`go_live`), starts its coordinators and its client
    listeners.
 
@@ -361,17 +363,19 @@ class BrokerQuorum:
         await self.lifecycle.start()
         await self._settle()
 
-    async def create_internal_topics(self, topics: list[tuple[str, int]]) -> None:
-        """Create the missing internal topics through the controller. A node that cannot reach
-        the active controller waits until the topic reaches its image (the active controller's
-        node creates it)."""
+    async def create_internal_topics(self, topics: list[tuple[str, int, int]]) -> None:
+        """Create the missing internal topics ``(name, partitions, replication factor)`` through
+        the controller. A node that cannot reach the active controller waits until the topic
+        reaches its image (the active controller's node creates it); so does one that finds
+        fewer active brokers than the replication factor (the others are still starting)."""
         told = False
-        for name, partitions in topics:
+        for name, partitions, rf in topics:
             while name not in self.broker.topics.topics:
                 try:
-                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+                    await self.create_topic(name, partitions, {"cleanup.policy": "compact"}, rf)
                 except TopicError as e:
-                    if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    if e.code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS,
+                                      ErrorCode.INVALID_REPLICATION_FACTOR):
                         raise
                     if not told:
                         told = True
