@@ -16,8 +16,13 @@ Theory of operation
   holding offsets up to the log end; no system call), hands the plans to a few worker threads
   (``strom-coordinator-flush``, 4: the partitions' fsyncs run side by side, which a file system
   commits together) and when they are done, back on the loop,
-  moves each log's recovery point, raises the HW of the coordinators' partitions, wakes
-  fetches of those partitions and completes the waiters up to the synced offset. Only one round
+  moves each log's recovery point, raises the HW of the coordinators' partitions (as far as
+  their ISR allows), wakes fetches of those partitions and completes the waiters up to the
+  synced offset or the HW, whichever is lower. A replicated partition's HW moves later, when
+  its followers fetched: the replica manager tells the writer (``hw_listener``), which
+  completes the waiters then (an answer acknowledges only what the ISR holds, as Kafka's
+  coordinators append with acks=all); a partition this broker stops leading fails its waiters
+  (``leadership_lost``). Only one round
   is in flight: what is appended meanwhile waits for the next round, so N concurrent commits to
   a partition cost one or two fsyncs, not N.
 * A failed fsync fails the waiters it covered with KAFKA_STORAGE_ERROR (the coordinators answer
@@ -82,12 +87,15 @@ class CoordinatorPartitionWriter:
         )
         self._waiting: dict[TopicPartition, DeferredQueue] = {}
         self._durable: dict[TopicPartition, int] = {}  # offsets below are on disk (this process)
+        self._notified: dict[TopicPartition, int] = {}  # waiters and listeners completed up to
         self._listeners: dict[TopicPartition, list[HighWatermarkListener]] = {}
         self._dirty: set[TopicPartition] = set()
         self._kicked = False
         self._in_flight = False
         self._closed = False
         self.rounds = 0  # flush rounds done (tests, bench)
+        broker.replica_manager.hw_listener = self._high_watermark_moved
+        broker.replica_manager.leadership_lost = self._leadership_lost
 
     # ------------------------------------------------------------------ PartitionWriter
 
@@ -118,7 +126,7 @@ class CoordinatorPartitionWriter:
 
     def await_offset(self, tp: TopicPartition, offset: int) -> Awaitable[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._durable.get(tp, -1) >= offset:
+        if self._completed(tp) >= offset:
             fut.set_result(None)
             return fut
         if self._closed:
@@ -241,17 +249,44 @@ class CoordinatorPartitionWriter:
         if self._dirty:
             self._kick()
 
+    def _completed(self, tp: TopicPartition) -> int:
+        """The offset the writes of ``tp`` are complete up to: durable here *and* below the HW
+        (which, with replication, the ISR moves: a write is answered once the ISR holds it, as
+        Kafka's coordinators append with acks=all)."""
+        plog = self.broker.replica_manager.logs.get(tp)
+        hw = plog.high_watermark if plog is not None else -1
+        return min(self._durable.get(tp, -1), hw)
+
     def _advance(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
         if offset <= self._durable.get(tp, -1):
             return
         self._durable[tp] = offset
         if tp[0] in self.hw_on_durable and offset > plog.high_watermark:
             self.broker.replica_manager.advance_high_watermark(plog, offset)
+        self._complete(tp)
+
+    def _high_watermark_moved(self, tp: TopicPartition, hw: int) -> None:
+        """The replica manager's HW listener: followers' fetches move the HW of a replicated
+        partition after the local flush."""
+        if tp in self._waiting or tp in self._listeners:
+            self._complete(tp)
+
+    def _leadership_lost(self, tp: TopicPartition) -> None:
+        """The replica manager's hook: this broker follows ``tp`` now; what waits for its HW
+        here never gets it (the coordinators answer NOT_COORDINATOR)."""
+        self._fail(tp, None, CoordinatorWriteError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                   f"{tp[0]}-{tp[1]} is led by another broker now"))
+
+    def _complete(self, tp: TopicPartition) -> None:
+        offset = self._completed(tp)
         q = self._waiting.get(tp)
         if q is not None:
             q.complete_upto(offset)
             if not q:
                 del self._waiting[tp]
+        if offset == self._notified.get(tp):
+            return
+        self._notified[tp] = offset
         for listener in self._listeners.get(tp, ()):
             try:
                 listener.on_high_watermark_updated(tp, offset)

@@ -237,6 +237,9 @@ class ReplicaManager:
         # set by the broker in a cluster: followers' fetchers, and the AlterPartition sender
         self.fetcher_manager: Any = None
         self.isr_sender: Callable[[Partition, tuple[int, ...]], None] | None = None
+        # told every HW advance (the coordinators' writer: their answers wait for the HW)
+        self.hw_listener: Callable[[TopicPartition, int], None] | None = None
+        self.leadership_lost: Callable[[TopicPartition], None] | None = None  # (the same writer)
 
     # ------------------------------------------------------------------ partition errors
     def partition_error(self, topic: str, partition: int) -> int:
@@ -597,6 +600,8 @@ class ReplicaManager:
             offset = p.high_watermark_bound(offset) if p.is_leader else -1
         if offset > plog.high_watermark:
             plog.update_high_watermark(offset)
+            if self.hw_listener is not None:
+                self.hw_listener(tp, plog.high_watermark)
         if self._hw_waiters:
             self._high_watermark_advanced(tp, plog.high_watermark)
         else:
@@ -644,6 +649,8 @@ class ReplicaManager:
             log.info("%s-%d: leader at epoch %d, ISR %s", topic, partition, p.leader_epoch, list(p.isr))
         elif change is RoleChange.FOLLOWER:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            if self.leadership_lost is not None:
+                self.leadership_lost(tp)
             self.purgatory.notify(tp)
             self._leader_caps.pop(tp, None)
             if fetchers is not None:
