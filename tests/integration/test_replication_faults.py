@@ -11,14 +11,19 @@ lost, duplicated, misplaced, reordered and phantom records and committed offsets
 The replicas of every partition must also hold the same bytes in the end (a zombie's suffix
 truncated away).
 
-The faults: kill -9 of a partition leader; kill -9 of the active controller; kill -9 of two
+The faults: kill -9 of a partition leader; kill -9 of the active controller; kill -9 of the
+group coordinator (``__consumer_offsets`` is replicated three times here); kill -9 of two
 brokers one after the other (the first back and the ISRs full before the second: with
-``min.insync.replicas=2`` and ``acks=all`` nothing acknowledged may be lost); SIGSTOP of a leader
-for longer than the broker session timeout, then SIGCONT (the zombie is fenced; nothing it
-appended alone may count as committed); a rolling restart (SIGTERM each node in turn, the ISRs
-full between). Network partitions are not simulated (they need network namespaces).
+``min.insync.replicas=2`` and ``acks=all`` nothing acknowledged may be lost); kill -9 of two
+brokers overlapping (one node left, below ``min.insync.replicas``: writes wait, then resume);
+SIGSTOP of a leader for longer than the broker session timeout, then SIGCONT (the zombie is
+fenced; nothing it appended alone may count as committed); SIGSTOP of the active controller
+(writes go on: the other brokers heartbeat to the new controller and stay unfenced); a rolling
+restart (SIGTERM each node in turn, the ISRs full between). Network partitions are not
+simulated (they need network namespaces).
 
-The victims and timings come from a seeded random generator (``STROM_FAULT_SEED``, default 14,
+One cluster serves the module (each test has its own topic and group, and heals its fault). The
+victims and timings come from a seeded random generator (``STROM_FAULT_SEED``, default 14,
 printed); ``-m slow`` runs every fault with more seeds and a longer workload. Node logs:
 ``<tmp>/dc/node-<id>/server.log``.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -64,7 +70,8 @@ class Run:
     t0: float
 
     def event(self, what: str) -> None:
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {what} (acked so far {self.wl.acked})", flush=True)
+        now = time.monotonic()
+        print(f"[{now - self.t0:6.1f}s] {what} (acked so far {self.wl.acked}; clock {now:.1f})", flush=True)
 
     def leaders(self) -> dict[int, int]:
         node = self.c.running[0]
@@ -120,16 +127,31 @@ def segment_bytes(c: ClusterProcess, node: int, topic: str, partition: int) -> b
     return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ClusterProcess]:
-    c = ClusterProcess(tmp_path / "dc", 3, overrides=OVERRIDES)
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    root = tmp_path_factory.mktemp("faults") / "dc"
+    c = ClusterProcess(root, 3, overrides=OVERRIDES)
     c.start()
     try:
         c.wait_ready(90)
         yield c
     finally:
         c.close()
-        print(f"node logs: {tmp_path / 'dc'}/node-<id>/server.log")
+        print(f"node logs: {root}/node-<id>/server.log")
+
+
+@pytest.fixture
+def cluster(shared_cluster: ClusterProcess) -> ClusterProcess:
+    """The module's cluster with every node running (each test heals its fault; a failed one may
+    not have)."""
+    c = shared_cluster
+    for i in NODES:
+        c.resume(i)
+        if not c.is_running(i):
+            c.start_node(i)
+    c.wait_ready(90)
+    print(f"node logs: {c.root}/node-<id>/server.log")
+    return c
 
 
 def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate: float = 80.0,
@@ -156,9 +178,10 @@ def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate
         run.progress(after)
         run.event("progress after the fault")
     finally:
-        wl.stop()
+        wl.stop(drain=2.0)
         run.event("workload stopped")
     run.isr_full()
+    wl.read_final_committed()
     final = final_read(c.bootstrap, topic, PARTITIONS)
     result = check(wl.history, final)
     print(result.details())
@@ -200,6 +223,19 @@ def kill_controller(run: Run) -> None:
     victim = run.c.active_controller()
     run.c.kill(victim)
     run.event(f"kill -9 node {victim}, the active controller")
+    time.sleep(run.rng.uniform(3, 6))
+    run.progress(100)
+    run.c.start_node(victim)
+    run.event(f"node {victim} restarted")
+
+
+def kill_coordinator(run: Run) -> None:
+    """kill -9 of the group coordinator (the leader of ``__consumer_offsets``, replicated 3
+    times): another replica takes the group over with every offset it acknowledged."""
+    md = run.c.metadata(run.c.running[0], ["__consumer_offsets"])
+    victim = md.topics["__consumer_offsets"].partitions[0].leader
+    run.c.kill(victim)
+    run.event(f"kill -9 node {victim}, the group coordinator")
     time.sleep(run.rng.uniform(3, 6))
     run.progress(100)
     run.c.start_node(victim)
@@ -251,6 +287,38 @@ def pause_leader(run: Run) -> None:
         run.event(f"SIGCONT node {victim}")
 
 
+def pause_coordinator(run: Run) -> None:
+    """SIGSTOP of the group coordinator past its session: another replica of
+    ``__consumer_offsets`` takes the group over; the zombie's queued commits are not
+    acknowledged, its answers never show offsets the group does not keep."""
+    md = run.c.metadata(run.c.running[0], ["__consumer_offsets"])
+    victim = md.topics["__consumer_offsets"].partitions[0].leader
+    run.c.pause(victim)
+    run.event(f"SIGSTOP node {victim}, the group coordinator")
+    try:
+        time.sleep(2.5 + run.rng.uniform(3, 6))
+        run.progress(100, timeout=15)
+    finally:
+        run.c.resume(victim)
+        run.event(f"SIGCONT node {victim}")
+
+
+def pause_controller(run: Run) -> None:
+    """SIGSTOP of the active controller: the quorum elects another, the brokers' heartbeats go
+    there (not stuck on the frozen node), so no broker is fenced and writes go on meanwhile."""
+    victim = run.c.active_controller()
+    run.c.pause(victim)
+    run.event(f"SIGSTOP node {victim}, the active controller")
+    try:
+        new = run.c.active_controller(timeout=15)
+        run.event(f"node {new} is the active controller")
+        time.sleep(2.5 + run.rng.uniform(2, 4))  # past the frozen node's session
+        run.progress(100, timeout=15)  # the two others keep min.insync.replicas
+    finally:
+        run.c.resume(victim)
+        run.event(f"SIGCONT node {victim}")
+
+
 def rolling_restart(run: Run) -> None:
     order = list(NODES)
     run.rng.shuffle(order)
@@ -267,9 +335,12 @@ def rolling_restart(run: Run) -> None:
 FAULTS: dict[str, Callable[[Run], None]] = {
     "kill_leader": kill_leader,
     "kill_controller": kill_controller,
+    "kill_coordinator": kill_coordinator,
     "kill_two_in_turn": kill_two_in_turn,
     "kill_two_overlapping": kill_two_overlapping,
     "pause_leader": pause_leader,
+    "pause_coordinator": pause_coordinator,
+    "pause_controller": pause_controller,
     "rolling_restart": rolling_restart,
 }
 
@@ -295,3 +366,64 @@ def test_fault_seeds(slow_only: None, cluster: ClusterProcess, fault: str, seed:
 
 def test_network_partition() -> None:
     pytest.skip("network partitions need network namespaces (or iptables) per node: not simulated here")
+
+
+def test_an_acknowledged_offset_commit_survives_the_coordinators_death(cluster: ClusterProcess) -> None:
+    """OffsetCommit is acknowledged only once the ISR of ``__consumer_offsets`` holds it: with
+    both followers frozen, a commit acknowledged by the coordinator alone would be gone after
+    its kill -9 (the group's committed offset moving back)."""
+    import confluent_kafka
+
+    c = cluster
+    topic = f"commit-{uuid.uuid4().hex[:8]}"
+    res = c.create_topics(c.running[0], {topic: (1, 3)}, configs={"min.insync.replicas": "2"})
+    assert res[topic][0] == 0, res
+    c.wait_topic(topic, timeout=60)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": c.bootstrap, "group.id": group, "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000, "log_level": 0}
+    tp = confluent_kafka.TopicPartition
+    cons = confluent_kafka.Consumer(conf)
+    try:
+        cons.commit(offsets=[tp(topic, 0, 3)], asynchronous=False)
+        md = c.metadata(c.running[0], ["__consumer_offsets"])
+        coordinator = md.topics["__consumer_offsets"].partitions[0].leader
+        followers = [n for n in NODES if n != coordinator]
+        time.sleep(1.0)  # offset 3 replicated
+        outcome: dict[str, object] = {}
+
+        def commit() -> None:
+            try:
+                outcome["ok"] = cons.commit(offsets=[tp(topic, 0, 7)], asynchronous=False)
+            except Exception as e:
+                outcome["error"] = e
+
+        for f in followers:
+            c.pause(f)
+        try:
+            t = threading.Thread(target=commit, daemon=True)
+            t.start()
+            t.join(0.8)
+            acked_before_kill = "ok" in outcome
+            c.kill(coordinator)
+        finally:
+            for f in followers:
+                c.resume(f)
+        t.join(60)
+        print(f"coordinator {coordinator} killed; the commit of 7 was "
+              f"{'acknowledged' if acked_before_kill else 'not acknowledged'} before; outcome {outcome}")
+        check = confluent_kafka.Consumer(conf)
+        try:
+            got = wait_for("the group's committed offset",
+                           lambda: check.committed([tp(topic, 0)], timeout=5)[0], 60)
+        finally:
+            check.close()
+        committed = got.offset  # type: ignore[attr-defined]
+        print(f"committed offset after the failover: {committed}")
+        if acked_before_kill or "ok" in outcome:
+            assert committed == 7, f"an acknowledged commit of 7 was lost: the group is back at {committed}"
+        else:
+            assert committed in (3, 7)
+    finally:
+        cons.close()
+        c.start_node(coordinator)

@@ -10,7 +10,9 @@ def history() -> History:
     h.sent = {"p0-0", "p0-1", "p0-2", "p1-0"}
     h.acked = [(0, 0, "p0-0"), (0, 1, "p0-1"), (1, 0, "p1-0")]
     h.observed = [(0, (0, 0, "p0-0")), (1, (1, 0, "p1-0"))]
-    h.commits = [(1.0, 0, 1, "c0"), (2.0, 0, 2, "monitor")]
+    h.commits = [(1.0, 0, 1, "c0"), (2.0, 0, 2, "c1")]
+    h.offset_reads = [(1.5, 0, 1), (2.5, 0, 2)]
+    h.final_committed = {0: 2}
     return h
 
 
@@ -24,7 +26,9 @@ def test_a_clean_history_passes() -> None:
 def test_each_anomaly_is_found() -> None:
     h = history()
     h.observed.append((0, (0, 2, "p0-9")))  # seen, then truncated away
-    h.commits.append((3.0, 0, 1, "c1"))  # the group's offset went back
+    h.commits.append((3.0, 0, 1, "c0"))  # the group's offset went back
+    h.offset_reads.append((2.5, 0, 1))  # a stale read (reported, not an error)
+    h.final_committed = {0: 1}  # a lost commit
     h.acked.append((1, 1, "p1-1"))  # acknowledged before p1-0's offset: reordered
     h.sent.add("p1-1")
     final = {
@@ -38,7 +42,9 @@ def test_each_anomaly_is_found() -> None:
     assert r.misplaced == [((0, 1, "p0-1"), None)]
     assert r.phantom == [((0, 2, "p0-9"), "p0-1")]
     assert r.unexpected == [(0, 4, "x")]
-    assert r.regressions == [(0, 2, 1, "monitor -> c1")]
+    assert r.regressions == [(0, 2, 1, "c1 at 2.0 -> c0 at 3.0")]
+    assert r.lost_commits == [(0, 2, 1)]
+    assert r.stale_offset_reads == [(0, 2, 1, "acked at 2.0, read at 2.5")]
     h2 = history()
     h2.acked = [(0, 1, "p0-0"), (0, 0, "p0-1")]
     r2 = check(h2, {0: [(0, "p0-1"), (1, "p0-0")], 1: [(0, "p1-0")]})

@@ -8,8 +8,9 @@ Theory of operation
   ``(partition, offset, value)`` (and every definite failure); ``consumers`` members of one
   consumer group read, record every ``(partition, offset, value)`` they observed, and commit
   their positions synchronously every ``commit_interval`` seconds; a monitor reads the group's
-  committed offsets (OffsetFetch, as a non-member) every ``monitor_interval`` seconds. All of it
-  lands in a :class:`History`.
+  committed offsets (OffsetFetch, as a non-member) every ``monitor_interval`` seconds, and
+  :meth:`Workload.read_final_committed` reads them once more at the end. All of it lands in a
+  :class:`History`.
 * **Final read** (:func:`final_read`): after the faults healed, one consumer assigned every
   partition from the beginning reads up to each partition's high watermark.
 * **Checker** (:func:`check`), in Jepsen's vocabulary:
@@ -21,8 +22,13 @@ Theory of operation
   - *unexpected*: a final-log value no producer ever sent;
   - *reordered*: one producer's acknowledged values in one partition at offsets out of send order;
   - *non-monotonic*: final-read offsets of a partition not strictly increasing;
-  - *offset regressions*: the group's committed offset of a partition moving backwards between
-    two observations (monitor or a member's successful commit).
+  - *offset regressions*: a commit of a partition acknowledged after another one of a higher
+    offset (the group's committed offset moved backwards);
+  - *lost commits*: the group's committed offset read once the cluster healed is below the
+    highest commit acknowledged;
+  - *stale committed-offset reads* (reported, not an error): the monitor's OffsetFetch answered
+    an offset below a commit acknowledged before it asked — a deposed coordinator answering
+    from its state before it learns it was deposed (a Kafka coordinator does the same).
   Records sent but not acknowledged (failed or unanswered) may or may not be in the log
   (*indeterminate*, counted, never an error).
 
@@ -53,7 +59,9 @@ class History:
     acked: list[Record] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (value, error)
     observed: list[tuple[int, Record]] = field(default_factory=list)  # (consumer, record)
-    commits: list[tuple[float, int, int, str]] = field(default_factory=list)  # (time, partition, offset, by)
+    commits: list[tuple[float, int, int, str]] = field(default_factory=list)  # acked: (time, p, offset, by)
+    offset_reads: list[tuple[float, int, int]] = field(default_factory=list)  # monitor: (sent at, p, offset)
+    final_committed: dict[int, int] = field(default_factory=dict)  # read once the cluster healed
     errors: list[str] = field(default_factory=list)  # client-level errors (for the report)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -76,14 +84,17 @@ class CheckResult:
     reordered: list[tuple[str, str]] = field(default_factory=list)
     non_monotonic: list[tuple[int, int, int]] = field(default_factory=list)
     regressions: list[tuple[int, int, int, str]] = field(default_factory=list)
+    lost_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (p, acked, final)
+    stale_offset_reads: list[tuple[int, int, int, str]] = field(default_factory=list)
     indeterminate: int = 0
     observed: int = 0
     commits: int = 0
+    offset_reads: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.misplaced or self.duplicated or self.phantom or self.unexpected
-                    or self.reordered or self.non_monotonic or self.regressions)
+                    or self.reordered or self.non_monotonic or self.regressions or self.lost_commits)
 
     def summary(self) -> str:
         return (
@@ -91,15 +102,16 @@ class CheckResult:
             f"duplicated {len(self.duplicated)}, phantom {len(self.phantom)}, "
             f"misplaced {len(self.misplaced)}, unexpected {len(self.unexpected)}, "
             f"reordered {len(self.reordered)}, non-monotonic {len(self.non_monotonic)}, "
-            f"offset regressions {len(self.regressions)} "
+            f"offset regressions {len(self.regressions)}, lost commits {len(self.lost_commits)} "
             f"(final log {self.final}, indeterminate {self.indeterminate}, "
-            f"consumer observations {self.observed}, committed-offset observations {self.commits})"
+            f"consumer observations {self.observed}, acknowledged commits {self.commits}, "
+            f"stale committed-offset reads {len(self.stale_offset_reads)} of {self.offset_reads})"
         )
 
     def details(self, limit: int = 10) -> str:
         out = [self.summary()]
         for name in ("lost", "misplaced", "duplicated", "phantom", "unexpected", "reordered",
-                     "non_monotonic", "regressions"):
+                     "non_monotonic", "regressions", "lost_commits", "stale_offset_reads"):
             v = getattr(self, name)
             if v:
                 items = list(v.items()) if isinstance(v, dict) else list(v)
@@ -109,7 +121,8 @@ class CheckResult:
 
 def check(h: History, final: dict[int, list[tuple[int, str]]]) -> CheckResult:
     """The anomalies of ``h`` against the final log ``final`` (partition -> [(offset, value)])."""
-    r = CheckResult(acked=len(h.acked), observed=len(h.observed), commits=len(h.commits))
+    r = CheckResult(acked=len(h.acked), observed=len(h.observed), commits=len(h.commits),
+                    offset_reads=len(h.offset_reads))
     at: dict[tuple[int, int], str] = {}
     where: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for p, recs in final.items():
@@ -151,16 +164,34 @@ def check(h: History, final: dict[int, list[tuple[int, str]]]) -> CheckResult:
         for (s1, o1), (s2, o2) in itertools.pairwise(pairs):
             if o2 <= o1:
                 r.reordered.append((f"{_prod}-{s1}@{o1}", f"{_prod}-{s2}@{o2}"))
-    # committed offsets: never backwards (observations in time order)
+    # acknowledged commits: never backwards (in the order they were acknowledged), all kept
     best: dict[int, tuple[int, str]] = {}
-    for _t, p, o, by in sorted(h.commits, key=lambda c: c[0]):
+    acked_by_time: list[tuple[float, int, int]] = []
+    for t, p, o, by in sorted(h.commits, key=lambda c: c[0]):
         if o < 0:
             continue
+        acked_by_time.append((t, p, o))
         prev = best.get(p)
         if prev is not None and o < prev[0]:
-            r.regressions.append((p, prev[0], o, f"{prev[1]} -> {by}"))
+            r.regressions.append((p, prev[0], o, f"{prev[1]} -> {by} at {t:.1f}"))
         if prev is None or o >= prev[0]:
-            best[p] = (o, by)
+            best[p] = (o, f"{by} at {t:.1f}")
+    for p, (o, _by) in best.items():
+        final_o = h.final_committed.get(p, -1)
+        if final_o < o:
+            r.lost_commits.append((p, o, final_o))
+    # reads of the committed offsets (OffsetFetch) below a commit acknowledged before the read
+    # was sent: stale reads (a deposed coordinator answering from its state), reported
+    i = 0
+    upto: dict[int, tuple[int, float]] = {}
+    for t, p, o in sorted(h.offset_reads):
+        while i < len(acked_by_time) and acked_by_time[i][0] < t:
+            _t, cp, co = acked_by_time[i]
+            if co > upto.get(cp, (-1, 0.0))[0]:
+                upto[cp] = (co, _t)
+            i += 1
+        if o < upto.get(p, (-1, 0.0))[0]:
+            r.stale_offset_reads.append((p, upto[p][0], o, f"acked at {upto[p][1]:.1f}, read at {t:.1f}"))
     return r
 
 
@@ -369,18 +400,42 @@ class Workload:
         tps = [confluent_kafka.TopicPartition(self.topic, p) for p in range(self.partitions)]
         try:
             while not self._stop_consuming.wait(self.monitor_interval):
+                t = time.monotonic()
                 try:
                     got = c.committed(tps, timeout=5)
                 except confluent_kafka.KafkaException as e:
                     h.note_error("monitor", f"committed: {e}")
                     continue
-                t = time.monotonic()
                 with h.lock:
                     for tp in got:
                         if tp.error is None and tp.offset >= 0:
-                            h.commits.append((t, tp.partition, tp.offset, "monitor"))
+                            h.offset_reads.append((t, tp.partition, tp.offset))
         finally:
             c.close()
+
+    def read_final_committed(self, timeout: float = 60.0) -> dict[int, int]:
+        """The group's committed offsets once the cluster healed (into the history)."""
+        import confluent_kafka
+
+        c = confluent_kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                      "enable.auto.commit": False, "log_level": 0})
+        tps = [confluent_kafka.TopicPartition(self.topic, p) for p in range(self.partitions)]
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    got = c.committed(tps, timeout=10)
+                    if all(tp.error is None for tp in got):
+                        break
+                except confluent_kafka.KafkaException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the group's committed offsets could not be read")
+                time.sleep(0.5)
+        finally:
+            c.close()
+        self.history.final_committed = {tp.partition: tp.offset for tp in got}
+        return self.history.final_committed
 
 
 def _record(m: Any) -> Record:
