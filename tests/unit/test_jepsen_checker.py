@@ -9,7 +9,7 @@ def history() -> History:
     h = History()
     h.sent = {"p0-0", "p0-1", "p0-2", "p1-0"}
     h.acked = [(0, 0, "p0-0"), (0, 1, "p0-1"), (1, 0, "p1-0")]
-    h.observed = [(0, (0, 0, "p0-0")), (1, (1, 0, "p1-0"))]
+    h.observed = [(0, (0, 0, "p0-0")), (0, (0, 1, "p0-1")), (1, (1, 0, "p1-0"))]
     h.commits = [(1.0, 0, 1, "c0"), (2.0, 0, 2, "c1")]
     h.offset_reads = [(1.5, 0, 1), (2.5, 0, 2)]
     h.final_committed = {0: 2}
@@ -38,9 +38,10 @@ def test_each_anomaly_is_found() -> None:
     r = check(h, final)
     assert not r.ok
     assert [v for _p, _o, v in r.lost] == ["p1-1"]
+    assert [v for _p, _o, v in r.unseen] == ["p1-1"]
     assert r.duplicated == {"p0-1": [(0, 2), (0, 3)]}
     assert r.misplaced == [((0, 1, "p0-1"), None)]
-    assert r.phantom == [((0, 2, "p0-9"), "p0-1")]
+    assert r.phantom == [((0, 1, "p0-1"), None), ((0, 2, "p0-9"), "p0-1")]  # p0-1 moved
     assert r.unexpected == [(0, 4, "x")]
     assert r.regressions == [(0, 2, 1, "c1 at 2.0 -> c0 at 3.0")]
     assert r.lost_commits == [(0, 2, 1)]

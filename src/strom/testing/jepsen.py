@@ -17,6 +17,8 @@ Theory of operation
   - *lost*: acknowledged, absent from the final read;
   - *misplaced*: acknowledged at an offset that holds something else in the final read;
   - *duplicated*: a value at two offsets of the final log (idempotence promises once);
+  - *unseen*: acknowledged, never read by the consumer group (liveness: once the faults
+    healed, the group reads everything within the drain time);
   - *phantom*: a consumer observed ``(partition, offset, value)`` that is not at that offset in the
     final log (a read of data that was never committed, later truncated away);
   - *unexpected*: a final-log value no producer ever sent;
@@ -87,6 +89,7 @@ class CheckResult:
     lost_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (p, acked, final)
     stale_offset_reads: list[tuple[int, int, int, str]] = field(default_factory=list)
     indeterminate: int = 0
+    unseen: list[Record] = field(default_factory=list)  # acknowledged, never read by the group
     observed: int = 0
     commits: int = 0
     offset_reads: int = 0
@@ -94,7 +97,8 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.misplaced or self.duplicated or self.phantom or self.unexpected
-                    or self.reordered or self.non_monotonic or self.regressions or self.lost_commits)
+                    or self.reordered or self.non_monotonic or self.regressions or self.lost_commits
+                    or self.unseen)
 
     def summary(self) -> str:
         return (
@@ -102,7 +106,8 @@ class CheckResult:
             f"duplicated {len(self.duplicated)}, phantom {len(self.phantom)}, "
             f"misplaced {len(self.misplaced)}, unexpected {len(self.unexpected)}, "
             f"reordered {len(self.reordered)}, non-monotonic {len(self.non_monotonic)}, "
-            f"offset regressions {len(self.regressions)}, lost commits {len(self.lost_commits)} "
+            f"offset regressions {len(self.regressions)}, lost commits {len(self.lost_commits)}, "
+            f"unseen by the group {len(self.unseen)} "
             f"(final log {self.final}, indeterminate {self.indeterminate}, "
             f"consumer observations {self.observed}, acknowledged commits {self.commits}, "
             f"stale committed-offset reads {len(self.stale_offset_reads)} of {self.offset_reads})"
@@ -111,7 +116,7 @@ class CheckResult:
     def details(self, limit: int = 10) -> str:
         out = [self.summary()]
         for name in ("lost", "misplaced", "duplicated", "phantom", "unexpected", "reordered",
-                     "non_monotonic", "regressions", "lost_commits", "stale_offset_reads"):
+                     "non_monotonic", "regressions", "lost_commits", "unseen", "stale_offset_reads"):
             v = getattr(self, name)
             if v:
                 items = list(v.items()) if isinstance(v, dict) else list(v)
@@ -146,6 +151,8 @@ def check(h: History, final: dict[int, list[tuple[int, str]]]) -> CheckResult:
             r.misplaced.append(((p, o, v), at.get((p, o))))
     r.indeterminate = sum(1 for v in where if v not in acked_values and v in h.sent)
     r.unexpected = [(p, o, v) for (p, o), v in at.items() if v not in h.sent]
+    seen_values = {rec[2] for _c, rec in h.observed}
+    r.unseen = [(p, o, v) for p, o, v in h.acked if v not in seen_values]
     seen: set[Record] = set()
     for _c, rec in h.observed:
         if rec in seen:
@@ -258,11 +265,18 @@ class Workload:
             if t.name.startswith("jepsen-producer"):
                 t.join(timeout)
 
-    def stop(self, drain: float = 3.0, timeout: float = 150.0) -> None:
-        """Stop the producers (every record answered), let the consumers read ``drain`` seconds
-        more, then stop them and the monitor."""
+    def stop(self, drain: float = 30.0, timeout: float = 150.0) -> None:
+        """Stop the producers (every record answered), let the consumers read until they saw
+        every acknowledged record (at most ``drain`` seconds), then stop them and the monitor."""
         self.stop_producers(timeout)
-        time.sleep(drain)
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline:
+            with self.history.lock:
+                seen = {rec[2] for _c, rec in self.history.observed}
+                if all(v in seen for _p, _o, v in self.history.acked):
+                    break
+            time.sleep(0.2)
+        time.sleep(0.5)  # a last commit round
         self._stop_consuming.set()
         for t in self._threads:
             t.join(30)
