@@ -89,6 +89,7 @@ class CheckResult:
     lost_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (p, acked, final)
     stale_offset_reads: list[tuple[int, int, int, str]] = field(default_factory=list)
     indeterminate: int = 0
+    acked_without_offset: int = 0  # acknowledged, offset unknown to the client (not checked for it)
     unseen: list[Record] = field(default_factory=list)  # acknowledged, never read by the group
     observed: int = 0
     commits: int = 0
@@ -109,6 +110,7 @@ class CheckResult:
             f"offset regressions {len(self.regressions)}, lost commits {len(self.lost_commits)}, "
             f"unseen by the group {len(self.unseen)} "
             f"(final log {self.final}, indeterminate {self.indeterminate}, "
+            f"acknowledged without an offset {self.acked_without_offset}, "
             f"consumer observations {self.observed}, acknowledged commits {self.commits}, "
             f"stale committed-offset reads {len(self.stale_offset_reads)} of {self.offset_reads})"
         )
@@ -147,6 +149,9 @@ def check(h: History, final: dict[int, list[tuple[int, str]]]) -> CheckResult:
             r.lost.append((p, o, v))
             continue
         r.read += 1
+        if o < 0:
+            r.acked_without_offset += 1
+            continue
         if at.get((p, o)) != v:
             r.misplaced.append(((p, o, v), at.get((p, o))))
     r.indeterminate = sum(1 for v in where if v not in acked_values and v in h.sent)
@@ -164,6 +169,8 @@ def check(h: History, final: dict[int, list[tuple[int, str]]]) -> CheckResult:
     # one producer's acknowledged values in a partition: offsets in send order
     by_prod: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for p, o, v in h.acked:
+        if o < 0:
+            continue
         prod, seq = v.rsplit("-", 1)
         by_prod[(prod, p)].append((int(seq), o))
     for (_prod, _p), pairs in by_prod.items():
@@ -318,8 +325,9 @@ class Workload:
             with h.lock:
                 if err is not None:
                     h.failed.append((v, str(err)))
-                else:
-                    h.acked.append((msg.partition(), msg.offset(), v))
+                else:  # an offset librdkafka does not know (-1: None here) is kept as -1
+                    off = msg.offset()
+                    h.acked.append((msg.partition(), off if off is not None else -1, v))
 
         seq = 0
         interval = 1.0 / self.rate
