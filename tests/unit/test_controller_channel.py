@@ -284,6 +284,43 @@ def test_a_controller_that_never_answers_times_out() -> None:
     run(main())
 
 
+def test_a_request_to_a_controller_that_stopped_answering_moves_to_the_new_leader() -> None:
+    """A paused controller (SIGSTOP) never answers; the quorum elects another: the heartbeat in
+    flight goes to the new leader at once, not after request.timeout.ms (it used to wait the
+    whole 30 s, and the new controller fenced the broker meanwhile)."""
+
+    async def main() -> None:
+        leader = {"id": 1}
+
+        async def frozen(h: RequestHeader, req: Any) -> Any:
+            leader["id"] = 2  # elected while node 1 is frozen
+            await asyncio.sleep(60)
+
+        async def new(h: RequestHeader, req: Any) -> Any:
+            return heartbeat_response()
+
+        one, two = await FakeController(frozen).start(), await FakeController(new).start()
+        channel = QuorumControllerChannel(
+            None,
+            lambda: leader["id"],
+            {1: ("127.0.0.1", one.port), 2: ("127.0.0.1", two.port)},
+            request_timeout_ms=20_000,
+            retry_backoff_ms=10,
+        )
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            assert (await channel.call(63, heartbeat_request()))["error_code"] == 0
+            assert loop.time() - start < 2
+            assert len(one.received) == 1 and len(two.received) == 1
+        finally:
+            await channel.close()
+            await one.close()
+            await two.close()
+
+    run(main())
+
+
 def test_concurrent_requests_share_one_connection_and_match_by_correlation_id() -> None:
     async def main() -> None:
         release = asyncio.Event()

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import os
 import threading
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,49 @@ def test_commits_are_answered_at_the_hw_which_follows_the_flush_thread(tmp_path:
             assert flush_threads and all(n.startswith("strom-coordinator-flush") for n in flush_threads)
             assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
             assert gc.fetch_offsets("g7", [("t", [0])])[1]["t"][0].offset == 7  # type: ignore[union-attr]
+
+    asyncio.run(go())
+
+
+def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(tmp_path: Path) -> None:
+    """With a follower in the ISR, a commit durable here is answered only when the follower's
+    fetch moved the HW past it (it used to be answered at the local flush: a kill -9 of the
+    coordinator then lost an acknowledged commit); a commit waiting when another broker takes
+    the partition over is answered NOT_COORDINATOR."""
+
+    async def go() -> None:
+        async with _started(tmp_path / "data") as broker:
+            rm = broker.replica_manager
+            if not rm.partitions:
+                pytest.skip("the registry path has no replication state")
+            tp = ("__consumer_offsets", 0)
+            me, other = broker.node_id, broker.node_id + 100
+            p = rm.partitions[tp]
+            plog = broker.logs[tp]
+
+            def reg(leader: int, epoch: int) -> Any:
+                return types.SimpleNamespace(replicas=(me, other), isr=(me, other), leader=leader,
+                                             leader_epoch=epoch, partition_epoch=epoch)
+
+            rm.fetcher_manager = None  # no fetcher to start towards the made-up broker
+            rm.apply_partition(*tp, reg(me, p.leader_epoch + 1))
+            rm.read_for_follower(other, *tp, plog.log_end_offset, 1 << 20,
+                                 current_leader_epoch=p.leader_epoch)
+            gc = broker.group_coordinator
+            commit = asyncio.ensure_future(_commit(gc, "g", 5))
+            await asyncio.sleep(0.3)
+            assert plog.recovery_point == plog.log_end_offset  # durable here
+            assert not commit.done() and plog.high_watermark < plog.log_end_offset
+            rm.read_for_follower(other, *tp, plog.log_end_offset, 1 << 20,
+                                 current_leader_epoch=p.leader_epoch)
+            assert await asyncio.wait_for(commit, 5) == {("t", 0): E.NONE}
+            assert plog.high_watermark == plog.log_end_offset
+            # the follower takes over while a commit waits for it
+            commit = asyncio.ensure_future(_commit(gc, "g", 6))
+            await asyncio.sleep(0.3)
+            assert not commit.done()
+            rm.apply_partition(*tp, reg(other, p.leader_epoch + 1))
+            assert await asyncio.wait_for(commit, 5) == {("t", 0): E.NOT_COORDINATOR}
 
     asyncio.run(go())
 

@@ -28,7 +28,9 @@ this process directly: a combined node whose controller is active needs no socke
 * NOT_CONTROLLER (in the envelope or in the response), no known leader, and a connection that
   cannot be made or breaks are retried after ``retry_backoff_ms`` with the then current leader,
   until ``request_timeout_ms`` (Kafka's ``request.timeout.ms``, 30 s) after the call began; then
-  the call raises NotControllerError. A request the controller may have executed before the
+  the call raises NotControllerError. A request waiting for a controller that no longer leads
+  the quorum (it stopped answering and a new one was elected) is given up at once and sent to
+  the new leader (checked every ``retry_backoff_ms``). A request the controller may have executed before the
   connection broke is sent again, as Kafka's channel does: the controller's answer to the
   retry (say TOPIC_ALREADY_EXISTS) is what the caller gets.
 
@@ -285,8 +287,8 @@ class QuorumControllerChannel:
                     raise _Retry(f"node {leader} (this one) is not active yet")
                 if leader not in self.voters:
                     raise _Retry(f"controller {leader} is not in controller.quorum.voters")
-                return await asyncio.wait_for(
-                    self._remote(leader, api_key, request, principal, client_host), remaining
+                return await self._remote_while_leader(
+                    leader, remaining, api_key, request, principal, client_host
                 )
             except TimeoutError:
                 reason = f"no answer within request.timeout.ms ({self.request_timeout_ms})"
@@ -299,6 +301,36 @@ class QuorumControllerChannel:
                 break
             await asyncio.sleep(backoff)
         raise NotControllerError(f"no active controller answered: {reason}")
+
+    async def _remote_while_leader(
+        self, leader: int, timeout: float, api_key: int, request: Any, principal: str | None,
+        client_host: str | None,
+    ) -> dict[str, Any]:
+        """:meth:`_remote` to ``leader``, given up (``_Retry``) as soon as the quorum moves on to
+        another leader (or the local controller becomes active): a controller that stopped
+        answering (SIGSTOP, a hung host) must not hold the request — a broker's heartbeat — for
+        the whole ``request_timeout_ms`` while a new controller fences this broker (Kafka's
+        channel disconnects from the old controller when the active one changes)."""
+        task = asyncio.ensure_future(self._remote(leader, api_key, request, principal, client_host))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        poll = max(self.retry_backoff_ms, 10) / 1000
+        try:
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({task}, timeout=min(poll, left))
+                if done:
+                    return task.result()
+                now_leader = self.leader()
+                if now_leader != leader or (self.local is not None and self.local.is_active):
+                    raise _Retry(f"the controller moved from {leader} to {now_leader}")
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     async def _remote(
         self, node_id: int, api_key: int, request: Any, principal: str | None, client_host: str | None

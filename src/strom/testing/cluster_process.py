@@ -14,7 +14,8 @@ Lifecycle: :meth:`start` plans, formats and starts every node and waits until ea
 PLAINTEXT port accepts connections; :meth:`wait_ready` then waits until the quorum has a leader
 and every running node's Metadata lists every running broker. A single node can be stopped
 (SIGTERM, a graceful shutdown: :meth:`stop`), killed (SIGKILL, like ``kill -9``: no chance to flush
-or say goodbye: :meth:`kill`) and started again on its own dirs (:meth:`restart`,
+or say goodbye: :meth:`kill`), frozen and thawed (SIGSTOP/SIGCONT: :meth:`pause`,
+:meth:`resume`) and started again on its own dirs (:meth:`restart`,
 :meth:`start_node`). :meth:`close` (also ``__exit__``) stops every node, SIGKILLs what is still
 running after the shutdown timeout and reaps everything, so no process outlives a test; the nodes
 also get ``PR_SET_PDEATHSIG`` from DevCluster, so they die if the test process itself is killed.
@@ -84,6 +85,7 @@ class ClusterProcess:
             shutdown_timeout=shutdown_timeout,
         )
         self.shutdown_timeout = shutdown_timeout
+        self.paused: set[int] = set()  # SIGSTOPped (see pause): alive, but not answering
 
     # ------------------------------------------------------------------ topology
 
@@ -122,7 +124,8 @@ class ClusterProcess:
 
     @property
     def running(self) -> list[int]:
-        return [i for i in self.node_ids if self.is_running(i)]
+        """The nodes that run and answer (a paused node is alive, but not listed)."""
+        return [i for i in self.node_ids if self.is_running(i) and i not in self.paused]
 
     def log(self, node_id: int, tail: int = 5000) -> str:
         try:
@@ -192,6 +195,20 @@ class ClusterProcess:
             p.kill()
             p.wait()
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: the process freezes (a long GC pause, a hung VM) with its sockets open."""
+        p = self.proc(node_id)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGSTOP)
+            self.paused.add(node_id)
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT after :meth:`pause`."""
+        self.paused.discard(node_id)
+        p = self.proc(node_id)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+
     def restart(self, node_id: int, timeout: float = 60.0) -> None:
         """Start a stopped or killed node again on its own dirs (stops it first if running)."""
         if self.is_running(node_id):
@@ -199,7 +216,10 @@ class ClusterProcess:
         self.start_node(node_id, timeout)
 
     def close(self) -> None:
-        """Stop every node (SIGTERM, then SIGKILL after the shutdown timeout) and reap them."""
+        """Stop every node (SIGTERM, then SIGKILL after the shutdown timeout) and reap them (a
+        paused node is continued first, so it can shut down)."""
+        for i in self.node_ids:
+            self.resume(i)
         self.dev.stop()
 
     def __enter__(self) -> ClusterProcess:
