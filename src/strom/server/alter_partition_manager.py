@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..metadata.image import PartitionRegistration
 from ..protocol import codec
 from ..protocol.errors import ErrorCode
 from .partition import Partition, PendingIsr
@@ -106,7 +107,7 @@ class AlterPartitionManager:
                 if p.pending is pending:
                     p.pending = None
                 rm = self.broker.replica_manager
-                rm.apply_partition(p.topic, p.partition, _Registration(
+                rm.apply_partition(p.topic, p.partition, PartitionRegistration(
                     replicas=p.replicas, isr=tuple(int(b) for b in pd["isr"]), leader=int(pd["leader_id"]),
                     leader_epoch=int(pd["leader_epoch"]), partition_epoch=int(pd["partition_epoch"]),
                     leader_recovery_state=int(pd.get("leader_recovery_state", 0)),
@@ -119,19 +120,6 @@ class AlterPartitionManager:
             t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class _Registration:
-    """The fields of a registration ``ReplicaManager.apply_partition`` reads."""
-
-    def __init__(self, *, replicas: tuple[int, ...], isr: tuple[int, ...], leader: int, leader_epoch: int,
-                 partition_epoch: int, leader_recovery_state: int) -> None:
-        self.replicas = replicas
-        self.isr = isr
-        self.leader = leader
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.leader_recovery_state = leader_recovery_state
 
 
 __all__ = ["AlterPartitionManager"]

@@ -57,6 +57,13 @@ class BrokerNode:
     rack: str | None = None
 
 
+def broker_nodes(cache: MetadataCache, node_ids: Iterable[int], listener: str | None) -> list[BrokerNode]:
+    """The alive brokers among ``node_ids`` on ``listener``, by id (KIP-951's ``node_endpoints``
+    of Produce and Fetch answers)."""
+    nodes = (cache.alive_broker(n, listener) for n in sorted(set(node_ids)))
+    return [n for n in nodes if n is not None]
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionMetadata:
     """Leadership of one partition (Kafka's ``PartitionRegistration`` / ``LeaderAndIsr``)."""

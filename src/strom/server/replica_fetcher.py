@@ -43,7 +43,7 @@ from ..client.connection import KafkaConnection
 from ..client.errors import KafkaError
 from ..log.errors import KafkaStorageError, LogError
 from ..protocol.errors import ErrorCode
-from ..replication.follower import FetchAnswer, fetch_partition, handle_fetch_answer, truncate
+from ..replication.follower import FetchAnswer, fetch_partition, handle_fetch_answer
 
 if TYPE_CHECKING:
     from .replica_manager import ReplicaManager
@@ -102,10 +102,6 @@ class ReplicaFetcherManager:
             del self.fetchers[key]
             fetcher.stop()
 
-    def fetcher_of(self, tp: TopicPartition) -> ReplicaFetcher | None:
-        key = self._where.get(tp)
-        return self.fetchers.get(key) if key is not None else None
-
     async def close(self) -> None:
         self.closed = True
         fetchers, self.fetchers = list(self.fetchers.values()), {}
@@ -131,6 +127,7 @@ class ReplicaFetcher:
         )
         self.done = False
         self.fetches = 0  # answers handled (tests, metrics)
+        self._version = 12  # the Fetch version of the last request (its answer is read with it)
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FetchState(leader_epoch)
@@ -210,8 +207,6 @@ class ReplicaFetcher:
             pass
         finally:
             self.done = True
-
-    _version = 12
 
     def _build(self, ready: dict[TopicPartition, FetchState], conn: KafkaConnection
                ) -> tuple[dict[str, Any] | None, dict[TopicPartition, int]]:
@@ -311,12 +306,6 @@ class ReplicaFetcher:
             return
         if handle_fetch_answer(tp, plog, FetchAnswer.of(pd)).high_watermark_advanced:
             rm.purgatory.notify(tp)
-
-    @staticmethod
-    def _truncate(tp: TopicPartition, plog: Any, leader_epoch: int, leader_end: int) -> None:
-        """Kafka's ``getOffsetTruncationState`` for a diverging epoch
-        (:func:`strom.replication.follower.truncate`)."""
-        truncate(tp, plog, leader_epoch, leader_end)
 
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager"]

@@ -246,13 +246,20 @@ class ReplicaManager:
         """What a request about the partition gets here: NONE if this broker leads it."""
         return self.leader_log_or_error(topic, partition)[1]
 
-    def leader_log_or_error(self, topic: str, partition: int) -> tuple[PartitionLog | None, int]:
+    def leader_log_or_error(
+        self, topic: str, partition: int, current_leader_epoch: int = -1
+    ) -> tuple[PartitionLog | None, int]:
         """Kafka's ``getPartitionOrError`` + ``leaderLogIfLocal``: the partition's log if this
-        broker leads it, else None and the error (see the module docstring)."""
+        broker leads it (at ``current_leader_epoch``, when the request names one: KIP-320), else
+        None and the error (see the module docstring)."""
         tp = (topic, partition)
         plog = self.logs.get(tp)
         leader = self.metadata_cache.leader_id(topic, partition)
         if plog is not None and leader == self.node_id:
+            if current_leader_epoch >= 0:
+                error = self.leader_epoch_error(tp, current_leader_epoch)
+                if error != ErrorCode.NONE:
+                    return None, error
             return plog, ErrorCode.NONE
         if tp in self.offline_partitions:
             return None, ErrorCode.KAFKA_STORAGE_ERROR
@@ -772,13 +779,9 @@ class ReplicaManager:
         and whole batches from ``fetch_offset`` up to the HW (the LSO for read_committed, with
         the aborted transactions), at most ``max_bytes`` unless ``min_one_message``; nothing if
         ``max_bytes`` <= 0 and not ``min_one_message``."""
-        plog, error = self.leader_log_or_error(topic, partition)
+        plog, error = self.leader_log_or_error(topic, partition, current_leader_epoch)
         if plog is None:
             return LogReadResult(error)
-        if current_leader_epoch >= 0:
-            error = self.leader_epoch_error((topic, partition), current_leader_epoch)
-            if error != ErrorCode.NONE:
-                return LogReadResult(error)
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         r = LogReadResult(ErrorCode.NONE, hw, lso, plog.log_start_offset)
@@ -826,11 +829,8 @@ class ReplicaManager:
         ``timestamp``. INVALID_REQUEST for another negative timestamp. The leader epoch
         answered is the current one for latest, else the epoch the offset was written in (the
         epoch cache); ``current_leader_epoch`` is checked as KIP-320 says."""
-        plog, error = self.leader_log_or_error(topic, partition)
+        plog, error = self.leader_log_or_error(topic, partition, current_leader_epoch)
         if plog is None:
-            return OffsetResult(error)
-        error = self.leader_epoch_error((topic, partition), current_leader_epoch)
-        if error != ErrorCode.NONE:
             return OffsetResult(error)
         offset, found_ts = -1, -1
         if timestamp == LATEST:

@@ -490,16 +490,12 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
         for p in t.partitions:
             idx = int(p.partition)
             entry: dict[str, Any] = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
-            plog, error = rm.leader_log_or_error(name, idx)
+            plog, error = rm.leader_log_or_error(name, idx, int(getattr(p, "current_leader_epoch", -1)))
             if plog is None:
                 entry["error_code"] = error
             else:
-                error = rm.leader_epoch_error((name, idx), int(getattr(p, "current_leader_epoch", -1)))
-                if error:
-                    entry["error_code"] = error
-                else:
-                    epoch, end_offset = plog.end_offset_for_epoch(int(p.leader_epoch))
-                    entry.update(leader_epoch=epoch, end_offset=end_offset)
+                epoch, end_offset = plog.end_offset_for_epoch(int(p.leader_epoch))
+                entry.update(leader_epoch=epoch, end_offset=end_offset)
             parts.append(entry)
         topics_out.append({"topic": name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics_out}

@@ -19,6 +19,7 @@ from ...protocol.errors import ErrorCode
 from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
 from ..context import RawResponse, RequestContext
+from ..metadata_cache import broker_nodes
 from . import handler
 
 Region = tuple[int, int, int]
@@ -303,11 +304,6 @@ def _leader_endpoints(
     ctx: RequestContext, results: list[TopicResult]
 ) -> list[tuple[int, str, int, str | None]]:
     """KIP-951: the endpoints (on the client's listener) of the leaders the answer names."""
-    ids = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
-    out = []
-    cache = ctx.broker.metadata_cache
-    for node_id in sorted(ids):
-        node = cache.alive_broker(node_id, ctx.session.listener)
-        if node is not None:
-            out.append((node.node_id, node.host, node.port, node.rack))
-    return out
+    ids = [p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None]
+    nodes = broker_nodes(ctx.broker.metadata_cache, ids, ctx.session.listener) if ids else []
+    return [(n.node_id, n.host, n.port, n.rack) for n in nodes]

@@ -24,6 +24,7 @@ from typing import Any
 
 from ...protocol.errors import ErrorCode
 from ..context import NoResponse, RequestContext
+from ..metadata_cache import broker_nodes
 from ..replica_manager import PartitionResponse, Producer, Verifier
 from . import handler
 
@@ -111,14 +112,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
         responses.append({"name": str(topic.name), "partition_responses": parts})
     out: dict[str, Any] = {"responses": responses, "throttle_time": 0}
     if leaders:
-        endpoints = []
-        for node_id in sorted(leaders):
-            node = broker.metadata_cache.alive_broker(node_id, ctx.session.listener)
-            if node is not None:
-                endpoints.append(
-                    {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": node.rack}
-                )
-        out["node_endpoints"] = endpoints
+        out["node_endpoints"] = [
+            {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
+            for n in broker_nodes(broker.metadata_cache, leaders, ctx.session.listener)
+        ]
     return out
 
 
