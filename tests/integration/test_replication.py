@@ -361,3 +361,57 @@ def test_committed_offsets_survive_the_coordinators_death(ready: ClusterProcess)
         assert wait_for("the group's offsets at a new coordinator", committed, 60) == 17
     finally:
         c.start_node(coordinator)
+
+
+def test_pipelined_acks_all_requests_appended_and_answered_in_order(ready: ClusterProcess) -> None:
+    """A connection's acks=-1 produce requests are appended one after the other while the
+    earlier ones wait for the ISR (their responses deferred), and every response goes back in
+    request order, a Metadata request in between included (Kafka's per-connection order; the
+    client checks each response's correlation id against the oldest request in flight). One
+    follower is stopped (SIGSTOP) while the requests are sent, so the first one cannot complete
+    before the ISR shrinks: the rest must still be appended behind it, not rejected or lost."""
+    import asyncio
+
+    from strom.client.connection import KafkaConnection
+    from strom.protocol.records import build_batch
+
+    c = ready
+    name = topic_name("pipelined")
+    create(c, name, 1, 3)
+    leader = partition_info(c, 1, name)[0][0]
+    follower = next(n for n in NODES if n != leader)
+    host, port = c.node_bootstrap(leader).rsplit(":", 1)
+    n = 12
+
+    async def go() -> list[Any]:
+        conn = await KafkaConnection.open(host, int(port), request_timeout=60)
+        try:
+            calls = []
+            for i in range(n):
+                batch = build_batch([(None, f"r{i}".encode(), [], int(time.time() * 1000))])
+                calls.append(conn.request(0, {
+                    "transactional_id": None, "acks": -1, "timeout": 30000,
+                    "topic_data": [{"name": name, "partition_data": [{"index": 0, "records": batch}]}],
+                }, version=9))
+                if i == n // 2:
+                    calls.append(conn.request(3, {"topics": [{"name": name}]}, version=9))
+            return list(await asyncio.gather(*calls))
+        finally:
+            await conn.close()
+
+    c.pause(follower)
+    try:
+        answers = asyncio.run(go())
+    finally:
+        c.resume(follower)
+    produced = [a for a in answers if hasattr(a, "responses")]
+    assert len(produced) == n and any(hasattr(a, "brokers") for a in answers)
+    offsets = []
+    for a in produced:
+        p = a.responses[0].partition_responses[0]
+        assert p.error_code == 0, p
+        offsets.append(p.base_offset)
+    assert offsets == list(range(offsets[0], offsets[0] + n)), offsets  # appended in request order
+    wait_isr_full(c, name, 1, timeout=60)
+    got = consume_all(c, name, n)
+    assert [v for _p, _o, v in got] == [f"r{i}".encode() for i in range(n)]

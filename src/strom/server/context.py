@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..security.session import ConnectionSession
 
@@ -34,3 +35,15 @@ class RawResponse:
 
 class NoResponse:
     """Returned by Produce with acks=0: Kafka sends nothing back."""
+
+
+@dataclass(slots=True)
+class Deferred:
+    """A response completed later: the request's effects are done, in request order (Produce
+    with acks=-1: appended), and ``result`` waits for the rest (the HW) and gives the response
+    body. The connection reads and handles its next requests meanwhile, and sends every response
+    in request order (Kafka's socket server handles a connection's requests one at a time; this
+    keeps its order and lets a producer's pipelined acks=-1 requests share one replication round
+    trip)."""
+
+    result: Coroutine[Any, Any, dict[str, Any] | RawResponse]

@@ -38,7 +38,7 @@ import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import codec
@@ -49,7 +49,7 @@ from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
 from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
-from .context import NoResponse, RawResponse, RequestContext
+from .context import Deferred, NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 from .listener import Listener, start_listener
 
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.network")
 _conn_ids = itertools.count(1)
 _MAX_QUEUED = 16
+_MAX_DEFERRED = 16  # a connection's requests handled whose responses wait (acks=-1 produce)
 # what an unauthenticated connection on a SASL listener may send
 _SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
@@ -111,6 +112,8 @@ class KafkaProtocol(asyncio.Protocol):
         self.idle_timeout = idle_ms / 1000 if idle_ms >= 0 else None
         self.last_active = 0.0  # loop time of the last bytes received or response written
         self.busy = False  # a request is being handled
+        # responses completing later (Deferred), in request order: each task sends after the last
+        self.deferred: deque[asyncio.Task[None]] = deque()
         self.idle_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -184,7 +187,7 @@ class KafkaProtocol(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self.busy or self.queue:  # a request in progress is no idleness
+        if self.busy or self.queue or self.deferred:  # a request in progress is no idleness
             due = now + max(timeout, 0.05)
         elif now - self.last_active >= timeout:
             log.debug(
@@ -256,6 +259,7 @@ class KafkaProtocol(asyncio.Protocol):
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._cancel_deferred()
         self._release_all()
         self.broker.connections.discard(self)
         on_closed = getattr(self.broker, "on_connection_closed", None)
@@ -267,10 +271,17 @@ class KafkaProtocol(asyncio.Protocol):
             self.idle_timer.cancel()
             self.idle_timer = None
 
+    def _cancel_deferred(self) -> None:
+        """The connection is gone: responses still waiting (acks=-1) will never be sent."""
+        for task in list(self.deferred):
+            if task is not asyncio.current_task():
+                task.cancel()
+
     def close(self) -> None:
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
+        self._cancel_deferred()
         self._release_all()
         if self.transport is not None:
             self.transport.close()
@@ -286,17 +297,21 @@ class KafkaProtocol(asyncio.Protocol):
                     self.wakeup.clear()
                     await self.wakeup.wait()
                     continue
+                if len(self.deferred) >= _MAX_DEFERRED:  # bounded: wait for the oldest
+                    await asyncio.wait({self.deferred[0]})
+                    continue
                 req = self.queue.popleft()
                 if self.queue_full and len(self.queue) < _MAX_QUEUED // 2:
                     self.queue_full = False
                     self._update_reading()
                 self.busy = True
+                later = False
                 try:
-                    await self._handle(req)
+                    later = await self._handle(req)
                 finally:
                     self.busy = False
                     self.last_active = loop.time()
-                    if not self.closed:
+                    if not self.closed and not later:
                         self._release(req.size + 4)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
@@ -307,7 +322,9 @@ class KafkaProtocol(asyncio.Protocol):
             log.exception("unexpected error on connection from %s", self.peer)
             self.close()
 
-    async def _handle(self, req: IncomingRequest) -> None:
+    async def _handle(self, req: IncomingRequest) -> bool:
+        """Handle one request; True if its response completes later (:class:`Deferred`: sent,
+        and the request's memory released, by its task)."""
         h = req.header
         key, version = h.api_key, h.api_version
         session = self.session
@@ -319,11 +336,12 @@ class KafkaProtocol(asyncio.Protocol):
                 api_name(key),
             )
             self.close()
-            return
+            return False
         handler = REGISTRY.get(key)
         if handler is None or not supports(key, version, REGISTRY.keys()):
+            await self._drain_deferred()
             await self._unsupported(req)
-            return
+            return False
         request = codec.decode_request(key, version, req.frame, req.body_pos)
         ctx = RequestContext(
             key,
@@ -336,10 +354,27 @@ class KafkaProtocol(asyncio.Protocol):
             self.session,
         )
         resp_type = codec.response_type(key, version)
+        result = await self._answer(key, version, resp_type, request, handler(ctx, request))
+        if isinstance(result, Deferred):
+            prev = self.deferred[-1] if self.deferred else None
+            assert self.loop is not None
+            task = self.loop.create_task(self._complete_later(prev, req, resp_type, request, result))
+            self.deferred.append(task)
+            task.add_done_callback(self.deferred.remove)
+            return True
+        await self._drain_deferred()  # the responses before this one go first
+        await self._respond(h, result)
+        return False
+
+    async def _answer(
+        self, key: int, version: int, resp_type: type, request: Any,
+        work: Coroutine[Any, Any, Any],
+    ) -> RawResponse | NoResponse | Deferred:
+        """The handler's (or its deferred part's) result, encoded; failures as Kafka answers them."""
+        result: RawResponse | NoResponse | Deferred
         try:
-            result = await handler(ctx, request)
-            if not isinstance(result, (NoResponse, RawResponse)):
-                result = _encoded(resp_type, result)
+            out = await work
+            result = out if isinstance(out, (NoResponse, RawResponse, Deferred)) else _encoded(resp_type, out)
         except KafkaError as e:
             result = _encoded(resp_type, error_response(resp_type, request, e.code, str(e)))
         except Exception as e:
@@ -348,6 +383,42 @@ class KafkaProtocol(asyncio.Protocol):
             _log_handler_failure(api_name(key), version, self.peer, e)
             code = ErrorCode.UNKNOWN_SERVER_ERROR
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
+        return result
+
+    async def _drain_deferred(self) -> None:
+        if self.deferred:
+            await asyncio.wait(list(self.deferred))
+
+    async def _complete_later(
+        self, prev: asyncio.Task[None] | None, req: IncomingRequest, resp_type: type, request: Any,
+        deferred: Deferred,
+    ) -> None:
+        """A deferred response: awaited, then sent after the one before it."""
+        h = req.header
+        try:
+            result = await self._answer(h.api_key, h.api_version, resp_type, request, deferred.result)
+            if isinstance(result, Deferred):  # not a handler's to nest
+                result.result.close()
+                raise TypeError("a deferred response completed with another Deferred")
+            if prev is not None:
+                await asyncio.wait({prev})
+            if not self.closed:
+                await self._respond(h, result)
+        except (ConnectionError, asyncio.CancelledError):
+            self.close()
+        except Exception:
+            log.exception("unexpected error on connection from %s", self.peer)
+            self.close()
+        finally:
+            if self.loop is not None:
+                self.last_active = self.loop.time()
+            if not self.closed:
+                self._release(req.size + 4)
+
+    async def _respond(self, h: Any, result: RawResponse | NoResponse) -> None:
+        """Send one response (or none, acks=0), in request order."""
+        key, version = h.api_key, h.api_version
+        session = self.session
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
             return

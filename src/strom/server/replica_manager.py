@@ -46,7 +46,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +300,27 @@ class ReplicaManager:
         append chain, about a transactional batch whose producer has no transaction open here.
         Does not yield unless a partition needs a record walk or a verification, another append
         to one of its partitions is under way, or ``acks=-1`` waits for the HW."""
+        results, wait = await self.append_records_then_wait(
+            entries, acks=acks, timeout_ms=timeout_ms, origin=origin, verify=verify
+        )
+        if wait is not None:
+            await wait
+        return results
+
+    async def append_records_then_wait(
+        self,
+        entries: Sequence[tuple[str, int, Any]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        verify: Verifier | None = None,
+    ) -> tuple[list[PartitionResponse], Coroutine[Any, Any, None] | None]:
+        """:meth:`append_records` in two steps: the appends (done when this returns), and for
+        ``acks=-1`` the wait for the HW to pass them, returned as a coroutine that completes the
+        responses in place (the caller must await it). The network layer reads and appends a
+        connection's next produce request while this one waits (the appends stay in request
+        order; the responses are sent in order)."""
         results: list[PartitionResponse] = [_UNANSWERED] * len(entries)
         pending: list[tuple[int, str, int, Any, bool]] = []  # (slot, topic, partition, records, walk)
         to_verify: dict[TopicPartition, Producer] = {}
@@ -307,7 +328,7 @@ class ReplicaManager:
         cache = self.metadata_cache
         slow = False
         if acks not in (0, 1, -1):  # every partition gets it (Kafka's answer)
-            return [PartitionResponse(ErrorCode.INVALID_REQUIRED_ACKS) for _ in entries]
+            return [PartitionResponse(ErrorCode.INVALID_REQUIRED_ACKS) for _ in entries], None
         for slot, (topic, partition, records) in enumerate(entries):
             leader = cache.leader_id(topic, partition)
             if leader is None:
@@ -351,9 +372,25 @@ class ReplicaManager:
                 )
         elif pending:
             await self._append_in_chains(pending, results, to_verify, verify, from_coordinator)
-        if acks == -1 and pending:
-            await self._wait_for_high_watermark(pending, results, timeout_ms)
-        return results
+        if acks == -1 and pending and not self._replicated_already(pending, results):
+            return results, self._wait_for_high_watermark(pending, results, timeout_ms)
+        return results, None
+
+    def _replicated_already(self, pending: list[tuple[int, str, int, Any, bool]],
+                            results: list[PartitionResponse]) -> bool:
+        """acks=-1 with every append already below its partition's HW (one replica in the ISR):
+        nothing to wait for; the ISR checked as after a wait."""
+        logs = self.logs
+        for slot, topic, partition, _records, _walk in pending:
+            r = results[slot]
+            if r.error_code == ErrorCode.NONE:
+                plog = logs.get((topic, partition))
+                if plog is None or plog.high_watermark <= r.last_offset:
+                    return False
+        for slot, topic, partition, _records, _walk in pending:
+            if results[slot].error_code == ErrorCode.NONE:
+                self._check_isr_after_append((topic, partition), results, slot)
+        return True
 
     def _needs_verification(self, topic: str, partition: int, producer: Producer) -> bool:
         """Kafka's ``hasOngoingTransaction`` negated: the producer has no transaction open here at

@@ -10,13 +10,13 @@ response's top-level ``error_code`` (for APIs that have one).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..context import NoResponse, RawResponse, RequestContext
+from ..context import Deferred, NoResponse, RawResponse, RequestContext
 
-HandlerResult = dict[str, Any] | RawResponse | NoResponse
-Handler = Callable[[RequestContext, Any], Awaitable[HandlerResult]]
+HandlerResult = dict[str, Any] | RawResponse | NoResponse | Deferred
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, HandlerResult]]
 
 REGISTRY: dict[int, Handler] = {}
 

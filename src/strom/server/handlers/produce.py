@@ -20,10 +20,11 @@ AddPartitionsToTxnManager/ReplicaManager answer producers.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
 from ...protocol.errors import ErrorCode
-from ..context import NoResponse, RequestContext
+from ..context import Deferred, NoResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from ..replica_manager import PartitionResponse, Producer, Verifier
 from . import handler
@@ -74,7 +75,7 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
 
 
 @handler(0)
-async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse:
+async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse | Deferred:
     broker = ctx.broker
     entries: list[tuple[str, int, Any]] = []
     for topic in request.topic_data:
@@ -86,11 +87,25 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
         _verifier(ctx, str(txn_id)) if txn_id is not None and broker.txn_coordinator is not None else None
     )
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    results = await broker.replica_manager.append_records(
+    results, wait = await broker.replica_manager.append_records_then_wait(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )
+    if wait is not None:  # acks=-1: answered once the HW passed the appends
+        return Deferred(_answer_after(wait, ctx, request, results))
     if request.acks == 0:
         return NoResponse()
+    return _answer(ctx, request, results)
+
+
+async def _answer_after(
+    wait: Coroutine[Any, Any, None], ctx: RequestContext, request: Any, results: list[PartitionResponse]
+) -> dict[str, Any]:
+    await wait
+    return _answer(ctx, request, results)
+
+
+def _answer(ctx: RequestContext, request: Any, results: list[PartitionResponse]) -> dict[str, Any]:
+    broker = ctx.broker
     responses: list[dict[str, Any]] = []
     it = iter(results)
     leaders: set[int] = set()
