@@ -239,9 +239,31 @@ def perf_consume(perf: Path, bootstrap: str, topic: str, count: int) -> tuple[in
 
 # ---------------------------------------------------------------- throughput
 
-def measure_produce(perf: Path, t: Target, size: int, count: int, partitions: int) -> dict[str, Any]:
+def prewarm(where: Path, mb: int) -> float:
+    """Write and delete ``mb`` MB in ``where`` (the data dirs' file system): the pages the next
+    measurement writes into are then pages this VM has backed recently, as on a machine whose
+    memory is full of page cache (see ``--prewarm-mb``). Seconds it took."""
+    if mb <= 0:
+        return 0.0
+    t0 = time.monotonic()
+    path = where / f"prewarm-{uuid.uuid4().hex[:6]}"
+    chunk = b"\0" * (4 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(max(1, mb // 4)):
+            os.write(fd, chunk)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return time.monotonic() - t0
+
+
+def measure_produce(perf: Path, t: Target, size: int, count: int, partitions: int,
+                    warm: tuple[Path, int] | None = None) -> dict[str, Any]:
     topic = new_topic(f"tp-{t.name}-{size}")
     t.create(topic, partitions)
+    if warm is not None:
+        prewarm(*warm)
     leaders = t.leaders(topic)
     pids = t.pids()
     cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
@@ -264,7 +286,7 @@ def section_throughput(a: argparse.Namespace, perf: Path, targets: list[Target])
             count = a.count or (2_000_000 if size <= 256 else 300_000)
             k = run % len(targets)
             for t in targets[k:] + targets[:k]:
-                s = measure_produce(perf, t, size, count, a.partitions)
+                s = measure_produce(perf, t, size, count, a.partitions, (a.work_dir, a.prewarm_mb))
                 s["run"] = run
                 samples.append(s)
                 log(f"[throughput run {run + 1}/{a.runs}] {t.name:8} size={size}: {s['mbs']:.1f} MB/s "
@@ -643,6 +665,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failover-rate", type=int, default=1000, help="failover producer msg/s")
     ap.add_argument("--catchup-mb", type=float, default=500.0, help="MB produced while the follower is down")
     ap.add_argument("--json", metavar="FILE", help="also write every sample as JSON to FILE")
+    ap.add_argument("--prewarm-mb", type=int, default=0,
+                    help="throughput: before each measurement write and delete this many MB beside the "
+                         "data dirs, so the run writes into page-cache memory the VM has backed "
+                         "recently (see the README); 0 (default): off")
     a = ap.parse_args(argv)
     a.sizes = [int(x) for x in a.sizes.split(",") if x]
     a.latency_producers = [x for x in a.latency_producers.split(",") if x]
@@ -662,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                        Target("rf3-1", c.bootstrap, cluster_pids(c), 3, "1", c),
                        Target("single", b.bootstrap, lambda: {"single": b.proc.pid}, 1, "1")]
             if "throughput" in sections:
+                a.work_dir = work
                 results["throughput"] = section_throughput(a, perf, targets)
             if "latency" in sections:
                 results["latency"] = section_latency(a, perf, targets, work)

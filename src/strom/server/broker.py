@@ -81,6 +81,7 @@ from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
+from .malloc_tuning import tune_malloc
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
@@ -816,6 +817,7 @@ def _raise_open_file_limit() -> None:
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT (the ``strom serve`` entry point)."""
     _raise_open_file_limit()
+    tune_malloc()
     logging.basicConfig(
         level=os.environ.get("STROM_LOG_LEVEL", "INFO"),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
