@@ -217,6 +217,49 @@ def test_group_coordinator_answers_only_once_durable_and_batches() -> None:
     asyncio.run(go())
 
 
+def test_a_commit_is_visible_to_offset_fetch_only_once_durable() -> None:
+    """Kafka's coordinator shows a commit only once the log committed it: while the write waits
+    for the HW, OffsetFetch answers the previous offset; a write that fails is never shown (a
+    new coordinator would not have it: a reader must not have seen it either). Commits that
+    become durable are shown in append order."""
+
+    def fetched(gc: GroupCoordinator, group: str) -> int | None:
+        err, topics = gc.fetch_offsets(group, [("t", [0])])
+        assert err == E.NONE
+        om = topics["t"][0]
+        return None if om is None else om.offset
+
+    async def go() -> None:
+        storage = MemoryOffsetsStorage()
+        gc = GroupCoordinator(CoordinatorConfig(num_partitions=1), ManualClock(), storage, run_timer=False)
+        await gc.start()
+        assert await _commit(gc, "g", 5) == {("t", 0): E.NONE}
+        assert fetched(gc, "g") == 5
+
+        storage.durable = asyncio.Event()
+        first = asyncio.ensure_future(_commit(gc, "g", 6))
+        second = asyncio.ensure_future(_commit(gc, "g", 7))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(storage.partitions[0]) == 3  # both appended, neither durable
+        assert fetched(gc, "g") == 5
+        storage.durable.set()
+        assert await first == {("t", 0): E.NONE} and await second == {("t", 0): E.NONE}
+        assert fetched(gc, "g") == 7
+
+        storage.durable = asyncio.Event()
+        storage.fail_flush = True
+        failed = asyncio.ensure_future(_commit(gc, "g", 99))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert fetched(gc, "g") == 7
+        storage.durable.set()
+        assert await failed == {("t", 0): E.COORDINATOR_NOT_AVAILABLE}
+        assert fetched(gc, "g") == 7  # the failed write was never shown
+
+    asyncio.run(go())
+
+
 def test_manual_scheduler_fires_in_due_order_and_repeats() -> None:
     async def go() -> None:
         clock = ManualClock()

@@ -42,6 +42,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -83,6 +84,11 @@ from .records import (
     partition_for,
 )
 from .storage import MemoryOffsetsStorage, OffsetsStorage, StoredEntry
+
+# the first two bytes (the key's version) of an offset commit record's key
+_OFFSET_KEY_PREFIXES = frozenset({b"\x00\x00", b"\x00\x01"})
+# states of held offset records (GroupCoordinator._unreplayed)
+_HELD, _DURABLE, _DROPPED = object(), object(), object()
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +186,9 @@ class GroupCoordinator:
         self._next_retention_check = 0
         # transactional offset commits awaiting their marker: (partition, producer id) -> records
         self.pending_txn: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
+        # offset records appended but not yet durable (the HW has not passed them), per
+        # partition in append order: [records, state]; replayed once durable (see _run)
+        self._unreplayed: dict[int, deque[list[Any]]] = {}
         # topic name <-> id, for the topic ids in consumer-group records (from resolved topics and
         # the groups' topic metadata records)
         self.topic_ids: dict[str, uuid.UUID] = {}
@@ -255,6 +264,7 @@ class GroupCoordinator:
                             pend.fail(ErrorCode.NOT_COORDINATOR)
         for key in [k for k in self.pending_txn if k[0] == partition]:
             del self.pending_txn[key]
+        self._unreplayed.pop(partition, None)
 
     def load_partition(
         self, partition: int, records: Iterable[tuple[bytes, bytes | None] | StoredEntry]
@@ -458,6 +468,7 @@ class GroupCoordinator:
         partition = self.partition_for(group_id)
         durable: Awaitable[None] | None = None
         failed: int = ErrorCode.NONE
+        entry: list[Any] | None = None
         async with self._lock(partition):
             eff = Effects()
             value = step(eff)
@@ -473,8 +484,15 @@ class GroupCoordinator:
                     failed = coordinator_error(e)
                     eff.abort(failed)
                 else:
+                    held: list[tuple[bytes, bytes | None]] = []
                     for k, v in eff.records:
-                        self._replay(k, v)
+                        if durable is not None and k[:2] in _OFFSET_KEY_PREFIXES:
+                            held.append((k, v))  # committed offsets are visible once durable
+                        else:
+                            self._replay(k, v)
+                    if held:
+                        entry = [held, _HELD]
+                        self._unreplayed.setdefault(partition, deque()).append(entry)
             if not failed:
                 eff.apply()
         if durable is not None:
@@ -484,12 +502,29 @@ class GroupCoordinator:
                 self._storage_failed(partition, e)
                 failed = coordinator_error(e)
                 eff.fail(failed)
+            if entry is not None:
+                entry[1] = _DROPPED if failed else _DURABLE
+                self._replay_durable(partition)
         if not failed:
             if eff.records:
                 self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
             eff.answer()
         self.timer.poke()
         return value, failed
+
+    def _replay_durable(self, partition: int) -> None:
+        """Replay the held offset records that became durable, in append order (Kafka's
+        coordinator shows a commit to OffsetFetch only once it is committed to the log: a
+        coordinator that fails before the ISR has it never showed it, so no reader saw an
+        offset that a new coordinator then lacks). A failed write's records are dropped."""
+        queue = self._unreplayed.get(partition)
+        while queue and queue[0][1] is not _HELD:
+            records, state = queue.popleft()
+            if state is _DURABLE:
+                for k, v in records:
+                    self._replay(k, v)
+        if queue is not None and not queue:
+            self._unreplayed.pop(partition, None)
 
     def _storage_failed(self, partition: int, e: BaseException) -> None:
         self.storage_log.failed(
