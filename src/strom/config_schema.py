@@ -537,6 +537,7 @@ _TOPIC_TABLE = _table(
     _t("segment.bytes", _INT, ("log.segment.bytes",), AtLeast(14)),
     _t("segment.index.bytes", _INT, ("log.index.size.max.bytes",), AtLeast(4)),
     _t("segment.ms", _LONG, ("log.roll.ms", "log.roll.hours"), AtLeast(1)),
+    _t("unclean.leader.election.enable", _BOOL, ("unclean.leader.election.enable",)),
 )
 
 _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
@@ -572,7 +573,8 @@ def resolve_topic_defaults(broker_values: Mapping[str, Any]) -> dict[str, Any]:
             v = broker_values.get(bname, bdef.default)
             if bdef.is_unset(v):
                 continue
-            value = v * next((f for suffix, f in _UNIT_MS.items() if bname.endswith(suffix)), 1)
+            unit = next((f for suffix, f in _UNIT_MS.items() if bname.endswith(suffix)), None)
+            value = v if unit is None else v * unit
             break
         out[name] = value
     return out
