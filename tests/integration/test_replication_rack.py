@@ -8,18 +8,22 @@ another replica's rack to that replica, one led by node 3 never does.
 
 Evidence is taken on both sides: librdkafka's statistics name the broker each partition is
 fetched from, and the brokers' logs say which partitions they served to consumers as followers
-(once per leader epoch) and which replica a leader named for which rack.
+(once per leader epoch) and which replica a leader named for which rack. A Java KafkaConsumer
+with ``client.rack`` is checked too.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +37,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.integration
 
 NODES = (1, 2, 3)
+COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
+JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 KAFKA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 SELECTOR_OF = {1: KAFKA_SELECTOR, 2: "rack-aware", 3: None}
 OFFSET_FOR_LEADER_EPOCH = 23
@@ -406,3 +412,59 @@ def test_unclean_leader_election(cluster: ClusterProcess) -> None:
         wait_for("ISR [1, 2]", lambda name=name: sorted(partition_info(c, 3, name)[0][2]) == [1, 2],
                  timeout=30)
     print(f"unclean election scenario: {time.monotonic() - t0:.1f} s")
+
+
+JAVA_CONSUMER = """
+import java.time.Duration;
+import java.util.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.common.TopicPartition;
+
+public class RackConsumer {
+    public static void main(String[] args) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", args[0]);
+        p.put("client.rack", args[2]);
+        p.put("enable.auto.commit", "false");
+        p.put("key.deserializer", "org.apache.kafka.common.serialization.ByteArrayDeserializer");
+        p.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        int want = Integer.parseInt(args[3]);
+        try (KafkaConsumer<byte[], String> c = new KafkaConsumer<>(p)) {
+            TopicPartition tp = new TopicPartition(args[1], 0);
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            List<String> got = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + 60000;
+            while (got.size() < want && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], String> r : c.poll(Duration.ofMillis(200))) {
+                    got.add(r.offset() + ":" + r.value());
+                }
+            }
+            for (String s : got) System.out.println("REC " + s);
+        }
+    }
+}
+"""
+
+
+def test_java_consumer_reads_from_its_rack(cluster: ClusterProcess, tmp_path: Path) -> None:
+    libs = JAVA_LIBS
+    if shutil.which("java") is None or not libs.is_dir():
+        pytest.skip("no JDK or Kafka client jars")
+    c = cluster
+    name = f"rackjava-{uuid.uuid4().hex[:8]}"
+    create_assigned(c, 1, name, [[1, 2, 3]])
+    wait_for("full ISR", lambda: len(partition_info(c, 1, name)[0][2]) == 3)
+    values = [f"j{i:04d}" for i in range(300)]
+    acked, errors = produce(c, name, [v.encode() for v in values])
+    assert errors == [] and len(acked) == 300
+    src = tmp_path / "RackConsumer.java"
+    src.write_text(JAVA_CONSUMER)
+    r = subprocess.run(["java", "-cp", f"{libs}/*", str(src), c.bootstrap, name, "r2", "300"],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = [line[4:] for line in r.stdout.splitlines() if line.startswith("REC ")]
+    assert got == [f"{i}:{v}" for i, v in enumerate(values)]  # every record once, in order
+    assert served_as_follower(c, 2, name, 0)
+    assert not served_as_follower(c, 3, name, 0)
+    assert f"{name}-0: consumers in rack r2 read from replica 2" in c.log(1, tail=10**7)

@@ -248,7 +248,11 @@ class ReplicaManager:
         self.coordinator_hooks: Any = None
         self.isr_sender: Callable[[Partition, tuple[int, ...]], None] | None = None
         # KIP-392 (replica.selector.class): None, or the selector naming a consumer's read replica
-        self.replica_selector = selector_name(str(config["replica.selector.class"] or ""))
+        try:
+            selector = str(config["replica.selector.class"] or "")
+        except KeyError:  # a partial config (tests, the simulation): Kafka's default
+            selector = ""
+        self.replica_selector = selector_name(selector)
         self._follower_reads: dict[TopicPartition, int] = {}  # partition -> leader epoch logged
         self._preferred_logged: dict[TopicPartition, tuple[str, int]] = {}  # the last (rack, replica) logged
 
