@@ -304,6 +304,22 @@ def test_follower_answers_consumer_fetches(cluster: ClusterProcess) -> None:
     assert fetch(c, 3, name, 0, version=10).error_code == 6  # NOT_LEADER_OR_FOLLOWER
     # a follower does not name another replica
     assert fetch(c, 2, name, 0, version=12, rack="r3").preferred_read_replica == -1
+    # read_committed on a follower stops at the LSO: an open transaction's records are held back
+    tx = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap, "transactional.id": f"tx-{name}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for i in range(5):
+        tx.produce(name, value=f"t{i}".encode(), partition=0)
+    assert tx.flush(30) == 0
+    try:
+        p = wait_for("the follower's HW past the open transaction", lambda: (
+            (r := fetch(c, 3, name, 0, version=12)).high_watermark == 55 and r))
+        committed = fetch(c, 3, name, 0, version=12, isolation=1)
+        assert committed.error_code == 0 and committed.last_stable_offset == 50
+        assert 0 < len(bytes(committed.records)) < len(bytes(p.records))
+        assert fetch(c, 3, name, 50, version=12, isolation=1).records in (None, b"")
+    finally:
+        tx.abort_transaction(30)
 
 
 def offset_for_leader_epoch(c: ClusterProcess, node: int, name: str, epoch: int) -> tuple[int, int, int]:
