@@ -330,6 +330,8 @@ class LogConfig:
     delete_retention_ms: int = _topic_default("delete.retention.ms")
     min_insync_replicas: int = _topic_default("min.insync.replicas")
     compression_type: str = _topic_default("compression.type")
+    # read by the controller (strom.controller.quorum_controller), not by the log
+    unclean_leader_election_enable: bool = _topic_default("unclean.leader.election.enable")
 
     @classmethod
     def from_topic_configs(cls, defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> LogConfig:

@@ -169,6 +169,19 @@ class ValidList:
 
 
 @dataclass(frozen=True)
+class _ReplicaSelector:
+    """``replica.selector.class``: empty, Kafka's RackAwareReplicaSelector or strom's ``rack-aware``."""
+
+    def validate(self, name: str, value: Any, shown: Any = None) -> None:
+        from .replication.selector import selector_name
+
+        try:
+            selector_name(str(value))
+        except ValueError as e:
+            raise invalid_value(name, value if shown is None else shown, str(e)) from None
+
+
+@dataclass(frozen=True)
 class PositiveOrMinusOne:
     """A positive number, or -1 for "no limit" (strom's ``queued.max.request.bytes``)."""
 
@@ -473,6 +486,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("metadata.log.max.snapshot.interval.ms", _LONG, 3600000, AtLeast(0)),
     _c("metadata.max.idle.interval.ms", _INT, 500, AtLeast(0)),
     _c("broker.rack", _STR, ""),
+    # KIP-392: empty (Kafka's null) = consumers always read from the leader
+    _c("replica.selector.class", ConfigType.CLASS, "", _ReplicaSelector(), null=True),
     _c("auto.leader.rebalance.enable", _BOOL, True),
     _c("leader.imbalance.check.interval.seconds", _LONG, 300, AtLeast(1)),
     _c("leader.imbalance.per.broker.percentage", _INT, 10, AtLeast(0)),
@@ -522,6 +537,7 @@ _TOPIC_TABLE = _table(
     _t("segment.bytes", _INT, ("log.segment.bytes",), AtLeast(14)),
     _t("segment.index.bytes", _INT, ("log.index.size.max.bytes",), AtLeast(4)),
     _t("segment.ms", _LONG, ("log.roll.ms", "log.roll.hours"), AtLeast(1)),
+    _t("unclean.leader.election.enable", _BOOL, ("unclean.leader.election.enable",)),
 )
 
 _UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
@@ -557,7 +573,8 @@ def resolve_topic_defaults(broker_values: Mapping[str, Any]) -> dict[str, Any]:
             v = broker_values.get(bname, bdef.default)
             if bdef.is_unset(v):
                 continue
-            value = v * next((f for suffix, f in _UNIT_MS.items() if bname.endswith(suffix)), 1)
+            unit = next((f for suffix, f in _UNIT_MS.items() if bname.endswith(suffix)), None)
+            value = v if unit is None else v * unit
             break
         out[name] = value
     return out

@@ -9,7 +9,8 @@ the active controller through the broker's controller channel. The answer carrie
 new state, applied at once (Kafka's leader does the same: it need not wait for the metadata
 image); an error (a newer leader epoch, an outdated partition epoch, an ineligible replica, no
 controller) only clears ``pending``: the image brings the truth, and the next fetch or ISR check
-proposes again. Changes are not batched per request (Kafka batches them); each is one request.
+proposes again. A leader elected uncleanly (leader recovery state RECOVERING, KIP-704) proposes
+its ISR at once, as RECOVERED. Changes are not batched per request (Kafka batches them); each is one request.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ log = logging.getLogger("strom.replication")
 
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3
-RETRY_BACKOFF_S = 0.5  # a failed change is proposed again at the earliest after this
+RETRY_BACKOFF_S = 0.5
+RECOVERED = 0  # LeaderRecoveryState (KIP-704)  # a failed change is proposed again at the earliest after this
 
 
 class AlterPartitionManager:
@@ -65,7 +67,9 @@ class AlterPartitionManager:
                         "new_isr_with_epochs": [
                             {"broker_id": b, "broker_epoch": -1} for b in pending.isr
                         ],
-                        "leader_recovery_state": p.leader_recovery_state,
+                        # Kafka's leader always asks for RECOVERED: after an unclean election
+                        # (RECOVERING) it is the whole ISR, so its log is the partition's
+                        "leader_recovery_state": RECOVERED,
                         "partition_epoch": pending.partition_epoch,
                     }],
                 }],

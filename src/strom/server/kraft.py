@@ -214,6 +214,10 @@ class BrokerQuorum:
                     default_replication_factor=int(cfg["default.replication.factor"]),
                     broker_session_timeout_ms=int(cfg["broker.session.timeout.ms"]),
                     delete_topic_enable=bool(cfg["delete.topic.enable"]),
+                    unclean_leader_election_enable=bool(cfg["unclean.leader.election.enable"]),
+                    auto_leader_rebalance_enable=bool(cfg["auto.leader.rebalance.enable"]),
+                    leader_imbalance_per_broker_percentage=int(cfg["leader.imbalance.per.broker.percentage"]),
+                    leader_imbalance_check_interval_seconds=int(cfg["leader.imbalance.check.interval.seconds"]),
                 ),
                 cluster_id=broker.cluster_id,
                 validator=accept_all,  # the broker validated the configs with its own messages

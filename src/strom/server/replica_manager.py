@@ -25,7 +25,10 @@ Theory of operation
   :meth:`append_to_leader` is one partition's append (coordinators, markers).
 * **Reads.** :meth:`read` (Fetch), :meth:`fetch_offset` (ListOffsets) and
   :meth:`partition_state` (log start, HW, LSO, log end) answer from the leader's log; a storage
-  error on the way goes through :meth:`read_failed`.
+  error on the way goes through :meth:`read_failed`. KIP-392: a consumer's Fetch v11+ may also be
+  served by a follower (up to the follower's HW, or LSO), and the leader may answer it with a
+  ``preferred_read_replica`` instead of records (``replica.selector.class``,
+  :mod:`strom.replication.selector`).
 * **Delayed fetches.** ``purgatory`` wakes long-polling fetches; every HW advance, dir failure
   and log swap notifies it.
 * **Log dirs.** A device error (:meth:`note_storage_error`) or a failed check
@@ -64,6 +67,7 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import BATCH_OVERHEAD, parse_header
 from ..rate_limited_log import RateLimitedLog
 from ..replication.leader import handle_follower_fetch, leader_epoch_error
+from ..replication.selector import ReplicaView, preferred_read_replica, selector_name
 from ..scheduler import Scheduler
 from .log_dir_mover import LogDirMover, remove_tree
 from .metadata_cache import MetadataCache, RegistryMetadataCache
@@ -145,6 +149,9 @@ class LogReadResult:
     aborted: list[tuple[int, int]] | None = None
     records: FetchData = EMPTY_FETCH
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower that diverged
+    preferred_read_replica: int = -1  # KIP-392: the consumer should fetch from this replica
+    # a follower's fetch to answer at once: the HW moved past what that follower was last told
+    high_watermark_news: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,14 @@ class ReplicaManager:
         # the coordinators' writer: told when an internal topic's HW moves or its leadership goes
         self.coordinator_hooks: Any = None
         self.isr_sender: Callable[[Partition, tuple[int, ...]], None] | None = None
+        # KIP-392 (replica.selector.class): None, or the selector naming a consumer's read replica
+        try:
+            selector = str(config["replica.selector.class"] or "")
+        except KeyError:  # a partial config (tests, the simulation): Kafka's default
+            selector = ""
+        self.replica_selector = selector_name(selector)
+        self._follower_reads: dict[TopicPartition, int] = {}  # partition -> leader epoch logged
+        self._preferred_logged: dict[TopicPartition, tuple[str, int]] = {}  # the last (rack, replica) logged
 
     # ------------------------------------------------------------------ partition errors
     def partition_error(self, topic: str, partition: int) -> int:
@@ -266,6 +281,33 @@ class ReplicaManager:
         if leader is None or (plog is None and leader == self.node_id):
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def local_log_or_error(
+        self, topic: str, partition: int, current_leader_epoch: int = -1
+    ) -> tuple[PartitionLog | None, int]:
+        """Kafka's ``getPartitionOrException`` + ``localLogWithEpochOrThrow(requireLeader=false)``
+        (a consumer's Fetch v11+, KIP-392): the partition's log if it is hosted here, leader or
+        follower, at ``current_leader_epoch`` when the request names one, else None and the
+        error: KAFKA_STORAGE_ERROR (failed dir), FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
+        NOT_LEADER_OR_FOLLOWER (not a replica here), UNKNOWN_TOPIC_OR_PARTITION."""
+        tp = (topic, partition)
+        plog = self.logs.get(tp)
+        leader = self.metadata_cache.leader_id(topic, partition)
+        if plog is None:
+            if tp in self.offline_partitions:
+                return None, ErrorCode.KAFKA_STORAGE_ERROR
+            if leader is None:
+                return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if leader is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if leader != self.node_id and tp not in self.partitions:
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER  # a log here, but not a replica (yet)
+        if current_leader_epoch >= 0:
+            error = self.leader_epoch_error(tp, current_leader_epoch)
+            if error != ErrorCode.NONE:
+                return None, error
+        return plog, ErrorCode.NONE
 
     def partition_state(self, topic: str, partition: int) -> tuple[PartitionState | None, int]:
         """The offsets of a partition this broker leads, else None and the error."""
@@ -692,6 +734,13 @@ class ReplicaManager:
                 if len(p.replicas) == 1:
                     self.advance_high_watermark(plog, plog.log_end_offset)
             log.info("%s-%d: leader at epoch %d, ISR %s", topic, partition, p.leader_epoch, list(p.isr))
+            if p.leader_recovery_state != 0 and self.isr_sender is not None:
+                # elected uncleanly (KIP-704 RECOVERING): its log is the partition's now; tell the
+                # controller it recovered, as Kafka's leader does, so the ISR can grow again
+                log.warning("%s-%d: elected uncleanly at epoch %d; records other replicas had beyond "
+                            "offset %d are lost", topic, partition, p.leader_epoch,
+                            plog.log_end_offset if plog is not None else 0)
+                self.isr_sender(p, p.isr)
         elif change is RoleChange.FOLLOWER:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             if self.coordinator_hooks is not None and topic in INTERNAL_TOPICS:
@@ -721,6 +770,8 @@ class ReplicaManager:
     def forget_partition(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
         self._leader_caps.pop(tp, None)
+        self._follower_reads.pop(tp, None)
+        self._preferred_logged.pop(tp, None)
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(tp)
 
@@ -763,6 +814,12 @@ class ReplicaManager:
         if ans.error_code != ErrorCode.NONE or ans.diverging_epoch is not None:
             r.diverging_epoch = ans.diverging_epoch
             return r
+        st = p.remote.get(replica_id)
+        if st is not None and r.high_watermark > st.last_sent_high_watermark:
+            # the follower learns a new HW at once rather than after its long poll (it serves
+            # consumers up to its HW: KIP-392), as Kafka completes such a fetch without waiting
+            st.last_sent_high_watermark = r.high_watermark
+            r.high_watermark_news = True
         if plog.high_watermark > hw_before:
             # only a HW that moved wakes anyone: waking every waiting fetch at each follower
             # fetch made two idle followers' long polls wake each other without end
@@ -811,17 +868,41 @@ class ReplicaManager:
         isolation_level: int = READ_UNCOMMITTED,
         min_one_message: bool = True,
         current_leader_epoch: int = -1,
+        from_any_replica: bool = False,
+        client_rack: str | None = None,
+        listener: str | None = None,
     ) -> LogReadResult:
         """Fetch's read of one partition (Kafka's ``readFromLocalLog``): the partition's state
         and whole batches from ``fetch_offset`` up to the HW (the LSO for read_committed, with
         the aborted transactions), at most ``max_bytes`` unless ``min_one_message``; nothing if
-        ``max_bytes`` <= 0 and not ``min_one_message``."""
-        plog, error = self.leader_log_or_error(topic, partition, current_leader_epoch)
+        ``max_bytes`` <= 0 and not ``min_one_message``.
+
+        ``from_any_replica`` (a consumer's Fetch v11+, KIP-392): a follower serves it too, up to
+        its own HW / LSO (an offset between its HW and its log end gets no records, one past its
+        log end OFFSET_OUT_OF_RANGE, on which consumers go back to the leader); on the leader,
+        the replica selector may name another replica for the client's rack
+        (``preferred_read_replica``, no records)."""
+        if from_any_replica:
+            plog, error = self.local_log_or_error(topic, partition, current_leader_epoch)
+        else:
+            plog, error = self.leader_log_or_error(topic, partition, current_leader_epoch)
         if plog is None:
             return LogReadResult(error)
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         r = LogReadResult(ErrorCode.NONE, hw, lso, plog.log_start_offset)
+        if from_any_replica:
+            self._note_follower_read((topic, partition))
+        if from_any_replica and self.replica_selector is not None and client_rack:
+            r.preferred_read_replica = self._preferred_read_replica(
+                (topic, partition), plog, fetch_offset, client_rack, listener
+            )
+            if r.preferred_read_replica >= 0:
+                if self._preferred_logged.get((topic, partition)) != (client_rack, r.preferred_read_replica):
+                    self._preferred_logged[(topic, partition)] = (client_rack, r.preferred_read_replica)
+                    log.info("%s-%d: consumers in rack %s read from replica %d (KIP-392)",
+                             topic, partition, client_rack, r.preferred_read_replica)
+                return r
         upper = hw
         if isolation_level == READ_COMMITTED:  # up to the last stable offset, with aborted txns
             upper = lso
@@ -841,6 +922,38 @@ class ReplicaManager:
         if self.storage_log.failing:
             self.storage_log.ok("read from", f"{topic}-{partition}")
         return r
+
+    def _note_follower_read(self, tp: TopicPartition) -> None:
+        """Log once per leader epoch that a consumer reads the partition from this follower."""
+        p = self.partitions.get(tp)
+        if p is None or p.is_leader or self._follower_reads.get(tp) == p.leader_epoch:
+            return
+        self._follower_reads[tp] = p.leader_epoch
+        log.info("%s-%d: serving consumer fetches as a follower of %d at epoch %d (KIP-392)",
+                 tp[0], tp[1], p.leader_id, p.leader_epoch)
+
+    def _preferred_read_replica(
+        self, tp: TopicPartition, plog: PartitionLog, fetch_offset: int, client_rack: str,
+        listener: str | None,
+    ) -> int:
+        """Kafka's ``findPreferredReadReplica`` on the leader: the candidates are the followers in
+        the ISR whose log end offset reached ``fetch_offset`` and that are alive on the client's
+        listener; the selector picks (-1: the leader)."""
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader:
+            return -1
+        me = self.metadata_cache.alive_broker(self.node_id, listener)
+        now = self.clock.time_ms()
+        leader = ReplicaView(self.node_id, me.rack if me else None, plog.log_end_offset, 0)
+        followers = []
+        for r, st in p.remote.items():
+            if r not in p.isr or st.log_end_offset < fetch_offset or fetch_offset < plog.log_start_offset:
+                continue
+            node = self.metadata_cache.alive_broker(r, listener)
+            if node is None:
+                continue
+            followers.append(ReplicaView(r, node.rack, st.log_end_offset, now - st.last_caught_up_ms))
+        return preferred_read_replica(self.replica_selector, client_rack, leader, followers)
 
     def read_failed(self, topic: str, partition: int, e: BaseException) -> int:
         """The error for a read of the partition that raised ``e``; a storage error is logged

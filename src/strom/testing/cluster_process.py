@@ -64,7 +64,8 @@ DEFAULT_OVERRIDES: tuple[str, ...] = (
 
 class ClusterProcess:
     """N combined ``strom serve`` nodes (see the module docstring). ``overrides``: ``key=value``
-    lines added to every node's config (after :data:`DEFAULT_OVERRIDES`; a later line wins)."""
+    lines added to every node's config (after :data:`DEFAULT_OVERRIDES`; a later line wins);
+    ``node_overrides``: more lines for one node (e.g. its ``broker.rack``), after those."""
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class ClusterProcess:
         nodes: int = 3,
         *,
         overrides: Sequence[str] = (),
+        node_overrides: Mapping[int, Sequence[str]] | None = None,
         shutdown_timeout: float = 20.0,
         request_timeout_ms: int = 10_000,
     ) -> None:
@@ -84,6 +86,7 @@ class ClusterProcess:
             overrides=[*DEFAULT_OVERRIDES, *overrides],
             shutdown_timeout=shutdown_timeout,
         )
+        self.node_overrides = {int(k): list(v) for k, v in (node_overrides or {}).items()}
         self.shutdown_timeout = shutdown_timeout
         self.paused: set[int] = set()  # SIGSTOPped (see pause): alive, but not answering
 
@@ -142,6 +145,9 @@ class ClusterProcess:
     def start(self, timeout: float = 60.0) -> ClusterProcess:
         """Plan, format and start every node; wait until every PLAINTEXT port accepts."""
         if self.dev.plan():
+            for node_id, lines in self.node_overrides.items():
+                with self.spec(node_id).config_path.open("a") as f:
+                    f.write("".join(f"{line}\n" for line in lines))
             self.dev.format()
         for i in self.node_ids:
             self.dev.start_node(i)

@@ -44,6 +44,7 @@ class PartitionResult:
     raw: bytes | None = None  # records given as bytes (tests, internal callers)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): tagged field 0 (v12+)
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch): tagged field 1 (v12+)
+    preferred_read_replica: int = -1  # KIP-392 (v11+)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def encode_fetch_response(
                     if flexible:
                         out += b"\x00"
             if version >= 11:
-                out += _I32.pack(-1)  # preferred_read_replica
+                out += _I32.pack(p.preferred_read_replica)
             rec_size = len(p.raw) if p.raw is not None else p.size
             if flexible:
                 write_uvarint(out, rec_size + 1)
@@ -166,7 +167,9 @@ def encode_fetch_response(
 def _read_partitions(
     ctx: RequestContext, request: Any, budget: int, version: int
 ) -> tuple[list[TopicResult], int, bool]:
-    """One pass over the requested partitions. Returns (results, bytes, any_error)."""
+    """One pass over the requested partitions. Returns (results, bytes, answer_now): answer_now
+    when a partition has an error, a diverging epoch, a preferred read replica (KIP-392) or, for
+    a follower, a HW it has not been told yet."""
     broker = ctx.broker
     rm = broker.replica_manager
     cache = broker.metadata_cache
@@ -178,6 +181,10 @@ def _read_partitions(
     fds_held = 0
     replica_id = follower_id(request, version)
     broker_epoch = int(request.replica_state.replica_epoch) if version >= 15 else -1
+    # KIP-392: from v11 a consumer may read from a follower, and says which rack it is in
+    from_any_replica = version >= 11
+    client_rack = str(getattr(request, "rack_id", "") or "") if from_any_replica else ""
+    listener = ctx.session.listener
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -206,12 +213,20 @@ def _read_partitions(
                 )
             else:
                 r = rm.read(name, fp.partition, fp.fetch_offset, limit, isolation_level=isolation,
-                            min_one_message=first_data, current_leader_epoch=epoch)
+                            min_one_message=first_data, current_leader_epoch=epoch,
+                            from_any_replica=from_any_replica, client_rack=client_rack or None,
+                            listener=listener)
             pr.error_code = r.error_code
             pr.high_watermark = r.high_watermark
             pr.last_stable_offset = r.last_stable_offset
             pr.log_start_offset = r.log_start_offset
             pr.aborted = r.aborted
+            if r.high_watermark_news:
+                any_error = True
+            if r.preferred_read_replica >= 0:
+                pr.preferred_read_replica = r.preferred_read_replica
+                any_error = True  # Kafka answers at once, without records
+                continue
             if r.diverging_epoch is not None and version >= 12:
                 pr.diverging_epoch = r.diverging_epoch
                 any_error = True
