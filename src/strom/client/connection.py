@@ -43,6 +43,7 @@ from strom.client.errors import (
     KafkaProtocolError,
     KafkaTimeoutError,
 )
+from strom.client.frame_receiver import FrameReceiver, FrameWriter
 from strom.client.messages import (
     ApiKey,
     decode_response,
@@ -93,10 +94,11 @@ class KafkaConnection:
         self.max_frame_bytes = max_frame_bytes
         self.security = security or _PLAINTEXT
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None  # open_streams connections
+        self._frames: FrameReceiver | None = None  # socket connections
+        self._writer: asyncio.StreamWriter | FrameWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
-        self._in_flight: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+        self._in_flight: deque[tuple[int, asyncio.Future[bytes | memoryview]]] = deque()
         self._next_cid = 0
         self._write_lock = asyncio.Lock()
         self._error: KafkaError | None = None
@@ -129,14 +131,21 @@ class KafkaConnection:
         ctx = self.security.ssl_context()
         try:
             if self.open_streams is not None:
-                opening = self.open_streams(self.host, self.port)
-            elif ctx is None:
-                opening = asyncio.open_connection(self.host, self.port)
-            else:
-                opening = asyncio.open_connection(
-                    self.host, self.port, ssl=ctx, server_hostname=self.host, ssl_handshake_timeout=timeout
+                self._reader, self._writer = await asyncio.wait_for(
+                    self.open_streams(self.host, self.port), timeout
                 )
-            self._reader, self._writer = await asyncio.wait_for(opening, timeout)
+            else:  # frames received in place (FrameReceiver), not through a StreamReader
+                loop = asyncio.get_running_loop()
+                proto = FrameReceiver(self.max_frame_bytes)
+                tls: dict[str, Any] = (
+                    {} if ctx is None
+                    else {"ssl": ctx, "server_hostname": self.host, "ssl_handshake_timeout": timeout}
+                )
+                transport, _ = await asyncio.wait_for(
+                    loop.create_connection(lambda: proto, self.host, self.port, **tls), timeout
+                )
+                self._frames = proto
+                self._writer = FrameWriter(transport, proto)
         except TimeoutError:
             raise KafkaConnectionError(f"timed out connecting to {self.host}:{self.port}") from None
         except ssl.SSLError as e:
@@ -245,7 +254,7 @@ class KafkaConnection:
         cid = self._next_cid
         self._next_cid = (self._next_cid + 1) & 0x7FFFFFFF
         frame, resp_cls = encode_request(api_key, version, cid, self.client_id, data)
-        fut: asyncio.Future[bytes] | None = None
+        fut: asyncio.Future[bytes | memoryview] | None = None
         async with self._write_lock:
             if self._error is not None:
                 raise self._error
@@ -272,15 +281,20 @@ class KafkaConnection:
         return body, resp_cls
 
     async def _read_loop(self) -> None:
-        assert self._reader is not None
         reader = self._reader
+        frames = self._frames
         try:
             while True:
-                head = await reader.readexactly(4)
-                (size,) = struct.unpack(">i", head)
-                if size < 4 or size > self.max_frame_bytes:
-                    raise KafkaProtocolError(f"invalid response frame size {size}")
-                body = await reader.readexactly(size)
+                body: bytes | memoryview
+                if frames is not None:
+                    body = await frames.read_frame()
+                else:
+                    assert reader is not None
+                    head = await reader.readexactly(4)
+                    (size,) = struct.unpack(">i", head)
+                    if size < 4 or size > self.max_frame_bytes:
+                        raise KafkaProtocolError(f"invalid response frame size {size}")
+                    body = await reader.readexactly(size)
                 cid = response_correlation_id(body)
                 if not self._in_flight:
                     raise KafkaProtocolError(f"unexpected response with correlation id {cid}")

@@ -109,7 +109,7 @@ def encode_request(
     return bytes(frame), load_response_schema(api_key, version)
 
 
-def response_correlation_id(body: bytes) -> int:
+def response_correlation_id(body: bytes | memoryview) -> int:
     """The correlation id at the start of a response frame body (without the size prefix)."""
     if len(body) < 4:
         raise KafkaProtocolError(f"response frame of {len(body)} bytes is too short")
@@ -117,7 +117,7 @@ def response_correlation_id(body: bytes) -> int:
     return cid
 
 
-def decode_response(resp_cls: type[Any], body: bytes) -> Any:
+def decode_response(resp_cls: type[Any], body: bytes | memoryview) -> Any:
     """Decode a response frame body (header included, size prefix excluded)."""
     try:
         _, hsize = entity_reader(resp_cls.__header_schema__)(body, 0)
