@@ -19,8 +19,12 @@ brokers overlapping (one node left, below ``min.insync.replicas``: writes wait, 
 SIGSTOP of a leader for longer than the broker session timeout, then SIGCONT (the zombie is
 fenced; nothing it appended alone may count as committed); SIGSTOP of the active controller
 (writes go on: the other brokers heartbeat to the new controller and stay unfenced); a rolling
-restart (SIGTERM each node in turn, the ISRs full between). Network partitions are not
-simulated (they need network namespaces).
+restart (SIGTERM each node in turn, the ISRs full between); a follower's disk filling up
+(each node's data dir is a small tmpfs: a ballast file takes the rest; the node takes its dir
+offline and stops, the two others keep acks=all going; space returns, it restarts and rejoins);
+AlterPartitionReassignments of a partition's replicas from three to two and to a new set of three.
+A network partition isolating a leader runs on its own cluster whose nodes live in network
+namespaces (:mod:`strom.testing.netns_cluster`; root only, skipped with the reason otherwise).
 
 One cluster serves the module (each test has its own topic and group, and heals its fault). The
 victims and timings come from a seeded random generator (``STROM_FAULT_SEED``, default 14,
