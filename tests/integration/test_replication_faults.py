@@ -406,10 +406,12 @@ def disk_full_follower(run: Run) -> None:
         pytest.skip(f"the data dirs are not a tmpfs here: {c.tmpfs_refused}")  # type: ignore[attr-defined]
     p, leader = run.some_leader()
     victim = run.rng.choice([n for n in NODES if n != leader])
+    led = sorted(q for q, n in run.leaders().items() if n == victim)
     ballast = data_dir(c, victim) / "ballast"
     t_fill = time.monotonic()
     size = fill(ballast)
-    run.event(f"node {victim} (a follower of partition {p}) disk full: {size >> 20} MiB ballast")
+    run.event(f"node {victim} (a follower of partition {p}, leader of {led}) disk full: "
+              f"{size >> 20} MiB ballast")
     try:
         wait_for(f"node {victim} stopping on its failed log dir", lambda: not c.is_running(victim), 30)
         rc = c.proc(victim).returncode  # type: ignore[union-attr]
