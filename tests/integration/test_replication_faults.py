@@ -422,6 +422,7 @@ def disk_full_follower(run: Run) -> None:
         log_text = c.log(victim, 200_000)
         assert "No space left on device" in log_text, log_text[-3000:]
         assert f"log dir {data_dir(c, victim)} failed" in log_text, log_text[-3000:]
+        assert f"strom broker {victim} stopped: its first log dir failed" in log_text, log_text[-3000:]
         assert rc == 1, rc
     finally:
         with contextlib.suppress(OSError):

@@ -67,6 +67,11 @@ def netns_unavailable() -> str | None:
     if done.returncode != 0:
         return f"`ip netns add` refused: {done.stderr.strip()}"
     _ip("netns", "del", probe, check=False)
+    veth = f"sp{os.getpid() % 100_000}"
+    done = _ip("link", "add", veth + "a", "type", "veth", "peer", "name", veth + "b", check=False)
+    if done.returncode != 0:
+        return f"`ip link add ... type veth` refused: {done.stderr.strip()}"
+    _ip("link", "del", veth + "a", check=False)
     return None
 
 
