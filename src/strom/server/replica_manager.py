@@ -207,6 +207,8 @@ class ReplicaManager:
         self.log_config = log_config
         self.storage_log = storage_log
         self._halt = halt
+        # told of a failed dir other than the first (KIP-858: the broker heartbeats at once)
+        self.on_dir_offline: Callable[[Path], None] | None = None
         self.logs: dict[TopicPartition, PartitionLog] = {}
         # failed log dirs (Kafka's offline dirs) -> why; their partitions are offline until restart
         self.offline_dirs = offline_dirs
@@ -1221,6 +1223,8 @@ class ReplicaManager:
         if d == self.metadata_log_dir:
             log.critical("the first log dir %s holds the broker's metadata: stopping the broker", d)
             self._halt()
+        elif self.on_dir_offline is not None:
+            self.on_dir_offline(d)
 
 
 def _release(
