@@ -19,8 +19,12 @@ brokers overlapping (one node left, below ``min.insync.replicas``: writes wait, 
 SIGSTOP of a leader for longer than the broker session timeout, then SIGCONT (the zombie is
 fenced; nothing it appended alone may count as committed); SIGSTOP of the active controller
 (writes go on: the other brokers heartbeat to the new controller and stay unfenced); a rolling
-restart (SIGTERM each node in turn, the ISRs full between). Network partitions are not
-simulated (they need network namespaces).
+restart (SIGTERM each node in turn, the ISRs full between); a follower's disk filling up
+(each node's data dir is a small tmpfs: a ballast file takes the rest; the node takes its dir
+offline and stops, the two others keep acks=all going; space returns, it restarts and rejoins);
+AlterPartitionReassignments of a partition's replicas from three to two and to a new set of three.
+A network partition isolating a leader runs on its own cluster whose nodes live in network
+namespaces (:mod:`strom.testing.netns_cluster`; root only, skipped with the reason otherwise).
 
 One cluster serves the module (each test has its own topic and group, and heals its fault). The
 victims and timings come from a seeded random generator (``STROM_FAULT_SEED``, default 14,
@@ -30,8 +34,13 @@ printed); ``-m slow`` runs every fault with more seeds and a longer workload. No
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -41,8 +50,10 @@ from pathlib import Path
 
 import pytest
 
+from strom.client.cluster_admin import alter_partition_reassignments, list_partition_reassignments
 from strom.testing.cluster_process import ClusterProcess
 from strom.testing.jepsen import CheckResult, Workload, check, final_read
+from strom.testing.netns_cluster import NetnsCluster, netns_unavailable
 
 pytest.importorskip("confluent_kafka")
 
@@ -59,6 +70,7 @@ OVERRIDES = (
     "offsets.topic.replication.factor=3",
 )
 SEED = int(os.environ.get("STROM_FAULT_SEED", "14"))
+DATA_TMPFS_SIZE = "160m"  # each node's data dir (disk_full_follower fills one)
 
 
 @dataclass
@@ -127,16 +139,60 @@ def segment_bytes(c: ClusterProcess, node: int, topic: str, partition: int) -> b
     return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
 
 
+def data_dir(c: ClusterProcess, node: int) -> Path:
+    return Path(c.spec(node).dir) / "data"
+
+
+def mount_tmpfs(path: Path, size: str) -> str | None:
+    """A tmpfs of ``size`` at ``path``; None, or why it cannot be mounted (not root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True, check=False)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"mount exited with {r.returncode}")
+
+
+def fill(path: Path) -> int:
+    """Write a ballast file at ``path`` until its filesystem is full; the bytes written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    chunk = b"\0" * 65536
+    try:
+        while True:
+            try:
+                if os.write(fd, chunk) == 0:
+                    break
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    """The module's cluster. Each node's data dir (``log.dirs``; the metadata log is beside it,
+    in ``metadata.log.dir``) is a small tmpfs where mounting one is allowed, so that a test can
+    fill one node's disk (``disk_full_follower``)."""
     root = tmp_path_factory.mktemp("faults") / "dc"
     c = ClusterProcess(root, 3, overrides=OVERRIDES)
-    c.start()
+    c.dev.plan()
+    mounted: list[Path] = []
+    for i in NODES:
+        why = mount_tmpfs(data_dir(c, i), DATA_TMPFS_SIZE)
+        if why is not None:
+            c.tmpfs_refused = why  # type: ignore[attr-defined]
+            break
+        mounted.append(data_dir(c, i))
     try:
+        c.dev.format()
+        c.start()
         c.wait_ready(90)
         yield c
     finally:
         c.close()
+        for m in mounted:
+            subprocess.run(["umount", "-l", str(m)], check=False)
         print(f"node logs: {root}/node-<id>/server.log")
 
 
@@ -332,6 +388,81 @@ def rolling_restart(run: Run) -> None:
         run.progress(100)
 
 
+def isr_holders(run: Run) -> set[int]:
+    """The nodes in some ISR of the run's topic (as a running node sees it)."""
+    md = run.c.metadata(run.c.running[0], [run.topic])
+    return {r for p in md.topics[run.topic].partitions.values() for r in p.isr}
+
+
+def disk_full_follower(run: Run) -> None:
+    """A follower's data dir fills up (a ballast file takes the rest of its tmpfs). Its next
+    append fails with ENOSPC: the dir goes offline, as Kafka takes a log dir offline at any
+    IOException, and since it is the broker's only (first) log dir the broker stops; the
+    controller moves its leaderships and ISR places within the session, and the other two keep
+    ``acks=all`` (min.insync.replicas=2) going. Then space returns, the node starts again,
+    catches up and rejoins every ISR."""
+    c = run.c
+    if getattr(c, "tmpfs_refused", None):
+        pytest.skip(f"the data dirs are not a tmpfs here: {c.tmpfs_refused}")  # type: ignore[attr-defined]
+    p, leader = run.some_leader()
+    victim = run.rng.choice([n for n in NODES if n != leader])
+    led = sorted(q for q, n in run.leaders().items() if n == victim)
+    ballast = data_dir(c, victim) / "ballast"
+    t_fill = time.monotonic()
+    size = fill(ballast)
+    run.event(f"node {victim} (a follower of partition {p}, leader of {led}) disk full: "
+              f"{size >> 20} MiB ballast")
+    try:
+        wait_for(f"node {victim} stopping on its failed log dir", lambda: not c.is_running(victim), 30)
+        rc = c.proc(victim).returncode  # type: ignore[union-attr]
+        run.event(f"node {victim} stopped (exit {rc}) {time.monotonic() - t_fill:.1f}s after the disk filled")
+        wait_for(f"node {victim} out of every ISR", lambda: victim not in isr_holders(run), 30)
+        run.event(f"node {victim} out of every ISR {time.monotonic() - t_fill:.1f}s after the disk filled")
+        run.progress(100, timeout=30)  # acks=all goes on with the two others
+        log_text = c.log(victim, 200_000)
+        assert "No space left on device" in log_text, log_text[-3000:]
+        assert f"log dir {data_dir(c, victim)} failed" in log_text, log_text[-3000:]
+        assert f"strom broker {victim} stopped: its first log dir failed" in log_text, log_text[-3000:]
+        assert rc == 1, rc
+    finally:
+        with contextlib.suppress(OSError):
+            ballast.unlink()
+    run.event("space returned")
+    c.start_node(victim)
+    run.event(f"node {victim} restarted")
+
+
+def reassignment_under_load(run: Run) -> None:
+    """AlterPartitionReassignments while producers and consumers run: a partition's replicas
+    move from all three to two (one replica removed, its log deleted), then to a new set of
+    three led preferably by the node that had been removed (it copies the whole log from the
+    leader, joins the ISR, and the reassignment completes)."""
+    c = run.c
+    p = run.rng.randrange(PARTITIONS)
+    md = c.metadata(c.running[0], [run.topic])
+    before = list(md.topics[run.topic].partitions[p].replicas)
+    removed = run.rng.choice(before)
+    steps = [[r for r in before if r != removed], [removed, *[r for r in before if r != removed]]]
+    for target in steps:
+        t0 = time.monotonic()
+        res = c.run(c.running[0], lambda cl, tgt=target: alter_partition_reassignments(  # type: ignore[misc]
+            cl, {(run.topic, p): tgt}))
+        assert res[(run.topic, p)] is None, res
+        run.event(f"reassigning partition {p}: {before} -> {target}")
+
+        def done(tgt: list[int] = target) -> bool:
+            ongoing = c.run(c.running[0], lambda cl: list_partition_reassignments(cl, [(run.topic, p)]))
+            if ongoing:
+                return False
+            part = c.metadata(c.running[0], [run.topic]).topics[run.topic].partitions[p]
+            return list(part.replicas) == tgt and sorted(part.isr) == sorted(tgt)
+
+        wait_for(f"the reassignment of partition {p} to {target}", done, 60, every=0.3)
+        run.event(f"partition {p} on {target} ({time.monotonic() - t0:.1f}s)")
+        run.progress(100)
+        before = target
+
+
 FAULTS: dict[str, Callable[[Run], None]] = {
     "kill_leader": kill_leader,
     "kill_controller": kill_controller,
@@ -342,6 +473,8 @@ FAULTS: dict[str, Callable[[Run], None]] = {
     "pause_coordinator": pause_coordinator,
     "pause_controller": pause_controller,
     "rolling_restart": rolling_restart,
+    "disk_full_follower": disk_full_follower,
+    "reassignment_under_load": reassignment_under_load,
 }
 
 
@@ -364,8 +497,93 @@ def test_fault_seeds(slow_only: None, cluster: ClusterProcess, fault: str, seed:
     scenario(cluster, FAULTS[fault], seed, rate=150.0, warmup=1000, after=1000)
 
 
-def test_network_partition() -> None:
-    pytest.skip("network partitions need network namespaces (or iptables) per node: not simulated here")
+ZOMBIE_PRODUCER = """
+import json, sys
+from confluent_kafka import Producer
+bootstrap, topic, partition = sys.argv[1], sys.argv[2], int(sys.argv[3])
+out = []
+p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+              "message.timeout.ms": 4000, "request.timeout.ms": 3000, "retries": 0, "log_level": 0})
+def cb(err, msg):
+    out.append([msg.value().decode(), None if err is None else err.name(), msg.offset()])
+for i in range(5):
+    p.produce(topic, value=f"zombie-{i}".encode(), partition=partition, on_delivery=cb)
+p.flush(15)
+print(json.dumps(out))
+"""
+
+
+def produce_inside(c: NetnsCluster, node: int, topic: str, partition: int) -> list[list[object]]:
+    """Produce five ``acks=all`` records to ``node`` from inside its own namespace (the only
+    client that can reach it while it is isolated); the delivery reports."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", c.network.namespace(node), sys.executable, "-c", ZOMBIE_PRODUCER,
+         c.node_bootstrap(node), topic, str(partition)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reports: list[list[object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return reports
+
+
+def isolate_leader(run: Run) -> None:
+    """A network partition: a partition leader alone on one side (its veth down: no peer, no
+    controller, no client of the test reaches it), the two others on the majority side. They
+    fence it after the broker session and elect a new leader; ``acks=all`` producers go on
+    there. A client inside the isolated node's namespace gets none of its ``acks=all`` writes
+    acknowledged (the zombie cannot reach min.insync.replicas, nor shrink its ISR without the
+    controller); once healed, it learns the new epoch and truncates them away (the checker's
+    *unexpected* count: values no workload producer sent must not be in the final log)."""
+    c = run.c
+    assert isinstance(c, NetnsCluster)
+    p, victim = run.some_leader()
+    t0 = time.monotonic()
+    c.isolate(victim)
+    run.event(f"node {victim}, leader of partition {p}, isolated (veth down)")
+    try:
+        zombie: dict[str, list[list[object]]] = {}
+        t = threading.Thread(target=lambda: zombie.setdefault(
+            "reports", produce_inside(c, victim, run.topic, p)), daemon=True)
+        t.start()
+        wait_for(f"partition {p} led by another node",
+                 lambda: run.leaders().get(p) not in (victim, -1, None), 30)
+        run.event(f"partition {p} has a new leader {time.monotonic() - t0:.1f}s after the partition")
+        run.progress(100, timeout=30)  # acks=all on the majority side
+        time.sleep(run.rng.uniform(1, 3))
+        t.join(60)
+        reports = zombie.get("reports")
+        assert reports is not None, "the producer inside the isolated namespace did not finish"
+        acked = [r for r in reports if r[1] is None]
+        run.event(f"the isolated leader's producer: {len(reports)} sent, {len(acked)} acknowledged "
+                  f"({sorted({str(r[1]) for r in reports})})")
+        assert not acked, f"the isolated (zombie) leader acknowledged acks=all writes: {acked}"
+    finally:
+        c.heal(victim)
+        run.event(f"node {victim} healed after {time.monotonic() - t0:.1f}s")
+
+
+@pytest.fixture
+def netns_cluster(tmp_path: Path) -> Iterator[NetnsCluster]:
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(f"a network partition needs per-node network namespaces: {why}")
+    c = NetnsCluster(tmp_path / "ns", 3, overrides=OVERRIDES)
+    try:
+        c.start()
+        c.wait_ready(90)
+        yield c
+    finally:
+        c.close()  # the namespaces and the bridge go too, whatever happened
+        print(f"node logs: {c.root}/node-<id>/server.log")
+
+
+def test_network_partition(netns_cluster: NetnsCluster) -> None:
+    scenario(netns_cluster, isolate_leader, SEED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_network_partition_seeds(slow_only: None, netns_cluster: NetnsCluster, seed: int) -> None:
+    scenario(netns_cluster, isolate_leader, seed, rate=150.0, warmup=1000, after=1000)
 
 
 def test_an_acknowledged_offset_commit_survives_the_coordinators_death(cluster: ClusterProcess) -> None:

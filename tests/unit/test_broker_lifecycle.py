@@ -215,3 +215,45 @@ def test_controlled_shutdown_gives_up_after_its_timeout() -> None:
         assert 0.25 <= loop.time() - start < 2 and lc.state is BrokerState.SHUTTING_DOWN
 
     asyncio.run(main())
+
+
+def test_a_failed_log_dir_goes_to_the_controller_at_once() -> None:
+    """KIP-858: every heartbeat carries the failed dirs' ids; heartbeat_soon sends one now, and
+    the controller (which knows the dir from the registration) keeps only the online dir."""
+    import uuid
+
+    async def main() -> None:
+        harness = ControllerHarness()
+        harness.start_brokers(1)  # broker 0: another broker, so that broker 1 may lose leaderships
+        channel = HarnessChannel(harness)
+        scheduler = ManualScheduler(ManualClock())
+        a, b = uuid.UUID(int=1 << 100), uuid.UUID(int=2 << 100)
+        offline: list[uuid.UUID] = []
+        sent: list[tuple[uuid.UUID, ...]] = []
+        lc = BrokerLifecycleManager(
+            1, channel, scheduler,
+            lambda inc: dataclasses.replace(registration_request(1, inc), log_dirs=(a, b)),
+            lambda: harness.next_offset, heartbeat_interval_ms=2000, retry_backoff_ms=1,
+            offline_log_dirs=lambda: list(offline),
+        )
+        real = channel.call
+
+        async def spy(api_key: int, request: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+            if api_key == 63:
+                sent.append(tuple(request.offline_log_dirs))
+            return await real(api_key, request, *args, **kw)
+
+        channel.call = spy  # type: ignore[method-assign]
+        await lc.start()
+        assert sent and all(s == () for s in sent)
+        n = len(sent)
+        offline.append(b)
+        lc.heartbeat_soon()  # no waiting for broker.heartbeat.interval.ms
+        await scheduler.settle()
+        await asyncio.sleep(0.01)
+        assert sent[n:] == [(b,)]
+        reg = harness.controller.cluster.registration(1)
+        assert reg is not None and reg.directories == (a,) and not reg.fenced
+        lc.close()
+
+    asyncio.run(main())

@@ -10,7 +10,7 @@ from kio.schema.create_partitions.v3 import request as cp
 from kio.schema.delete_topics.v6 import request as dt
 from kio.schema.elect_leaders.v2 import request as el
 from kio.schema.list_partition_reassignments.v0 import request as lpr
-from kio.static.primitive import i8, i32
+from kio.static.primitive import i8, i32, i64
 
 from strom.controller import ControllerConfig, PartitionRegistration
 from strom.controller.partitions import is_reassigning
@@ -534,3 +534,58 @@ def test_reassignment_shrinking_completes_at_once() -> None:
     _reassign(h, "t", 0, [1, 2])
     p = part(h, "t", 0)
     assert p.replicas == (1, 2) and p.isr == (1, 2) and p.leader == 1 and not is_reassigning(p)
+
+
+# ---- KIP-858: log dirs (AssignReplicasToDirs, offline_log_dirs in heartbeats) ---------------
+
+
+def test_a_failed_log_dir_moves_only_the_replicas_assigned_to_it() -> None:
+    import dataclasses
+
+    from kio.schema.assign_replicas_to_dirs.v0 import request as ard
+
+    from strom.testing.controller import heartbeat_request, registration_request
+
+    h = ControllerHarness()
+    a, b = uuid.UUID(int=1 << 100), uuid.UUID(int=2 << 100)
+    for broker in range(3):
+        h._incarnations[broker] = uuid.uuid4()
+        request = registration_request(broker, h._incarnations[broker])
+        if broker == 2:
+            request = dataclasses.replace(request, log_dirs=(a, b))
+        h.commit(h.controller.register_broker(request, h.next_offset, h.now_ms))
+    for broker in range(3):
+        h.heartbeat(broker)
+    assert h.controller.cluster.registration(2).directories == (a, b)  # type: ignore[union-attr]
+    h.create_topic("t", 4, 3)
+    tid = topic_id(h, "t")
+
+    def assign(epoch: int, dirs: dict[uuid.UUID, list[int]], topic: uuid.UUID = tid) -> dict[str, Any]:
+        request = ard.AssignReplicasToDirsRequest(
+            broker_id=i32(2), broker_epoch=i64(epoch),  # type: ignore[arg-type]
+            directories=tuple(ard.DirectoryData(id_=d, topics=(ard.TopicData(topic_id=topic, partitions=tuple(
+                ard.PartitionData(partition_index=i32(p)) for p in ps)),)) for d, ps in dirs.items()))
+        result: dict[str, Any] = h.commit(h.controller.assign_replicas_to_dirs(request))
+        return result
+
+    assert assign(h.epoch(2) + 1, {a: [0]})["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    unknown = assign(h.epoch(2), {a: [0]}, topic=uuid.uuid4())
+    assert unknown["directories"][0]["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+    ok = assign(h.epoch(2), {a: [0, 1], b: [2, 3]})
+    assert ok["error_code"] == 0
+    assert all(p["error_code"] == 0 for d in ok["directories"] for t in d["topics"] for p in t["partitions"])
+    assert [part(h, "t", p).directory(2) for p in range(4)] == [a, a, b, b]
+    assert part(h, "t", 0).directory(0) == uuid.UUID(int=0)  # the others: UNASSIGNED
+    leaders_before = {p: part(h, "t", p).leader for p in range(4)}
+
+    request = dataclasses.replace(heartbeat_request(2, h.epoch(2), h.next_offset), offline_log_dirs=(b,))
+    h.commit(h.controller.broker_heartbeat(request, h.now_ms))
+    for p in (2, 3):  # in the failed dir: out of the ISR, leadership moved
+        assert 2 not in part(h, "t", p).isr and part(h, "t", p).leader not in (2, -1)
+    for p in (0, 1):  # in the healthy dir: untouched
+        assert 2 in part(h, "t", p).isr and part(h, "t", p).leader == leaders_before[p]
+    assert h.controller.cluster.registration(2).directories == (a,)  # type: ignore[union-attr]
+    again = h.controller.broker_heartbeat(
+        dataclasses.replace(heartbeat_request(2, h.epoch(2), h.next_offset), offline_log_dirs=(b,)), h.now_ms)
+    assert again.records == []  # once per failed dir
+    assert not h.controller.cluster.registration(2).fenced  # type: ignore[union-attr]

@@ -240,6 +240,33 @@ def test_acks_all_waits_for_the_high_watermark(broker: Broker, monkeypatch: pyte
     assert gone.error_code == E.KAFKA_STORAGE_ERROR and not rm._hw_waiters
 
 
+def test_a_full_disk_takes_the_dir_offline_only_while_other_brokers_are_alive(broker: Broker) -> None:
+    """ENOSPC: on a broker alone the dir stays online (appends fail until space returns); with
+    another broker alive it fails the dir as Kafka does (the first dir: the broker halts), so
+    the controller moves leaderships and ISR places to replicas that can still write."""
+    import errno
+
+    from strom.log.errors import KafkaStorageError
+
+    rm = broker.replica_manager
+    halted: list[bool] = []
+    rm._halt = lambda: halted.append(True)
+    plog = rm.logs[("t", 0)]
+    full = KafkaStorageError("append to t-0 failed")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    rm.note_storage_error(plog, full)
+    assert not rm.offline_dirs and not halted and ("t", 0) in rm.logs
+    follow(broker)  # broker 7 is alive too
+    alive = rm.metadata_cache.alive_brokers()
+    rm.metadata_cache.alive_brokers = lambda listener=None: [*alive, BrokerNode(7, "seven.example", 9092)]  # type: ignore[method-assign]
+    rm.note_storage_error(plog, full)
+    d = plog.directory.parent
+    assert "No space left on device" in rm.offline_dirs[d]
+    assert ("t", 0) not in rm.logs and rm.offline_partitions[("t", 0)] == d
+    assert rm.partition_error("t", 0) == E.KAFKA_STORAGE_ERROR
+    assert halted == [True]  # the first log dir holds the broker's metadata
+
+
 # ------------------------------------------------------------------ reads and offsets
 
 

@@ -239,6 +239,7 @@ class ClusterControlManager:
             in_controlled_shutdown=existing.in_controlled_shutdown
             if existing is not None and amend
             else False,
+            log_dirs=tuple(getattr(request, "log_dirs", None) or ()),  # KIP-858: its online dirs
         )
 
     def next_state(
@@ -329,7 +330,8 @@ class ClusterControlManager:
             shutting = reg.in_controlled_shutdown or record.in_controlled_shutdown == IN_CONTROLLED_SHUTDOWN
             if shutting and not reg.in_controlled_shutdown and offset is not None:
                 self._controlled_shutdown_offsets[reg.id] = offset
-            self.registrations[reg.id] = replace(reg, fenced=fenced, in_controlled_shutdown=shutting)
+            self.registrations[reg.id] = replace(reg, fenced=fenced, in_controlled_shutdown=shutting,
+                                                 directories=record.log_dirs or reg.directories)
         elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
             reg = self._current(record.id, record.epoch)
             if reg is not None:

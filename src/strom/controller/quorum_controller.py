@@ -112,8 +112,10 @@ UNREGISTER_BROKER = 64
 UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_USER_SCRAM_CREDENTIALS = 51
+ASSIGN_REPLICAS_TO_DIRS = 73
 CONTROLLER_APIS = frozenset(
     {
+        ASSIGN_REPLICAS_TO_DIRS,
         CREATE_TOPICS,
         DELETE_TOPICS,
         DESCRIBE_CONFIGS,
@@ -237,6 +239,8 @@ class QuorumController:
             return self.broker_heartbeat(request, now_ms)
         if api_key == ALTER_PARTITION:
             return self.alter_partition(request, 3 if api_version < 0 else api_version)
+        if api_key == ASSIGN_REPLICAS_TO_DIRS:
+            return self.assign_replicas_to_dirs(request)
         operation: Callable[[Any], ControllerResult[dict[str, Any]]] = {
             CREATE_TOPICS: self.create_topics,
             DELETE_TOPICS: self.delete_topics,
@@ -300,6 +304,15 @@ class QuorumController:
                     records.append(self.cluster.shutdown_now_record(reg))
                 else:
                     records.append(self.cluster.fence_record(reg))
+        offline = set(getattr(request, "offline_log_dirs", None) or ()) & set(reg.directories)
+        if offline and not reg.fenced:
+            # KIP-858: replicas on the failed dirs leave their ISRs (leaderships move); the
+            # registration keeps the dirs still online, so this happens once per failed dir
+            records.extend(self.replication.handle_directories_offline(broker_id, offline))
+            online = tuple(d for d in reg.directories if d not in offline)
+            if online:
+                records.append(BrokerRegistrationChangeRecord(
+                    broker_id=broker_id, broker_epoch=reg.epoch, log_dirs=online))
         response = {
             "throttle_time": 0,
             "error_code": 0,
@@ -321,6 +334,16 @@ class QuorumController:
                 "should_shut_down": False,
             },
         )
+
+    def assign_replicas_to_dirs(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        """AssignReplicasToDirs (KIP-858): where a broker keeps its replicas."""
+        broker_id = int(request.broker_id)
+        try:
+            self.cluster.check_broker_epoch(broker_id, int(request.broker_epoch))
+        except KafkaError as e:
+            return ControllerResult([], {"throttle_time": 0, "error_code": e.code, "directories": []})
+        records, out = self.replication.assign_replicas_to_dirs(broker_id, request)
+        return ControllerResult(records, {"throttle_time": 0, "error_code": 0, "directories": out})
 
     def unregister_broker(self, request: Any) -> ControllerResult[dict[str, Any]]:
         reg = self.cluster.registration(int(request.broker_id))

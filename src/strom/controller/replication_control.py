@@ -70,6 +70,9 @@ class ApiError:
 NONE = ApiError(0)
 
 
+# Kafka's DirectoryId.UNASSIGNED: a replica whose log dir the controller does not know yet
+UNASSIGNED_DIR = uuid.UUID(int=0)
+
 def _invalid_assignment(message: str) -> KafkaError:
     return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
 
@@ -421,6 +424,63 @@ class ReplicationControlManager:
             if change is not None:
                 records.append(change)
         return records
+
+    def handle_directories_offline(
+        self, broker_id: int, offline: Collection[uuid.UUID]
+    ) -> list[PartitionChangeRecord]:
+        """KIP-858: the broker reported log dirs ``offline``. Its replicas recorded in one of them
+        (the partitions' ``directories``, set by AssignReplicasToDirs) leave the ISR, and the
+        partitions it led elect another leader; its other partitions are untouched."""
+        records = []
+        for info, pid, part in self._sorted_partitions():
+            if part.directory(broker_id) not in offline:
+                continue
+            if broker_id not in part.isr and part.leader != broker_id:
+                continue
+            unclean = self.unclean_leader_election(info.name)
+
+            def acceptable(r: int) -> bool:
+                return r != broker_id and self.cluster.is_active(r)
+
+            change = build_change(
+                part, info.id, pid, acceptable,
+                target_isr=[r for r in part.isr if r != broker_id],
+                election=Election.UNCLEAN if unclean else Election.ONLINE,
+            )
+            if change is not None:
+                records.append(change)
+        return records
+
+    def assign_replicas_to_dirs(self, broker_id: int, request: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        """AssignReplicasToDirs: record in which log dir ``broker_id`` keeps each replica (the
+        partition's ``directories``, one per replica, UNASSIGNED (the zero id) where unknown).
+        Per partition UNKNOWN_TOPIC_ID or NOT_LEADER_OR_FOLLOWER (not a replica there)."""
+        records: list[Any] = []
+        out = []
+        for d in request.directories:
+            dir_id = d.id_
+            topics = []
+            for t in d.topics:
+                info = self.topics.get(t.topic_id) if t.topic_id is not None else None
+                parts = []
+                for p in t.partitions:
+                    pid = int(p.partition_index)
+                    part = info.parts.get(pid) if info is not None else None
+                    code = ErrorCode.NONE
+                    if info is None or part is None:
+                        code = ErrorCode.UNKNOWN_TOPIC_ID
+                    elif broker_id not in part.replicas:
+                        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    elif dir_id is not None and part.directory(broker_id) != dir_id:
+                        dirs = list(part.directories) if len(part.directories) == len(part.replicas) \
+                            else [UNASSIGNED_DIR] * len(part.replicas)
+                        dirs[part.replicas.index(broker_id)] = dir_id
+                        records.append(PartitionChangeRecord(
+                            partition_id=pid, topic_id=info.id, directories=tuple(dirs)))
+                    parts.append({"partition_index": pid, "error_code": int(code)})
+                topics.append({"topic_id": t.topic_id, "partitions": parts})
+            out.append({"id_": dir_id, "topics": topics})
+        return records, out
 
     def elect_for_unfenced_broker(self, broker_id: int) -> list[PartitionChangeRecord]:
         """Unfenced: leaderless partitions it may lead elect (it is acceptable before the replay)."""

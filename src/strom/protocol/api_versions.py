@@ -85,6 +85,7 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     67: ("AllocateProducerIds", 0, 0),
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
+    73: ("AssignReplicasToDirs", 0, 0),  # KIP-858: a JBOD broker's replica dirs (controller only)
     75: ("DescribeTopicPartitions", 0, 0),
     # KIP-932 share groups, as a Kafka 4.2+ broker with share.version=1 advertises them
     76: ("ShareGroupHeartbeat", 1, 1),
@@ -106,7 +107,7 @@ API_VERSIONS_KEY = 18
 # AllocateProducerIds): accepted on every listener (strom has no separate controller network
 # stack yet) but, as a Kafka 4.0 broker listener, not listed in ApiVersions: Kafka lists them on
 # controller listeners only, and so does strom (``advertised(..., controller=True)``).
-CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 56, 58, 59, 62, 63, 67})
+CONTROLLER_ONLY_APIS = frozenset({52, 53, 54, 56, 58, 59, 62, 63, 67, 73})
 
 
 def api_name(api_key: int) -> str:

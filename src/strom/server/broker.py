@@ -492,7 +492,11 @@ class Broker:
         if self.quorum is not None:
             await self.quorum.stop()
         self.replica_manager.shutdown()
-        log.info("strom broker %d stopped cleanly", self.node_id)
+        if self.fatal.is_set():
+            log.error("strom broker %d stopped: its first log dir failed (%s)", self.node_id,
+                      self.replica_manager.offline_dirs.get(self.replica_manager.metadata_log_dir, "?"))
+        else:
+            log.info("strom broker %d stopped cleanly", self.node_id)
 
     # ------------------------------------------------------------------ topics
     def _check_new_topic(self, name: str, partitions: int, configs: dict[str, str] | None) -> dict[str, str]:

@@ -23,6 +23,10 @@ States (Kafka's ``BrokerState``): STARTING → RECOVERY (registered, fenced) →
   partition leaderships away and the other brokers caught up with that), bounded by a timeout
   after which the broker stops anyway (Kafka waits in the same way, then shuts down).
 
+Every heartbeat reports the broker's failed log dirs (``offline_log_dirs``, KIP-858), and a
+dir failure sends one at once (:meth:`heartbeat_soon`): the controller moves the replicas
+recorded in those dirs out of their ISRs.
+
 ``before_register`` runs before each registration attempt (a combined node whose own
 controller is active tells it that its previous incarnation is gone, so a restart does not wait
 for the old session to expire). Errors from the channel never escape the periodic heartbeat:
@@ -36,7 +40,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kio.schema.broker_heartbeat.v1 import request as heartbeat
@@ -86,6 +90,7 @@ class BrokerLifecycleManager:
         heartbeat_interval_ms: int = 2000,
         retry_backoff_ms: int = 100,
         before_register: Callable[[], None] | None = None,
+        offline_log_dirs: Callable[[], Sequence[uuid.UUID]] = tuple,
     ) -> None:
         self.node_id = node_id
         self.channel = channel
@@ -95,12 +100,14 @@ class BrokerLifecycleManager:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.before_register = before_register
+        self.offline_log_dirs = offline_log_dirs
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.state = BrokerState.STARTING
         self.is_fenced = True
         self._timer: TaskHandle | None = None
         self._in_flight = False
+        self._soon: set[asyncio.Task[None]] = set()
 
     # -- registration
     async def register(self) -> None:
@@ -177,8 +184,16 @@ class BrokerLifecycleManager:
             current_metadata_offset=i64(self.metadata_offset()),
             want_fence=False,
             want_shut_down=want_shut_down,
-            offline_log_dirs=(),
+            offline_log_dirs=tuple(self.offline_log_dirs()),
         )
+
+    def heartbeat_soon(self) -> None:
+        """A heartbeat now rather than at its time (a log dir failed: KIP-858 tells the
+        controller at once). Nothing when one is in flight or the broker is not running."""
+        if self.state is BrokerState.RUNNING and not self._in_flight:
+            task = asyncio.ensure_future(self._heartbeat_due())
+            self._soon.add(task)
+            task.add_done_callback(self._soon.discard)
 
     async def _heartbeat_due(self) -> None:
         if self._in_flight or self.state is not BrokerState.RUNNING:

@@ -76,8 +76,8 @@ log = logging.getLogger("strom.controller_channel")
 MAX_FRAME = 64 * 1024 * 1024
 ENVELOPE = 58
 # what a broker sends as itself, not forwarded for a client (Kafka: the broker's own requests)
-DIRECT_APIS = frozenset({56, 62, 63, 64, 67})  # AlterPartition, BrokerRegistration/Heartbeat,
-# UnregisterBroker, AllocateProducerIds
+DIRECT_APIS = frozenset({56, 62, 63, 64, 67, 73})  # AlterPartition, BrokerRegistration/Heartbeat,
+# UnregisterBroker, AllocateProducerIds, AssignReplicasToDirs
 
 
 class ControllerChannel(Protocol):

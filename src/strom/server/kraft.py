@@ -98,6 +98,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_configs.v2 import request as alter_configs
+from kio.schema.assign_replicas_to_dirs.v0 import request as assign_dirs
 from kio.schema.broker_registration.v4 import request as registration
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
@@ -109,6 +110,7 @@ from ..controller.config_control import accept_all
 from ..controller.features import BOOTSTRAP_LEVELS
 from ..controller.quorum_controller import (
     ALTER_CONFIGS,
+    ASSIGN_REPLICAS_TO_DIRS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -239,7 +241,11 @@ class BrokerQuorum:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             retry_backoff_ms=int(cfg["controller.quorum.retry.backoff.ms"]),
             before_register=self._end_own_session,
+            offline_log_dirs=self._offline_log_dirs,
         )
+        broker.replica_manager.on_dir_offline = lambda _d: self.lifecycle.heartbeat_soon()
+        self._assign_timer: Any = None
+        self._assigning = False
         self._poll_timer: DeadlineTimer | None = None
         self._migrate_file: Path | None = None
         self._retry_s = max(0.05, int(cfg["controller.quorum.retry.backoff.ms"]) / 1000)
@@ -364,7 +370,57 @@ class BrokerQuorum:
         cannot be reached), then heartbeat every ``broker.heartbeat.interval.ms``
         (:class:`~strom.server.broker_lifecycle.BrokerLifecycleManager`)."""
         await self.lifecycle.start()
+        if len(self.broker.replica_manager.log_dirs) > 1:  # JBOD: tell the controller which dir
+            self._assign_timer = self.broker.scheduler.schedule_periodic(
+                self.heartbeat_interval_ms, self._assign_replicas_to_dirs, name="assign-replicas-to-dirs")
         await self._settle()
+
+    def _offline_log_dirs(self) -> list[uuid.UUID]:
+        """The ids of this broker's failed log dirs (KIP-858's heartbeat ``offline_log_dirs``)."""
+        ids = self.broker.directory_ids
+        return [ids[d] for d in self.broker.replica_manager.offline_dirs if d in ids]
+
+    async def _assign_replicas_to_dirs(self) -> None:
+        """KIP-858 with several log dirs: every replica here whose partition does not record the
+        dir it is in goes to the controller in one AssignReplicasToDirs (Kafka's
+        AssignmentsManager), so that a dir failure later moves exactly its replicas."""
+        image = self.publisher.image
+        rm = self.broker.replica_manager
+        if self._assigning or image is None or self.lifecycle.broker_epoch < 0:
+            return
+        want: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = {}
+        for (topic, p), plog in list(rm.logs.items()):
+            t = image.topics.get_topic(topic)
+            part = None if t is None else t.partitions.get(p)
+            if t is None or part is None or self.node_id not in part.replicas:
+                continue
+            did = self.broker.directory_ids.get(plog.directory.parent)
+            if did is not None and part.directory(self.node_id) != did:
+                want.setdefault(did, {}).setdefault(t.id, []).append(p)
+        if not want:
+            return
+        request = assign_dirs.AssignReplicasToDirsRequest(
+            broker_id=BrokerId(self.node_id),
+            broker_epoch=i64(self.lifecycle.broker_epoch),
+            directories=tuple(
+                assign_dirs.DirectoryData(id_=did, topics=tuple(
+                    assign_dirs.TopicData(topic_id=tid, partitions=tuple(
+                        assign_dirs.PartitionData(partition_index=i32(p)) for p in sorted(ps)))
+                    for tid, ps in topics.items()))
+                for did, topics in want.items()),
+        )
+        self._assigning = True
+        log.info("broker %d: assigning %d replicas to their log dirs (AssignReplicasToDirs)", self.node_id,
+                 sum(len(ps) for topics in want.values() for ps in topics.values()))
+        try:
+            response = await self.channel.call(ASSIGN_REPLICAS_TO_DIRS, request)
+            if response.get("error_code"):
+                log.info("broker %d AssignReplicasToDirs: error %s; retrying", self.node_id,
+                         response["error_code"])
+        except Exception as e:  # the next round retries what the image still lacks
+            log.info("broker %d AssignReplicasToDirs: %s; retrying", self.node_id, e)
+        finally:
+            self._assigning = False
 
     async def create_internal_topics(self, topics: list[tuple[str, int, int]]) -> None:
         """Create the missing internal topics (name, partitions, replication factor) through the
@@ -418,6 +474,8 @@ class BrokerQuorum:
             await alter.close()
 
     async def stop(self) -> None:
+        if self._assign_timer is not None:
+            self._assign_timer.cancel()
         self.lifecycle.close()
         if self._poll_timer is not None:
             self._poll_timer.stop()

@@ -81,6 +81,8 @@ TopicPartition = tuple[str, int]
 # errors of the device under a log dir: the dir goes offline (not ENOSPC, EMFILE: see check_log_dir)
 _DEVICE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
 # what the periodic check takes for a failed dir: the above, or the dir gone or unreadable
+# a full disk: a dir failure in a cluster (see fails_dir_when_full)
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _DIR_FAILURE_ERRNOS = _DEVICE_ERRNOS | {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ESTALE}
 
 # ListOffsets special timestamps
@@ -212,6 +214,8 @@ class ReplicaManager:
         self.log_config = log_config
         self.storage_log = storage_log
         self._halt = halt
+        # told of a failed dir other than the first (KIP-858: the broker heartbeats at once)
+        self.on_dir_offline: Callable[[Path], None] | None = None
         self.logs: dict[TopicPartition, PartitionLog] = {}
         # failed log dirs (Kafka's offline dirs) -> why; their partitions are offline until restart
         self.offline_dirs = offline_dirs
@@ -1295,9 +1299,8 @@ class ReplicaManager:
     # ------------------------------------------------------------------ log dir failures
     def check_log_dir(self, d: Path) -> bool:
         """Is the log dir ``d`` still usable? Gone, unreadable or read-only takes it offline
-        (:meth:`mark_log_dir_offline`). A full disk is not a failure here: appends answer
-        KAFKA_STORAGE_ERROR and succeed again once space is freed (Kafka instead takes the
-        dir offline at ENOSPC too)."""
+        (:meth:`mark_log_dir_offline`). A full disk is not a failure here (a write found it:
+        :meth:`note_storage_error` decides)."""
         if d in self.offline_dirs:
             return False
         try:
@@ -1322,16 +1325,30 @@ class ReplicaManager:
 
     def note_storage_error(self, plog: PartitionLog, exc: BaseException) -> None:
         """An I/O error on ``plog``: an error of the device (EIO, EROFS ...) takes its dir
-        offline at once, as Kafka's LogDirFailureChannel does for any IOException; for the
-        others (a full disk, out of descriptors) the dir is only checked."""
+        offline at once, as Kafka's LogDirFailureChannel does for any IOException. A full disk
+        (ENOSPC, EDQUOT) does too while other brokers are alive (:meth:`fails_dir_when_full`):
+        their replicas take over. On a broker alone, and for the other errors (out of
+        descriptors), the dir is only checked: appends answer KAFKA_STORAGE_ERROR until space
+        returns."""
         d = plog.directory.parent
         cause: BaseException | None = exc
         while cause is not None and not isinstance(cause, OSError):
             cause = cause.__cause__
-        if isinstance(cause, OSError) and cause.errno in _DEVICE_ERRNOS:
+        if isinstance(cause, OSError) and (
+            cause.errno in _DEVICE_ERRNOS or (cause.errno in _FULL_ERRNOS and self.fails_dir_when_full())
+        ):
             self.mark_log_dir_offline(d, f"{type(cause).__name__}: {cause}")
         else:
             self.check_log_dir(d)
+
+    def fails_dir_when_full(self) -> bool:
+        """Does a full disk take the log dir offline (Kafka: ENOSPC is an IOException like any
+        other)? Yes while another broker is alive, so that the controller moves this broker's
+        leaderships and ISR places to replicas that can still write (a follower that cannot
+        append would otherwise hold acks=all producers for ``replica.lag.time.max.ms``). A broker
+        alone keeps its dir online: going offline would only take away the reads it can still
+        serve (strom's single-node behaviour; Kafka would stop)."""
+        return any(b.node_id != self.node_id for b in self.metadata_cache.alive_brokers())
 
     def mark_log_dir_offline(self, d: Path, reason: str) -> None:
         """Kafka's ``LogDirFailureChannel``/``handleLogDirFailure``: the dir's partitions go
@@ -1356,6 +1373,8 @@ class ReplicaManager:
         if d == self.metadata_log_dir:
             log.critical("the first log dir %s holds the broker's metadata: stopping the broker", d)
             self._halt()
+        elif self.on_dir_offline is not None:
+            self.on_dir_offline(d)
 
 
 def _release(

@@ -1,5 +1,6 @@
 """The controller's APIs on a node's listeners: AlterPartition (56), BrokerRegistration (62),
-BrokerHeartbeat (63), AllocateProducerIds (67) and Envelope (58, KIP-590), Kafka's ``ControllerApis``.
+BrokerHeartbeat (63), AllocateProducerIds (67), AssignReplicasToDirs (73) and Envelope (58,
+KIP-590), Kafka's ``ControllerApis``.
 
 Theory of operation
 -------------------
@@ -81,6 +82,11 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> dict[str
 
 @handler(56)
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return await _direct(ctx, request)
+
+
+@handler(73)
+async def handle_assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return await _direct(ctx, request)
 
 
