@@ -65,7 +65,8 @@ def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int)
         if getattr(cls, "__flexible__", False):
             pos = skip_tagged_fields(frame, pos)
         check_request(cls, frame, pos)  # before kio sizes anything from the wire
-        obj, _size = _reader(cls)(bytes(frame[pos:]), 0)
+        # a read-only view, not a copy: kio copies out what it keeps (bytes fields, strings)
+        obj, _size = _reader(cls)(memoryview(frame)[pos:].toreadonly(), 0)
         return obj
     except ProtocolError as e:
         raise ProtocolError(f"cannot decode {api_name(api_key)} v{version} request: {e}") from None
