@@ -76,6 +76,7 @@ def test_a_clean_transactional_history_passes() -> None:
     h = txn_history()
     h.read_committed = list(COMMITTED)
     h.read_uncommitted = list(UNCOMMITTED)
+    h.reached_end = {"read_committed", "read_uncommitted"}
     r = check_txn(h, COMMITTED, UNCOMMITTED)
     assert r.ok, r.details()
     assert (r.committed, r.aborted, r.uncertain, r.uncertain_committed) == (1, 1, 1, 1)
@@ -92,6 +93,7 @@ def test_a_clean_transactional_history_passes() -> None:
 def test_each_transactional_anomaly_is_found() -> None:
     h = txn_history()
     h.read_uncommitted = list(UNCOMMITTED)
+    h.reached_end = {"read_committed", "read_uncommitted"}
     # read_committed saw an aborted record, and only part of the uncertain transaction
     h.read_committed = [*COMMITTED[:3], (0, 2, "x0-1:0/2"), (1, 9, "x0-0:0/2")]
     final_rc = [rec for rec in COMMITTED if rec[2] != "x0-0:1/2"]  # a committed record lost
@@ -107,3 +109,13 @@ def test_each_transactional_anomaly_is_found() -> None:
     assert ("final read_uncommitted", (0, 6, "y")) in r.unexpected
     assert ("live read_committed", (1, 9, "x0-0:0/2"), None) in r.phantom
     assert [t for t, _a, _b in r.reordered] == ["x1-0"]
+
+
+def test_a_live_reader_stopped_short_of_the_end_is_reported_not_taken_for_torn() -> None:
+    h = txn_history()
+    h.read_committed = COMMITTED[:3]  # stopped before x1-0's last record
+    h.read_uncommitted = list(UNCOMMITTED)
+    h.reached_end = {"read_uncommitted"}
+    r = check_txn(h, COMMITTED, UNCOMMITTED)
+    assert not r.ok
+    assert r.short == ["read_committed"] and r.torn == []

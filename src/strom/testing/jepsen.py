@@ -572,6 +572,7 @@ class TxnHistory:
     errors: list[str] = field(default_factory=list)
     read_committed: TxnRead = field(default_factory=list)  # live reads
     read_uncommitted: TxnRead = field(default_factory=list)
+    reached_end: set[str] = field(default_factory=set)  # live readers (levels) that read to the end
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def note_error(self, who: str, err: object) -> None:
@@ -604,11 +605,12 @@ class TxnCheckResult:
     phantom: list[tuple[str, Record, str | None]] = field(default_factory=list)
     unexpected: list[tuple[str, Record]] = field(default_factory=list)
     reordered: list[tuple[str, str, str]] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)  # live readers that never reached the end
 
     @property
     def ok(self) -> bool:
         return not (self.aborted_reads or self.torn or self.lost or self.duplicated or self.phantom
-                    or self.unexpected or self.reordered)
+                    or self.unexpected or self.reordered or self.short)
 
     def summary(self) -> str:
         return (
@@ -618,7 +620,8 @@ class TxnCheckResult:
             f"(found committed {self.uncertain_committed}, absent {self.uncertain_absent}); "
             f"aborted reads {len(self.aborted_reads)}, torn {len(self.torn)}, lost {len(self.lost)}, "
             f"duplicated {len(self.duplicated)}, phantom {len(self.phantom)}, "
-            f"unexpected {len(self.unexpected)}, reordered {len(self.reordered)} "
+            f"unexpected {len(self.unexpected)}, reordered {len(self.reordered)}, "
+            f"live readers short of the end {len(self.short)} "
             f"(final log read_committed {self.final_committed_records} / read_uncommitted "
             f"{self.final_uncommitted_records} records, live reads read_committed "
             f"{self.live_committed_reads} / read_uncommitted {self.live_uncommitted_reads}, "
@@ -628,7 +631,8 @@ class TxnCheckResult:
 
     def details(self, limit: int = 10) -> str:
         out = [self.summary()]
-        for name in ("aborted_reads", "torn", "lost", "duplicated", "phantom", "unexpected", "reordered"):
+        for name in ("aborted_reads", "torn", "lost", "duplicated", "phantom", "unexpected", "reordered",
+                     "short"):
             v = getattr(self, name)
             if v:
                 items = list(v.items()) if isinstance(v, dict) else list(v)
@@ -674,6 +678,7 @@ def check_txn(h: TxnHistory, final_committed: TxnRead, final_uncommitted: TxnRea
             if at.get((p, o)) != v:
                 r.phantom.append((reader, rec, at.get((p, o))))
     # read_committed readers: never an aborted record, every transaction whole or absent
+    r.short = [level for level in ("read_committed", "read_uncommitted") if level not in h.reached_end]
     for reader, reads in (live[1], ("final read_committed", final_committed)):
         seen: dict[str, set[str]] = defaultdict(set)
         for rec in reads:
@@ -684,6 +689,8 @@ def check_txn(h: TxnHistory, final_committed: TxnRead, final_uncommitted: TxnRea
                 r.aborted_reads.append((reader, rec))
             seen[of].add(rec[2])
         for txn, values in seen.items():
+            if reader == "live read_committed" and "read_committed" in r.short:
+                break  # stopped short of the end (reported): a transaction may be half read
             if h.outcome.get(txn) != "aborted" and len(values) != len(h.txns[txn]):
                 r.torn.append((reader, txn, len(values), len(h.txns[txn])))
         if reader == "final read_committed":
@@ -973,6 +980,9 @@ class TxnWorkload:
                                      on_error=lambda e: h.note_error(f"txn-{level}", e)):
             with h.lock:
                 out.extend(recs)
+        if not self._stop_consuming.is_set():  # (returned by itself: every partition at its end)
+            with h.lock:
+                h.reached_end.add(level)
 
 
 def _read_partitions(bootstrap: str, topic: str, partitions: int, level: str, *,
