@@ -155,6 +155,10 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     c.start()
     try:
         c.wait_ready(90)
+        internal = ["__consumer_offsets", "__transaction_state"]
+        md = c.metadata(c.running[0], internal)
+        for t in internal:  # the coordinators' state survives the loss of a node
+            assert all(len(p.replicas) == 3 for p in md.topics[t].partitions.values()), md.topics[t]
         yield c
     finally:
         c.close()
