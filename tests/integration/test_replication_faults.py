@@ -4,15 +4,21 @@ Each test starts three ``strom serve`` nodes (:class:`ClusterProcess`, short ses
 election timeouts), a topic with replication factor 3 and ``min.insync.replicas=2``, and runs the
 :class:`strom.testing.jepsen.Workload` throughout: idempotent ``acks=all`` producers
 (confluent-kafka) recording every acknowledged ``(partition, offset, value)``, a consumer group
-reading and committing, a monitor of the group's committed offsets. A fault is injected and
+reading and committing, a monitor of the group's committed offsets; beside it, on a second topic
+of the same shape, the :class:`strom.testing.jepsen.TxnWorkload`: transactional producers
+(``transactional.id``) whose transactions span several partitions, a quarter of them aborted on
+purpose, read by a read_committed and a read_uncommitted consumer. A fault is injected and
 healed while it runs; then every node runs again, the ISRs are full, a final read takes every
 partition from the start to its high watermark, and :func:`strom.testing.jepsen.check` looks for
-lost, duplicated, misplaced, reordered and phantom records and committed offsets moving back.
+lost, duplicated, misplaced, reordered and phantom records and committed offsets moving back;
+:func:`strom.testing.jepsen.check_txn` for aborted reads, torn transactions and committed ones
+lost (``__transaction_state`` is replicated three times too).
 The replicas of every partition must also hold the same bytes in the end (a zombie's suffix
 truncated away).
 
 The faults: kill -9 of a partition leader; kill -9 of the active controller; kill -9 of the
-group coordinator (``__consumer_offsets`` is replicated three times here); kill -9 of two
+group coordinator (``__consumer_offsets`` is replicated three times here); kill -9 and SIGSTOP of
+the transaction coordinator (the leader of ``__transaction_state``); kill -9 of two
 brokers one after the other (the first back and the ISRs full before the second: with
 ``min.insync.replicas=2`` and ``acks=all`` nothing acknowledged may be lost); kill -9 of two
 brokers overlapping (one node left, below ``min.insync.replicas``: writes wait, then resume);
@@ -52,7 +58,16 @@ import pytest
 
 from strom.client.cluster_admin import alter_partition_reassignments, list_partition_reassignments
 from strom.testing.cluster_process import ClusterProcess
-from strom.testing.jepsen import CheckResult, Workload, check, final_read
+from strom.testing.jepsen import (
+    CheckResult,
+    TxnCheckResult,
+    TxnWorkload,
+    Workload,
+    check,
+    check_txn,
+    final_read,
+    final_txn_read,
+)
 from strom.testing.netns_cluster import NetnsCluster, netns_unavailable
 
 pytest.importorskip("confluent_kafka")
@@ -68,6 +83,7 @@ OVERRIDES = (
     "controller.quorum.election.timeout.ms=500",
     "controller.quorum.fetch.timeout.ms=1000",
     "offsets.topic.replication.factor=3",
+    "transaction.state.log.replication.factor=3",
 )
 SEED = int(os.environ.get("STROM_FAULT_SEED", "14"))
 DATA_TMPFS_SIZE = "160m"  # each node's data dir (disk_full_follower fills one)
@@ -78,6 +94,7 @@ class Run:
     c: ClusterProcess
     topic: str
     wl: Workload
+    txn: TxnWorkload
     rng: random.Random
     t0: float
 
@@ -98,6 +115,10 @@ class Run:
 
     def progress(self, n: int = 100, timeout: float = 60.0) -> None:
         assert self.wl.wait_acked(n, timeout), f"no progress: fewer than {n} records acked in {timeout}s"
+
+    def txn_progress(self, n: int = 5, timeout: float = 60.0) -> None:
+        assert self.txn.wait_committed(n, timeout), \
+            f"no progress: fewer than {n} transactions committed in {timeout}s"
 
     def isr_full(self, timeout: float = 90.0) -> None:
         wait_isr_full(self.c, self.topic, timeout)
@@ -188,6 +209,10 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
         c.dev.format()
         c.start()
         c.wait_ready(90)
+        internal = ["__consumer_offsets", "__transaction_state"]
+        md = c.metadata(c.running[0], internal)
+        for t in internal:  # the coordinators' state survives the loss of a node
+            assert all(len(p.replicas) == 3 for p in md.topics[t].partitions.values()), md.topics[t]
         yield c
     finally:
         c.close()
@@ -211,47 +236,61 @@ def cluster(shared_cluster: ClusterProcess) -> ClusterProcess:
 
 
 def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate: float = 80.0,
-             warmup: int = 300, after: int = 300) -> CheckResult:
-    """Run the workload, inject ``fault`` (which heals it), then check the history."""
+             warmup: int = 300, after: int = 300, txn_rate: float = 4.0
+             ) -> tuple[CheckResult, TxnCheckResult]:
+    """Run the workloads, inject ``fault`` (which heals it), then check the histories."""
     rng = random.Random(seed)
     topic = f"faults-{uuid.uuid4().hex[:8]}"
-    res = c.create_topics(c.running[0], {topic: (PARTITIONS, 3)}, configs={"min.insync.replicas": "2"})
-    assert res[topic][0] == 0, res
-    c.wait_topic(topic, timeout=60)
-    wait_isr_full(c, topic, 60)
+    txn_topic = f"{topic}-txn"
+    res = c.create_topics(c.running[0], {topic: (PARTITIONS, 3), txn_topic: (PARTITIONS, 3)},
+                          configs={"min.insync.replicas": "2"})
+    assert res[topic][0] == 0 and res[txn_topic][0] == 0, res
+    for t in (topic, txn_topic):
+        c.wait_topic(t, timeout=60)
+        wait_isr_full(c, t, 60)
     wl = Workload(c.bootstrap, topic, PARTITIONS, producers=2, consumers=2, rate=rate)
-    run = Run(c, topic, wl, rng, time.monotonic())
-    print(f"seed {seed}, topic {topic}")
+    txn = TxnWorkload(c.bootstrap, txn_topic, PARTITIONS, producers=2, rate=txn_rate, seed=seed)
+    run = Run(c, topic, wl, txn, rng, time.monotonic())
+    print(f"seed {seed}, topics {topic} and {txn_topic}")
+    txn.start()
     wl.start()
     try:
         run.progress(warmup)
-        run.event("workload running")
+        run.txn_progress(5)
+        run.event(f"workload running ({txn.committed} transactions committed)")
         fault(run)
         for i in NODES:  # healed by the fault; just in case
             if not c.is_running(i):
                 c.start_node(i)
         run.isr_full()
         run.progress(after)
-        run.event("progress after the fault")
+        run.txn_progress(5)
+        run.event(f"progress after the fault ({txn.committed} transactions committed)")
     finally:
         wl.stop(drain=30.0)
+        txn.stop(drain=60.0)
         run.event("workload stopped")
     run.isr_full()
+    wait_isr_full(c, txn_topic)
     wl.read_final_committed()
     final = final_read(c.bootstrap, topic, PARTITIONS)
     result = check(wl.history, final)
     print(result.details())
+    txn_result = check_txn(txn.history, final_txn_read(c.bootstrap, txn_topic, PARTITIONS, "read_committed"),
+                           final_txn_read(c.bootstrap, txn_topic, PARTITIONS, "read_uncommitted"))
+    print(txn_result.details())
     h = wl.history
     failures: dict[str, int] = {}
     for _v, err in h.failed:
         failures[err] = failures.get(err, 0) + 1
     print(f"sent {len(h.sent)}, failed {len(h.failed)} {failures}, unanswered {wl.unanswered}, "
-          f"client errors {len(h.errors)}")
-    for e in [e for e in h.errors if "_TRANSPORT" not in e][:15]:  # (refused connections: expected)
-        print("  ", e)
+          f"client errors {len(h.errors)}, transactional client errors {len(txn.history.errors)}")
+    for e in [e for e in h.errors + txn.history.errors if "_TRANSPORT" not in e][:15]:
+        print("  ", e)  # (refused connections: expected)
 
     def same_bytes() -> bool:
-        return all(len({segment_bytes(c, n, topic, p) for n in NODES}) == 1 for p in range(PARTITIONS))
+        return all(len({segment_bytes(c, n, t, p) for n in NODES}) == 1
+                   for t in (topic, txn_topic) for p in range(PARTITIONS))
 
     try:
         wait_for("identical replicas", same_bytes, 30)
@@ -259,9 +298,12 @@ def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate
     except AssertionError:
         identical = False
     assert result.ok, result.details()
+    assert txn_result.ok, txn_result.details()
     assert identical, "the replicas of a partition hold different bytes after the ISRs were full"
     assert result.acked >= warmup + after
-    return result
+    assert txn_result.committed >= 10 and txn_result.aborted_on_purpose > 0, txn_result.summary()
+    assert txn_result.aborted_seen_uncommitted > 0, "no aborted record reached the log: aborts untested"
+    return result, txn_result
 
 
 # ---------------------------------------------------------------------------------- faults
@@ -296,6 +338,41 @@ def kill_coordinator(run: Run) -> None:
     run.progress(100)
     run.c.start_node(victim)
     run.event(f"node {victim} restarted")
+
+
+def txn_coordinator(run: Run) -> int:
+    md = run.c.metadata(run.c.running[0], ["__transaction_state"])
+    p = md.topics["__transaction_state"].partitions[0]
+    assert len(p.replicas) == 3, f"__transaction_state is not replicated three times: {p}"
+    return int(p.leader)
+
+
+def kill_txn_coordinator(run: Run) -> None:
+    """kill -9 of the transaction coordinator (the leader of ``__transaction_state``, replicated
+    3 times) with transactions open and being committed: another replica loads the transactions'
+    state and completes or aborts each one; no transaction torn, no aborted record read."""
+    victim = txn_coordinator(run)
+    run.c.kill(victim)
+    run.event(f"kill -9 node {victim}, the transaction coordinator")
+    time.sleep(run.rng.uniform(3, 6))
+    run.progress(100)
+    run.txn_progress(3)
+    run.c.start_node(victim)
+    run.event(f"node {victim} restarted")
+
+
+def pause_txn_coordinator(run: Run) -> None:
+    """SIGSTOP of the transaction coordinator past its session: another replica of
+    ``__transaction_state`` takes the transactions over; the zombie's writes are refused."""
+    victim = txn_coordinator(run)
+    run.c.pause(victim)
+    run.event(f"SIGSTOP node {victim}, the transaction coordinator")
+    try:
+        time.sleep(2.5 + run.rng.uniform(3, 6))
+        run.txn_progress(3, timeout=30)
+    finally:
+        run.c.resume(victim)
+        run.event(f"SIGCONT node {victim}")
 
 
 def kill_two_in_turn(run: Run) -> None:
@@ -467,6 +544,8 @@ FAULTS: dict[str, Callable[[Run], None]] = {
     "kill_leader": kill_leader,
     "kill_controller": kill_controller,
     "kill_coordinator": kill_coordinator,
+    "kill_txn_coordinator": kill_txn_coordinator,
+    "pause_txn_coordinator": pause_txn_coordinator,
     "kill_two_in_turn": kill_two_in_turn,
     "kill_two_overlapping": kill_two_overlapping,
     "pause_leader": pause_leader,

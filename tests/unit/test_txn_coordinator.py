@@ -281,3 +281,58 @@ def test_partition_ownership_election_and_resignation() -> None:
         await coord2.stop()
 
     run(go())
+
+
+class GatedStorage(MemoryStorage):
+    """An append waits for ``gate`` (a __transaction_state write waiting for the ISR)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        await super().append(partition, records)
+
+
+def test_a_request_waiting_for_the_lock_when_the_partition_is_resigned_gets_not_coordinator() -> None:
+    """Seen under faults (a controlled shutdown, a paused coordinator): one producer's EndTxn
+    holds the coordinator's lock while its write waits; another's EndTxn, AddPartitionsToTxn or
+    InitProducerId waits for the lock; the partition is resigned meanwhile. The waiting request
+    must get NOT_COORDINATOR (the client finds the new coordinator and retries), not the state
+    machine's INVALID_PRODUCER_ID_MAPPING for an id it just forgot (fatal for the client)."""
+
+    async def go() -> None:
+        storage = GatedStorage()
+        coord, _, _ = make(storage=storage)
+        coord.owns = lambda p: True
+        await coord.start()
+        a = next(f"a{i}" for i in range(100))
+        part = coord.partition_for(a)
+        b = next(f"b{i}" for i in range(100) if coord.partition_for(f"b{i}") == part)
+        ids = {}
+        for t in (a, b):
+            _, pid, e = await coord.init_producer_id(t, 10_000)
+            await coord.add_partitions(t, pid, e, [("out", 0)])
+            ids[t] = (pid, e)
+        storage.gate = asyncio.Event()
+        first = asyncio.create_task(coord.end_txn(a, *ids[a], True))  # holds the lock, waits
+        waiting = [
+            asyncio.create_task(coord.end_txn(b, *ids[b], True)),
+            asyncio.create_task(coord.add_partitions(b, *ids[b], [("out", 1)])),
+            asyncio.create_task(coord.init_producer_id(b, 10_000)),
+        ]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not first.done() and not any(t.done() for t in waiting)
+        coord.on_resignation(part)  # its leadership moved away
+        storage.gate.set()
+        await first
+        end_b, add_b, init_b = await asyncio.gather(*waiting)
+        assert end_b == ErrorCode.NOT_COORDINATOR
+        assert add_b == {("out", 1): ErrorCode.NOT_COORDINATOR}
+        assert init_b[0] == ErrorCode.NOT_COORDINATOR
+        await coord.stop()
+
+    run(go())

@@ -206,7 +206,11 @@ class TransactionCoordinator:
 
     def _not_ready(self, txn_id: str | None = None) -> int | None:
         """NOT_COORDINATOR for a transactional id whose ``__transaction_state`` partition this
-        broker does not lead (``owns``); COORDINATOR_LOAD_IN_PROGRESS until loaded."""
+        broker does not lead (``owns``); COORDINATOR_LOAD_IN_PROGRESS until loaded. Asked again
+        once a request holds the lock: while it waited for another request's write (an append
+        waiting for the ISR, markers), the partition may have been resigned and its ids
+        forgotten, and the state machine would answer INVALID_PRODUCER_ID_MAPPING (fatal for the
+        client) where Kafka answers NOT_COORDINATOR (look the coordinator up again, retry)."""
         if txn_id and self.owned is not None and self.partition_for(txn_id) not in self.owned:
             return ErrorCode.NOT_COORDINATOR
         return None if self.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -218,6 +222,8 @@ class TransactionCoordinator:
         if (err := self._not_ready(txn_id)) is not None:
             return err, -1, -1
         async with self._lock:
+            if (err := self._not_ready(txn_id)) is not None:  # resigned while this waited
+                return err, -1, -1
             res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch))
             if res.error == ErrorCode.CONCURRENT_TRANSACTIONS and res.markers is not None:
                 # we fenced and aborted the previous producer's transaction synchronously; hand out
@@ -237,6 +243,8 @@ class TransactionCoordinator:
         if (err := self._not_ready(txn_id)) is not None:
             return dict.fromkeys(parts, err)
         async with self._lock:
+            if (err := self._not_ready(txn_id)) is not None:  # resigned while this waited
+                return dict.fromkeys(parts, err)
             res = await self._apply(
                 self.sm.add_partitions(txn_id, producer_id, epoch, parts, client_transaction_version)
             )
@@ -267,6 +275,8 @@ class TransactionCoordinator:
         if (err := self._not_ready(txn_id)) is not None:
             return err, -1, -1
         async with self._lock:
+            if (err := self._not_ready(txn_id)) is not None:  # resigned while this waited
+                return err, -1, -1
             res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit, tv2=tv2))
             if res.error != ErrorCode.NONE:
                 return res.error, -1, -1

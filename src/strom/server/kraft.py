@@ -136,6 +136,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("strom.kraft")
 
+# how long a starting node waits for enough brokers before it creates an internal topic with a
+# replication factor capped by the brokers registered (see create_internal_topics)
+INTERNAL_TOPIC_BROKER_WAIT_S = 15.0
+
 QUORUM_ENABLE = "strom.metadata.quorum.enable"
 CONTROLLER_REQUEST_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms, for the controller channel
 
@@ -424,14 +428,22 @@ class BrokerQuorum:
 
     async def create_internal_topics(self, topics: list[tuple[str, int, int]]) -> None:
         """Create the missing internal topics (name, partitions, replication factor) through the
-        controller, the replication factor capped by the brokers registered now (Kafka waits
-        for enough brokers instead). A node that cannot reach the active controller waits until
-        the topic reaches its image (the active controller's node creates it)."""
+        controller. With fewer unfenced brokers than the factor, wait up to
+        ``INTERNAL_TOPIC_BROKER_WAIT_S`` for more (the nodes of a cluster started together
+        register within a second or two of each other), then cap the factor by the brokers
+        registered (Kafka waits for enough brokers without end instead). A node that cannot
+        reach the active controller waits until the topic reaches its image (the active
+        controller's node creates it)."""
         told = False
+        loop = asyncio.get_running_loop()
+        wait_until = loop.time() + INTERNAL_TOPIC_BROKER_WAIT_S
         for name, partitions, rf in topics:
             while name not in self.broker.topics.topics:
                 image = self.publisher.image
                 brokers = len(image.cluster.unfenced_brokers()) if image is not None else 1
+                if rf > brokers and loop.time() < wait_until:
+                    await asyncio.sleep(self._retry_s)  # more brokers may be registering
+                    continue
                 if rf > brokers:
                     log.warning("creating %s with replication factor %d: only %d broker(s) are registered "
                                 "(its configured factor is %d)", name, max(1, brokers), brokers, rf)
