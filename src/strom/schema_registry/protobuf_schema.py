@@ -1,0 +1,199 @@
+"""Protobuf schemas: ``.proto`` text (parsed with ``proto-schema-parser``) or a base64
+``FileDescriptorProto`` (what confluent-kafka's Python serializer registers), reduced to a model
+of messages and fields, and Confluent's compatibility rules on that model.
+
+Rules (reader = new for BACKWARD): a message removed, a field's scalar kind changed outside
+Confluent's wire-compatible groups, a field's label changed between repeated and singular, a
+field moved into or out of a ``oneof``, a required field added or removed, or the package changed
+is incompatible; adding or removing optional fields and renaming fields is compatible.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ProtobufError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    number: int
+    type: str
+    label: str  # "optional" | "repeated" | "required"
+    oneof: str | None
+
+
+@dataclass
+class ProtoModel:
+    package: str
+    messages: dict[str, dict[int, Field]] = field(default_factory=dict)
+    enums: dict[str, dict[str, int]] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
+
+
+# Confluent's groups of scalar kinds that can replace each other on the wire
+_GROUPS = [
+    {"int32", "uint32", "int64", "uint64", "bool"},
+    {"sint32", "sint64"},
+    {"fixed32", "sfixed32"},
+    {"fixed64", "sfixed64"},
+    {"string", "bytes"},
+]
+_SCALARS = {t for g in _GROUPS for t in g} | {"double", "float"}
+
+_DESCRIPTOR_TYPES = {
+    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
+    9: "string", 10: "group", 11: "message", 12: "bytes", 13: "uint32", 14: "enum", 15: "sfixed32",
+    16: "sfixed64", 17: "sint32", 18: "sint64",
+}
+
+
+def looks_like_descriptor(text: str) -> bool:
+    s = text.strip()
+    if not s or any(c.isspace() for c in s) or "{" in s:
+        return False
+    try:
+        base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def parse(text: str) -> ProtoModel:
+    if looks_like_descriptor(text):
+        return _from_descriptor(base64.b64decode(text.strip()))
+    return _from_text(text)
+
+
+def _from_descriptor(data: bytes) -> ProtoModel:
+    try:
+        from google.protobuf import descriptor_pb2
+        from google.protobuf.message import DecodeError
+    except ImportError as e:  # pragma: no cover - protobuf is a dependency of the registry
+        raise ProtobufError("the protobuf package is needed for serialized descriptors") from e
+    fdp = descriptor_pb2.FileDescriptorProto()
+    try:
+        fdp.ParseFromString(data)
+    except DecodeError as e:
+        raise ProtobufError(f"invalid serialized FileDescriptorProto: {e}") from e
+    if not fdp.message_type and not fdp.enum_type and not fdp.name:
+        raise ProtobufError("serialized FileDescriptorProto defines nothing")
+    model = ProtoModel(package=fdp.package, imports=list(fdp.dependency))
+
+    def walk(msgs: Any, enums: Any, prefix: str) -> None:
+        for e in enums:
+            model.enums[prefix + e.name] = {v.name: v.number for v in e.value}
+        for m in msgs:
+            name = prefix + m.name
+            oneofs = [o.name for o in m.oneof_decl]
+            fields: dict[int, Field] = {}
+            for f in m.field:
+                kind = _DESCRIPTOR_TYPES.get(f.type, "?")
+                if kind in ("message", "enum", "group"):
+                    kind = f.type_name.lstrip(".")
+                    if model.package and kind.startswith(model.package + "."):
+                        kind = kind[len(model.package) + 1:]
+                label = {1: "optional", 2: "required", 3: "repeated"}.get(f.label, "optional")
+                oneof = None
+                if f.HasField("oneof_index") and not f.proto3_optional:
+                    oneof = oneofs[f.oneof_index]
+                fields[f.number] = Field(f.name, f.number, kind, label, oneof)
+            model.messages[name] = fields
+            walk(m.nested_type, m.enum_type, name + ".")
+
+    walk(fdp.message_type, fdp.enum_type, "")
+    return model
+
+
+def _from_text(text: str) -> ProtoModel:
+    try:
+        from proto_schema_parser import ast
+        from proto_schema_parser.parser import Parser
+    except ImportError as e:  # pragma: no cover
+        raise ProtobufError("the proto-schema-parser package is needed for .proto text") from e
+    try:
+        tree = Parser().parse(text)
+    except Exception as e:  # the parser raises its own exception types
+        raise ProtobufError(f"invalid .proto: {e}") from e
+    model = ProtoModel(package="")
+    if not tree.file_elements:
+        raise ProtobufError("invalid .proto: empty")
+    for el in tree.file_elements:
+        if isinstance(el, ast.Package):
+            model.package = el.name
+        elif isinstance(el, ast.Import):
+            model.imports.append(el.name)
+
+    def card(f: Any) -> str:
+        c = getattr(f, "cardinality", None)
+        return c.value.lower() if c is not None else "optional"
+
+    def walk(elements: Any, prefix: str) -> None:
+        for el in elements:
+            if isinstance(el, ast.Enum):
+                model.enums[prefix + el.name] = {
+                    v.name: v.number for v in el.elements if isinstance(v, ast.EnumValue)}
+            elif isinstance(el, ast.Message):
+                name = prefix + el.name
+                fields: dict[int, Field] = {}
+                for f in el.elements:
+                    if isinstance(f, ast.Field):
+                        fields[f.number] = Field(f.name, f.number, f.type, card(f), None)
+                    elif isinstance(f, ast.MapField):
+                        fields[f.number] = Field(f.name, f.number, f"map<{f.key_type},{f.value_type}>",
+                                                 "repeated", None)
+                    elif isinstance(f, ast.OneOf):
+                        for of in f.elements:
+                            if isinstance(of, ast.Field):
+                                fields[of.number] = Field(of.name, of.number, of.type, "optional", f.name)
+                model.messages[name] = fields
+                walk(el.elements, name + ".")
+
+    walk(tree.file_elements, "")
+    if not model.messages and not model.enums:
+        raise ProtobufError("invalid .proto: no message or enum")
+    return model
+
+
+def _compatible_kind(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if a in _SCALARS and b in _SCALARS:
+        return any(a in g and b in g for g in _GROUPS)
+    # named types: compare by simple name (a package prefix may or may not be written)
+    return a.rpartition(".")[2] == b.rpartition(".")[2]
+
+
+def can_read(reader: ProtoModel, writer: ProtoModel) -> list[str]:
+    problems: list[str] = []
+    if reader.package != writer.package:
+        problems.append(f"package changed from {writer.package!r} to {reader.package!r}")
+    for mname, wfields in writer.messages.items():
+        rfields = reader.messages.get(mname)
+        if rfields is None:
+            problems.append(f"message {mname} removed")
+            continue
+        for num, wf in wfields.items():
+            rf = rfields.get(num)
+            if rf is None:
+                if wf.label == "required":
+                    problems.append(f"{mname}: required field {num} ({wf.name}) removed")
+                continue
+            if not _compatible_kind(rf.type, wf.type):
+                problems.append(f"{mname}: field {num} type changed from {wf.type} to {rf.type}")
+            if (rf.label == "repeated") != (wf.label == "repeated"):
+                problems.append(f"{mname}: field {num} label changed from {wf.label} to {rf.label}")
+            if rf.oneof is None and wf.oneof is not None:
+                problems.append(f"{mname}: field {num} moved out of oneof {wf.oneof}")
+            if rf.oneof is not None and wf.oneof is None:
+                problems.append(f"{mname}: field {num} moved into oneof {rf.oneof}")
+        for num, rf in rfields.items():
+            if num not in wfields and rf.label == "required":
+                problems.append(f"{mname}: required field {num} ({rf.name}) added")
+    return problems
