@@ -38,8 +38,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 class RegistryProcess:
-    def __init__(self, bootstrap: str, log_path: Path) -> None:
+    def __init__(self, bootstrap: str, log_path: Path, *extra: str) -> None:
         self.bootstrap = bootstrap
+        self.extra = list(extra)
         self.port = free_port()
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -55,7 +56,7 @@ class RegistryProcess:
         self.log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom", "schema-registry", "--bootstrap-server", self.bootstrap,
-             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, env=env)
+             "--port", str(self.port), *self.extra], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -366,8 +367,10 @@ def test_restart_recovers_state_and_topic_format(broker: BrokerProcess, tmp_path
 
 
 def test_two_instances_agree_on_ids(broker: BrokerProcess, tmp_path: Path) -> None:
-    a = RegistryProcess(broker.bootstrap, tmp_path / "a.log").start()
-    b = RegistryProcess(broker.bootstrap, tmp_path / "b.log").start()
+    # a state topic and election group of their own (the module's registry leads _schemas)
+    isolated = ("--topic", "_schemas_pair", "--group-id", "schema-registry-pair")
+    a = RegistryProcess(broker.bootstrap, tmp_path / "a.log", *isolated).start()
+    b = RegistryProcess(broker.bootstrap, tmp_path / "b.log", *isolated).start()
     try:
         # wait until the group has settled: one leader, one follower
         deadline = time.monotonic() + 30
@@ -421,3 +424,37 @@ def test_two_instances_agree_on_ids(broker: BrokerProcess, tmp_path: Path) -> No
     finally:
         a.stop()
         b.stop()
+
+
+def test_strom_serde_interoperates_with_confluent_serdes(broker: BrokerProcess,
+                                                         registry: RegistryProcess) -> None:
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    from strom.serde import AvroSerde, ProtobufSerde, RegistryClient, unframe
+
+    topic = uniq("interop")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    ours = AvroSerde(RegistryClient(registry.url), AVRO_V1)
+    sr = SchemaRegistryClient({"url": registry.url})
+    theirs_ser, theirs_de = AvroSerializer(sr, AVRO_V1), AvroDeserializer(sr)
+    user = {"name": "ada", "age": 36}
+    a, b = ours.serialize(topic, user), theirs_ser(user, ctx)
+    assert a == b  # same id, same bytes
+    got = roundtrip(broker.bootstrap, topic, [a, b])
+    assert [ours.deserialize(v) for v in got] == [user, user]
+    assert [theirs_de(v, ctx) for v in got] == [user, user]
+    # an evolved reader: ours reads v1 data with the v2 schema (long age, email default)
+    evolved = AvroSerde(RegistryClient(registry.url), AVRO_V2)
+    assert evolved.deserialize(a) == {"name": "ada", "age": 36, "email": None}
+
+    v1, _v2 = _proto_classes()
+    ptopic = uniq("interop-proto")
+    pctx = SerializationContext(ptopic, MessageField.VALUE)
+    pours = ProtobufSerde(RegistryClient(registry.url), v1)
+    ptheirs = ProtobufSerializer(v1, sr, {"use.deprecated.format": False})
+    msg = v1(sku="k", qty=3)
+    pa, pb = pours.serialize(ptopic, msg), ptheirs(msg, pctx)
+    assert pa == pb and unframe(pa, protobuf=True)[1] == [0]
+    assert pours.deserialize(pb) == msg
+    assert ProtobufDeserializer(v1, {"use.deprecated.format": False})(pa, pctx) == msg

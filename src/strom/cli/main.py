@@ -188,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
     registry.add_argument("--topic", default="_schemas", help="state topic (default _schemas)")
     registry.add_argument(
+        "--group-id",
+        default="schema-registry",
+        help="consumer group of the leader election (default schema-registry)",
+    )
+    registry.add_argument(
         "--advertised-url", help="this instance's URL for the others (default http://HOST:PORT)"
     )
     registry.add_argument(
@@ -359,6 +364,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.command_config,
                 args.topic,
                 args.advertised_url,
+                args.group_id,
             )
         if args.command == "dev-cluster":
             return cli_dev_cluster.dev_cluster(args)

@@ -286,7 +286,8 @@ def load_properties(path: str) -> dict[str, str]:
 
 
 def serve(bootstrap: str, host: str, port: int, command_config: str | None = None,
-          topic: str = "_schemas", advertised_url: str | None = None) -> int:
+          topic: str = "_schemas", advertised_url: str | None = None,
+          group_id: str = "schema-registry") -> int:
     import uvicorn
 
     from strom.schema_registry.store import KafkaStore
@@ -301,7 +302,7 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
         print(f"error: {e}")
         return 1
     my_url = advertised_url or f"http://{host}:{port}"
-    elector = LeaderElector(conf, topic, my_url)
+    elector = LeaderElector(conf, topic, my_url, group_id)
     app = build_app(Registry(store), elector)
     log.info("schema registry listening on http://%s:%d (state in %s, advertised as %s)",
              host, port, topic, my_url)

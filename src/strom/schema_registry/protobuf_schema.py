@@ -117,8 +117,21 @@ def _from_text(text: str) -> ProtoModel:
         from proto_schema_parser.parser import Parser
     except ImportError as e:  # pragma: no cover
         raise ProtobufError("the proto-schema-parser package is needed for .proto text") from e
+    from antlr4.error.ErrorListener import ErrorListener
+
+    class _Raise(ErrorListener):  # type: ignore[misc]
+        def syntaxError(self, recognizer: Any, offending: Any, line: int, column: int, msg: str,
+                        e: Any) -> None:
+            raise ProtobufError(f"invalid .proto: line {line}:{column} {msg}")
+
+    def strict(p: Any) -> None:
+        p.removeErrorListeners()
+        p.addErrorListener(_Raise())
+
     try:
-        tree = Parser().parse(text)
+        tree = Parser(setup_lexer=strict, setup_parser=strict).parse(text)
+    except ProtobufError:
+        raise
     except Exception as e:  # the parser raises its own exception types
         raise ProtobufError(f"invalid .proto: {e}") from e
     model = ProtoModel(package="")
