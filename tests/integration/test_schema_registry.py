@@ -458,3 +458,57 @@ def test_strom_serde_interoperates_with_confluent_serdes(broker: BrokerProcess,
     assert pa == pb and unframe(pa, protobuf=True)[1] == [0]
     assert pours.deserialize(pb) == msg
     assert ProtobufDeserializer(v1, {"use.deprecated.format": False})(pa, pctx) == msg
+
+
+def test_reads_an_existing_schemas_topic(broker: BrokerProcess, tmp_path: Path) -> None:
+    """A ``_schemas`` topic as Confluent Schema Registry and Karapace write it (hand-made records,
+    including Karapace's empty value for a deleted config and a NOOP) is read as they would."""
+    topic = uniq("_schemas_existing")
+    proto_text = 'syntax = "proto3";\npackage p;\nmessage M { string a = 1; }\n'
+
+    def schema_rec(subject: str, version: int, sid: int, schema: str, **kw: Any) -> tuple[bytes, bytes]:
+        key = {"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}
+        value = {"subject": subject, "version": version, "id": sid, "schema": schema, "deleted": False, **kw}
+        return json.dumps(key).encode(), json.dumps(value).encode()
+
+    def cfg(subject: str | None, level: str | None) -> tuple[bytes, bytes]:
+        key = {"keytype": "CONFIG", "subject": subject, "magic": 0}
+        return json.dumps(key).encode(), (json.dumps({"compatibilityLevel": level}).encode() if level else b"")
+
+    records = [
+        (b'{"keytype":"NOOP","magic":0}', b""),
+        cfg(None, "FULL"),
+        schema_rec("a", 1, 1, '"string"'),
+        schema_rec("a", 2, 5, '["null","string"]'),
+        schema_rec("b", 1, 2, proto_text, schemaType="PROTOBUF"),
+        schema_rec("c", 1, 3, '"int"'),
+        (b'{"keytype":"DELETE_SUBJECT","subject":"c","magic":0}', b'{"subject":"c","version":1}'),
+        schema_rec("d", 1, 4, '"long"'),
+        (b'{"keytype":"SCHEMA","subject":"d","version":1,"magic":1}', b""),  # permanently deleted
+        cfg("a", "NONE"),
+        cfg("b", "FORWARD"),
+        cfg("b", None),  # Karapace: empty value deletes the subject's config
+        (b'{"keytype":"MODE","subject":"a","magic":0}', b'{"mode":"READONLY"}'),
+    ]
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for k, v in records:
+        p.produce(topic, key=k, value=v or None)
+    assert p.flush(30) == 0
+    r = RegistryProcess(broker.bootstrap, tmp_path / "r.log", "--topic", topic,
+                        "--group-id", f"sr-{topic}").start()
+    try:
+        u = r.url
+        assert http("GET", f"{u}/subjects")[1] == ["a", "b"]
+        assert http("GET", f"{u}/subjects?deleted=true")[1] == ["a", "b", "c"]
+        assert http("GET", f"{u}/subjects/a/versions")[1] == [1, 2]
+        assert http("GET", f"{u}/subjects/a/versions/latest")[1]["id"] == 5
+        assert http("GET", f"{u}/schemas/ids/2")[1] == {"schema": proto_text, "schemaType": "PROTOBUF"}
+        assert http("GET", f"{u}/schemas/ids/4")[0] == 200 and http("GET", f"{u}/subjects/d/versions")[0] == 404
+        assert http("GET", f"{u}/config")[1] == {"compatibilityLevel": "FULL"}
+        assert http("GET", f"{u}/config/a")[1] == {"compatibilityLevel": "NONE"}
+        assert http("GET", f"{u}/config/b")[1]["error_code"] == 40408
+        assert http("GET", f"{u}/mode/a")[1] == {"mode": "READONLY"}
+        # new ids continue after the highest one in the topic
+        assert http("POST", f"{u}/subjects/e/versions", {"schema": '"float"'})[1] == {"id": 6}
+    finally:
+        r.stop()

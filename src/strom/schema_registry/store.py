@@ -88,7 +88,7 @@ class State:
                 self.modes[subject] = str(value["mode"]).upper()
         elif keytype == "DELETE_SUBJECT" and value is not None:
             versions = self.subjects.get(str(value.get("subject", key.get("subject"))), {})
-            upto = int(value.get("version", 0))
+            upto = int(value.get("version", max(versions, default=0)))  # Redpanda omits it
             for v, entry in versions.items():
                 if v <= upto:
                     entry.deleted = True
