@@ -46,7 +46,8 @@ def main() -> None:
     checks = min(n, 100)
     t = time.perf_counter()
     for i in range(checks):
-        call("POST", f"/compatibility/subjects/bench-{tag}-{i}/versions/latest", {"schema": schema(i, "long")})
+        path = f"/compatibility/subjects/bench-{tag}-{i}/versions/latest"
+        call("POST", path, {"schema": schema(i, "long")})
     comp = time.perf_counter() - t
     print(f"register: {n / reg:.0f}/s ({reg / n * 1000:.1f} ms each); "
           f"GET /schemas/ids: {args.reads / get:.0f}/s; compatibility checks: {checks / comp:.0f}/s")
