@@ -473,7 +473,8 @@ def test_reads_an_existing_schemas_topic(broker: BrokerProcess, tmp_path: Path) 
 
     def cfg(subject: str | None, level: str | None) -> tuple[bytes, bytes]:
         key = {"keytype": "CONFIG", "subject": subject, "magic": 0}
-        return json.dumps(key).encode(), (json.dumps({"compatibilityLevel": level}).encode() if level else b"")
+        value = json.dumps({"compatibilityLevel": level}).encode() if level else b""
+        return json.dumps(key).encode(), value
 
     records = [
         (b'{"keytype":"NOOP","magic":0}', b""),
@@ -503,7 +504,8 @@ def test_reads_an_existing_schemas_topic(broker: BrokerProcess, tmp_path: Path) 
         assert http("GET", f"{u}/subjects/a/versions")[1] == [1, 2]
         assert http("GET", f"{u}/subjects/a/versions/latest")[1]["id"] == 5
         assert http("GET", f"{u}/schemas/ids/2")[1] == {"schema": proto_text, "schemaType": "PROTOBUF"}
-        assert http("GET", f"{u}/schemas/ids/4")[0] == 200 and http("GET", f"{u}/subjects/d/versions")[0] == 404
+        assert http("GET", f"{u}/schemas/ids/4")[0] == 200
+        assert http("GET", f"{u}/subjects/d/versions")[0] == 404
         assert http("GET", f"{u}/config")[1] == {"compatibilityLevel": "FULL"}
         assert http("GET", f"{u}/config/a")[1] == {"compatibilityLevel": "NONE"}
         assert http("GET", f"{u}/config/b")[1]["error_code"] == 40408
