@@ -295,6 +295,15 @@ def test_protobuf_serdes(broker: BrokerProcess, registry: RegistryProcess) -> No
     assert sr.test_compatibility(subject, Schema(text, "PROTOBUF")) is False
     ok = 'syntax = "proto3"; package shop; message Item { string sku = 1; int64 qty = 2; double p = 3; }'
     assert sr.test_compatibility(subject, Schema(ok, "PROTOBUF")) is True
+    # a .proto text schema is served as a descriptor when asked (as confluent-kafka's serdes do)
+    text_subject = uniq("proto-text")
+    sid = sr.register_schema(text_subject, Schema(ok, "PROTOBUF"))
+    assert sr.get_schema(sid).schema_str == ok
+    serialized = SchemaRegistryClient({"url": registry.url}).get_schema(sid, fmt="serialized").schema_str
+    from google.protobuf import descriptor_pb2
+
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(__import__("base64").b64decode(serialized))
+    assert [f.name for f in fdp.message_type[0].field] == ["sku", "qty", "p"]
 
 
 def test_avro_references(registry: RegistryProcess) -> None:

@@ -184,6 +184,12 @@ PROTO_TABLE: list[tuple[str, str, str, bool, bool]] = [
     ("singular -> repeated", P1, proto("message Item { repeated string sku = 1; int32 qty = 2; }"), False, False),
     ("field moved into oneof", P1, proto("message Item { oneof id { string sku = 1; } int32 qty = 2; }"),
      False, False),
+    ("map value int32 -> int64", proto("message M { map<string, int32> m = 1; }"),
+     proto("message M { map<string, int64> m = 1; }"), True, True),
+    ("map value int32 -> string", proto("message M { map<string, int32> m = 1; }"),
+     proto("message M { map<string, string> m = 1; }"), False, False),
+    ("map -> repeated int32", proto("message M { map<string, int32> m = 1; }"),
+     proto("message M { repeated int32 m = 1; }"), False, False),
     ("nested message field added", proto("message Item { message Tag { string k = 1; } Tag tag = 1; }"),
      proto("message Item { message Tag { string k = 1; string v = 2; } Tag tag = 1; }"), True, True),
 ]
@@ -268,3 +274,39 @@ def test_state_conflicts_settled_by_log_order() -> None:
     st.apply(key("s", 1), value("s", 1, 1, '"int"', deleted=True))
     assert st.subjects["s"][1].deleted
     assert st.by_canonical[canonical_key("AVRO", '"int"', [])] == 1
+
+
+def test_proto_text_to_serialized_descriptor() -> None:
+    import base64
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from strom.schema_registry.protobuf_schema import to_serialized
+
+    text = proto("""message Item {
+      string sku = 1;
+      optional int32 qty = 2;
+      repeated Tag tags = 3;
+      map<string, Tag> by_name = 4;
+      oneof price { double amount = 5; string label = 6; }
+      Kind kind = 7;
+      message Tag { string k = 1; Kind kk = 2; }
+      enum Kind { A = 0; B = 1; }
+    }
+    enum Top { X = 0; }""", package="shop.v1")
+    fdp = descriptor_pb2.FileDescriptorProto()
+    fdp.ParseFromString(base64.b64decode(to_serialized(text)))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.v1.Item"))
+    m = cls(sku="a", qty=0, amount=2.5, kind=1)
+    m.tags.add(k="x", kk=1)
+    m.by_name["n"].k = "y"
+    back = cls()
+    back.ParseFromString(m.SerializeToString())
+    assert back == m and back.HasField("qty") and back.WhichOneof("price") == "amount"
+    assert back.by_name["n"].k == "y" and back.tags[0].kk == 1
+    # and the model read from the descriptor equals the one read from the text
+    d, t = schemas.parse("PROTOBUF", to_serialized(text)), schemas.parse("PROTOBUF", text)
+    assert d.obj.messages.keys() == t.obj.messages.keys()
+    assert schemas.check("FULL", d, [t]) == []

@@ -232,9 +232,11 @@ def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starl
 
     def _format(info: dict[str, Any], req: Request) -> dict[str, Any]:
         # confluent-kafka's Protobuf serdes ask for format=serialized (a base64 descriptor)
-        if (req.query_params.get("format") == "serialized" and info.get("schemaType") == "PROTOBUF"
-                and not protobuf_schema.looks_like_descriptor(info["schema"])):
-            raise RegistryError(422, 42201, "strom cannot yet serialize .proto text schemas as descriptors")
+        if req.query_params.get("format") == "serialized" and info.get("schemaType") == "PROTOBUF":
+            try:
+                return {**info, "schema": protobuf_schema.to_serialized(info["schema"])}
+            except protobuf_schema.ProtobufError as e:
+                raise RegistryError(422, 42201, str(e)) from e
         return info
 
     S = "/subjects/{subject}"
