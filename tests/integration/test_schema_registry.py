@@ -192,6 +192,16 @@ def test_rest_api_errors_and_deletes(registry: RegistryProcess) -> None:
     assert http("GET", f"{u}/schemas/ids/{sid}")[1] == {"schema": '"string"'}
     assert http("GET", f"{u}/schemas/ids/{sid}/versions")[1] == [{"subject": s, "version": 1}]
     assert http("GET", f"{u}/schemas/types")[1] == ["JSON", "PROTOBUF", "AVRO"]
+    assert http("GET", f"{u}/schemas?subjectPrefix={s}")[1] == [
+        {"subject": s, "version": 1, "id": sid, "schema": '"string"'}]
+    # bad input is an error answer, never a traceback
+    assert http("POST", f"{u}/subjects/{s}/versions", {"schema": 5})[1]["error_code"] == 42201
+    assert http("POST", f"{u}/subjects/{s}/versions", {"schema": '"int"', "schemaType": "XML"})[0] == 422
+    bad_version = {"schema": '"int"', "version": "x"}
+    assert http("POST", f"{u}/subjects/{s}/versions", bad_version)[1]["error_code"] == 42202
+    assert http("POST", f"{u}/subjects/{s}/versions", {"schema": '"int"', "id": 7})[1]["error_code"] == 42205
+    assert http("GET", f"{u}/schemas/ids/abc")[1]["error_code"] == 40403
+    assert http("GET", f"{u}/nope")[0] == 404
     # config
     assert http("GET", f"{u}/config")[1] == {"compatibilityLevel": "BACKWARD"}
     assert http("GET", f"{u}/config/{s}")[1]["error_code"] == 40408

@@ -193,6 +193,13 @@ def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starl
         pairs = r.subject_versions_of(_id(req), _flag(req, "deleted"))
         return [{"subject": s, "version": n} for s, n in pairs]
 
+    def all_schemas(req: Request, body: dict[str, Any]) -> Any:
+        q = req.query_params
+        return r.all_schemas(q.get("subjectPrefix", ""), _flag(req, "deleted"), _flag(req, "latestOnly"))
+
+    def contexts(req: Request, body: dict[str, Any]) -> Any:
+        return ["."]  # the default context only
+
     def types(req: Request, body: dict[str, Any]) -> Any:
         return ["JSON", "PROTOBUF", "AVRO"]
 
@@ -255,6 +262,8 @@ def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starl
         Route("/schemas/ids/{id}/subjects", handler(by_id_subjects), methods=["GET"]),
         Route("/schemas/ids/{id}/versions", handler(by_id_versions), methods=["GET"]),
         Route("/schemas/types", handler(types), methods=["GET"]),
+        Route("/schemas", handler(all_schemas), methods=["GET"]),
+        Route("/contexts", handler(contexts), methods=["GET"]),
         Route("/config", handler(config, ("PUT", "DELETE")), methods=["GET", "PUT"]),
         Route("/config/{subject}", handler(config, ("PUT", "DELETE")), methods=["GET", "PUT", "DELETE"]),
         Route("/mode", handler(mode, ("PUT", "DELETE")), methods=["GET", "PUT"]),
@@ -287,6 +296,33 @@ def load_properties(path: str) -> dict[str, str]:
     return out
 
 
+# Java client settings librdkafka spells differently (PEM stores only, as strom's own tools)
+_RENAMED = {"ssl.truststore.location": "ssl.ca.location", "ssl.keystore.location": "ssl.certificate.location"}
+_JAVA_ONLY = ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password", "ssl.keystore.password",
+              "ssl.endpoint.identification.algorithm", "sasl.jaas.config")
+
+
+def client_config(props: dict[str, str]) -> dict[str, str]:
+    """Kafka (Java) client properties -> librdkafka settings: ``sasl.jaas.config``'s PLAIN/SCRAM
+    username and password become ``sasl.username``/``sasl.password``; PEM trust/key stores are
+    passed by path."""
+    from strom.client.security import parse_jaas_config
+
+    out = {k: v for k, v in props.items() if k not in _JAVA_ONLY and k not in _RENAMED}
+    for java, rd in _RENAMED.items():
+        if java in props:
+            out[rd] = props[java]
+    if "sasl.jaas.config" in props:
+        _module, options = parse_jaas_config(props["sasl.jaas.config"])
+        if "username" in options:
+            out["sasl.username"] = options["username"]
+        if "password" in options:
+            out["sasl.password"] = options["password"]
+    if props.get("ssl.endpoint.identification.algorithm") == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
+
+
 def serve(bootstrap: str, host: str, port: int, command_config: str | None = None,
           topic: str = "_schemas", advertised_url: str | None = None,
           group_id: str = "schema-registry") -> int:
@@ -297,7 +333,11 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     conf = {"bootstrap.servers": bootstrap}
     if command_config:
-        conf.update(load_properties(command_config))
+        try:
+            conf.update(client_config(load_properties(command_config)))
+        except (OSError, ValueError) as e:
+            print(f"error: --command-config {command_config}: {e}")
+            return 2
     try:
         store = KafkaStore(conf, topic=topic)
     except StoreError as e:

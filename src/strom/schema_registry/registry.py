@@ -92,6 +92,19 @@ class Registry:
             rec = self.state.schemas[vs[n].id]
             return {"subject": subject, "version": n, "id": rec.id, **rec.to_response()}
 
+    def all_schemas(self, prefix: str, deleted: bool, latest_only: bool) -> list[dict[str, Any]]:
+        out = []
+        with self.store.lock:
+            for s in sorted(self.state.subjects):
+                if not s.startswith(prefix):
+                    continue
+                vs = {n: v for n, v in self.state.subjects[s].items() if deleted or not v.deleted}
+                chosen = [max(vs)] if latest_only and vs else sorted(vs)
+                for n in chosen:
+                    rec = self.state.schemas[vs[n].id]
+                    out.append({"subject": s, "version": n, "id": rec.id, **rec.to_response()})
+        return out
+
     def schema_by_id(self, sid: int) -> SchemaRecord:
         with self.store.lock:
             rec = self.state.schemas.get(sid)
@@ -235,8 +248,13 @@ class Registry:
         mode = self._check_writable(subject)
         parsed, schema_type, refs = self._parse(body)
         key = canonical_key(schema_type, parsed.canonical, refs)
-        want_id = body.get("id")
-        want_version = body.get("version")
+        want_id, want_version = body.get("id"), body.get("version")
+        if want_id is not None and not isinstance(want_id, int):
+            raise RegistryError(422, 42201, f"Invalid schema id {want_id!r}")
+        if want_version is not None and (
+                not isinstance(want_version, int) or not 1 <= want_version <= MAX_VERSION):
+            raise RegistryError(422, 42202,
+                                f"The specified version '{want_version}' is not a valid version id.")
         if mode != "IMPORT" and want_id is not None and int(want_id) >= 0:
                 raise RegistryError(422, 42205, "Subject is not in import mode")
         with self.store.write_lock:
