@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from strom.schema_registry.app import client_config, load_properties  # noqa: E402
+from strom.schema_registry.app import client_config, load_properties
 
 
 def test_java_properties_translated(tmp_path: Path) -> None:
