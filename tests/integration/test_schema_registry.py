@@ -231,6 +231,18 @@ def test_rest_api_errors_and_deletes(registry: RegistryProcess) -> None:
     assert http("POST", f"{u}/subjects/{m}/versions", {"schema": '"int"'})[1]["error_code"] == 42205
     assert http("DELETE", f"{u}/mode/{m}")[1] == {"mode": "READONLY"}
     assert http("POST", f"{u}/subjects/{m}/versions", {"schema": '"int"'})[0] == 200
+    # IMPORT mode: ids and versions given by the importer
+    imp = uniq("import")
+    assert http("PUT", f"{u}/mode/{imp}", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    given = {"schema": '"double"', "id": 900001, "version": 3}
+    assert http("POST", f"{u}/subjects/{imp}/versions", given)[1] == {"id": 900001}
+    assert http("GET", f"{u}/subjects/{imp}/versions")[1] == [3]
+    assert http("GET", f"{u}/schemas/ids/900001")[1] == {"schema": '"double"'}
+    taken = http("POST", f"{u}/subjects/{imp}/versions", {"schema": '"bytes"', "id": 900001, "version": 4})
+    assert taken[1]["error_code"] == 42207  # an id already names another schema
+    assert http("PUT", f"{u}/mode/{m}", {"mode": "IMPORT"})[1]["error_code"] == 42205  # has subjects: force
+    assert http("PUT", f"{u}/mode/{m}?force=true", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    assert http("DELETE", f"{u}/mode/{imp}")[1] == {"mode": "IMPORT"}
 
 
 def test_json_schema_serdes(broker: BrokerProcess, registry: RegistryProcess) -> None:
