@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -336,12 +337,12 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
         try:
             conf.update(client_config(load_properties(command_config)))
         except (OSError, ValueError) as e:
-            print(f"error: --command-config {command_config}: {e}")
+            print(f"strom schema-registry: error: --command-config {command_config}: {e}", file=sys.stderr)
             return 2
     try:
         store = KafkaStore(conf, topic=topic)
     except StoreError as e:
-        print(f"error: {e}")
+        print(f"strom schema-registry: error: {e}", file=sys.stderr)
         return 1
     my_url = advertised_url or f"http://{host}:{port}"
     elector = LeaderElector(conf, topic, my_url, group_id)

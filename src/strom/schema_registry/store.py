@@ -203,7 +203,9 @@ class KafkaStore:
         except Exception as e:
             err = e.args[0] if e.args else None
             if getattr(err, "code", lambda: None)() != CKError.TOPIC_ALREADY_EXISTS:
-                raise StoreError(f"cannot create topic {self.topic}: {e}") from e
+                why = str(e) or f"{type(e).__name__}: no answer within {self.timeout:.0f}s"
+                where = self.client_config.get("bootstrap.servers")
+                raise StoreError(f"cannot create topic {self.topic} on {where}: {why}") from e
 
     def _run(self) -> None:
         while not self._stop.is_set():
