@@ -155,6 +155,25 @@ def test_json_evolutions(desc: str, old: Any, new: Any, backward: bool, forward:
     assert (not schemas.check("FORWARD", n, [o])) is forward
 
 
+def test_json_refs_are_followed() -> None:
+    def doc(kind: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {"a": {"$ref": "#/definitions/A"}},
+                "definitions": {"A": {"type": "object", "properties": {"n": {"type": kind}}}}}
+
+    old, wide, bad = (_parse("JSON", doc(k)) for k in ("integer", "number", "string"))
+    assert schemas.check("BACKWARD", wide, [old]) == []
+    assert schemas.check("BACKWARD", bad, [old])  # the change is inside the definition
+    # $defs and a recursive definition
+    tree = {"$defs": {"T": {"type": "object", "properties": {"v": INT, "kids": {"type": "array", "items": {"$ref": "#/$defs/T"}}}}},
+            "$ref": "#/$defs/T"}
+    t = _parse("JSON", tree)
+    assert schemas.check("FULL", t, [t]) == []
+    # a registered reference, by its name
+    ref_old = schemas.parse("JSON", json.dumps({"$ref": "item.json"}), named_refs={"item.json": json.dumps(INT)})
+    ref_new = schemas.parse("JSON", json.dumps({"$ref": "item.json"}), named_refs={"item.json": json.dumps(STR)})
+    assert schemas.check("BACKWARD", ref_new, [ref_old])
+
+
 def test_invalid_json_schema() -> None:
     with pytest.raises(schemas.InvalidSchema):
         schemas.parse("JSON", '{"type": 12}')

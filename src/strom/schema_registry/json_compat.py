@@ -30,7 +30,48 @@ def _is_any(s: Any) -> bool:
     return s is True or s == {}
 
 
-def accepts(reader: Any, writer: Any, path: str = "#") -> list[str]:
+class _Ctx:
+    """Resolves ``$ref``: local JSON pointers (``#/definitions/X``, ``#/$defs/X``) in each side's
+    root document, and names of registered references."""
+
+    def __init__(self, rroot: Any, wroot: Any, rrefs: dict[str, Any], wrefs: dict[str, Any]) -> None:
+        self.roots = (rroot, wroot)
+        self.refs = (rrefs, wrefs)
+        self.seen: set[tuple[str, str]] = set()
+
+    def deref(self, schema: Any, side: int) -> tuple[Any, str | None]:
+        ref_name = None
+        for _ in range(32):
+            if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+                break
+            ref = schema["$ref"]
+            ref_name = ref
+            target: Any = None
+            if ref.startswith("#"):
+                target = self.roots[side]
+                for part in ref[1:].lstrip("/").split("/") if ref != "#" else []:
+                    part = part.replace("~1", "/").replace("~0", "~")
+                    target = target.get(part) if isinstance(target, dict) else None
+            else:
+                target = self.refs[side].get(ref)
+            if target is None:
+                break
+            schema = target
+        return schema, ref_name
+
+
+def accepts(reader: Any, writer: Any, path: str = "#", reader_refs: dict[str, Any] | None = None,
+            writer_refs: dict[str, Any] | None = None) -> list[str]:
+    return _accepts(_Ctx(reader, writer, reader_refs or {}, writer_refs or {}), reader, writer, path)
+
+
+def _accepts(ctx: _Ctx, reader: Any, writer: Any, path: str) -> list[str]:
+    reader, rref = ctx.deref(reader, 0)
+    writer, wref = ctx.deref(writer, 1)
+    if rref is not None and wref is not None:  # recursive definitions: assume what is being checked
+        if (rref, wref) in ctx.seen:
+            return []
+        ctx.seen.add((rref, wref))
     if _is_any(reader):
         return []
     if reader is False:
@@ -71,16 +112,16 @@ def accepts(reader: Any, writer: Any, path: str = "#") -> list[str]:
     for name, rs in rprops.items():
         ppath = f"{path}/properties/{name}"
         if name in wprops:
-            problems += accepts(rs, wprops[name], ppath)
+            problems += _accepts(ctx, rs, wprops[name], ppath)
         elif _open(writer) and not _is_any(rs):
             problems.append(f"{ppath}: property added to an open content model")
         elif not _open(writer) and isinstance(writer.get("additionalProperties"), dict):
-            problems += accepts(rs, writer["additionalProperties"], ppath)
+            problems += _accepts(ctx, rs, writer["additionalProperties"], ppath)
     for name in wprops:
         if name not in rprops and not _open(reader):
             rap = reader.get("additionalProperties")
             if isinstance(rap, dict):
-                problems += accepts(rap, wprops[name], f"{path}/properties/{name}")
+                problems += _accepts(ctx, rap, wprops[name], f"{path}/properties/{name}")
             else:
                 problems.append(f"{path}/properties/{name}: property removed from a closed content model")
     new_required = set(reader.get("required", [])) - set(writer.get("required", []))
@@ -90,22 +131,22 @@ def accepts(reader: Any, writer: Any, path: str = "#") -> list[str]:
     if rap is False and wap is not False:
         problems.append(f"{path}: additionalProperties removed")
     elif isinstance(rap, dict) and wap is not False:
-        problems += accepts(rap, wap if isinstance(wap, dict) else {}, f"{path}/additionalProperties")
+        problems += _accepts(ctx, rap, wap if isinstance(wap, dict) else {}, f"{path}/additionalProperties")
     # arrays
     if "items" in reader:
         ri, wi = reader["items"], writer.get("items", {})
         if isinstance(ri, dict | bool) and isinstance(wi, dict | bool):
-            problems += accepts(ri, wi, f"{path}/items")
+            problems += _accepts(ctx, ri, wi, f"{path}/items")
     # combinators: the reader's branches must cover each writer branch
     for comb in ("oneOf", "anyOf"):
         if comb in reader:
             other = "oneOf" if comb == "anyOf" else "anyOf"
             wbranches: list[Any] = writer.get(comb) or writer.get(other) or [writer]
             for i, wb in enumerate(wbranches):
-                if all(accepts(rb, wb, f"{path}/{comb}/{i}") for rb in reader[comb]):
+                if all(_accepts(ctx, rb, wb, f"{path}/{comb}/{i}") for rb in reader[comb]):
                     problems.append(f"{path}/{comb}: no reader branch accepts writer branch {i}")
     if "allOf" in reader:
         for i, rb in enumerate(reader["allOf"]):
             target = writer["allOf"][i] if i < len(writer.get("allOf", [])) else writer
-            problems += accepts(rb, target, f"{path}/allOf/{i}")
+            problems += _accepts(ctx, rb, target, f"{path}/allOf/{i}")
     return problems

@@ -161,6 +161,7 @@ class Registry:
         if not isinstance(refs, list):
             raise invalid_schema("Invalid references")
         ref_texts: list[str] = []
+        named: dict[str, str] = {}
         clean_refs: list[dict[str, Any]] = []
         with self.store.lock:
             for ref in refs:
@@ -171,10 +172,11 @@ class Registry:
                 if ver is None or ver.deleted:
                     raise invalid_schema(f"Invalid schema {text}, reference {ref} not found")
                 ref_texts += self._ref_closure(ver.id)
+                named[str(ref["name"])] = self.state.schemas[ver.id].schema
                 clean_refs.append({"name": ref["name"], "subject": ref["subject"],
                                    "version": int(ref["version"])})
         try:
-            parsed = schemas.parse(schema_type, text, ref_texts)
+            parsed = schemas.parse(schema_type, text, ref_texts, named)
         except schemas.InvalidSchema as e:
             raise invalid_schema(str(e)) from e
         return parsed, schema_type, clean_refs
@@ -191,11 +193,13 @@ class Registry:
     def _parsed_of(self, sid: int) -> schemas.Parsed:
         rec = self.state.schemas[sid]
         refs = []
+        named: dict[str, str] = {}
         for ref in rec.references:
             ver = self.state.subjects.get(ref["subject"], {}).get(int(ref["version"]))
             if ver is not None:
                 refs += self._ref_closure(ver.id)
-        return schemas.parse(rec.schema_type, rec.schema, refs)
+                named[str(ref["name"])] = self.state.schemas[ver.id].schema
+        return schemas.parse(rec.schema_type, rec.schema, refs, named)
 
     def _live_parsed(self, subject: str) -> list[schemas.Parsed]:
         vs = self.state.subjects.get(subject, {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +26,10 @@ class Parsed:
     names: dict[str, Any]  # Avro: named types from references
 
 
-def parse(schema_type: str, text: str, ref_texts: list[str] | None = None) -> Parsed:
-    """Parses ``text``; ``ref_texts`` are the referenced schemas' texts (same type)."""
+def parse(schema_type: str, text: str, ref_texts: list[str] | None = None,
+          named_refs: dict[str, str] | None = None) -> Parsed:
+    """Parses ``text``; ``ref_texts`` are the referenced schemas' texts (same type, transitively),
+    ``named_refs`` the direct references' texts by reference name (JSON Schema ``$ref``)."""
     if schema_type not in TYPES:
         raise InvalidSchema(f"Invalid schema type {schema_type}")
     if schema_type == "PROTOBUF":
@@ -51,7 +54,11 @@ def parse(schema_type: str, text: str, ref_texts: list[str] | None = None) -> Pa
             pass
         except Exception as e:  # jsonschema.SchemaError
             raise InvalidSchema(f"Invalid schema: {getattr(e, 'message', e)}") from e
-        return Parsed(schema_type, canonical, obj, {})
+        names: dict[str, Any] = {}
+        for name, ref_text in (named_refs or {}).items():
+            with contextlib.suppress(ValueError):
+                names[name] = json.loads(ref_text)
+        return Parsed(schema_type, canonical, obj, names)
     import fastavro
 
     named: dict[str, Any] = {}
@@ -61,10 +68,10 @@ def parse(schema_type: str, text: str, ref_texts: list[str] | None = None) -> Pa
         fastavro.parse_schema(obj, named_schemas=dict(named))
     except Exception as e:  # fastavro raises SchemaParseException, UnknownType, ...
         raise InvalidSchema(f"Invalid schema {text}: {e}") from e
-    names: dict[str, Any] = {}
+    avro_names: dict[str, Any] = {}
     for ref in ref_texts or []:
-        avro_compat.collect_names(json.loads(ref), names)
-    return Parsed(schema_type, canonical, obj, names)
+        avro_compat.collect_names(json.loads(ref), avro_names)
+    return Parsed(schema_type, canonical, obj, avro_names)
 
 
 def can_read(reader: Parsed, writer: Parsed) -> list[str]:
@@ -73,7 +80,7 @@ def can_read(reader: Parsed, writer: Parsed) -> list[str]:
     if reader.schema_type == "AVRO":
         return avro_compat.can_read(reader.obj, writer.obj, reader.names, writer.names)
     if reader.schema_type == "JSON":
-        return json_compat.accepts(reader.obj, writer.obj)
+        return json_compat.accepts(reader.obj, writer.obj, "#", reader.names, writer.names)
     return protobuf_schema.can_read(reader.obj, writer.obj)
 
 
