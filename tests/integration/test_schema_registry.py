@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -202,6 +203,12 @@ def test_rest_api_errors_and_deletes(registry: RegistryProcess) -> None:
     assert http("POST", f"{u}/subjects/{s}/versions", {"schema": '"int"', "id": 7})[1]["error_code"] == 42205
     assert http("GET", f"{u}/schemas/ids/abc")[1]["error_code"] == 40403
     assert http("GET", f"{u}/nope")[0] == 404
+    # a subject name with characters that need quoting round-trips
+    odd = uniq("odd name %41 ü")
+    quoted = urllib.parse.quote(odd, safe="")
+    assert http("POST", f"{u}/subjects/{quoted}/versions", {"schema": '"int"'})[0] == 200
+    assert odd in http("GET", f"{u}/subjects")[1]
+    assert http("GET", f"{u}/subjects/{quoted}/versions")[1] == [1]
     # config
     assert http("GET", f"{u}/config")[1] == {"compatibilityLevel": "BACKWARD"}
     assert http("GET", f"{u}/config/{s}")[1]["error_code"] == 40408
@@ -444,6 +451,12 @@ def test_two_instances_agree_on_ids(broker: BrokerProcess, tmp_path: Path) -> No
         # one instance led and wrote; the other forwarded each of its 8 writes to it
         forwarded = sorted(p.log_path.read_text().count("forwarding POST") for p in (a, b))
         assert forwarded == [0, 8], forwarded
+        # a forwarded write keeps the subject's quoting
+        odd = uniq("odd name %41 ü")
+        quoted = urllib.parse.quote(odd, safe="")
+        follower_url = (b if "forwarding POST" in b.log_path.read_text() else a).url
+        assert http("POST", f"{follower_url}/subjects/{quoted}/versions", {"schema": '"int"'})[0] == 200
+        assert odd in http("GET", f"{follower_url}/subjects")[1]
         leader, follower = (a, b) if "forwarding POST" in (tmp_path / "b.log").read_text() else (b, a)
         # the leader goes away: the other takes over and writes
         leader.stop()

@@ -8,7 +8,6 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -37,7 +36,7 @@ def _flag(request: Request, name: str) -> bool:
 
 
 def _subject(request: Request) -> str:
-    return unquote(request.path_params["subject"])
+    return str(request.path_params["subject"])  # the server has percent-decoded the path
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -59,10 +58,13 @@ FORWARDED = "X-Strom-Registry-Forwarded"
 def _forward(leader: str, request: Request, raw: bytes) -> Response:
     """Sends a write to the leader instance; its answer is returned as is."""
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     log.info("forwarding %s %s to the leader %s", request.method, request.url.path, leader)
-    url = leader.rstrip("/") + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    raw_path = request.scope.get("raw_path")  # as the client quoted it
+    path = raw_path.decode("ascii") if raw_path else urllib.parse.quote(request.url.path)
+    url = leader.rstrip("/") + path + (f"?{request.url.query}" if request.url.query else "")
     req = urllib.request.Request(url, data=raw if request.method in ("POST", "PUT") else None,
                                  method=request.method,
                                  headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"})
@@ -205,7 +207,7 @@ def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starl
         return ["JSON", "PROTOBUF", "AVRO"]
 
     def config(req: Request, body: dict[str, Any]) -> Any:
-        s = unquote(req.path_params["subject"]) if "subject" in req.path_params else None
+        s = str(req.path_params["subject"]) if "subject" in req.path_params else None
         if req.method == "PUT":
             requested = body.get("compatibility", body.get("compatibilityLevel"))
             return {"compatibility": r.set_config(s, requested)}
@@ -218,7 +220,7 @@ def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starl
         return {"compatibilityLevel": level}
 
     def mode(req: Request, body: dict[str, Any]) -> Any:
-        s = unquote(req.path_params["subject"]) if "subject" in req.path_params else None
+        s = str(req.path_params["subject"]) if "subject" in req.path_params else None
         if req.method == "PUT":
             return {"mode": r.set_mode(s, body.get("mode"), _flag(req, "force"))}
         if req.method == "DELETE":
