@@ -558,3 +558,28 @@ def test_reads_an_existing_schemas_topic(broker: BrokerProcess, tmp_path: Path) 
         assert http("POST", f"{u}/subjects/e/versions", {"schema": '"float"'})[1] == {"id": 6}
     finally:
         r.stop()
+
+
+@pytest.mark.slow
+def test_leader_killed_follower_takes_over(broker: BrokerProcess, tmp_path: Path) -> None:
+    """kill -9 of the leader: after the group's session timeout the follower leads and writes."""
+    isolated = ("--topic", "_schemas_kill", "--group-id", "schema-registry-kill")
+    a = RegistryProcess(broker.bootstrap, tmp_path / "a.log", *isolated).start()
+    time.sleep(3)  # a leads alone
+    b = RegistryProcess(broker.bootstrap, tmp_path / "b.log", *isolated).start()
+    try:
+        first = http("POST", f"{b.url}/subjects/{uniq('k')}/versions", {"schema": '"int"'})
+        assert first[0] == 200
+        assert a.proc is not None
+        a.proc.kill()
+        a.proc.wait()
+        t = time.monotonic()
+        status, body, _ = http("POST", f"{b.url}/subjects/{uniq('k')}/versions", {"schema": '"long"'})
+        took = time.monotonic() - t
+        assert status == 200, body
+        assert body["id"] == first[1]["id"] + 1
+        print(f"write accepted {took:.1f}s after the leader was killed")
+        assert "election: leader" in b.log_path.read_text()
+    finally:
+        a.stop()
+        b.stop()
