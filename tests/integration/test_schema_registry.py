@@ -66,6 +66,7 @@ class RegistryProcess:
                 urllib.request.urlopen(self.url + "/", timeout=1).read()
                 return self
             time.sleep(0.2)
+        self.stop()  # never leave it running
         raise RuntimeError(f"registry did not start: {self.log_path.read_text()}")
 
     def stop(self) -> None:
