@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,registry]'
 	touch $@
 
 setup: $(VENV)/.installed

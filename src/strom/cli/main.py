@@ -180,6 +180,24 @@ def build_parser() -> argparse.ArgumentParser:
     cli_leader_election.add_parser(sub, _add_bootstrap)
     cli_reassign.add_parser(sub, _add_bootstrap)
     cli_dev_cluster.add_parser(sub)
+    registry = sub.add_parser(
+        "schema-registry", help="serve Confluent Schema Registry's REST API, state in the _schemas topic"
+    )
+    registry.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,...]")
+    registry.add_argument("--port", type=int, default=8081, help="HTTP port (default 8081)")
+    registry.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    registry.add_argument("--topic", default="_schemas", help="state topic (default _schemas)")
+    registry.add_argument(
+        "--group-id",
+        default="schema-registry",
+        help="consumer group of the leader election (default schema-registry)",
+    )
+    registry.add_argument(
+        "--advertised-url", help="this instance's URL for the others (default http://HOST:PORT)"
+    )
+    registry.add_argument(
+        "--command-config", metavar="FILE", help="properties file of client settings (security.protocol, ...)"
+    )
     return parser
 
 
@@ -336,6 +354,18 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_leader_election.leader_election(args))
         if args.command == "reassign-partitions":
             return asyncio.run(cli_reassign.reassign_partitions(args))
+        if args.command == "schema-registry":
+            from strom.schema_registry.app import serve as serve_registry
+
+            return serve_registry(
+                args.bootstrap_server,
+                args.host,
+                args.port,
+                args.command_config,
+                args.topic,
+                args.advertised_url,
+                args.group_id,
+            )
         if args.command == "dev-cluster":
             return cli_dev_cluster.dev_cluster(args)
         if args.command == "storage":

@@ -1,0 +1,1 @@
+"""A Confluent-compatible schema registry (``strom schema-registry``), state in ``_schemas``."""
