@@ -91,6 +91,8 @@ from typing import Any
 
 from _common import Variant, compat_home, cpu_seconds, fmt, median, strom_broker
 
+from strom.testing.polling import wait_for
+
 HERE = Path(__file__).resolve().parent
 PRODUCER = HERE / "_paced_producer.py"
 NODES = (1, 2, 3)
@@ -144,33 +146,18 @@ class Target:
     def leaders(self, topic: str) -> dict[int, int]:
         if self.cluster is None:
             return {}
-        info = partition_info(self.cluster, self.cluster.running[0], topic)
+        info = self.cluster.partition_info(self.cluster.running[0], topic)
         return {p: i[0] for p, i in info.items()}
 
 
-def partition_info(c: Any, node: int, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    t = c.metadata(node, [topic]).topics[topic]
-    return {p.partition: (p.leader, list(p.replicas), list(p.isr)) for p in t.partitions.values()}
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a node restarting: ask again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    raise TimeoutError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def wait_isr_full(c: Any, topic: str, partitions: int, rf: int = 3, timeout: float = 120.0) -> Any:
     def check() -> Any:
         for node in c.running:  # every running node's view, so clients see it wherever they ask
-            info = partition_info(c, node, topic)
+            info = c.partition_info(node, topic)
             if len(info) != partitions or any(len(i[2]) != rf or i[0] < 0 for i in info.values()):
                 return None
         return info
@@ -488,8 +475,8 @@ def failover_trial(c: Any, work: Path, trial: int, rate: int) -> dict[str, Any]:
     acks_before = [k for s, k, e in recs if k < t_kill and e == "-"]
     errors = sorted({e for _s, _k, e in recs if e != "-"})
     survivor = next(n for n in NODES if n != victim)
-    wait_for("new leader", lambda: partition_info(c, survivor, topic)[part][0] not in (-1, victim))
-    new_leader = partition_info(c, survivor, topic)[part][0]
+    wait_for("new leader", lambda: c.partition_info(survivor, topic)[part][0] not in (-1, victim), 60, 0.1)
+    new_leader = c.partition_info(survivor, topic)[part][0]
     t0 = time.monotonic()
     c.start_node(victim)
     wait_isr_full(c, topic, 3)
@@ -547,7 +534,7 @@ def catchup_run(a: argparse.Namespace, perf: Path, c: Any, run: int) -> dict[str
     others = [n for n in NODES if n != leader]
     follower = next((n for n in others if n != controller), others[0])
     c.kill(follower)
-    wait_for("the ISR to shrink", lambda: len(partition_info(c, leader, topic)[0][2]) == 2, 60)
+    wait_for("the ISR to shrink", lambda: len(c.partition_info(leader, topic)[0][2]) == 2, 60)
     count = int(a.catchup_mb * 1e6 / 1024)
     lb = c.node_bootstrap(leader)
     perf_produce(perf, lb, topic, 1024, count, "1")
@@ -557,7 +544,7 @@ def catchup_run(a: argparse.Namespace, perf: Path, c: Any, run: int) -> dict[str
     caught: list[float] = []
 
     def in_isr() -> bool:
-        if not caught and follower in partition_info(c, leader, topic)[0][2]:
+        if not caught and follower in c.partition_info(leader, topic)[0][2]:
             caught.append(time.monotonic() - t0)
         return bool(caught)
 

@@ -21,6 +21,7 @@ import pytest
 
 from strom.client.groups import fetch_offsets
 from strom.testing.cluster_process import ClusterProcess
+from strom.testing.polling import wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 admin_mod = pytest.importorskip("confluent_kafka.admin")
@@ -71,25 +72,8 @@ def create(c: ClusterProcess, name: str, partitions: int, rf: int = 3, **configs
     c.wait_topic(name, timeout=60)
 
 
-def partition_info(c: ClusterProcess, node: int, name: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    """partition -> (leader, replicas, isr) as ``node`` answers Metadata."""
-    md = c.metadata(node, [name])
-    t = md.topics[name]
-    return {p.partition: (p.leader, list(p.replicas), list(p.isr)) for p in t.partitions.values()}
 
 
-def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a node restarting: ask again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def produce(c: ClusterProcess, name: str, values: list[bytes], *, acks: str = "all",
@@ -159,7 +143,7 @@ def segment_bytes(c: ClusterProcess, node: int, name: str, partition: int) -> by
 def wait_isr_full(c: ClusterProcess, name: str, partitions: int, node: int | None = None,
                   timeout: float = 60.0) -> dict[int, tuple[int, list[int], list[int]]]:
     def check():  # type: ignore[no-untyped-def]
-        info = partition_info(c, node or c.running[0], name)
+        info = c.partition_info(node or c.running[0], name)
         return info if len(info) == partitions and all(len(i[2]) == 3 for i in info.values()) else None
 
     return wait_for(f"full ISRs of {name}", check, timeout)
@@ -194,11 +178,11 @@ def test_min_insync_replicas_refuses_acks_all_but_not_acks_1(ready: ClusterProce
     create(c, name, 1, 3, **{"min.insync.replicas": "3"})
     acked, errors = produce(c, name, [b"before"])
     assert errors == [] and len(acked) == 1
-    leader = partition_info(c, 1, name)[0][0]
+    leader = c.partition_info(1, name)[0][0]
     victim = next(n for n in NODES if n != leader)
     c.kill(victim)
     try:
-        wait_for("the ISR to shrink to two", lambda: len(partition_info(c, leader, name)[0][2]) == 2, 30)
+        wait_for("the ISR to shrink to two", lambda: len(c.partition_info(leader, name)[0][2]) == 2, 30)
         # librdkafka retries NOT_ENOUGH_REPLICAS (retriable) until its timeout: no retries here
         acked, errors = produce(c, name, [b"refused"], idempotent=False, timeout=10, retries=0)
         assert acked == [] and errors and "NOT_ENOUGH_REPLICAS" in errors[0], errors
@@ -223,7 +207,7 @@ def test_kill_leader_loses_no_acknowledged_record(ready: ClusterProcess) -> None
     c.kill(leader0)
     survivor = next(n for n in NODES if n != leader0)
     wait_for("a new leader of partition 0",
-             lambda: partition_info(c, survivor, name)[0][0] not in (-1, leader0), 30)
+             lambda: c.partition_info(survivor, name)[0][0] not in (-1, leader0), 30)
     second = [f"b{i:05d}".encode() for i in range(2000)]
     acked2, errors = produce(c, name, second)
     assert errors == [] and len(acked2) == len(second)
@@ -309,7 +293,7 @@ def test_manual_replica_assignment_through_any_node(ready: ClusterProcess) -> No
     futures = admin.create_topics([new])
     futures[name].result(30)
     ready.wait_topic(name, timeout=60)
-    info = partition_info(ready, 1, name)
+    info = ready.partition_info(1, name)
     assert info[0][0] == 2 and sorted(info[0][1]) == [2, 3]
     assert info[1][0] == 3 and sorted(info[1][1]) == [2, 3]
     assert not (Path(ready.spec(1).dir) / "data" / f"{name}-0").exists()  # node 1 holds no replica
@@ -378,7 +362,7 @@ def test_pipelined_acks_all_requests_appended_and_answered_in_order(ready: Clust
     c = ready
     name = topic_name("pipelined")
     create(c, name, 1, 3)
-    leader = partition_info(c, 1, name)[0][0]
+    leader = c.partition_info(1, name)[0][0]
     follower = next(n for n in NODES if n != leader)
     host, port = c.node_bootstrap(leader).rsplit(":", 1)
     n = 12

@@ -35,6 +35,7 @@ import pytest
 
 from strom.testing.cluster_process import ClusterProcess
 from strom.testing.jepsen import final_read
+from strom.testing.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,18 +59,6 @@ JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 Acked = dict[str, tuple[int, int]]  # value -> (partition, offset); offset -1: unknown to the client
 
 
-def wait_for(what: str, check_fn: Callable[[], object], timeout: float = 30.0, every: float = 0.2) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check_fn()
-        except Exception as e:  # a node restarting: ask again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def isr_full(c: ClusterProcess, topics: list[str]) -> bool:

@@ -69,6 +69,7 @@ from strom.testing.jepsen import (
     final_txn_read,
 )
 from strom.testing.netns_cluster import NetnsCluster, netns_unavailable
+from strom.testing.polling import wait_for
 
 pytest.importorskip("confluent_kafka")
 
@@ -125,18 +126,6 @@ class Run:
         self.event("every ISR full")
 
 
-def wait_for(what: str, check_fn: Callable[[], object], timeout: float = 30.0, every: float = 0.2) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check_fn()
-        except Exception as e:  # a node restarting: ask again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def wait_isr_full(c: ClusterProcess, topic: str, timeout: float = 90.0) -> None:

@@ -31,6 +31,7 @@ import pytest
 from strom.client.messages import ApiKey
 from strom.protocol.records import build_batch
 from strom.testing.cluster_process import ClusterProcess
+from strom.testing.polling import wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -78,23 +79,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
         c.close()
 
 
-def wait_for(what: str, check, timeout: float = 30.0, every: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a node restarting: ask again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
-def partition_info(c: ClusterProcess, node: int, name: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    t = c.metadata(node, [name]).topics[name]
-    return {p.partition: (p.leader, list(p.replicas), list(p.isr)) for p in t.partitions.values()}
 
 
 def create_assigned(
@@ -193,7 +179,7 @@ def test_consumers_read_from_a_replica_in_their_rack(cluster: ClusterProcess) ->
     # one partition led by each node, every node a replica of each
     create_assigned(c, 1, name, [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
     def full_isrs():  # type: ignore[no-untyped-def]
-        info = partition_info(c, 1, name)
+        info = c.partition_info(1, name)
         return info if all(len(i[2]) == 3 for i in info.values()) else None
 
     leaders = {p: i[0] for p, i in wait_for("full ISRs", full_isrs).items()}
@@ -283,7 +269,7 @@ def test_follower_answers_consumer_fetches(cluster: ClusterProcess) -> None:
     c = cluster
     name = f"ffetch-{uuid.uuid4().hex[:8]}"
     create_assigned(c, 1, name, [[1, 2, 3]])
-    wait_for("full ISR", lambda: len(partition_info(c, 1, name)[0][2]) == 3)
+    wait_for("full ISR", lambda: len(c.partition_info(1, name)[0][2]) == 3)
     acked, errors = produce(c, name, [f"x{i}".encode() for i in range(50)])
     assert errors == [] and len(acked) == 50
     # the follower knows the HW promptly; it answers consumers up to it
@@ -351,12 +337,12 @@ def test_unclean_leader_election(cluster: ClusterProcess) -> None:
     for name in (by_config, by_cli):
         create_assigned(c, 3, name, [[1, 2]])
     for name in (by_config, by_cli):
-        wait_for("ISR [1, 2]", lambda name=name: partition_info(c, 3, name)[0] == (1, [1, 2], [1, 2]))
+        wait_for("ISR [1, 2]", lambda name=name: c.partition_info(3, name)[0] == (1, [1, 2], [1, 2]))
         acked, errors = produce(c, name, [f"kept{i}".encode() for i in range(100)])
         assert errors == [] and len(acked) == 100
     c.kill(2)
     for name in (by_config, by_cli):
-        wait_for("ISR [1]", lambda name=name: partition_info(c, 3, name)[0][2] == [1], timeout=20)
+        wait_for("ISR [1]", lambda name=name: c.partition_info(3, name)[0][2] == [1], timeout=20)
         acked, errors = produce(c, name, [f"lost{i}".encode() for i in range(50)])
         assert errors == [] and [o for _p, o, _v in acked] == list(range(100, 150))
     epoch_of_lost = int(c.metadata(3, [by_config]).topics[by_config].partitions[0].leader_epoch)
@@ -366,11 +352,11 @@ def test_unclean_leader_election(cluster: ClusterProcess) -> None:
     c.kill(1)
     c.start_node(2)
     for name in (by_config, by_cli):
-        wait_for("no leader", lambda name=name: partition_info(c, 3, name)[0][0] == -1, timeout=30)
+        wait_for("no leader", lambda name=name: c.partition_info(3, name)[0][0] == -1, timeout=30)
     wait_for("node 2 registered", lambda: 2 in c.metadata(3).brokers, timeout=30)
     time.sleep(3)  # three of the controller's unclean-election checks
     for name in (by_config, by_cli):
-        leader, _replicas, isr = partition_info(c, 3, name)[0]
+        leader, _replicas, isr = c.partition_info(3, name)[0]
         assert (leader, isr) == (-1, [1]), name  # the last ISR member stays recorded
     acked, errors = produce(c, by_config, [b"refused"], timeout=3)
     assert acked == [] and errors, errors
@@ -385,16 +371,16 @@ def test_unclean_leader_election(cluster: ClusterProcess) -> None:
     r = strom_cli(c, 3, "configs", "--entity-type", "topics", "--entity-name", by_config,
                   "alter", "--add-config", "unclean.leader.election.enable=true")
     assert r.returncode == 0, r.stderr
-    wait_for("node 2 leads", lambda: partition_info(c, 3, by_config)[0][0] == 2, timeout=15)
-    assert partition_info(c, 3, by_config)[0][2] == [2]
-    assert partition_info(c, 3, by_cli)[0][0] == -1  # the other topic does not allow it
+    wait_for("node 2 leads", lambda: c.partition_info(3, by_config)[0][0] == 2, timeout=15)
+    assert c.partition_info(3, by_config)[0][2] == [2]
+    assert c.partition_info(3, by_cli)[0][0] == -1  # the other topic does not allow it
     # ElectLeaders UNCLEAN (kafka-leader-election.sh) elects regardless of the config
     r = strom_cli(
         c, 3, "leader-election", "--election-type", "unclean", "--topic", by_cli, "--partition", "0"
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Successfully completed leader election (UNCLEAN)" in r.stdout
-    wait_for("node 2 leads", lambda: partition_info(c, 3, by_cli)[0][0] == 2, timeout=15)
+    wait_for("node 2 leads", lambda: c.partition_info(3, by_cli)[0][0] == 2, timeout=15)
 
     for name in (by_config, by_cli):
         acked, errors = produce(c, name, [f"after{i}".encode() for i in range(10)])
@@ -425,7 +411,7 @@ def test_unclean_leader_election(cluster: ClusterProcess) -> None:
     # itself RECOVERED, so the controller accepts the larger ISR)
     c.start_node(1)
     for name in (by_config, by_cli):
-        wait_for("ISR [1, 2]", lambda name=name: sorted(partition_info(c, 3, name)[0][2]) == [1, 2],
+        wait_for("ISR [1, 2]", lambda name=name: sorted(c.partition_info(3, name)[0][2]) == [1, 2],
                  timeout=30)
     print(f"unclean election scenario: {time.monotonic() - t0:.1f} s")
 
@@ -470,7 +456,7 @@ def test_java_consumer_reads_from_its_rack(cluster: ClusterProcess, tmp_path: Pa
     c = cluster
     name = f"rackjava-{uuid.uuid4().hex[:8]}"
     create_assigned(c, 1, name, [[1, 2, 3]])
-    wait_for("full ISR", lambda: len(partition_info(c, 1, name)[0][2]) == 3)
+    wait_for("full ISR", lambda: len(c.partition_info(1, name)[0][2]) == 3)
     values = [f"j{i:04d}" for i in range(300)]
     acked, errors = produce(c, name, [v.encode() for v in values])
     assert errors == [] and len(acked) == 300

@@ -264,6 +264,12 @@ class ClusterProcess:
         """``node_id``'s own Metadata answer (all topics when ``topics`` is None)."""
         return self.run(node_id, lambda c: c.metadata(topics))
 
+    def partition_info(self, node_id: int, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+        """``topic``'s partitions as ``node_id``'s Metadata shows them: partition -> (leader,
+        replicas, ISR)."""
+        t = self.metadata(node_id, [topic]).topics[topic]
+        return {p.partition: (p.leader, list(p.replicas), list(p.isr)) for p in t.partitions.values()}
+
     def describe_cluster(self, node_id: int) -> ClusterDescription:
         return self.run(node_id, lambda c: describe_cluster(c, include_fenced_brokers=True))
 
