@@ -20,13 +20,13 @@ from strom.security.authorizer import (
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
-O = AclOperation
+Op = AclOperation
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 ALICE, BOB = "User:alice", "User:bob"
 HOST = "127.0.0.1"
 
 
-def acl(rt=T, name="orders", pt=LIT, principal=ALICE, host="*", op=O.READ, perm=ALLOW) -> AclBinding:
+def acl(rt=T, name="orders", pt=LIT, principal=ALICE, host="*", op=Op.READ, perm=ALLOW) -> AclBinding:
     return AclBinding(int(rt), name, int(pt), principal, host, int(op), int(perm))
 
 
@@ -41,138 +41,137 @@ def ok(a: StandardAuthorizer, op, name="orders", rt=T, principal=ALICE, host=HOS
 
 
 def test_no_acls_denies_unless_allow_everyone():
-    assert not ok(authz(), O.READ)
-    assert ok(authz(allow_if_none=True), O.READ)
+    assert not ok(authz(), Op.READ)
+    assert ok(authz(allow_if_none=True), Op.READ)
 
 
 def test_allow_everyone_only_when_no_acl_applies_to_the_resource():
     # an ACL for bob on the topic: alice has no ACL but the resource has one -> denied
     a = authz(acl(principal=BOB), allow_if_none=True)
-    assert not ok(a, O.READ)
-    assert ok(a, O.READ, name="other")  # no ACL applies to "other"
+    assert not ok(a, Op.READ)
+    assert ok(a, Op.READ, name="other")  # no ACL applies to "other"
 
 
 def test_super_users_bypass_everything_including_deny():
-    a = authz(acl(op=O.ALL, perm=DENY, principal="User:*"), supers={ALICE})
-    assert ok(a, O.WRITE)
-    assert ok(a, O.ALTER, name="kafka-cluster", rt=C)
-    assert not ok(a, O.WRITE, principal=BOB)
+    a = authz(acl(op=Op.ALL, perm=DENY, principal="User:*"), supers={ALICE})
+    assert ok(a, Op.WRITE)
+    assert ok(a, Op.ALTER, name="kafka-cluster", rt=C)
+    assert not ok(a, Op.WRITE, principal=BOB)
 
 
 def test_literal_exact_name_only():
     a = authz(acl(name="orders"))
-    assert ok(a, O.READ, name="orders")
-    assert not ok(a, O.READ, name="orders2")
-    assert not ok(a, O.READ, name="order")
+    assert ok(a, Op.READ, name="orders")
+    assert not ok(a, Op.READ, name="orders2")
+    assert not ok(a, Op.READ, name="order")
 
 
 def test_literal_wildcard_name_matches_every_resource_of_its_type():
     a = authz(acl(name="*"))
-    assert ok(a, O.READ, name="anything")
-    assert ok(a, O.READ, name="*")
-    assert not ok(a, O.READ, name="anything", rt=G)
+    assert ok(a, Op.READ, name="anything")
+    assert ok(a, Op.READ, name="*")
+    assert not ok(a, Op.READ, name="anything", rt=G)
 
 
 def test_prefixed():
     a = authz(acl(name="ord", pt=PRE))
-    assert ok(a, O.READ, name="orders")
-    assert ok(a, O.READ, name="ord")
-    assert not ok(a, O.READ, name="or")
-    assert not ok(a, O.READ, name="xorders")
+    assert ok(a, Op.READ, name="orders")
+    assert ok(a, Op.READ, name="ord")
+    assert not ok(a, Op.READ, name="or")
+    assert not ok(a, Op.READ, name="xorders")
 
 
 def test_prefixed_star_is_a_literal_prefix_not_a_wildcard():
     a = authz(acl(name="*", pt=PRE))
-    assert not ok(a, O.READ, name="orders")
-    assert ok(a, O.READ, name="*x")
+    assert not ok(a, Op.READ, name="orders")
+    assert ok(a, Op.READ, name="*x")
 
 
 def test_operation_implications_for_allow():
-    for op in (O.READ, O.WRITE, O.DELETE, O.ALTER, O.DESCRIBE):
-        assert ok(authz(acl(op=op)), O.DESCRIBE), op
-    for op in (O.CREATE, O.ALTER_CONFIGS, O.DESCRIBE_CONFIGS, O.IDEMPOTENT_WRITE, O.CLUSTER_ACTION):
-        assert not ok(authz(acl(op=op)), O.DESCRIBE), op
-    assert ok(authz(acl(op=O.ALTER_CONFIGS)), O.DESCRIBE_CONFIGS)
-    assert ok(authz(acl(op=O.DESCRIBE_CONFIGS)), O.DESCRIBE_CONFIGS)
-    assert not ok(authz(acl(op=O.ALTER)), O.DESCRIBE_CONFIGS)
+    for op in (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.DESCRIBE):
+        assert ok(authz(acl(op=op)), Op.DESCRIBE), op
+    for op in (Op.CREATE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS, Op.IDEMPOTENT_WRITE, Op.CLUSTER_ACTION):
+        assert not ok(authz(acl(op=op)), Op.DESCRIBE), op
+    assert ok(authz(acl(op=Op.ALTER_CONFIGS)), Op.DESCRIBE_CONFIGS)
+    assert ok(authz(acl(op=Op.DESCRIBE_CONFIGS)), Op.DESCRIBE_CONFIGS)
+    assert not ok(authz(acl(op=Op.ALTER)), Op.DESCRIBE_CONFIGS)
     # implication goes one way only
-    assert not ok(authz(acl(op=O.DESCRIBE)), O.READ)
-    assert not ok(authz(acl(op=O.READ)), O.WRITE)
+    assert not ok(authz(acl(op=Op.DESCRIBE)), Op.READ)
+    assert not ok(authz(acl(op=Op.READ)), Op.WRITE)
 
 
 def test_all_allows_and_denies_every_operation():
-    for op in O:
-        if op in (O.UNKNOWN, O.ANY):
+    for op in Op:
+        if op in (Op.UNKNOWN, Op.ANY):
             continue
-        assert ok(authz(acl(op=O.ALL)), op)
-        assert not ok(authz(acl(op=O.ALL), acl(op=O.ALL, perm=DENY)), op)
+        assert ok(authz(acl(op=Op.ALL)), op)
+        assert not ok(authz(acl(op=Op.ALL), acl(op=Op.ALL, perm=DENY)), op)
 
 
 def test_deny_beats_allow_and_has_no_implications():
-    a = authz(acl(op=O.ALL), acl(op=O.READ, perm=DENY))
-    assert not ok(a, O.READ)
-    assert ok(a, O.DESCRIBE)  # a DENY of READ does not deny DESCRIBE
-    assert ok(a, O.WRITE)
+    a = authz(acl(op=Op.ALL), acl(op=Op.READ, perm=DENY))
+    assert not ok(a, Op.READ)
+    assert ok(a, Op.DESCRIBE)  # a DENY of READ does not deny DESCRIBE
+    assert ok(a, Op.WRITE)
     # deny from a prefixed ACL beats an allow on the literal name, and a wildcard deny too
-    assert not ok(authz(acl(op=O.READ), acl(name="o", pt=PRE, perm=DENY)), O.READ)
-    assert not ok(authz(acl(op=O.READ), acl(name="*", perm=DENY, principal="User:*")), O.READ)
+    assert not ok(authz(acl(op=Op.READ), acl(name="o", pt=PRE, perm=DENY)), Op.READ)
+    assert not ok(authz(acl(op=Op.READ), acl(name="*", perm=DENY, principal="User:*")), Op.READ)
 
 
 def test_principal_matching():
-    assert not ok(authz(acl(principal=BOB)), O.READ)
-    assert ok(authz(acl(principal="User:*")), O.READ)
-    assert ok(authz(acl(principal="User:*")), O.READ, principal="User:ANONYMOUS")
-    assert not ok(authz(acl(principal="User:Alice")), O.READ)  # case-sensitive
-    assert not ok(authz(acl(principal="Group:alice")), O.READ)
+    assert not ok(authz(acl(principal=BOB)), Op.READ)
+    assert ok(authz(acl(principal="User:*")), Op.READ)
+    assert ok(authz(acl(principal="User:*")), Op.READ, principal="User:ANONYMOUS")
+    assert not ok(authz(acl(principal="User:Alice")), Op.READ)  # case-sensitive
+    assert not ok(authz(acl(principal="Group:alice")), Op.READ)
 
 
 def test_host_matching():
-    assert ok(authz(acl(host=HOST)), O.READ)
-    assert not ok(authz(acl(host="10.0.0.1")), O.READ)
-    assert not ok(authz(acl(host="10.0.0.1"), allow_if_none=True), O.READ)
-    a = authz(acl(op=O.ALL), acl(host=HOST, perm=DENY, op=O.WRITE))
-    assert not ok(a, O.WRITE)
-    assert ok(a, O.WRITE, host="::1")
+    assert ok(authz(acl(host=HOST)), Op.READ)
+    assert not ok(authz(acl(host="10.0.0.1")), Op.READ)
+    assert not ok(authz(acl(host="10.0.0.1"), allow_if_none=True), Op.READ)
+    a = authz(acl(op=Op.ALL), acl(host=HOST, perm=DENY, op=Op.WRITE))
+    assert not ok(a, Op.WRITE)
+    assert ok(a, Op.WRITE, host="::1")
 
 
 def test_resource_types_are_separate():
     a = authz(acl(rt=G, name="orders"))
-    assert not ok(a, O.READ, rt=T)
-    assert ok(a, O.READ, rt=G)
-    a = authz(acl(rt=C, name="kafka-cluster", op=O.CREATE))
-    assert ok(a, O.CREATE, rt=C, name="kafka-cluster")
-    assert not ok(a, O.CREATE, rt=T, name="kafka-cluster")
+    assert not ok(a, Op.READ, rt=T)
+    assert ok(a, Op.READ, rt=G)
+    a = authz(acl(rt=C, name="kafka-cluster", op=Op.CREATE))
+    assert ok(a, Op.CREATE, rt=C, name="kafka-cluster")
+    assert not ok(a, Op.CREATE, rt=T, name="kafka-cluster")
 
 
 def test_reload_replaces_acls_and_same_source_is_skipped():
     a = StandardAuthorizer()
     src = {1: acl()}
     a.load(src, source=src)
-    assert ok(a, O.READ)
+    assert ok(a, Op.READ)
     a.load({}, source=src)  # same source object: skipped
-    assert ok(a, O.READ)
+    assert ok(a, Op.READ)
     a.load({}, source={})
-    assert not ok(a, O.READ)
+    assert not ok(a, Op.READ)
 
 
 def test_authorize_by_resource_type():
-    a = authz(acl(name="orders", op=O.WRITE))
-    assert a.authorize_by_resource_type(ALICE, HOST, O.WRITE, T)
-    assert not a.authorize_by_resource_type(BOB, HOST, O.WRITE, T)
-    assert not a.authorize_by_resource_type(ALICE, HOST, O.READ, T)
-    assert not a.authorize_by_resource_type(ALICE, HOST, O.WRITE, G)
+    a = authz(acl(name="orders", op=Op.WRITE))
+    assert a.authorize_by_resource_type(ALICE, HOST, Op.WRITE, T)
+    assert not a.authorize_by_resource_type(BOB, HOST, Op.WRITE, T)
+    assert not a.authorize_by_resource_type(ALICE, HOST, Op.READ, T)
+    assert not a.authorize_by_resource_type(ALICE, HOST, Op.WRITE, G)
     # a wildcard deny, or a deny prefix covering the allow, takes it away
-    assert not authz(acl(op=O.WRITE), acl(name="*", op=O.WRITE, perm=DENY)).authorize_by_resource_type(
-        ALICE, HOST, O.WRITE, T
+    assert not authz(acl(op=Op.WRITE), acl(name="*", op=Op.WRITE, perm=DENY)).authorize_by_resource_type(
+        ALICE, HOST, Op.WRITE, T
     )
-    assert not authz(acl(op=O.WRITE), acl(name="ord", pt=PRE, op=O.ALL, perm=DENY)).authorize_by_resource_type(
-        ALICE, HOST, O.WRITE, T
-    )
+    a = authz(acl(op=Op.WRITE), acl(name="ord", pt=PRE, op=Op.ALL, perm=DENY))
+    assert not a.authorize_by_resource_type(ALICE, HOST, Op.WRITE, T)
     # a literal deny of another name leaves it
-    assert authz(acl(op=O.WRITE), acl(name="x", op=O.WRITE, perm=DENY)).authorize_by_resource_type(
-        ALICE, HOST, O.WRITE, T
+    assert authz(acl(op=Op.WRITE), acl(name="x", op=Op.WRITE, perm=DENY)).authorize_by_resource_type(
+        ALICE, HOST, Op.WRITE, T
     )
-    assert authz(supers={ALICE}).authorize_by_resource_type(ALICE, HOST, O.WRITE, T)
+    assert authz(supers={ALICE}).authorize_by_resource_type(ALICE, HOST, Op.WRITE, T)
 
 
 def test_from_config():
@@ -181,11 +180,11 @@ def test_from_config():
     a = StandardAuthorizer.from_config(
         {
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin; User:CN=broker,O=x",
+            "super.users": "User:admin; User:CN=broker,Op=x",
             "allow.everyone.if.no.acl.found": "true",
         }
     )
-    assert a is not None and a.super_users == {"User:admin", "User:CN=broker,O=x"}
+    assert a is not None and a.super_users == {"User:admin", "User:CN=broker,Op=x"}
     assert a.allow_everyone_if_no_acl_found
     import pytest
 
@@ -210,7 +209,7 @@ def f(**kw) -> AclBindingFilter:
 
 
 def test_filter_any_matches_everything():
-    for b in (acl(), acl(pt=PRE, name="x"), acl(rt=C, name="kafka-cluster", perm=DENY, op=O.ALL)):
+    for b in (acl(), acl(pt=PRE, name="x"), acl(rt=C, name="kafka-cluster", perm=DENY, op=Op.ALL)):
         assert f().matches(b)
 
 
@@ -219,7 +218,7 @@ def test_filter_fields():
     assert f(resource_type=T).matches(b) and not f(resource_type=G).matches(b)
     assert f(principal=ALICE).matches(b) and not f(principal=BOB).matches(b)
     assert f(host="*").matches(b) and not f(host=HOST).matches(b)
-    assert f(operation=O.READ).matches(b) and not f(operation=O.ALL).matches(b)
+    assert f(operation=Op.READ).matches(b) and not f(operation=Op.ALL).matches(b)
     assert f(permission_type=ALLOW).matches(b) and not f(permission_type=DENY).matches(b)
 
 
@@ -250,7 +249,7 @@ def test_filter_unknown_part():
 NAMES = ["a", "ab", "abc", "b", "*"]
 PRINCIPALS = [ALICE, BOB, "User:*"]
 HOSTS = ["*", HOST, "10.0.0.1"]
-OPS = [o for o in O if o not in (O.UNKNOWN, O.ANY)]
+OPS = [o for o in Op if o not in (Op.UNKNOWN, Op.ANY)]
 
 acls_st = st.lists(
     st.builds(
@@ -280,13 +279,13 @@ def reference(acls, supers, allow_if_none, principal, host, op, rt, name) -> boo
         )
     ]
     mine = [b for b in applying if b.principal in (principal, "User:*") and b.host in ("*", host)]
-    if any(b.permission_type == DENY and b.operation in (O.ALL, op) for b in mine):
+    if any(b.permission_type == DENY and b.operation in (Op.ALL, op) for b in mine):
         return False
-    implied = {op, O.ALL}
-    if op == O.DESCRIBE:
-        implied |= {O.READ, O.WRITE, O.DELETE, O.ALTER}
-    if op == O.DESCRIBE_CONFIGS:
-        implied |= {O.ALTER_CONFIGS}
+    implied = {op, Op.ALL}
+    if op == Op.DESCRIBE:
+        implied |= {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER}
+    if op == Op.DESCRIBE_CONFIGS:
+        implied |= {Op.ALTER_CONFIGS}
     if any(b.permission_type == ALLOW and b.operation in implied for b in mine):
         return True
     return not applying and allow_if_none

@@ -355,7 +355,9 @@ class StandardAuthorizer:
             return None
         return allow
 
-    def authorize(self, principal: str, host: str, operation: int, resource_type: int, resource_name: str) -> bool:
+    def authorize(
+        self, principal: str, host: str, operation: int, resource_type: int, resource_name: str
+    ) -> bool:
         if principal in self.super_users:
             return True
         found = False
@@ -371,7 +373,9 @@ class StandardAuthorizer:
             return True
         return not found and self.allow_everyone_if_no_acl_found
 
-    def authorize_by_resource_type(self, principal: str, host: str, operation: int, resource_type: int) -> bool:
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: int, resource_type: int
+    ) -> bool:
         """May the principal do ``operation`` on at least one resource of the type (Kafka's
         ``Authorizer.authorizeByResourceType``)?"""
         if principal in self.super_users:
@@ -406,6 +410,4 @@ class StandardAuthorizer:
             if acl.pattern_type == PatternType.LITERAL and name in denied_literal:
                 continue
             return True
-        if self.allow_everyone_if_no_acl_found and not literal and not prefixed:
-            return True
-        return False
+        return bool(self.allow_everyone_if_no_acl_found and not literal and not prefixed)
