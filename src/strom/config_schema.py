@@ -440,6 +440,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else
     # sasl.jaas.config (sensitive, like every password); SCRAM users via AlterUserScramCredentials.
+    # Authorization (security/authorizer.py): unset = no authorization; Kafka's
+    # org.apache.kafka.metadata.authorizer.StandardAuthorizer (or strom's own name) turns it on
+    _c(
+        "authorizer.class.name",
+        _STR,
+        "",
+        ValidString(
+            (
+                "",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "strom.security.authorizer.StandardAuthorizer",
+            )
+        ),
+    ),
+    _c("super.users", _STR, ""),
+    _c("allow.everyone.if.no.acl.found", _BOOL, False),
+    _c("principal.builder.class", _STR, ""),
+    _c("ssl.principal.mapping.rules", _STR, "DEFAULT"),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metadata.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -62,6 +63,7 @@ from ..metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -70,6 +72,7 @@ from ..metadata.records import (
     UserScramCredentialRecord,
 )
 from ..protocol.errors import ErrorCode, KafkaError
+from .acl_control import AclControlManager
 from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager, broker_state
 from .config_control import BROKER, TOPIC, ConfigurationControlManager, Validator, default_validator
 from .features import BOOTSTRAP_LEVELS, FeatureControlManager
@@ -112,6 +115,8 @@ UNREGISTER_BROKER = 64
 UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_USER_SCRAM_CREDENTIALS = 51
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 CONTROLLER_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -130,6 +135,8 @@ CONTROLLER_APIS = frozenset(
         UPDATE_FEATURES,
         ALLOCATE_PRODUCER_IDS,
         ALTER_USER_SCRAM_CREDENTIALS,
+        CREATE_ACLS,
+        DELETE_ACLS,
     }
 )
 
@@ -164,6 +171,7 @@ class QuorumController:
         )
         self.producer_ids = ProducerIdControlManager(self.cluster)
         self.scram = ScramControlManager()
+        self.acls = AclControlManager(self.random)
         self.last_applied_offset = -1
         self._next_rebalance_ms: int | None = None
 
@@ -205,6 +213,8 @@ class QuorumController:
             self.features.replay(record)
         elif isinstance(record, UserScramCredentialRecord | RemoveUserScramCredentialRecord):
             self.scram.replay(record)
+        elif isinstance(record, AccessControlEntryRecord | RemoveAccessControlEntryRecord):
+            self.acls.replay(record)
         if offset is not None:
             self.last_applied_offset = offset
 
@@ -217,6 +227,7 @@ class QuorumController:
             *self.configs.to_records(),
             *self.producer_ids.to_records(),
             *self.scram.to_records(),
+            *self.acls.to_records(),
         ]
 
     def activate(self, now_ms: int) -> None:
@@ -251,6 +262,8 @@ class QuorumController:
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             UPDATE_FEATURES: self.update_features,
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            CREATE_ACLS: self.create_acls,
+            DELETE_ACLS: self.delete_acls,
         }[api_key]
         return operation(request)
 
@@ -596,6 +609,15 @@ class QuorumController:
     # ---- SCRAM credentials --------------------------------------------------------------
     def alter_user_scram_credentials(self, request: Any) -> ControllerResult[dict[str, Any]]:
         records, response = self.scram.alter_credentials(request)
+        return ControllerResult(records, response)
+
+    # ---- ACLs ----------------------------------------------------------------------------
+    def create_acls(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.acls.create_acls(request)
+        return ControllerResult(records, response)
+
+    def delete_acls(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.acls.delete_acls(request)
         return ControllerResult(records, response)
 
     # ---- periodic work -------------------------------------------------------------------

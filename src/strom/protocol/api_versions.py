@@ -55,6 +55,9 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 5),
     27: ("WriteTxnMarkers", 1, 1),  # between brokers: a transaction's markers (server/txn_marker_sender.py)
     28: ("TxnOffsetCommit", 0, 5),
+    29: ("DescribeAcls", 1, 3),  # server/handlers/acls.py
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     34: ("AlterReplicaLogDirs", 1, 2),

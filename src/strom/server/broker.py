@@ -78,6 +78,7 @@ from ..protocol.framing import RequestMemoryPool
 from ..raft.metadata_log import METADATA_TOPIC
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
+from ..security.authorizer import StandardAuthorizer
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
@@ -257,6 +258,9 @@ class Broker:
             self.group_configs = GroupConfigStore.open(self.log_dir)
         apply_dynamic_broker_configs(self)
         self.sasl = SaslState(config.values, self.log_dir, from_image=quorum)  # (quorum: the image's SCRAM)
+        # authorizer.class.name set: Kafka's StandardAuthorizer over the metadata image's ACLs
+        # (loaded by the metadata publisher); None: no authorization, everything allowed
+        self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(config.values)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         # producer id blocks: from the controller on the quorum, else reserved in a local file

@@ -36,6 +36,7 @@ _MODULES = (
     "transactions",
     "sasl",
     "scram_credentials",
+    "acls",
     "raft",
     "controller",
     "forwarding",

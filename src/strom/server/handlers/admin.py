@@ -7,6 +7,7 @@ from typing import Any
 
 from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RequestContext
 from . import handler
 
@@ -17,6 +18,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
     out = []
     validate_only = getattr(request, "validate_only", False)
     seen: set[str] = set()
+    # Kafka: CREATE on the cluster, else CREATE on each topic (TOPIC_AUTHORIZATION_FAILED)
+    cluster_create = authorized_cluster(ctx, AclOperation.CREATE)
     for t in request.topics:
         name = str(t.name)
         entry: dict[str, Any] = {
@@ -35,6 +38,12 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             out.append(entry)
             continue
         seen.add(name)
+        if not cluster_create and not authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name):
+            entry.update(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed."
+            )
+            out.append(entry)
+            continue
         partitions = t.num_partitions
         rf = t.replication_factor
         if t.assignments:
@@ -102,6 +111,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
                 continue
             name = info.name
         name = str(name)
+        if not authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+            out.append({"name": name, "topic_id": tid, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        "error_message": "Authorization failed."})
+            continue
         if not broker.config["delete.topic.enable"]:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue

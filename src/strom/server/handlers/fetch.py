@@ -18,6 +18,7 @@ from typing import Any
 from ...protocol.errors import ErrorCode
 from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RawResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from . import handler
@@ -178,6 +179,16 @@ def _read_partitions(
     fds_held = 0
     replica_id = follower_id(request, version)
     broker_epoch = int(request.replica_state.replica_epoch) if version >= 15 else -1
+    # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
+    authorizer = broker.authorizer
+    readable: dict[str, bool] = {}
+    if (
+        authorizer is not None
+        and replica_id >= 0
+        and not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        authorizer = None
+        readable = _Never()
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -194,6 +205,12 @@ def _read_partitions(
             tres.partitions.append(pr)
             if version >= 13 and info is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                any_error = True
+                continue
+            if authorizer is not None and name not in readable:
+                readable[name] = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+            if readable and not readable.get(name, True):
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 any_error = True
                 continue
             limit = min(fp.partition_max_bytes, budget - total)
@@ -244,6 +261,16 @@ def _read_partitions(
 
 
 _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+
+
+class _Never(dict[str, bool]):
+    """Every topic unreadable (a follower without CLUSTER_ACTION)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, key: str, default: Any = None) -> bool:  # type: ignore[override]
+        return False
 
 
 def follower_id(request: Any, version: int) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
 from ...protocol.errors import ErrorCode
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RequestContext
 from . import handler
 
@@ -50,6 +52,22 @@ def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
         "partitions": partition_entries(ctx, info),
         "topic_authorized_operations": -2147483648,
     }
+
+
+def _describable(ctx: RequestContext, name: str) -> bool:
+    return authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+
+def _unauthorized(name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "name": name,
+        "is_internal": False,
+        "partitions": [],
+    }
+    if topic_id is not None:
+        entry["topic_id"] = topic_id
+    return entry
 
 
 # How long a Metadata request waits for the topics it auto-creates: a small topic is usually
@@ -98,8 +116,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     topics_out: list[dict[str, Any]] = []
     requested = request.topics
+    authorizer = broker.authorizer
     if requested is None or (version == 0 and not requested):
-        topics_out = [topic_entry(ctx, t) for t in cache.topics()]
+        # all topics: those the principal may not DESCRIBE are left out, as Kafka does
+        topics_out = [
+            topic_entry(ctx, t)
+            for t in cache.topics()
+            if authorizer is None or _describable(ctx, t.name)
+        ]
     else:
         auto = getattr(request, "allow_auto_topic_creation", True)
         creating: dict[str, tuple[int, asyncio.Future[TopicInfo | None]]] = {}
@@ -111,7 +135,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             # up every topic that carries a non-zero id
             if not name and tid is not None and tid.int != 0:
                 info = cache.topic_by_id(tid)
-                if info is None:
+                if info is not None and not _describable(ctx, info.name):
+                    # (topic ids are not secret: Kafka answers TOPIC_AUTHORIZATION_FAILED with it)
+                    topics_out.append(_unauthorized(None, tid))
+                elif info is None:
                     topics_out.append(
                         {
                             "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
@@ -124,12 +151,25 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     topics_out.append(topic_entry(ctx, info))
                 continue
             name = str(name)
+            if authorizer is not None and not _describable(ctx, name):
+                topics_out.append(_unauthorized(name))
+                continue
             info = cache.topic(name)
             if info is None:
                 try:
                     validate_topic_name(name)
                 except TopicError as e:
                     topics_out.append({"error_code": e.code, "name": name, "partitions": []})
+                    continue
+                if (
+                    auto
+                    and authorizer is not None
+                    and broker.config["auto.create.topics.enable"]
+                    and not authorized_cluster(ctx, AclOperation.CREATE)
+                    and not authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
+                ):
+                    # auto-creation needs CREATE on the cluster or the topic
+                    topics_out.append(_unauthorized(name))
                     continue
                 if auto and name not in creating and not broker.is_being_created(name):
                     creating[name] = (len(topics_out), asyncio.ensure_future(broker.auto_create_async(name)))

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
+from ..authz import AclOperation, ResourceType, authorized, filter_authorized
 from ..context import NoResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from ..replica_manager import PartitionResponse, Producer, Verifier
@@ -76,12 +77,24 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
 @handler(0)
 async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse:
     broker = ctx.broker
+    txn_id = request.transactional_id
+    denied: set[str] = set()
+    if broker.authorizer is not None:
+        # Kafka: a transactional producer needs WRITE on its transactional id (else the whole
+        # request fails), every producer WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for it)
+        if txn_id is not None and not authorized(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(txn_id)
+        ):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        names = {str(t.name) for t in request.topic_data}
+        denied = names - filter_authorized(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     entries: list[tuple[str, int, Any]] = []
     for topic in request.topic_data:
         name = str(topic.name)
+        if name in denied:
+            continue
         for pd in topic.partition_data:
             entries.append((name, pd.index, pd.records))
-    txn_id = request.transactional_id
     verify = (
         _verifier(ctx, str(txn_id)) if txn_id is not None and broker.txn_coordinator is not None else None
     )
@@ -93,12 +106,16 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
         return NoResponse()
     responses: list[dict[str, Any]] = []
     it = iter(results)
+    refused = PartitionResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     leaders: set[int] = set()
     kip951 = ctx.api_version >= 10
     rm = broker.replica_manager
     for topic in request.topic_data:
         parts = []
         for pd in topic.partition_data:
+            if denied and str(topic.name) in denied:
+                parts.append(_partition(pd.index, refused))
+                continue
             r: PartitionResponse = next(it)
             if kip951 and r.error_code in _LEADER_ERRORS:
                 # KIP-951: where the leader is, so the client reroutes without a metadata round trip
