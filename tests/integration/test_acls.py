@@ -128,13 +128,16 @@ def consume(b: BrokerProcess, user: str | None, topic: str, group: str) -> tuple
                 continue
             if m.error() is not None:
                 errors.append(m.error())
-                if m.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED):
+                if m.error().code() in _AUTHZ_ERRORS:
                     break
                 continue
             got.append(m.value())
     finally:
         c.close()
     return got, errors
+
+
+_AUTHZ_ERRORS = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
 
 
 def uniq(prefix: str) -> str:
