@@ -49,6 +49,7 @@ from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
 from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
+from .authz import check_cluster_gate
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 from .listener import Listener, start_listener
@@ -337,6 +338,8 @@ class KafkaProtocol(asyncio.Protocol):
         )
         resp_type = codec.response_type(key, version)
         try:
+            if getattr(self.broker, "authorizer", None) is not None:
+                check_cluster_gate(ctx)
             result = await handler(ctx, request)
             if not isinstance(result, (NoResponse, RawResponse)):
                 result = _encoded(resp_type, result)

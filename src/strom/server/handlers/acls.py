@@ -32,7 +32,7 @@ _NO_QUORUM = "ACLs are kept in the metadata log: strom.metadata.quorum.enable mu
 
 
 def _refusal(ctx: RequestContext, operation: int) -> tuple[int, str] | None:
-    if ctx.broker.authorizer is None:
+    if getattr(ctx.broker, "authorizer", None) is None:
         return ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER
     if not authorized_cluster(ctx, operation):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
@@ -53,7 +53,7 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> dict[str, A
     unknown = flt.unknown_part()
     if unknown is not None:
         return error(ErrorCode.INVALID_REQUEST, f"Filter contains an unknown {unknown}")
-    authorizer = ctx.broker.authorizer
+    authorizer = getattr(ctx.broker, "authorizer", None)
     assert authorizer is not None
     groups: dict[tuple[int, str, int], list[AclBinding]] = {}
     for _, b in authorizer.matching(flt):

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
@@ -180,7 +180,7 @@ def _read_partitions(
     replica_id = follower_id(request, version)
     broker_epoch = int(request.replica_state.replica_epoch) if version >= 15 else -1
     # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
-    authorizer = broker.authorizer
+    authorizer = getattr(broker, "authorizer", None)
     readable: dict[str, bool] = {}
     if (
         authorizer is not None
@@ -294,6 +294,8 @@ def _release(results: list[TopicResult]) -> None:
 @handler(1)
 async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[str, Any]:
     if is_raft_fetch(request):  # a KRaft replica fetching __cluster_metadata: the quorum answers
+        if not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         from .raft import handle_raft_request
 
         return await handle_raft_request(ctx, request)

@@ -388,7 +388,7 @@ def _describable_topics(
 ) -> list[dict[str, Any]]:
     """OffsetFetch's topics the principal may DESCRIBE: the others are left out of an
     all-topics fetch and answered TOPIC_AUTHORIZATION_FAILED when named (Kafka)."""
-    if ctx.broker.authorizer is None:
+    if getattr(ctx.broker, "authorizer", None) is None:
         return topics
     out = []
     for t in topics:
@@ -501,7 +501,9 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
                 }
             )
         groups.sort(key=lambda g: g["group_id"])
-    if ctx.broker.authorizer is not None and not authorized_cluster(ctx, AclOperation.DESCRIBE):
+    if getattr(ctx.broker, "authorizer", None) is not None and not authorized_cluster(
+        ctx, AclOperation.DESCRIBE
+    ):
         # Kafka: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE
         groups = [
             g for g in groups if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"])

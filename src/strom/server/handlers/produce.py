@@ -79,7 +79,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     broker = ctx.broker
     txn_id = request.transactional_id
     denied: set[str] = set()
-    if broker.authorizer is not None:
+    if getattr(broker, "authorizer", None) is not None:
         # Kafka: a transactional producer needs WRITE on its transactional id (else the whole
         # request fails), every producer WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for it)
         if txn_id is not None and not authorized(

@@ -19,7 +19,7 @@ def _error(code: int) -> dict[str, Any]:
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
-    if ctx.broker.authorizer is not None:
+    if getattr(ctx.broker, "authorizer", None) is not None:
         if request.transactional_id is not None:
             txn_id = str(request.transactional_id)
             if not authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
