@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import ErrorCode, KafkaError
-from ..security.authorizer import CLUSTER_NAME, AclOperation, ResourceType, normalize_host
+from ..security.authorizer import CLUSTER_NAME, AclOperation, ResourceType, StandardAuthorizer, normalize_host
 
 if TYPE_CHECKING:
     from .context import RequestContext
@@ -20,7 +20,7 @@ __all__ = ["AclOperation", "ResourceType", "authorized", "authorized_cluster", "
 
 
 def authorized(ctx: RequestContext, operation: int, resource_type: int, name: str) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer: StandardAuthorizer | None = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return True
     return authorizer.authorize(
@@ -33,7 +33,7 @@ def authorized_cluster(ctx: RequestContext, operation: int) -> bool:
 
 
 def authorized_by_resource_type(ctx: RequestContext, operation: int, resource_type: int) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer: StandardAuthorizer | None = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return True
     return authorizer.authorize_by_resource_type(
@@ -45,7 +45,7 @@ def filter_authorized(
     ctx: RequestContext, operation: int, resource_type: int, names: Iterable[str]
 ) -> set[str]:
     """The names among ``names`` the principal may do ``operation`` on."""
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer: StandardAuthorizer | None = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return set(names)
     principal, host = ctx.session.principal, normalize_host(ctx.client_host)
