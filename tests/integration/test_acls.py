@@ -333,3 +333,79 @@ def test_no_authorizer_answers_security_disabled(tmp_path: Path) -> None:
         assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED
     finally:
         assert b.stop() == 0, b.log()
+
+
+def test_scram_credentials_need_alter_on_cluster(broker: BrokerProcess) -> None:
+    up = admin_mod.UserScramCredentialUpsertion(
+        "carol", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_256, 4096), b"pw"
+    )
+    f = admin(broker, "alice").alter_user_scram_credentials([up], request_timeout=10)["carol"]
+    with pytest.raises(KafkaException) as e:
+        f.result()
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    admin(broker).alter_user_scram_credentials([up], request_timeout=10)["carol"].result()
+
+
+def test_configs_need_describe_configs_and_alter_configs(broker: BrokerProcess) -> None:
+    t = uniq("cfg")
+    new_topic(broker, t)
+    res = admin_mod.ConfigResource(admin_mod.ResourceType.TOPIC, t)
+    f = admin(broker, "bob").describe_configs([res], request_timeout=10)[res]
+    with pytest.raises(KafkaException) as e:
+        f.result()
+    assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    broker_res = admin_mod.ConfigResource(admin_mod.ResourceType.BROKER, "1")
+    f = admin(broker, "bob").describe_configs([broker_res], request_timeout=10)[broker_res]
+    with pytest.raises(KafkaException) as e:
+        f.result()
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+    create(broker, acl(ResourceType.TOPIC, t, "User:bob", AclOperation.ALTER_CONFIGS))
+    assert "retention.ms" in admin(broker, "bob").describe_configs([res], request_timeout=10)[res].result()
+    alter = admin_mod.ConfigResource(
+        admin_mod.ResourceType.TOPIC, t,
+        incremental_configs=[admin_mod.ConfigEntry("retention.ms", "1000",
+                                                   incremental_operation=admin_mod.AlterConfigOpType.SET)],
+    )
+    admin(broker, "bob").incremental_alter_configs([alter], request_timeout=10)[alter].result()
+
+
+def test_transactional_producer_needs_transactional_id_write(broker: BrokerProcess) -> None:
+    t, txn = uniq("txn"), uniq("tid")
+    new_topic(broker, t)
+    create(broker, acl(ResourceType.TOPIC, t, "User:alice", AclOperation.WRITE))
+    p = ck.Producer(conf(broker, "alice") | {"transactional.id": txn})
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions(15)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    create(broker, acl(ResourceType.TRANSACTIONAL_ID, txn, "User:alice", AclOperation.WRITE))
+    p = ck.Producer(conf(broker, "alice") | {"transactional.id": txn})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(t, b"in-txn")
+    p.commit_transaction(15)
+
+
+def test_auto_create_needs_create(broker: BrokerProcess) -> None:
+    t = uniq("auto")
+    create(broker, acl(ResourceType.TOPIC, t, "User:alice", AclOperation.WRITE))
+    err = produce_error(broker, "alice", t, **{"allow.auto.create.topics": True})
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    assert t not in admin(broker).list_topics(timeout=10).topics
+    create(broker, acl(ResourceType.TOPIC, t, "User:alice", AclOperation.CREATE))
+    assert produce_error(broker, "alice", t, **{"allow.auto.create.topics": True}) is None
+    assert t in admin(broker).list_topics(timeout=10).topics
+
+
+def test_list_groups_shows_only_describable_groups(broker: BrokerProcess) -> None:
+    t, g1, g2 = uniq("lg"), uniq("lg-mine"), uniq("lg-other")
+    new_topic(broker, t)
+    assert produce_error(broker, "admin", t) is None
+    for g in (g1, g2):
+        assert consume(broker, "admin", t, g)[0] == [b"v"]
+    create(broker, acl(ResourceType.GROUP, g1, "User:bob", AclOperation.DESCRIBE))
+    groups = admin(broker, "bob").list_consumer_groups(request_timeout=10).result().valid
+    listed = {g.group_id for g in groups}
+    assert g1 in listed and g2 not in listed
+    everything = {g.group_id for g in admin(broker).list_consumer_groups(request_timeout=10).result().valid}
+    assert {g1, g2} <= everything

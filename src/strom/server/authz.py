@@ -64,7 +64,6 @@ CLUSTER_GATES: dict[int, int] = {
     45: AclOperation.ALTER,  # AlterPartitionReassignments
     46: AclOperation.DESCRIBE,  # ListPartitionReassignments
     50: AclOperation.DESCRIBE,  # DescribeUserScramCredentials
-    51: AclOperation.ALTER,  # AlterUserScramCredentials
     52: AclOperation.CLUSTER_ACTION,  # Vote
     53: AclOperation.CLUSTER_ACTION,  # BeginQuorumEpoch
     54: AclOperation.CLUSTER_ACTION,  # EndQuorumEpoch
