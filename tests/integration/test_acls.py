@@ -8,6 +8,9 @@ PLAINTEXT listener; the ACLs survive a restart.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +37,7 @@ from confluent_kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
+SRC = Path(__file__).resolve().parents[2] / "src"
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'username="admin" password="admin-secret" user_admin="admin-secret" '
@@ -85,8 +89,13 @@ def admin(b: BrokerProcess, user: str | None = "admin") -> Any:
 
 
 def acl(
-    rtype: Any, name: str, principal: str, op: Any, perm: Any = AclPermissionType.ALLOW,
-    pattern: Any = ResourcePatternType.LITERAL, host: str = "*",
+    rtype: Any,
+    name: str,
+    principal: str,
+    op: Any,
+    perm: Any = AclPermissionType.ALLOW,
+    pattern: Any = ResourcePatternType.LITERAL,
+    host: str = "*",
 ) -> AclBinding:
     return AclBinding(rtype, name, pattern, principal, host, op, perm)
 
@@ -115,8 +124,12 @@ def consume(b: BrokerProcess, user: str | None, topic: str, group: str) -> tuple
     errors: list[Any] = []
     c = ck.Consumer(
         conf(b, user)
-        | {"group.id": group, "auto.offset.reset": "earliest", "error_cb": errors.append,
-           "allow.auto.create.topics": False}
+        | {
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "error_cb": errors.append,
+            "allow.auto.create.topics": False,
+        }
     )
     got: list[bytes] = []
     try:
@@ -155,26 +168,57 @@ def test_create_describe_delete_acls(broker: BrokerProcess) -> None:
     create(broker, *bindings)
     a = admin(broker)
     got = a.describe_acls(
-        AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                         AclPermissionType.ANY), request_timeout=10
+        AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        ),
+        request_timeout=10,
     ).result()
     for b in bindings:
         assert b in got
     # MATCH: the ACLs that apply to the topic (its literal one and the prefixed one)
     match = a.describe_acls(
-        AclBindingFilter(ResourceType.TOPIC, t, ResourcePatternType.MATCH, None, None, AclOperation.ANY,
-                         AclPermissionType.ANY), request_timeout=10
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            t,
+            ResourcePatternType.MATCH,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        ),
+        request_timeout=10,
     ).result()
     assert set(map(str, match)) >= {str(bindings[0]), str(bindings[1])}
     # delete by principal: only alice's go
-    flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
-                           AclOperation.ANY, AclPermissionType.ANY)
+    flt = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:alice",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
     deleted = a.delete_acls([flt], request_timeout=10)[flt].result()
     assert set(map(str, deleted)) >= {str(bindings[0]), str(bindings[2])}
     assert str(bindings[1]) not in set(map(str, deleted))
     left = a.describe_acls(
-        AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                         AclPermissionType.ANY), request_timeout=10
+        AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        ),
+        request_timeout=10,
     ).result()
     assert bindings[1] in left and bindings[0] not in left
 
@@ -197,8 +241,9 @@ def test_acl_apis_need_cluster_permissions(broker: BrokerProcess) -> None:
     with pytest.raises(KafkaException) as e:
         f.result()
     assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                           AclPermissionType.ANY)
+    flt = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
     # librdkafka drops DescribeAcls' top-level error (alice sees no ACL); the broker's answer,
     # read with strom's client, is Kafka's
     assert admin(broker, "alice").describe_acls(flt, request_timeout=10).result() == []
@@ -299,8 +344,12 @@ def test_create_and_delete_topics(broker: BrokerProcess) -> None:
     with pytest.raises(KafkaException) as e:
         fs[t].result()
     assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    create(broker, acl(ResourceType.TOPIC, "ct-", "User:alice", AclOperation.CREATE,
-                       pattern=ResourcePatternType.PREFIXED))
+    create(
+        broker,
+        acl(
+            ResourceType.TOPIC, "ct-", "User:alice", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED
+        ),
+    )
     admin(broker, "alice").create_topics([admin_mod.NewTopic(t, 1, 1)], request_timeout=10)[t].result()
     fs = admin(broker, "alice").delete_topics([t], request_timeout=10)
     with pytest.raises(KafkaException) as e:
@@ -317,8 +366,15 @@ def test_acls_survive_restart(tmp_path: Path) -> None:
         create(b, binding)
         b.stop()
         b.start()
-        flt = AclBindingFilter(ResourceType.TOPIC, "kept", ResourcePatternType.LITERAL, None, None,
-                               AclOperation.ANY, AclPermissionType.ANY)
+        flt = AclBindingFilter(
+            ResourceType.TOPIC,
+            "kept",
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
         assert admin(b).describe_acls(flt, request_timeout=10).result() == [binding]
     finally:
         assert b.stop() == 0, b.log()
@@ -363,9 +419,13 @@ def test_configs_need_describe_configs_and_alter_configs(broker: BrokerProcess) 
     create(broker, acl(ResourceType.TOPIC, t, "User:bob", AclOperation.ALTER_CONFIGS))
     assert "retention.ms" in admin(broker, "bob").describe_configs([res], request_timeout=10)[res].result()
     alter = admin_mod.ConfigResource(
-        admin_mod.ResourceType.TOPIC, t,
-        incremental_configs=[admin_mod.ConfigEntry("retention.ms", "1000",
-                                                   incremental_operation=admin_mod.AlterConfigOpType.SET)],
+        admin_mod.ResourceType.TOPIC,
+        t,
+        incremental_configs=[
+            admin_mod.ConfigEntry(
+                "retention.ms", "1000", incremental_operation=admin_mod.AlterConfigOpType.SET
+            )
+        ],
     )
     admin(broker, "bob").incremental_alter_configs([alter], request_timeout=10)[alter].result()
 
@@ -409,3 +469,100 @@ def test_list_groups_shows_only_describable_groups(broker: BrokerProcess) -> Non
     assert g1 in listed and g2 not in listed
     everything = {g.group_id for g in admin(broker).list_consumer_groups(request_timeout=10).result().valid}
     assert {g1, g2} <= everything
+
+
+# ------------------------------------------------------------------------------------- CLI
+def strom_acls(
+    b: BrokerProcess, tmp_path: Path, *args: str, user: str = "admin"
+) -> subprocess.CompletedProcess[str]:
+    cfg = tmp_path / f"{user}.properties"
+    cfg.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{user}-secret";\n'
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "strom",
+            "acls",
+            "--bootstrap-server",
+            b.bootstrap_for("SASL_PLAINTEXT"),
+            "--command-config",
+            str(cfg),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"PYTHONPATH": str(SRC)},
+    )
+
+
+def test_cli_add_list_remove(broker: BrokerProcess, tmp_path: Path) -> None:
+    t = uniq("cli")
+    r = strom_acls(
+        broker,
+        tmp_path,
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--operation",
+        "Describe",
+        "--topic",
+        t,
+    )
+    assert r.returncode == 0, r.stderr
+    pattern = f"ResourcePattern(resourceType=TOPIC, name={t}, patternType=LITERAL)"
+    read = "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)"
+    describe = "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)"
+    assert r.stdout.startswith(f"Adding ACLs for resource `{pattern}`: \n \t{read}\n\t{describe} \n\n"), (
+        r.stdout
+    )
+    assert f"Current ACLs for resource `{pattern}`: \n" in r.stdout
+    r = strom_acls(broker, tmp_path, "--list", "--topic", t)
+    assert r.returncode == 0 and read in r.stdout and describe in r.stdout, r.stdout
+    r = strom_acls(
+        broker, tmp_path, "--add", "--producer", "--idempotent", "--deny-principal", "User:bob", "--topic", t
+    )
+    assert r.returncode == 0, r.stderr
+    assert "operation=IDEMPOTENT_WRITE, permissionType=DENY" in r.stdout
+    r = strom_acls(broker, tmp_path, "--list", "--principal", "User:bob")
+    assert r.stdout.startswith("ACLs for principal `User:bob`"), r.stdout
+    assert "User:alice" not in r.stdout
+    r = strom_acls(
+        broker,
+        tmp_path,
+        "--remove",
+        "--force",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--topic",
+        t,
+    )
+    assert r.returncode == 0, r.stderr
+    assert read not in r.stdout and describe in r.stdout, r.stdout
+    r = strom_acls(broker, tmp_path, "--remove", "--topic", t, user="admin")  # asks; stdin empty: no
+    assert r.returncode == 0 and "Are you sure you want to delete all ACLs" in r.stdout
+    r = strom_acls(broker, tmp_path, "--list", "--topic", t)
+    assert describe in r.stdout
+
+
+def test_cli_errors(broker: BrokerProcess, tmp_path: Path) -> None:
+    r = strom_acls(broker, tmp_path, "--add", "--topic", "x")
+    assert r.returncode == 2 and "You must specify one of: --allow-principal, --deny-principal" in r.stderr
+    r = strom_acls(broker, tmp_path, "--add", "--allow-principal", "alice", "--topic", "x")
+    assert r.returncode == 2 and "Could not parse principal" in r.stderr
+    r = strom_acls(
+        broker, tmp_path, "--add", "--allow-principal", "User:a", "--operation", "Read", "--cluster"
+    )
+    assert r.returncode == 2 and "ResourceType CLUSTER only supports operations" in r.stderr
+    r = strom_acls(broker, tmp_path, "--list", "--add")
+    assert r.returncode == 2 and "exactly one action" in r.stderr
+    r = strom_acls(broker, tmp_path, "--add", "--allow-principal", "User:a", "--topic", "x", user="alice")
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr

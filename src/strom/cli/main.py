@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from strom.cli import acls as cli_acls
 from strom.cli import cluster_tools, commands, dump_log, storage
 from strom.cli import configs as cli_configs
 from strom.cli import dev_cluster as cli_dev_cluster
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_transactions.add_parser(sub, _add_bootstrap)
     cluster_tools.add_parsers(sub, _add_bootstrap)
     cli_leader_election.add_parser(sub, _add_bootstrap)
+    cli_acls.add_parser(sub, _add_bootstrap)
     cli_reassign.add_parser(sub, _add_bootstrap)
     cli_dev_cluster.add_parser(sub)
     return parser
@@ -332,6 +334,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cluster_tools.metadata_quorum(args))
         if args.command == "cluster":
             return asyncio.run(cluster_tools.cluster(args))
+        if args.command == "acls":
+            return asyncio.run(cli_acls.acls(args))
         if args.command == "leader-election":
             return asyncio.run(cli_leader_election.leader_election(args))
         if args.command == "reassign-partitions":
