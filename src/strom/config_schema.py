@@ -155,6 +155,18 @@ class ValidString:
             )
 
 
+class _PrincipalRules:
+    """``ssl.principal.mapping.rules``: Kafka's rule syntax (security/principal_mapping.py)."""
+
+    def validate(self, name: str, value: Any, shown: Any = None) -> None:
+        from .security.principal_mapping import PrincipalMappingError, SslPrincipalMapper
+
+        try:
+            SslPrincipalMapper(value)
+        except PrincipalMappingError as e:
+            raise invalid_value(name, value if shown is None else shown, str(e)) from None
+
+
 @dataclass(frozen=True)
 class ValidList:
     """Kafka's ``ValidList.in``: every item of the comma-separated list is one of ``choices``
@@ -457,7 +469,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("super.users", _STR, ""),
     _c("allow.everyone.if.no.acl.found", _BOOL, False),
     _c("principal.builder.class", _STR, ""),
-    _c("ssl.principal.mapping.rules", _STR, "DEFAULT"),
+    _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)

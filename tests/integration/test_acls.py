@@ -566,3 +566,65 @@ def test_cli_errors(broker: BrokerProcess, tmp_path: Path) -> None:
     assert r.returncode == 2 and "exactly one action" in r.stderr
     r = strom_acls(broker, tmp_path, "--add", "--allow-principal", "User:a", "--topic", "x", user="alice")
     assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------- mutual TLS principals
+def test_mutual_tls_principal_mapped_by_rules(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA(organization_name="strom test CA")
+    ca_pem, server_pem = tmp_path / "ca.pem", tmp_path / "server.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    client = ca.issue_cert(
+        "alice@strom.test", common_name="Alice", organization_name="strom", organization_unit_name="eng"
+    )
+    cert, key = tmp_path / "client-cert.pem", tmp_path / "client-key.pem"
+    client.cert_chain_pems[0].write_to_path(str(cert))
+    client.private_key_pem.write_to_path(str(key))
+    b = BrokerProcess(
+        tmp_path / "data",
+        listeners={"PLAINTEXT": "PLAINTEXT", "MTLS": "SSL"},
+        overrides=[
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",  # the PLAINTEXT listener administers
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={server_pem}",
+            "listener.name.mtls.ssl.client.auth=required",
+            "listener.name.mtls.ssl.truststore.type=PEM",
+            f"listener.name.mtls.ssl.truststore.location={ca_pem}",
+            r"ssl.principal.mapping.rules=RULE:^CN=([^,]*),OU=eng,.*$/$1/L,DEFAULT",
+        ],
+    ).start()
+    try:
+        a = admin_mod.AdminClient({"bootstrap.servers": b.bootstrap_for("PLAINTEXT")})
+        ok_topic, other = uniq("mtls"), uniq("mtls-no")
+        for t in (ok_topic, other):
+            a.create_topics([admin_mod.NewTopic(t, 1, 1)], request_timeout=15)[t].result()
+        b_ = AclBinding(
+            ResourceType.TOPIC,
+            ok_topic,
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.ALLOW,
+        )
+        a.create_acls([b_], request_timeout=15)[b_].result()
+        tls = {
+            "bootstrap.servers": b.bootstrap_for("MTLS"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(ca_pem),
+            "ssl.certificate.location": str(cert),
+            "ssl.key.location": str(key),
+            "message.timeout.ms": 8000,
+            "allow.auto.create.topics": False,
+        }
+        results: dict[str, Any] = {}
+        p = ck.Producer(tls)
+        for t in (ok_topic, other):
+            p.produce(t, b"v", on_delivery=lambda err, msg: results.__setitem__(msg.topic(), err))
+        p.flush(15)
+        assert results[ok_topic] is None, results
+        assert results[other] is not None and results[other].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        assert b.stop() == 0, b.log()

@@ -79,6 +79,7 @@ from ..raft.metadata_log import METADATA_TOPIC
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.authorizer import StandardAuthorizer
+from ..security.principal_mapping import SslPrincipalMapper
 from ..security.sasl import SaslState
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
@@ -261,6 +262,7 @@ class Broker:
         # authorizer.class.name set: Kafka's StandardAuthorizer over the metadata image's ACLs
         # (loaded by the metadata publisher); None: no authorization, everything allowed
         self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(config.values)
+        self.principal_mapper = SslPrincipalMapper(config["ssl.principal.mapping.rules"])
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         # producer id blocks: from the controller on the quorum, else reserved in a local file

@@ -47,6 +47,7 @@ from ..protocol.connection import IncomingRequest, ServerConnection
 from ..protocol.error_responses import error_response
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
+from ..security.principal_mapping import NoRuleAppliesError
 from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
 from .authz import check_cluster_gate
@@ -126,8 +127,9 @@ class KafkaProtocol(asyncio.Protocol):
             self.idle_timer = loop.call_at(self.last_active + self.idle_timeout, self._check_idle)
         if self.tls is None:
             self.transport = cast(asyncio.Transport, transport)
-            if self.session.uses_tls:  # a TLS server's transport: the handshake is done
-                self._tls_established(self.transport)
+            # a TLS server's transport: the handshake is done
+            if self.session.uses_tls and not self._tls_established(self.transport):
+                return
             self.worker = loop.create_task(self._run())
         else:
             self.raw_transport = cast(asyncio.Transport, transport)
@@ -163,18 +165,27 @@ class KafkaProtocol(asyncio.Protocol):
             raw.close()
             return
         self.transport = transport
-        self._tls_established(transport)
-        await self._run()
+        if self._tls_established(transport):
+            await self._run()
 
-    def _tls_established(self, transport: asyncio.BaseTransport) -> None:
+    def _tls_established(self, transport: asyncio.BaseTransport) -> bool:
         if not self.session.uses_sasl:  # on SASL_SSL the principal comes from SASL
-            self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"))
+            mapper = getattr(self.broker, "principal_mapper", None)  # ssl.principal.mapping.rules
+            try:
+                self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"), mapper)
+            except NoRuleAppliesError as e:
+                # Kafka fails the authentication: the connection is closed
+                log.info("closing TLS connection from %s on listener %s: %s",
+                         self.peer, self.session.listener, e)
+                self.close()
+                return False
         log.debug(
             "TLS connection from %s on listener %s, principal %s",
             self.peer,
             self.session.listener,
             self.session.principal,
         )
+        return True
 
     def _check_idle(self) -> None:
         """The idle timer fired: close the connection if nothing happened for the idle timeout,
