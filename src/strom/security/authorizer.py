@@ -34,6 +34,7 @@ Nothing here does I/O; the broker loads the ACLs of its metadata image with :met
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -253,6 +254,7 @@ def parse_super_users(value: str | None) -> frozenset[str]:
     return frozenset(p.strip() for p in value.split(";") if p.strip())
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_host(host: str) -> str:
     """A client address as Kafka prints it (``InetAddress.getHostAddress``): IPv4-mapped IPv6
     addresses as IPv4."""
