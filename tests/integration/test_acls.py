@@ -628,3 +628,19 @@ def test_mutual_tls_principal_mapped_by_rules(tmp_path: Path) -> None:
         assert results[other] is not None and results[other].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         assert b.stop() == 0, b.log()
+
+
+def test_authorized_operations(broker: BrokerProcess) -> None:
+    t = uniq("ops")
+    new_topic(broker, t)
+    create(broker, acl(ResourceType.TOPIC, t, "User:alice", AclOperation.READ))
+    coll = ck.TopicCollection([t])
+    desc = admin(broker, "alice").describe_topics(
+        coll, include_authorized_operations=True, request_timeout=10
+    )
+    ops = set(desc[t].result().authorized_operations)
+    assert ops == {AclOperation.READ, AclOperation.DESCRIBE}, ops  # READ implies DESCRIBE
+    desc = admin(broker).describe_topics(coll, include_authorized_operations=True, request_timeout=10)
+    assert AclOperation.ALTER_CONFIGS in set(desc[t].result().authorized_operations)  # super user
+    cluster = admin(broker, "alice").describe_cluster(include_authorized_operations=True, request_timeout=10)
+    assert not cluster.result().authorized_operations

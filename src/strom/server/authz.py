@@ -85,3 +85,45 @@ def check_cluster_gate(ctx: RequestContext) -> None:
     operation = CLUSTER_GATES.get(ctx.api_key)
     if operation is not None and not authorized_cluster(ctx, operation):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
+# the operations Kafka reports in authorized-operations bit fields, per resource type
+# (AclEntry.supportedOperations)
+SUPPORTED_OPERATIONS: dict[int, tuple[int, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+}
+
+
+def authorized_operations(ctx: RequestContext, resource_type: int, name: str) -> int:
+    """Kafka's ``authorizedOperations`` bit field (bit = operation code): the supported
+    operations the principal may do on the resource (all of them without an authorizer)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if authorized(ctx, op, resource_type, name):
+            bits |= 1 << int(op)
+    return bits

@@ -7,7 +7,8 @@ from typing import Any
 
 from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
-from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
+from ...security.authorizer import CLUSTER_NAME
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -170,5 +171,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
             {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": fenced}
             for b, fenced in brokers
         ],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else -2147483648,
     }

@@ -8,7 +8,8 @@ from typing import Any
 
 from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
 from ...protocol.errors import ErrorCode
-from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
+from ...security.authorizer import CLUSTER_NAME
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -190,6 +191,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 topics_out.append(topic_entry(ctx, info))
         if creating:
             await _answer_auto_created(ctx, creating, topics_out)
+    if getattr(request, "include_topic_authorized_operations", False):
+        for entry in topics_out:
+            if entry.get("error_code") == 0 and entry.get("name"):
+                ops = authorized_operations(ctx, ResourceType.TOPIC, entry["name"])
+                entry["topic_authorized_operations"] = ops
+    cluster_ops = -2147483648
+    if getattr(request, "include_cluster_authorized_operations", False):  # (v8-v10)
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return {
         "throttle_time": 0,
         # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
@@ -202,5 +211,5 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "cluster_id": cache.cluster_id(),
         "controller_id": cache.controller_id(),
         "topics": topics_out,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": cluster_ops,
     }
