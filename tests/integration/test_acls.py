@@ -644,3 +644,88 @@ def test_authorized_operations(broker: BrokerProcess) -> None:
     assert AclOperation.ALTER_CONFIGS in set(desc[t].result().authorized_operations)  # super user
     cluster = admin(broker, "alice").describe_cluster(include_authorized_operations=True, request_timeout=10)
     assert not cluster.result().authorized_operations
+
+
+# ---------------------------------------------------------------------------------- quotas
+async def _raw(b: BrokerProcess, user: str, api_key: int, body: dict[str, Any]) -> Any:
+    sec = SecurityConfig(
+        protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username=user, sasl_password=f"{user}-secret"
+    )
+    async with Client(b.bootstrap_for("SASL_PLAINTEXT"), security=sec) as c:
+        conn = await c.any_connection()
+        return await conn.request(api_key, body)
+
+
+def _alter_quotas(b: BrokerProcess, user: str, entries: list[Any], validate_only: bool = False) -> Any:
+    return asyncio.run(_raw(b, user, 49, {"entries": entries, "validate_only": validate_only}))
+
+
+def _describe_quotas(b: BrokerProcess, user: str, components: list[Any], strict: bool = False) -> Any:
+    return asyncio.run(_raw(b, user, 48, {"components": components, "strict": strict}))
+
+
+def _entry(entity: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]]) -> dict[str, Any]:
+    return {
+        "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+        "ops": [{"key": k, "value": v, "remove": r} for k, v, r in ops],
+    }
+
+
+def test_client_quotas_alter_describe(broker: BrokerProcess) -> None:
+    u = uniq("qu")
+    r = _alter_quotas(
+        broker,
+        "admin",
+        [
+            _entry(
+                [("user", u)], [("producer_byte_rate", 1048576.0, False), ("request_percentage", 50.5, False)]
+            ),
+            _entry([("user", u), ("client-id", None)], [("consumer_byte_rate", 2048.0, False)]),
+            _entry([("client-id", "app")], [("producer_byte_rate", 1.5, False)]),  # not a whole number
+            _entry([("ip", "127.0.0.1"), ("user", u)], [("connection_creation_rate", 5.0, False)]),
+            _entry([("user", u)], [("no_such_quota", 1.0, False)]),
+            _entry([], [("producer_byte_rate", 1.0, False)]),
+        ],
+    )
+    codes = [(int(e.error_code), e.error_message) for e in r.entries]
+    assert codes[0] == (0, None) and codes[1] == (0, None), codes
+    assert codes[2] == (42, "Configuration producer_byte_rate must be a Long value")
+    assert codes[3][0] == 42 and "IP entity should not be combined" in codes[3][1]
+    assert codes[4] == (42, "Invalid configuration key no_such_quota")
+    assert codes[5] == (42, "Invalid empty client quota entity")
+    d = _describe_quotas(broker, "admin", [{"entity_type": "user", "match_type": 0, "match": u}])
+    got = {
+        tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
+        for x in d.entries
+    }
+    assert got == {
+        (("user", u),): {"producer_byte_rate": 1048576.0, "request_percentage": 50.5},
+        (("client-id", None), ("user", u)): {"consumer_byte_rate": 2048.0},
+    }
+    strict = _describe_quotas(
+        broker, "admin", [{"entity_type": "user", "match_type": 0, "match": u}], strict=True
+    )
+    assert len(strict.entries) == 1
+    default_client = _describe_quotas(
+        broker,
+        "admin",
+        [
+            {"entity_type": "user", "match_type": 2, "match": None},
+            {"entity_type": "client-id", "match_type": 1, "match": None},
+        ],
+    )
+    assert any(
+        ("user", u) in [(e.entity_type, e.entity_name) for e in x.entity] for x in default_client.entries
+    )
+    # removal
+    r = _alter_quotas(broker, "admin", [_entry([("user", u)], [("request_percentage", 0.0, True)])])
+    assert int(r.entries[0].error_code) == 0
+    d = _describe_quotas(broker, "admin", [{"entity_type": "user", "match_type": 0, "match": u}], strict=True)
+    assert {v.key for v in d.entries[0].values} == {"producer_byte_rate"}
+    # authorization: ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster
+    r = _alter_quotas(broker, "alice", [_entry([("user", "x")], [("producer_byte_rate", 1.0, False)])])
+    assert int(r.entries[0].error_code) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    d = _describe_quotas(broker, "alice", [])
+    assert int(d.error_code) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    d = _describe_quotas(broker, "admin", [{"entity_type": "user", "match_type": 0, "match": None}])
+    assert int(d.error_code) == KafkaError.INVALID_REQUEST

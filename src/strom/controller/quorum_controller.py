@@ -56,6 +56,7 @@ from typing import Any
 from ..metadata.records import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -79,6 +80,7 @@ from .features import BOOTSTRAP_LEVELS, FeatureControlManager
 from .features import bootstrap_records as feature_bootstrap_records
 from .partitions import Election
 from .producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdControlManager
+from .quota_control import ClientQuotaControlManager
 from .replication_control import ReplicationControlManager
 from .result import ControllerResult
 from .scram_control import ScramControlManager
@@ -116,6 +118,7 @@ UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_USER_SCRAM_CREDENTIALS = 51
 CREATE_ACLS = 30
+ALTER_CLIENT_QUOTAS = 49
 DELETE_ACLS = 31
 CONTROLLER_APIS = frozenset(
     {
@@ -137,6 +140,7 @@ CONTROLLER_APIS = frozenset(
         ALTER_USER_SCRAM_CREDENTIALS,
         CREATE_ACLS,
         DELETE_ACLS,
+        ALTER_CLIENT_QUOTAS,
     }
 )
 
@@ -172,6 +176,7 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager(self.cluster)
         self.scram = ScramControlManager()
         self.acls = AclControlManager(self.random)
+        self.quotas = ClientQuotaControlManager()
         self.last_applied_offset = -1
         self._next_rebalance_ms: int | None = None
 
@@ -215,6 +220,8 @@ class QuorumController:
             self.scram.replay(record)
         elif isinstance(record, AccessControlEntryRecord | RemoveAccessControlEntryRecord):
             self.acls.replay(record)
+        elif isinstance(record, ClientQuotaRecord):
+            self.quotas.replay(record)
         if offset is not None:
             self.last_applied_offset = offset
 
@@ -228,6 +235,7 @@ class QuorumController:
             *self.producer_ids.to_records(),
             *self.scram.to_records(),
             *self.acls.to_records(),
+            *self.quotas.to_records(),
         ]
 
     def activate(self, now_ms: int) -> None:
@@ -264,6 +272,7 @@ class QuorumController:
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
             CREATE_ACLS: self.create_acls,
             DELETE_ACLS: self.delete_acls,
+            ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
         }[api_key]
         return operation(request)
 
@@ -618,6 +627,10 @@ class QuorumController:
 
     def delete_acls(self, request: Any) -> ControllerResult[dict[str, Any]]:
         records, response = self.acls.delete_acls(request)
+        return ControllerResult(records, response)
+
+    def alter_client_quotas(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.quotas.alter_client_quotas(request)
         return ControllerResult(records, response)
 
     # ---- periodic work -------------------------------------------------------------------

@@ -70,6 +70,8 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     45: ("AlterPartitionReassignments", 0, 0),
     46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
+    48: ("DescribeClientQuotas", 0, 1),  # server/handlers/quotas.py
+    49: ("AlterClientQuotas", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     52: ("Vote", 0, 1),  # the KRaft RPCs (strom.server.handlers.raft); v2 is KIP-996 pre-vote

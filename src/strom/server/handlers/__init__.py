@@ -37,6 +37,7 @@ _MODULES = (
     "sasl",
     "scram_credentials",
     "acls",
+    "quotas",
     "raft",
     "controller",
     "forwarding",
