@@ -469,6 +469,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("super.users", _STR, ""),
     _c("allow.everyone.if.no.acl.found", _BOOL, False),
     _c("principal.builder.class", _STR, ""),
+    # client quotas' sample windows (server/client_quotas.py; Kafka's QuotaConfig)
+    _c("quota.window.num", _INT, 11, AtLeast(1)),
+    _c("quota.window.size.seconds", _INT, 1, AtLeast(1)),
     _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),

@@ -729,3 +729,70 @@ def test_client_quotas_alter_describe(broker: BrokerProcess) -> None:
     assert int(d.error_code) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     d = _describe_quotas(broker, "admin", [{"entity_type": "user", "match_type": 0, "match": None}])
     assert int(d.error_code) == KafkaError.INVALID_REQUEST
+
+
+def test_produce_and_fetch_quotas_throttle(tmp_path: Path) -> None:
+    """alice is limited to 200 KB/s both ways (sample windows 2 x 1 s), bob is not: writing 1 MB
+    takes alice about 4 s and reports throttle times; bob keeps full speed on the same broker."""
+    b = BrokerProcess(
+        tmp_path / "data",
+        overrides=[OVERRIDES[0], "quota.window.num=2", "quota.window.size.seconds=1"],
+        listeners=LISTENERS,
+    ).start()
+    try:
+        rate = 200_000.0
+        r = _alter_quotas(
+            b,
+            "admin",
+            [
+                _entry(
+                    [("user", "alice")],
+                    [("producer_byte_rate", rate, False), ("consumer_byte_rate", rate, False)],
+                )
+            ],
+        )
+        assert int(r.entries[0].error_code) == 0
+        topic = "quota-t"
+        admin(b).create_topics([admin_mod.NewTopic(topic, 1, 1)], request_timeout=15)[topic].result()
+
+        def produce(user: str) -> tuple[float, list[Any]]:
+            throttles: list[Any] = []
+            p = ck.Producer(
+                conf(b, user) | {"throttle_cb": throttles.append, "linger.ms": 5, "batch.size": 20_000}
+            )
+            value = b"x" * 10_000
+            t0 = time.monotonic()
+            for _ in range(100):  # 1 MB
+                p.produce(topic, value)
+                p.poll(0)
+            assert p.flush(60) == 0
+            elapsed = time.monotonic() - t0
+            p.poll(0.5)
+            return elapsed, throttles
+
+        fast, _ = produce("bob")
+        slow, throttles = produce("alice")
+        assert slow >= 3.0, slow  # ~(1 MB - 200 KB allowed at once) / 200 KB/s
+        assert fast < slow / 2, (fast, slow)
+        assert throttles and max(t.throttle_time for t in throttles) > 0
+
+        def consume(user: str) -> float:
+            c = ck.Consumer(conf(b, user) | {"group.id": f"q-{user}", "max.partition.fetch.bytes": 100_000})
+            c.assign([ck.TopicPartition(topic, 0, 0)])
+            got, t0 = 0, time.monotonic()
+            while got < 1_000_000 and time.monotonic() - t0 < 60:
+                for m in c.consume(100, 0.5):
+                    if m.error() is None:
+                        got += len(m.value())
+            c.close()
+            assert got >= 1_000_000
+            return time.monotonic() - t0
+
+        fast_c, slow_c = consume("bob"), consume("alice")
+        print(
+            f"1 MB at a 200 KB/s quota: produce {slow:.1f} s (unlimited user {fast:.2f} s), "
+            f"consume {slow_c:.1f} s (unlimited {fast_c:.2f} s)"
+        )
+        assert slow_c >= 3.0 and fast_c < slow_c / 2, (fast_c, slow_c)
+    finally:
+        assert b.stop() == 0, b.log()

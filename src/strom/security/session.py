@@ -33,6 +33,9 @@ class ConnectionSession:
     # set by a handler (failed SASL authentication, unsupported mechanism): the network driver
     # closes the connection once the response to this request is written, as Kafka does
     close_after_response: bool = False
+    # set by a handler whose client exceeded its quota: the network driver reads no further
+    # request of this connection for that long after the response (KIP-219)
+    throttle_ms: int = 0
 
     @property
     def uses_sasl(self) -> bool:

@@ -319,6 +319,14 @@ class KafkaProtocol(asyncio.Protocol):
             log.exception("unexpected error on connection from %s", self.peer)
             self.close()
 
+    @staticmethod
+    async def _throttle(session: ConnectionSession) -> None:
+        """A client over its quota: no further request of this connection is read for the
+        throttle time (KIP-219: the response, sent at once, tells the client how long)."""
+        if session.throttle_ms > 0:
+            delay, session.throttle_ms = session.throttle_ms, 0
+            await asyncio.sleep(delay / 1000.0)
+
     async def _handle(self, req: IncomingRequest) -> None:
         h = req.header
         key, version = h.api_key, h.api_version
@@ -364,10 +372,12 @@ class KafkaProtocol(asyncio.Protocol):
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
+            await self._throttle(session)
             return
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
+        await self._throttle(session)
         if self.pre_auth_limit and session.authenticated:  # the listener's normal limit now
             self.pre_auth_limit = False
             self.conn.max_frame_size = self.broker.config["socket.request.max.bytes"]

@@ -324,6 +324,18 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
+    quota_entities = getattr(ctx.broker, "client_quota_entities", None)
+    if quota_entities and follower_id(request, version) < 0:  # consumer_byte_rate (KIP-219)
+        quotas, now = ctx.broker.fetch_quotas, ctx.broker.clock.monotonic_ms()
+        principal, client_id = ctx.session.principal, ctx.client_id or ""
+        throttle = quotas.record(quota_entities, principal, client_id, total, now)
+        if throttle > 0:
+            # Kafka answers a throttled fetch empty (what it would have sent is not counted)
+            quotas.unrecord(principal, client_id, total, now, quota_entities)
+            _release(results)
+            ctx.session.throttle_ms = throttle
+            parts, size = encode_fetch_response(version, [], throttle_ms=throttle)
+            return RawResponse(parts, size)  # type: ignore[arg-type]
     endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
     parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
     return RawResponse(parts, size)  # type: ignore[arg-type]

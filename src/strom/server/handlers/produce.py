@@ -102,6 +102,14 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     results = await broker.replica_manager.append_records(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )
+    throttle = 0
+    quota_entities = getattr(broker, "client_quota_entities", None)
+    if quota_entities:  # producer_byte_rate (KIP-219: answered at once, then the channel waits)
+        size = sum(len(e[2]) for e in entries if e[2] is not None)
+        throttle = broker.produce_quotas.record(
+            quota_entities, ctx.session.principal, ctx.client_id or "", size, broker.clock.monotonic_ms()
+        )
+        ctx.session.throttle_ms = throttle
     if request.acks == 0:
         return NoResponse()
     responses: list[dict[str, Any]] = []
@@ -127,7 +135,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
                     continue
             parts.append(_partition(pd.index, r))
         responses.append({"name": str(topic.name), "partition_responses": parts})
-    out: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+    out: dict[str, Any] = {"responses": responses, "throttle_time": throttle}
     if leaders:
         out["node_endpoints"] = [
             {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
