@@ -468,7 +468,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     ),
     _c("super.users", _STR, ""),
     _c("allow.everyone.if.no.acl.found", _BOOL, False),
-    _c("principal.builder.class", _STR, ""),
+    _c(
+        "principal.builder.class",
+        _STR,
+        "",
+        ValidString(("", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder")),
+    ),
     # client quotas' sample windows (server/client_quotas.py; Kafka's QuotaConfig)
     _c("quota.window.num", _INT, 11, AtLeast(1)),
     _c("quota.window.size.seconds", _INT, 1, AtLeast(1)),
