@@ -731,6 +731,7 @@ def test_client_quotas_alter_describe(broker: BrokerProcess) -> None:
     assert int(d.error_code) == KafkaError.INVALID_REQUEST
 
 
+@pytest.mark.slow  # (~20 s: it measures; the rules are unit-tested in test_client_quotas.py)
 def test_produce_and_fetch_quotas_throttle(tmp_path: Path) -> None:
     """alice is limited to 200 KB/s both ways (sample windows 2 x 1 s), bob is not: writing 1 MB
     takes alice about 4 s and reports throttle times; bob keeps full speed on the same broker."""
@@ -796,3 +797,32 @@ def test_produce_and_fetch_quotas_throttle(tmp_path: Path) -> None:
         assert slow_c >= 3.0 and fast_c < slow_c / 2, (fast_c, slow_c)
     finally:
         assert b.stop() == 0, b.log()
+
+
+def test_kafka_python_sees_kafkas_errors(broker: BrokerProcess) -> None:
+    kafka = pytest.importorskip("kafka")
+    from kafka.errors import TopicAuthorizationFailedError
+
+    t = uniq("kp")
+    new_topic(broker, t)
+    common = {
+        "bootstrap_servers": broker.bootstrap_for("SASL_PLAINTEXT"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+    }
+    p = kafka.KafkaProducer(
+        **common, sasl_plain_username="bob", sasl_plain_password="bob-secret", max_block_ms=10_000, retries=0
+    )
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send(t, b"v").get(timeout=15)
+    finally:
+        p.close(timeout=5)
+    create(broker, acl(ResourceType.TOPIC, t, "User:bob", AclOperation.WRITE))
+    p = kafka.KafkaProducer(
+        **common, sasl_plain_username="bob", sasl_plain_password="bob-secret", max_block_ms=10_000
+    )
+    try:
+        assert p.send(t, b"v").get(timeout=15).offset == 0
+    finally:
+        p.close(timeout=5)
