@@ -826,3 +826,67 @@ def test_kafka_python_sees_kafkas_errors(broker: BrokerProcess) -> None:
         assert p.send(t, b"v").get(timeout=15).offset == 0
     finally:
         p.close(timeout=5)
+
+
+def test_cli_configs_quotas(broker: BrokerProcess, tmp_path: Path) -> None:
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret";\n'
+    )
+    user = uniq("cq")
+
+    def configs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "strom",
+                "configs",
+                "--bootstrap-server",
+                broker.bootstrap_for("SASL_PLAINTEXT"),
+                "--command-config",
+                str(cfg),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=os.environ | {"PYTHONPATH": str(SRC)},
+        )
+
+    r = configs(
+        "alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        user,
+        "--add-config",
+        "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+    )
+    assert r.returncode == 0 and r.stdout.strip() == f"Completed updating config for user {user}.", r
+    r = configs(
+        "alter", "--entity-type", "clients", "--entity-default", "--add-config", "producer_byte_rate=4096"
+    )
+    assert r.returncode == 0, r.stderr
+    r = configs("describe", "--entity-type", "users", "--entity-name", user)
+    assert r.returncode == 0, r.stderr
+    quotas = "consumer_byte_rate=2097152.0,producer_byte_rate=1048576.0"
+    assert f"Quota configs for user-principal '{user}' are {quotas}" in r.stdout, r.stdout
+    r = configs("describe", "--entity-type", "clients", "--entity-default")
+    assert "Quota configs for the default client-id are producer_byte_rate=4096.0" in r.stdout, r
+    r = configs(
+        "alter", "--entity-type", "users", "--entity-name", user, "--delete-config", "consumer_byte_rate"
+    )
+    assert r.returncode == 0, r.stderr
+    r = configs("describe", "--entity-type", "users", "--entity-name", user)
+    assert "are producer_byte_rate=1048576.0\n" in r.stdout, r.stdout
+    r = configs(
+        "alter", "--entity-type", "clients", "--entity-name", "x", "--add-config", "producer_byte_rate=abc"
+    )
+    assert r.returncode == 2 and "must be a number" in r.stderr
+    r = configs(
+        "alter", "--entity-type", "clients", "--entity-name", "x", "--add-config", "producer_byte_rate=1.5"
+    )
+    assert r.returncode == 1 and "must be a Long value" in r.stderr, r.stderr

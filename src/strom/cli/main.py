@@ -193,7 +193,9 @@ def _add_configs_parser(sub: Any) -> None:
     configs.add_argument("action", nargs="?", choices=("describe", "alter"))
     configs.add_argument("--describe", dest="flag_describe", action="store_true", help="same as 'describe'")
     configs.add_argument("--alter", dest="flag_alter", action="store_true", help="same as 'alter'")
-    configs.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "groups"))
+    configs.add_argument(
+        "--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "clients", "groups")
+    )
     configs.add_argument("--entity-name", help="topic name, broker id or user (describe: all when omitted)")
     configs.add_argument(
         "--entity-default", action="store_true", help="brokers: the cluster-wide dynamic default"
