@@ -467,6 +467,14 @@ def test_list_groups_shows_only_describable_groups(broker: BrokerProcess) -> Non
     groups = admin(broker, "bob").list_consumer_groups(request_timeout=10).result().valid
     listed = {g.group_id for g in groups}
     assert g1 in listed and g2 not in listed
+    described = (
+        admin(broker, "bob").describe_consumer_groups([g1], include_authorized_operations=True)[g1].result()
+    )
+    assert set(described.authorized_operations) == {AclOperation.DESCRIBE}
+    f = admin(broker, "bob").describe_consumer_groups([g2], request_timeout=10)[g2]
+    with pytest.raises(KafkaException) as e:
+        f.result()
+    assert e.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     everything = {g.group_id for g in admin(broker).list_consumer_groups(request_timeout=10).result().valid}
     assert {g1, g2} <= everything
 

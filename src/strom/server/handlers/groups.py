@@ -18,7 +18,7 @@ from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...coordinator.records import partition_for
 from ...protocol.errors import ErrorCode, KafkaError
-from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -458,23 +458,26 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, A
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     version = ctx.api_version
-    return {
-        "throttle_time": 0,
-        "groups": [
-            coord.describe_group(str(g), version)
-            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, str(g))
-            else {
-                "group_id": str(g),
-                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                "error_message": None,
-                "group_state": "",
-                "protocol_type": "",
-                "protocol_data": "",
-                "members": [],
-            }
-            for g in request.groups
-        ],
-    }
+    groups = [
+        coord.describe_group(str(g), version)
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, str(g))
+        else {
+            "group_id": str(g),
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "error_message": None,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+        for g in request.groups
+    ]
+    if getattr(request, "include_authorized_operations", False):  # (v3+)
+        for entry in groups:
+            if not entry.get("error_code"):
+                ops = authorized_operations(ctx, ResourceType.GROUP, entry["group_id"])
+                entry["authorized_operations"] = ops
+    return {"throttle_time": 0, "groups": groups}
 
 
 @handler(16)
