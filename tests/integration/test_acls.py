@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the embedded Java source keeps its natural line lengths)
 """Authorization on a real broker process (``authorizer.class.name`` = Kafka's StandardAuthorizer,
 ``super.users`` = User:admin) driven by confluent-kafka: ACLs created, listed and deleted with the
 AdminClient (Kafka's answers and error codes), and enforced on produce, consume, groups, topic
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -898,3 +900,91 @@ def test_cli_configs_quotas(broker: BrokerProcess, tmp_path: Path) -> None:
         "alter", "--entity-type", "clients", "--entity-name", "x", "--add-config", "producer_byte_rate=1.5"
     )
     assert r.returncode == 1 and "must be a Long value" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------------------ Java
+JAVA_LIBS = (
+    Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat")) / "java" / "libs"
+)
+JAVA_SOURCE = r"""
+import java.util.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.acl.*;
+import org.apache.kafka.common.resource.*;
+
+public class AclsJava {
+    static Properties props(String bootstrap, String user) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", "PLAIN");
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"" + user + "\" password=\"" + user + "-secret\";");
+        return p;
+    }
+    static String send(String bootstrap, String topic) {
+        Properties p = props(bootstrap, "alice");
+        p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("max.block.ms", "10000");
+        p.put("delivery.timeout.ms", "15000");
+        p.put("request.timeout.ms", "10000");
+        try (KafkaProducer<String, String> prod = new KafkaProducer<>(p)) {
+            prod.send(new ProducerRecord<>(topic, "v")).get();
+            return "ok";
+        } catch (Exception e) {
+            return e.getCause() == null ? e.getClass().getSimpleName() : e.getCause().getClass().getSimpleName();
+        }
+    }
+    public static void main(String[] a) throws Exception {
+        String bootstrap = a[0], topic = a[1];
+        try (Admin admin = Admin.create(props(bootstrap, "admin"))) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            System.out.println("BEFORE " + send(bootstrap, topic));
+            AclBinding b = new AclBinding(new ResourcePattern(ResourceType.TOPIC, topic.substring(0, 6), PatternType.PREFIXED),
+                new AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW));
+            admin.createAcls(List.of(b)).all().get();
+            AclBindingFilter match = new AclBindingFilter(new ResourcePatternFilter(ResourceType.TOPIC, topic, PatternType.MATCH), AccessControlEntryFilter.ANY);
+            for (AclBinding x : admin.describeAcls(match).values().get()) System.out.println("ACL " + x);
+            System.out.println("AFTER " + send(bootstrap, topic));
+            try {
+                admin.createAcls(List.of(new AclBinding(new ResourcePattern(ResourceType.CLUSTER, "not-kafka-cluster", PatternType.LITERAL),
+                    new AccessControlEntry("User:alice", "*", AclOperation.ALTER, AclPermissionType.ALLOW)))).all().get();
+                System.out.println("BAD ok?!");
+            } catch (Exception e) { System.out.println("BAD " + e.getCause().getClass().getSimpleName()); }
+            Collection<AclBinding> gone = admin.deleteAcls(List.of(match)).all().get();
+            System.out.println("DELETED " + gone.size());
+            System.out.println("REMOVED " + send(bootstrap, topic));
+        }
+        try (Admin alice = Admin.create(props(bootstrap, "alice"))) {
+            alice.describeAcls(AclBindingFilter.ANY).values().get();
+            System.out.println("DESCRIBE ok?!");
+        } catch (Exception e) { System.out.println("DESCRIBE " + e.getCause().getClass().getSimpleName()); }
+    }
+}
+"""
+
+
+def test_java_admin_and_producer(broker: BrokerProcess, tmp_path: Path) -> None:
+    if shutil.which("java") is None or not JAVA_LIBS.is_dir():
+        pytest.skip("no JDK or Kafka client jars")
+    src = tmp_path / "AclsJava.java"
+    src.write_text(JAVA_SOURCE)
+    topic = uniq("javacl")
+    r = subprocess.run(
+        ["java", "-cp", f"{JAVA_LIBS}/*", str(src), broker.bootstrap_for("SASL_PLAINTEXT"), topic],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "BEFORE TopicAuthorizationException" in out, out
+    assert (
+        f"ACL (pattern=ResourcePattern(resourceType=TOPIC, name={topic[:6]}, patternType=PREFIXED), "
+        "entry=(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW))"
+    ) in out, out
+    assert "AFTER ok" in out, out
+    assert "BAD InvalidRequestException" in out, out
+    assert "DELETED 1" in out and "REMOVED TopicAuthorizationException" in out, out
+    assert "DESCRIBE ClusterAuthorizationException" in out, out
