@@ -480,6 +480,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
+    # KIP-368: a SASL session lasts this long (0: for ever); clients re-authenticate before it
+    # ends, a connection whose session ended is closed at its next request
+    _c("connections.max.reauth.ms", _LONG, 0, AtLeast(0)),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
     _c("sasl.server.max.receive.size", _INT, 524288),
     # KRaft (strom.metadata.quorum_config; Kafka's KRaftConfigs/QuorumConfig names and defaults).

@@ -988,3 +988,44 @@ def test_java_admin_and_producer(broker: BrokerProcess, tmp_path: Path) -> None:
     assert "BAD InvalidRequestException" in out, out
     assert "DELETED 1" in out and "REMOVED TopicAuthorizationException" in out, out
     assert "DESCRIBE ClusterAuthorizationException" in out, out
+
+
+# ------------------------------------------------------------------- re-authentication (KIP-368)
+def test_reauthentication(tmp_path: Path) -> None:
+    b = BrokerProcess(
+        tmp_path / "data", overrides=[OVERRIDES[0], "connections.max.reauth.ms=1500"], listeners=LISTENERS
+    ).start()
+    try:
+        # librdkafka re-authenticates before the session ends: a producer keeps working for 5 s
+        p = ck.Producer(conf(b, "alice"))
+        results: list[Any] = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            p.produce("reauth-t", b"v", on_delivery=lambda err, msg: results.append(err))
+            p.poll(0.2)
+        p.flush(15)
+        assert results and all(e is None for e in results), results[:3]
+        assert "SASL session expired" not in b.log()
+
+        # a client that does not re-authenticate loses its connection after the session
+        async def stale() -> str:
+            sec = SecurityConfig(
+                protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN",
+                sasl_username="bob",
+                sasl_password="bob-secret",
+            )
+            async with Client(b.bootstrap_for("SASL_PLAINTEXT"), security=sec) as c:
+                conn = await c.any_connection()
+                await conn.request(3, {"topics": [], "allow_auto_topic_creation": False})
+                await asyncio.sleep(2.0)
+                try:
+                    await conn.request(3, {"topics": [], "allow_auto_topic_creation": False})
+                except Exception as e:
+                    return type(e).__name__
+                return "answered"
+
+        assert asyncio.run(stale()) != "answered"
+        assert "SASL session expired" in b.log()
+    finally:
+        assert b.stop() == 0, b.log()

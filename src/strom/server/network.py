@@ -340,6 +340,16 @@ class KafkaProtocol(asyncio.Protocol):
             )
             self.close()
             return
+        if (
+            session.session_expiry_ms is not None
+            and key not in _SASL_PRE_AUTH_KEYS
+            and self.broker.clock.monotonic_ms() >= session.session_expiry_ms
+        ):
+            # KIP-368: the SASL session ended without re-authentication
+            log.info("closing connection from %s on listener %s: SASL session expired (%s)",
+                     self.peer, session.listener, api_name(key))
+            self.close()
+            return
         handler = REGISTRY.get(key)
         if handler is None or not supports(key, version, REGISTRY.keys()):
             await self._unsupported(req)
