@@ -113,8 +113,16 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
             name = info.name
         name = str(name)
         if not authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
-            out.append({"name": name, "topic_id": tid, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        "error_message": "Authorization failed."})
+            # Kafka: a topic named by id is not named back to who may not DESCRIBE it
+            hidden = tid is not None and not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            out.append(
+                {
+                    "name": None if hidden else name,
+                    "topic_id": tid,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "error_message": "Authorization failed.",
+                }
+            )
             continue
         if not broker.config["delete.topic.enable"]:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
