@@ -155,6 +155,18 @@ class ValidString:
             )
 
 
+class _PrincipalRules:
+    """``ssl.principal.mapping.rules``: Kafka's rule syntax (security/principal_mapping.py)."""
+
+    def validate(self, name: str, value: Any, shown: Any = None) -> None:
+        from .security.principal_mapping import PrincipalMappingError, SslPrincipalMapper
+
+        try:
+            SslPrincipalMapper(value)
+        except PrincipalMappingError as e:
+            raise invalid_value(name, value if shown is None else shown, str(e)) from None
+
+
 @dataclass(frozen=True)
 class ValidList:
     """Kafka's ``ValidList.in``: every item of the comma-separated list is one of ``choices``
@@ -453,8 +465,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else
     # sasl.jaas.config (sensitive, like every password); SCRAM users via AlterUserScramCredentials.
+    # Authorization (security/authorizer.py): unset = no authorization; Kafka's
+    # org.apache.kafka.metadata.authorizer.StandardAuthorizer (or strom's own name) turns it on
+    _c(
+        "authorizer.class.name",
+        _STR,
+        "",
+        ValidString(
+            (
+                "",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "strom.security.authorizer.StandardAuthorizer",
+            )
+        ),
+    ),
+    _c("super.users", _STR, ""),
+    _c("allow.everyone.if.no.acl.found", _BOOL, False),
+    _c(
+        "principal.builder.class",
+        _STR,
+        "",
+        ValidString(("", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder")),
+    ),
+    # client quotas' sample windows (server/client_quotas.py; Kafka's QuotaConfig)
+    _c("quota.window.num", _INT, 11, AtLeast(1)),
+    _c("quota.window.size.seconds", _INT, 1, AtLeast(1)),
+    _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
+    # KIP-368: a SASL session lasts this long (0: for ever); clients re-authenticate before it
+    # ends, a connection whose session ended is closed at its next request
+    _c("connections.max.reauth.ms", _LONG, 0, AtLeast(0)),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
     _c("sasl.server.max.receive.size", _INT, 524288),
     # KRaft (strom.metadata.quorum_config; Kafka's KRaftConfigs/QuorumConfig names and defaults).

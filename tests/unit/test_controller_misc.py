@@ -184,7 +184,8 @@ def test_handle_dispatches_by_api_key() -> None:
     assert created.response is not None and created.response["topics"][0]["error_code"] == 0
     listed = c.handle(46, ListPartitionReassignmentsRequest(timeout=i32(1), topics=None))  # type: ignore[arg-type]
     assert listed.response is not None and listed.response["topics"] == []
-    assert len(CONTROLLER_APIS) == 17  # (51: AlterUserScramCredentials, 73: AssignReplicasToDirs)
+    # (51: AlterUserScramCredentials, 73: AssignReplicasToDirs; 30, 31: (Create|Delete)Acls; 49)
+    assert len(CONTROLLER_APIS) == 20
     with pytest.raises(KeyError):
         c.handle(0, None)  # Produce is no controller API
 

@@ -46,6 +46,7 @@ _SINGULAR = {
     "brokers": "broker",
     "broker-loggers": "broker-logger",
     "users": "user",
+    "clients": "client",
     "groups": "group",
 }
 _DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6, "groups": 8}
@@ -151,6 +152,9 @@ def target_from_args(args: argparse.Namespace) -> ConfigTarget:
         if args.entity_default and args.entity_name is not None:
             raise CommandError("--entity-name and --entity-default cannot be used together", 2)
         if args.entity_default:
+            if etype in ("users", "clients"):  # (the default quota entity: name None there)
+                chosen.append(ConfigTarget(etype, ""))
+                return chosen[0]
             if etype != "brokers":
                 raise CommandError(f"--entity-default is not supported for --entity-type {etype}", 2)
             chosen.append(ConfigTarget(etype, ""))
@@ -274,12 +278,30 @@ async def _alter(client: Client, target: ConfigTarget, ops: list[tuple[str, int,
 async def configs(args: argparse.Namespace, action: str) -> int:
     target = target_from_args(args)
     ops = alter_ops(args) if action == "alter" else []
+    quota_ops = [op for op in ops if op[0] in QUOTA_KEYS]
+    if target.entity_type == "clients" or (quota_ops and target.entity_type == "users"):
+        if len(quota_ops) != len(ops):
+            bad = sorted({op[0] for op in ops} - QUOTA_KEYS)
+            allowed = ", ".join(sorted(QUOTA_KEYS))
+            raise CommandError(f"only quota configs ({allowed}) can be set here, not {bad}", 2)
+        client = _client(args)
+        try:
+            async with client:
+                if action == "describe":
+                    return await _describe_quotas(client, target)
+                return await _alter_quotas(client, target, quota_ops)
+        except KafkaConnectionError as e:
+            raise _connection_error(e) from None
     scram = scram_changes(target, ops) if target.entity_type == "users" and action == "alter" else None
     client = _client(args)
     try:
         async with client:
             if target.entity_type == "users":
                 if scram is None:
+                    # kafka-configs.sh lists a user's quotas, then its SCRAM credentials
+                    await _describe_quotas(client, target, quiet=True)
+                    if target.name == "":
+                        return 0
                     return await _describe_users(client, target)
                 return await _alter_users(client, target, *scram)
             if action == "describe":
@@ -287,6 +309,69 @@ async def configs(args: argparse.Namespace, action: str) -> int:
             return await _alter(client, target, ops)
     except KafkaConnectionError as e:
         raise _connection_error(e) from None
+
+
+# ---------------------------------------------------------------------------- quotas (users, clients)
+
+QUOTA_KEYS = frozenset(
+    {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+)
+_QUOTA_TYPE = {"users": "user", "clients": "client-id"}
+
+
+def _quota_entity_text(target: ConfigTarget) -> str:
+    what = "user-principal" if target.entity_type == "users" else "client-id"
+    return f"the default {what}" if target.name == "" else f"{what} '{target.name}'"
+
+
+async def _describe_quotas(client: Client, target: ConfigTarget, quiet: bool = False) -> int:
+    """kafka-configs.sh's "Quota configs for user-principal 'alice' are k=v,..." lines."""
+    etype = _QUOTA_TYPE[target.entity_type]
+    if target.name is None:
+        component = {"entity_type": etype, "match_type": 2, "match": None}  # every named one
+    elif target.name == "":
+        component = {"entity_type": etype, "match_type": 1, "match": None}
+    else:
+        component = {"entity_type": etype, "match_type": 0, "match": target.name}
+    conn = await client.any_connection()
+    resp = await conn.request(48, {"components": [component], "strict": True})
+    if int(resp.error_code):
+        if quiet:  # (users: a broker off the metadata quorum has no quotas, SCRAM still answers)
+            return 0
+        raise CommandError(f"cannot describe quotas: {KafkaError(int(resp.error_code), resp.error_message)}")
+    for entry in resp.entries or ():
+        name = next(str(e.entity_name) if e.entity_name is not None else "" for e in entry.entity)
+        values = ",".join(f"{v.key}={float(v.value)}" for v in entry.values)
+        print(f"Quota configs for {_quota_entity_text(ConfigTarget(target.entity_type, name))} are {values}")
+    return 0
+
+
+async def _alter_quotas(client: Client, target: ConfigTarget, ops: list[tuple[str, int, str | None]]) -> int:
+    if target.name is None:
+        raise CommandError("alter needs --entity-name or --entity-default", 2)
+    entity = [{"entity_type": _QUOTA_TYPE[target.entity_type], "entity_name": target.name or None}]
+    body_ops = []
+    for key, op, value in ops:
+        if op == admin.DELETE:
+            body_ops.append({"key": key, "value": 0.0, "remove": True})
+            continue
+        if op != admin.SET:
+            raise CommandError("quota configs are set with --add-config or removed with --delete-config", 2)
+        try:
+            number = float(value or "")
+        except ValueError:
+            raise CommandError(f"the value of {key} must be a number, not {value!r}", 2) from None
+        body_ops.append({"key": key, "value": number, "remove": False})
+    conn = await client.any_connection()
+    resp = await conn.request(49, {"entries": [{"entity": entity, "ops": body_ops}], "validate_only": False})
+    for e in resp.entries:
+        if int(e.error_code):
+            raise CommandError(f"cannot alter quotas: {KafkaError(int(e.error_code), e.error_message)}")
+    if target.name == "":
+        print(f"Completed updating default config for {target.entity_type} in the cluster.")
+    else:
+        print(target.done())
+    return 0
 
 
 # ---------------------------------------------------------------------------- users (SCRAM)

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from strom.cli import acls as cli_acls
 from strom.cli import cluster_tools, commands, dump_log, storage
 from strom.cli import configs as cli_configs
 from strom.cli import dev_cluster as cli_dev_cluster
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_transactions.add_parser(sub, _add_bootstrap)
     cluster_tools.add_parsers(sub, _add_bootstrap)
     cli_leader_election.add_parser(sub, _add_bootstrap)
+    cli_acls.add_parser(sub, _add_bootstrap)
     cli_reassign.add_parser(sub, _add_bootstrap)
     cli_dev_cluster.add_parser(sub)
     registry = sub.add_parser(
@@ -209,7 +211,9 @@ def _add_configs_parser(sub: Any) -> None:
     configs.add_argument("action", nargs="?", choices=("describe", "alter"))
     configs.add_argument("--describe", dest="flag_describe", action="store_true", help="same as 'describe'")
     configs.add_argument("--alter", dest="flag_alter", action="store_true", help="same as 'alter'")
-    configs.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "groups"))
+    configs.add_argument(
+        "--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "clients", "groups")
+    )
     configs.add_argument("--entity-name", help="topic name, broker id or user (describe: all when omitted)")
     configs.add_argument(
         "--entity-default", action="store_true", help="brokers: the cluster-wide dynamic default"
@@ -350,6 +354,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cluster_tools.metadata_quorum(args))
         if args.command == "cluster":
             return asyncio.run(cluster_tools.cluster(args))
+        if args.command == "acls":
+            return asyncio.run(cli_acls.acls(args))
         if args.command == "leader-election":
             return asyncio.run(cli_leader_election.leader_election(args))
         if args.command == "reassign-partitions":

@@ -336,3 +336,86 @@ def _scram_mechanism_id(mechanism: str) -> int:
     if mech_id is None:
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}: SCRAM-SHA-256 or SCRAM-SHA-512")
     return mech_id
+
+
+# ---------------------------------------------------------------------------- ACLs
+# an ACL binding as plain codes: (resource type, name, pattern type, principal, host, operation,
+# permission type), Kafka's numeric codes (strom.security.authorizer)
+AclTuple = tuple[int, str, int, str, str, int, int]
+
+
+async def create_acls(client: Client, bindings: Sequence[AclTuple]) -> list[KafkaError | None]:
+    """CreateAcls (30): per binding ``None`` or its error."""
+    conn = await client.any_connection()
+    resp = await conn.request(
+        30,
+        {
+            "creations": [
+                {
+                    "resource_type": rt,
+                    "resource_name": name,
+                    "resource_pattern_type": pt,
+                    "principal": principal,
+                    "host": host,
+                    "operation": op,
+                    "permission_type": perm,
+                }
+                for rt, name, pt, principal, host, op, perm in bindings
+            ]
+        },
+    )
+    return [
+        KafkaError(int(r.error_code), r.error_message) if int(r.error_code) else None for r in resp.results
+    ]
+
+
+def _filter_body(flt: tuple[int, str | None, int, str | None, str | None, int, int]) -> dict[str, Any]:
+    rt, name, pt, principal, host, op, perm = flt
+    return {
+        "resource_type_filter": rt,
+        "resource_name_filter": name,
+        "pattern_type_filter": pt,
+        "principal_filter": principal,
+        "host_filter": host,
+        "operation": op,
+        "permission_type": perm,
+    }
+
+
+async def describe_acls(
+    client: Client, flt: tuple[int, str | None, int, str | None, str | None, int, int]
+) -> list[AclTuple]:
+    """DescribeAcls (29): the ACLs a filter matches (raises the request's error)."""
+    conn = await client.any_connection()
+    resp = await conn.request(29, _filter_body(flt))
+    code = int(resp.error_code)
+    if code:
+        raise KafkaError(code, resp.error_message)
+    return [
+        (int(r.resource_type), str(r.resource_name), int(r.pattern_type), str(a.principal), str(a.host),
+         int(a.operation), int(a.permission_type))
+        for r in resp.resources
+        for a in r.acls
+    ]
+
+
+async def delete_acls(
+    client: Client, filters: Sequence[tuple[int, str | None, int, str | None, str | None, int, int]]
+) -> list[list[AclTuple] | KafkaError]:
+    """DeleteAcls (31): per filter the ACLs it deleted, or its error."""
+    conn = await client.any_connection()
+    resp = await conn.request(31, {"filters": [_filter_body(f) for f in filters]})
+    out: list[list[AclTuple] | KafkaError] = []
+    for r in resp.filter_results:
+        code = int(r.error_code)
+        if code:
+            out.append(KafkaError(code, r.error_message))
+            continue
+        out.append(
+            [
+                (int(m.resource_type), str(m.resource_name), int(m.pattern_type), str(m.principal),
+                 str(m.host), int(m.operation), int(m.permission_type))
+                for m in r.matching_acls
+            ]
+        )
+    return out

@@ -54,7 +54,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metadata.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -62,6 +64,7 @@ from ..metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -70,12 +73,14 @@ from ..metadata.records import (
     UserScramCredentialRecord,
 )
 from ..protocol.errors import ErrorCode, KafkaError
+from .acl_control import AclControlManager
 from .cluster_control import DEFAULT_SESSION_TIMEOUT_MS, BrokerState, ClusterControlManager, broker_state
 from .config_control import BROKER, TOPIC, ConfigurationControlManager, Validator, default_validator
 from .features import BOOTSTRAP_LEVELS, FeatureControlManager
 from .features import bootstrap_records as feature_bootstrap_records
 from .partitions import Election
 from .producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdControlManager
+from .quota_control import ClientQuotaControlManager
 from .replication_control import ReplicationControlManager
 from .result import ControllerResult
 from .scram_control import ScramControlManager
@@ -113,6 +118,9 @@ UPDATE_FEATURES = 57
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_USER_SCRAM_CREDENTIALS = 51
 ASSIGN_REPLICAS_TO_DIRS = 73
+CREATE_ACLS = 30
+ALTER_CLIENT_QUOTAS = 49
+DELETE_ACLS = 31
 CONTROLLER_APIS = frozenset(
     {
         ASSIGN_REPLICAS_TO_DIRS,
@@ -132,6 +140,9 @@ CONTROLLER_APIS = frozenset(
         UPDATE_FEATURES,
         ALLOCATE_PRODUCER_IDS,
         ALTER_USER_SCRAM_CREDENTIALS,
+        CREATE_ACLS,
+        DELETE_ACLS,
+        ALTER_CLIENT_QUOTAS,
     }
 )
 
@@ -166,6 +177,8 @@ class QuorumController:
         )
         self.producer_ids = ProducerIdControlManager(self.cluster)
         self.scram = ScramControlManager()
+        self.acls = AclControlManager(self.random)
+        self.quotas = ClientQuotaControlManager()
         self.last_applied_offset = -1
         self._next_rebalance_ms: int | None = None
 
@@ -207,6 +220,10 @@ class QuorumController:
             self.features.replay(record)
         elif isinstance(record, UserScramCredentialRecord | RemoveUserScramCredentialRecord):
             self.scram.replay(record)
+        elif isinstance(record, AccessControlEntryRecord | RemoveAccessControlEntryRecord):
+            self.acls.replay(record)
+        elif isinstance(record, ClientQuotaRecord):
+            self.quotas.replay(record)
         if offset is not None:
             self.last_applied_offset = offset
 
@@ -219,6 +236,8 @@ class QuorumController:
             *self.configs.to_records(),
             *self.producer_ids.to_records(),
             *self.scram.to_records(),
+            *self.acls.to_records(),
+            *self.quotas.to_records(),
         ]
 
     def activate(self, now_ms: int) -> None:
@@ -255,6 +274,9 @@ class QuorumController:
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             UPDATE_FEATURES: self.update_features,
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            CREATE_ACLS: self.create_acls,
+            DELETE_ACLS: self.delete_acls,
+            ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
         }[api_key]
         return operation(request)
 
@@ -619,6 +641,19 @@ class QuorumController:
     # ---- SCRAM credentials --------------------------------------------------------------
     def alter_user_scram_credentials(self, request: Any) -> ControllerResult[dict[str, Any]]:
         records, response = self.scram.alter_credentials(request)
+        return ControllerResult(records, response)
+
+    # ---- ACLs ----------------------------------------------------------------------------
+    def create_acls(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.acls.create_acls(request)
+        return ControllerResult(records, response)
+
+    def delete_acls(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.acls.delete_acls(request)
+        return ControllerResult(records, response)
+
+    def alter_client_quotas(self, request: Any) -> ControllerResult[dict[str, Any]]:
+        records, response = self.quotas.alter_client_quotas(request)
         return ControllerResult(records, response)
 
     # ---- periodic work -------------------------------------------------------------------

@@ -55,6 +55,9 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 5),
     27: ("WriteTxnMarkers", 1, 1),  # between brokers: a transaction's markers (server/txn_marker_sender.py)
     28: ("TxnOffsetCommit", 0, 5),
+    29: ("DescribeAcls", 1, 3),  # server/handlers/acls.py
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     34: ("AlterReplicaLogDirs", 1, 2),
@@ -67,6 +70,8 @@ KAFKA_API_RANGES: dict[int, tuple[str, int, int]] = {
     45: ("AlterPartitionReassignments", 0, 0),
     46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
+    48: ("DescribeClientQuotas", 0, 1),  # server/handlers/quotas.py
+    49: ("AlterClientQuotas", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     52: ("Vote", 0, 1),  # the KRaft RPCs (strom.server.handlers.raft); v2 is KIP-996 pre-vote

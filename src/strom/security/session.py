@@ -33,6 +33,13 @@ class ConnectionSession:
     # set by a handler (failed SASL authentication, unsupported mechanism): the network driver
     # closes the connection once the response to this request is written, as Kafka does
     close_after_response: bool = False
+    # set by a handler whose client exceeded its quota: the network driver reads no further
+    # request of this connection for that long after the response (KIP-219)
+    throttle_ms: int = 0
+    # KIP-368 (connections.max.reauth.ms): when the SASL session ends (monotonic ms), and whether
+    # an exchange in progress is a re-authentication of an authenticated connection
+    session_expiry_ms: float | None = None
+    reauthenticating: bool = False
 
     @property
     def uses_sasl(self) -> bool:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config_schema import BROKER_CONFIGS, ConfigError
 from .pem import key_material_path, rewrap_pem
+from .principal_mapping import SslPrincipalMapper
 from .session import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -380,9 +381,13 @@ def format_dn(subject: Any) -> str:
     return ",".join(rdns)
 
 
-def principal_from_peercert(peercert: Any) -> str:
-    """``User:<subject DN>`` for a verified client certificate, else ``User:ANONYMOUS``."""
+def principal_from_peercert(peercert: Any, mapper: SslPrincipalMapper | None = None) -> str:
+    """``User:<subject DN>`` for a verified client certificate (the name mapped by
+    ``ssl.principal.mapping.rules`` when a mapper is given: NoRuleAppliesError when none
+    applies), else ``User:ANONYMOUS``."""
     if not isinstance(peercert, dict) or not peercert.get("subject"):
         return ANONYMOUS
     dn = format_dn(peercert["subject"])
-    return f"User:{dn}" if dn else ANONYMOUS
+    if not dn:
+        return ANONYMOUS
+    return f"User:{mapper.name(dn) if mapper is not None else dn}"

@@ -53,7 +53,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +78,10 @@ from ..protocol.framing import RequestMemoryPool
 from ..raft.metadata_log import METADATA_TOPIC
 from ..rate_limited_log import RateLimitedLog
 from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
+from ..security.authorizer import StandardAuthorizer
+from ..security.principal_mapping import SslPrincipalMapper
 from ..security.sasl import SaslState
+from .client_quotas import ClientQuotaManager
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .malloc_tuning import tune_malloc
@@ -258,6 +261,15 @@ class Broker:
             self.group_configs = GroupConfigStore.open(self.log_dir)
         apply_dynamic_broker_configs(self)
         self.sasl = SaslState(config.values, self.log_dir, from_image=quorum)  # (quorum: the image's SCRAM)
+        # authorizer.class.name set: Kafka's StandardAuthorizer over the metadata image's ACLs
+        # (loaded by the metadata publisher); None: no authorization, everything allowed
+        self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(config.values)
+        self.principal_mapper = SslPrincipalMapper(config["ssl.principal.mapping.rules"])
+        # bandwidth quotas (the image's client quotas, set by the metadata publisher)
+        windows, window_ms = config["quota.window.num"], config["quota.window.size.seconds"] * 1000
+        self.produce_quotas = ClientQuotaManager("producer_byte_rate", windows, window_ms)
+        self.fetch_quotas = ClientQuotaManager("consumer_byte_rate", windows, window_ms)
+        self.client_quota_entities: Mapping[Any, Mapping[str, float]] = {}
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         # producer id blocks: from the controller on the quorum, else reserved in a local file

@@ -47,8 +47,10 @@ from ..protocol.connection import IncomingRequest, ServerConnection
 from ..protocol.error_responses import error_response
 from ..protocol.errors import ErrorCode, KafkaError, ProtocolError
 from ..protocol.framing import response_header
+from ..security.principal_mapping import NoRuleAppliesError
 from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
+from .authz import check_cluster_gate
 from .context import Deferred, NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 from .listener import Listener, start_listener
@@ -128,8 +130,9 @@ class KafkaProtocol(asyncio.Protocol):
             self.idle_timer = loop.call_at(self.last_active + self.idle_timeout, self._check_idle)
         if self.tls is None:
             self.transport = cast(asyncio.Transport, transport)
-            if self.session.uses_tls:  # a TLS server's transport: the handshake is done
-                self._tls_established(self.transport)
+            # a TLS server's transport: the handshake is done
+            if self.session.uses_tls and not self._tls_established(self.transport):
+                return
             self.worker = loop.create_task(self._run())
         else:
             self.raw_transport = cast(asyncio.Transport, transport)
@@ -165,18 +168,27 @@ class KafkaProtocol(asyncio.Protocol):
             raw.close()
             return
         self.transport = transport
-        self._tls_established(transport)
-        await self._run()
+        if self._tls_established(transport):
+            await self._run()
 
-    def _tls_established(self, transport: asyncio.BaseTransport) -> None:
+    def _tls_established(self, transport: asyncio.BaseTransport) -> bool:
         if not self.session.uses_sasl:  # on SASL_SSL the principal comes from SASL
-            self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"))
+            mapper = getattr(self.broker, "principal_mapper", None)  # ssl.principal.mapping.rules
+            try:
+                self.session.principal = principal_from_peercert(transport.get_extra_info("peercert"), mapper)
+            except NoRuleAppliesError as e:
+                # Kafka fails the authentication: the connection is closed
+                log.info("closing TLS connection from %s on listener %s: %s",
+                         self.peer, self.session.listener, e)
+                self.close()
+                return False
         log.debug(
             "TLS connection from %s on listener %s, principal %s",
             self.peer,
             self.session.listener,
             self.session.principal,
         )
+        return True
 
     def _check_idle(self) -> None:
         """The idle timer fired: close the connection if nothing happened for the idle timeout,
@@ -308,6 +320,7 @@ class KafkaProtocol(asyncio.Protocol):
                 later = False
                 try:
                     later = await self._handle(req)
+                    await self._throttle(self.session)  # a client over its quota (KIP-219)
                 finally:
                     self.busy = False
                     self.last_active = loop.time()
@@ -322,6 +335,14 @@ class KafkaProtocol(asyncio.Protocol):
             log.exception("unexpected error on connection from %s", self.peer)
             self.close()
 
+    @staticmethod
+    async def _throttle(session: ConnectionSession) -> None:
+        """A client over its quota: no further request of this connection is read for the
+        throttle time (KIP-219: the response, sent at once, tells the client how long)."""
+        if session.throttle_ms > 0:
+            delay, session.throttle_ms = session.throttle_ms, 0
+            await asyncio.sleep(delay / 1000.0)
+
     async def _handle(self, req: IncomingRequest) -> bool:
         """Handle one request; True if its response completes later (:class:`Deferred`: sent,
         and the request's memory released, by its task)."""
@@ -335,6 +356,16 @@ class KafkaProtocol(asyncio.Protocol):
                 session.listener,
                 api_name(key),
             )
+            self.close()
+            return False
+        if (
+            session.session_expiry_ms is not None
+            and key not in _SASL_PRE_AUTH_KEYS
+            and self.broker.clock.monotonic_ms() >= session.session_expiry_ms
+        ):
+            # KIP-368: the SASL session ended without re-authentication
+            log.info("closing connection from %s on listener %s: SASL session expired (%s)",
+                     self.peer, session.listener, api_name(key))
             self.close()
             return False
         handler = REGISTRY.get(key)
@@ -354,7 +385,8 @@ class KafkaProtocol(asyncio.Protocol):
             self.session,
         )
         resp_type = codec.response_type(key, version)
-        result = await self._answer(key, version, resp_type, request, handler(ctx, request))
+        work = _call(self.broker, ctx, handler, request)
+        result = await self._answer(key, version, resp_type, request, work)
         if isinstance(result, Deferred):
             prev = self.deferred[-1] if self.deferred else None
             assert self.loop is not None
@@ -552,6 +584,13 @@ def _log_handler_failure(api: str, version: int, peer: str, exc: Exception) -> N
     log.error(
         "%s v%d from %s failed, answered UNKNOWN_SERVER_ERROR%s", api, version, peer, more, exc_info=exc
     )
+
+
+async def _call(broker: Any, ctx: RequestContext, handler: Any, request: Any) -> Any:
+    """The handler, behind the authorizer's cluster-wide gate (when there is an authorizer)."""
+    if getattr(broker, "authorizer", None) is not None:
+        check_cluster_gate(ctx)
+    return await handler(ctx, request)
 
 
 def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:

@@ -36,6 +36,8 @@ _MODULES = (
     "transactions",
     "sasl",
     "scram_credentials",
+    "acls",
+    "quotas",
     "raft",
     "controller",
     "forwarding",

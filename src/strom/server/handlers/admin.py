@@ -7,6 +7,8 @@ from typing import Any
 
 from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
+from ...security.authorizer import CLUSTER_NAME
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -17,6 +19,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
     out = []
     validate_only = getattr(request, "validate_only", False)
     seen: set[str] = set()
+    # Kafka: CREATE on the cluster, else CREATE on each topic (TOPIC_AUTHORIZATION_FAILED)
+    cluster_create = authorized_cluster(ctx, AclOperation.CREATE)
     for t in request.topics:
         name = str(t.name)
         entry: dict[str, Any] = {
@@ -35,6 +39,12 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             out.append(entry)
             continue
         seen.add(name)
+        if not cluster_create and not authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name):
+            entry.update(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed."
+            )
+            out.append(entry)
+            continue
         partitions = t.num_partitions
         rf = t.replication_factor
         if t.assignments:
@@ -102,6 +112,18 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
                 continue
             name = info.name
         name = str(name)
+        if not authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+            # Kafka: a topic named by id is not named back to who may not DESCRIBE it
+            hidden = tid is not None and not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            out.append(
+                {
+                    "name": None if hidden else name,
+                    "topic_id": tid,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "error_message": "Authorization failed.",
+                }
+            )
+            continue
         if not broker.config["delete.topic.enable"]:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue
@@ -157,5 +179,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
             {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": fenced}
             for b, fenced in brokers
         ],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else -2147483648,
     }

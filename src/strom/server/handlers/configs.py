@@ -20,6 +20,8 @@ from ...metadata import configs as cfg
 from ...metadata import group_configs
 from ...metadata.topics import TopicError, TopicInfo
 from ...protocol.errors import ErrorCode, KafkaError
+from ..authz import AclOperation, authorized, authorized_cluster
+from ..authz import ResourceType as AuthResource
 from ..context import RequestContext
 from ..metadata_cache import PartitionMetadata
 from . import handler
@@ -122,6 +124,23 @@ def _alter_loggers(ops: list[tuple[str, int, str | None]], validate_only: bool) 
 # ------------------------------------------------------------------------------ DescribeConfigs
 
 
+def _check_access(ctx: RequestContext, rtype: int, rname: str, operation: int) -> None:
+    """Kafka's config authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the CLUSTER for broker
+    and logger resources, on the topic or group for theirs."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return
+    if rtype == cfg.ResourceType.TOPIC:
+        if not authorized(ctx, operation, AuthResource.TOPIC, rname):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif rtype == cfg.ResourceType.GROUP:
+        if not authorized(ctx, operation, AuthResource.GROUP, rname):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    elif rtype in (cfg.ResourceType.BROKER, cfg.ResourceType.BROKER_LOGGER) and not authorized_cluster(
+        ctx, operation
+    ):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
 @handler(32)
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
@@ -139,6 +158,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str
             "configs": [],
         }
         try:
+            _check_access(ctx, rtype, rname, AclOperation.DESCRIBE_CONFIGS)
             if rtype == cfg.ResourceType.TOPIC:
                 entries = cfg.describe_topic(broker, _topic(ctx, rname), keys)
                 entry["configs"] = [e.to_kio(include_synonyms) for e in entries]
@@ -189,6 +209,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
         rname = str(res.resource_name)
         error: KafkaError | None = None
         try:
+            _check_access(ctx, rtype, rname, AclOperation.ALTER_CONFIGS)
             names = [str(c.name) for c in res.configs]
             cfg.check_unique(names)
             configs = {str(c.name): c.value for c in res.configs}
@@ -251,6 +272,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         ops = [(str(c.name), int(c.config_operation), c.value) for c in res.configs]
         error: KafkaError | None = None
         try:
+            _check_access(ctx, rtype, rname, AclOperation.ALTER_CONFIGS)
             if rtype == cfg.ResourceType.TOPIC:
                 info = _topic(ctx, rname)
                 new = cfg.incremental_changes(
@@ -340,6 +362,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
 
         if counts[name] > 1:
             fail(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            continue
+        if not authorized(ctx, AclOperation.ALTER, AuthResource.TOPIC, name):  # Kafka: ALTER on the topic
+            fail(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
             continue
         info = broker.metadata_cache.topic(name)
         if info is None:
@@ -438,10 +463,15 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
             continue
         first = start_part if name == start_topic else 0
         info = cache.topic(name)
-        if info is None:
+        denied = not authorized(ctx, AclOperation.DESCRIBE, AuthResource.TOPIC, name)
+        if denied and not request.topics:
+            continue  # (all topics: the undescribable ones are left out, as Kafka does)
+        if info is None or denied:
             topics_out.append(
                 {
-                    "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    if denied
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     "name": name,
                     "topic_id": None,
                     "is_internal": False,
@@ -484,12 +514,22 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> d
     UNKNOWN_LEADER_EPOCH, older FENCED_LEADER_EPOCH (KIP-320)."""
     rm = ctx.broker.replica_manager
     topics_out = []
+    # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE on the topic
+    follower = int(getattr(request, "replica_id", -1)) >= 0
+    cluster_action = follower and authorized_cluster(ctx, AclOperation.CLUSTER_ACTION)
     for t in request.topics:
         name = str(t.topic)
         parts = []
+        allowed = (
+            cluster_action if follower else authorized(ctx, AclOperation.DESCRIBE, AuthResource.TOPIC, name)
+        )
         for p in t.partitions:
             idx = int(p.partition)
             entry: dict[str, Any] = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
+            if not allowed:
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                parts.append(entry)
+                continue
             plog, error = rm.leader_log_or_error(name, idx, int(getattr(p, "current_leader_epoch", -1)))
             if plog is None:
                 entry["error_code"] = error

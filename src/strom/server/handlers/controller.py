@@ -48,7 +48,7 @@ log = logging.getLogger("strom.controller.apis")
 DESCRIBE_QUORUM = 55
 # what a broker forwards to the controller in an Envelope (Kafka 4's ``forwardToController``;
 # AllocateProducerIds normally goes as itself, accepted enveloped too)
-FORWARDABLE = frozenset({19, 20, 33, 37, 43, 44, 45, 46, 51, 55, 67})
+FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 46, 49, 51, 55, 67})
 
 
 def active_controller(ctx: RequestContext) -> ControllerServer | None:

@@ -15,9 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RawResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from . import handler
@@ -185,6 +186,16 @@ def _read_partitions(
     from_any_replica = version >= 11
     client_rack = str(getattr(request, "rack_id", "") or "") if from_any_replica else ""
     listener = ctx.session.listener
+    # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
+    authorizer = getattr(broker, "authorizer", None)
+    readable: dict[str, bool] = {}
+    if (
+        authorizer is not None
+        and replica_id >= 0
+        and not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        authorizer = None
+        readable = _Never()
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -201,6 +212,12 @@ def _read_partitions(
             tres.partitions.append(pr)
             if version >= 13 and info is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                any_error = True
+                continue
+            if authorizer is not None and name not in readable:
+                readable[name] = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+            if readable and not readable.get(name, True):
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 any_error = True
                 continue
             limit = min(fp.partition_max_bytes, budget - total)
@@ -261,6 +278,16 @@ def _read_partitions(
 _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 
 
+class _Never(dict[str, bool]):
+    """Every topic unreadable (a follower without CLUSTER_ACTION)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, key: str, default: Any = None) -> bool:  # type: ignore[override]
+        return False
+
+
 def follower_id(request: Any, version: int) -> int:
     """The replica id of a follower's Fetch (``replica_id`` before v15, ``replica_state`` from
     v15), -1 for a consumer."""
@@ -282,6 +309,8 @@ def _release(results: list[TopicResult]) -> None:
 @handler(1)
 async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[str, Any]:
     if is_raft_fetch(request):  # a KRaft replica fetching __cluster_metadata: the quorum answers
+        if not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         from .raft import handle_raft_request
 
         return await handle_raft_request(ctx, request)
@@ -310,6 +339,18 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
+    quota_entities = getattr(ctx.broker, "client_quota_entities", None)
+    if quota_entities and follower_id(request, version) < 0:  # consumer_byte_rate (KIP-219)
+        quotas, now = ctx.broker.fetch_quotas, ctx.broker.clock.monotonic_ms()
+        principal, client_id = ctx.session.principal, ctx.client_id or ""
+        throttle = quotas.record(quota_entities, principal, client_id, total, now)
+        if throttle > 0:
+            # Kafka answers a throttled fetch empty (what it would have sent is not counted)
+            quotas.unrecord(principal, client_id, total, now, quota_entities)
+            _release(results)
+            ctx.session.throttle_ms = throttle
+            parts, size = encode_fetch_response(version, [], throttle_ms=throttle)
+            return RawResponse(parts, size)  # type: ignore[arg-type]
     endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
     parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
     return RawResponse(parts, size)  # type: ignore[arg-type]

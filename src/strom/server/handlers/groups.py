@@ -17,7 +17,8 @@ from typing import Any
 from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...coordinator.records import partition_for
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -38,6 +39,12 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     assert isinstance(coord, GroupCoordinator)
     return coord
+
+
+def _require_group(ctx: RequestContext, operation: int, group_id: str) -> None:
+    """The whole request fails with GROUP_AUTHORIZATION_FAILED without ``operation`` on the group."""
+    if not authorized(ctx, operation, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -67,6 +74,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str
     def one(key: str) -> dict[str, Any]:
         if key_type not in (0, 1):
             return none(key, ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        # Kafka: DESCRIBE on the group / transactional id
+        if key_type == 0 and not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return none(key, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+        if key_type == 1 and not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return none(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
         topic = "__consumer_offsets" if key_type == 0 else "__transaction_state"
         count = cache.num_partitions(topic)
         leader = cache.leader_id(topic, partition_for(key, count)) if count else None
@@ -100,6 +112,7 @@ def _is_share_group(ctx: RequestContext, group_id: str) -> bool:
 @handler(11)
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
         return {
             "throttle_time": 0,
@@ -143,6 +156,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]
 @handler(14)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     result = await coord.sync_group(
         str(request.group_id),
         member_id=str(request.member_id),
@@ -163,6 +177,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 @handler(12)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     err = await _coordinator(ctx).heartbeat(
         str(request.group_id),
         member_id=str(request.member_id),
@@ -175,6 +190,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
 @handler(13)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     if ctx.api_version >= 3:
         members = [(str(m.member_id or ""), m.group_instance_id) for m in request.members]
     else:
@@ -201,17 +217,22 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     broker = ctx.broker
+    # Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED) and on each topic
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     errors: dict[tuple[str, int], int] = {}
     order: list[tuple[str, list[int]]] = []
     for t in request.topics:
         name = str(t.name)
         count = broker.metadata_cache.num_partitions(name)
+        readable = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)
         parts = []
         for p in t.partitions:
             tp = (name, int(p.partition_index))
             parts.append(tp[1])
-            if count is None or not 0 <= tp[1] < count:
+            if not readable:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif count is None or not 0 <= tp[1] < count:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 offsets[tp] = (
@@ -322,6 +343,10 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
+            if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, str(g.group_id)):
+                code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                groups.append({"group_id": str(g.group_id), "topics": [], "error_code": code})
+                continue
             err, topics = _fetch_topics(
                 coord,
                 str(g.group_id),
@@ -332,9 +357,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
                 bool(getattr(request, "require_stable", False)),
             )
             groups.append(
-                {"group_id": str(g.group_id), "topics": topics if err == 0 else [], "error_code": err}
+                {
+                    "group_id": str(g.group_id),
+                    "topics": _describable_topics(ctx, topics, g.topics is not None) if err == 0 else [],
+                    "error_code": err,
+                }
             )
         return {"throttle_time": 0, "groups": groups}
+    _require_group(ctx, AclOperation.DESCRIBE, str(request.group_id))
     err, topics = _fetch_topics(
         coord,
         str(request.group_id),
@@ -346,23 +376,55 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
     )
     return {
         "throttle_time": 0,
-        "topics": topics if err == 0 or ctx.api_version < 2 else [],
+        "topics": _describable_topics(ctx, topics, request.topics is not None)
+        if err == 0 or ctx.api_version < 2
+        else [],
         "error_code": err,
     }
+
+
+def _describable_topics(
+    ctx: RequestContext, topics: list[dict[str, Any]], named: bool
+) -> list[dict[str, Any]]:
+    """OffsetFetch's topics the principal may DESCRIBE: the others are left out of an
+    all-topics fetch and answered TOPIC_AUTHORIZATION_FAILED when named (Kafka)."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return topics
+    out = []
+    for t in topics:
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t["name"]):
+            out.append(t)
+        elif named:
+            out.append(
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {**p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                         "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+                        for p in t["partitions"]
+                    ],
+                }
+            )
+    return out
 
 
 @handler(47)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     broker = ctx.broker
+    if not authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, str(request.group_id)):
+        return {"throttle_time": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []}
     wanted: list[tuple[str, int]] = []
     errors: dict[tuple[str, int], int] = {}
     for t in request.topics:
         name = str(t.name)
         count = broker.metadata_cache.num_partitions(name)
+        readable = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)
         for p in t.partitions:
             tp = (name, int(p.partition_index))
-            if count is None or not 0 <= tp[1] < count:
+            if not readable:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif count is None or not 0 <= tp[1] < count:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append(tp)
@@ -396,7 +458,26 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, A
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     version = ctx.api_version
-    return {"throttle_time": 0, "groups": [coord.describe_group(str(g), version) for g in request.groups]}
+    groups = [
+        coord.describe_group(str(g), version)
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, str(g))
+        else {
+            "group_id": str(g),
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "error_message": None,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+        for g in request.groups
+    ]
+    if getattr(request, "include_authorized_operations", False):  # (v3+)
+        for entry in groups:
+            if not entry.get("error_code"):
+                ops = authorized_operations(ctx, ResourceType.GROUP, entry["group_id"])
+                entry["authorized_operations"] = ops
+    return {"throttle_time": 0, "groups": groups}
 
 
 @handler(16)
@@ -423,6 +504,13 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
                 }
             )
         groups.sort(key=lambda g: g["group_id"])
+    if getattr(ctx.broker, "authorizer", None) is not None and not authorized_cluster(
+        ctx, AclOperation.DESCRIBE
+    ):
+        # Kafka: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE
+        groups = [
+            g for g in groups if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"])
+        ]
     return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
 
@@ -430,9 +518,11 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     names = [str(g) for g in request.groups_names]
+    denied = {g for g in names if not authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, g)}
     share = getattr(ctx.broker, "share_coordinator", None)
-    share_names = [g for g in names if share is not None and g in share.groups]
-    result = await coord.delete_groups([g for g in names if g not in share_names])
+    share_names = [g for g in names if share is not None and g in share.groups and g not in denied]
+    result: dict[str, int] = dict.fromkeys(denied, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    result |= await coord.delete_groups([g for g in names if g not in share_names and g not in denied])
     for g in share_names:
         assert share is not None
         result[g] = await share.delete_group(g)
@@ -445,6 +535,7 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, A
 @handler(68)
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    _require_group(ctx, AclOperation.READ, str(request.group_id))
     if _is_share_group(ctx, str(request.group_id)):  # a share group's id (KIP-932)
         return {
             "throttle_time": 0,
@@ -513,4 +604,12 @@ def heartbeat_response(result: Any, *, assignment_on_error: bool = True) -> dict
 @handler(69)
 async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    return {"throttle_time": 0, "groups": [coord.consumer_group_describe(str(g)) for g in request.group_ids]}
+    groups = []
+    for g in request.group_ids:
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, str(g)):
+            groups.append(coord.consumer_group_describe(str(g)))
+        else:
+            groups.append({"group_id": str(g), "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                           "error_message": None, "group_state": "", "group_epoch": -1,
+                           "assignment_epoch": -1, "assignor_name": "", "members": []})
+    return {"throttle_time": 0, "groups": groups}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...protocol.errors import ErrorCode
+from ..authz import AclOperation, ResourceType, authorized
 from ..context import RequestContext
 from . import handler
 
@@ -19,8 +20,16 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> dict[str, An
     for t in request.topics:
         name = str(t.name)
         parts = []
+        # Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions
+        allowed = authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
         for p in t.partitions:
             idx = p.partition_index
+            if not allowed:
+                parts.append(
+                    {"partition_index": idx, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                )
+                continue
             r = rm.fetch_offset(name, idx, p.timestamp, isolation,
                                 current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)))
             if r.error_code != ErrorCode.NONE:

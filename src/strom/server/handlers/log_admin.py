@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...protocol.errors import ErrorCode
+from ..authz import AclOperation, ResourceType, authorized
 from ..context import RequestContext
 from . import handler
 
@@ -22,8 +24,13 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> dict[str, 
     for t in request.topics:
         name = str(t.name)
         parts = []
+        allowed = authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, name)  # Kafka: DELETE on the topic
         for p in t.partitions:
             idx = p.partition_index
+            if not allowed:
+                parts.append({"partition_index": idx, "low_watermark": -1,
+                              "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                continue
             low, error = rm.delete_records(name, idx, int(p.offset))
             parts.append({"partition_index": idx, "low_watermark": low, "error_code": error})
         topics.append({"name": name, "partitions": parts})

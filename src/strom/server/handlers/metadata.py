@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
 from ...protocol.errors import ErrorCode
+from ...security.authorizer import CLUSTER_NAME
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
 
@@ -50,6 +53,22 @@ def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
         "partitions": partition_entries(ctx, info),
         "topic_authorized_operations": -2147483648,
     }
+
+
+def _describable(ctx: RequestContext, name: str) -> bool:
+    return authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+
+def _unauthorized(name: str | None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "name": name,
+        "is_internal": False,
+        "partitions": [],
+    }
+    if topic_id is not None:
+        entry["topic_id"] = topic_id
+    return entry
 
 
 # How long a Metadata request waits for the topics it auto-creates: a small topic is usually
@@ -98,8 +117,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     topics_out: list[dict[str, Any]] = []
     requested = request.topics
+    authorizer = getattr(broker, "authorizer", None)
     if requested is None or (version == 0 and not requested):
-        topics_out = [topic_entry(ctx, t) for t in cache.topics()]
+        # all topics: those the principal may not DESCRIBE are left out, as Kafka does
+        topics_out = [
+            topic_entry(ctx, t)
+            for t in cache.topics()
+            if authorizer is None or _describable(ctx, t.name)
+        ]
     else:
         auto = getattr(request, "allow_auto_topic_creation", True)
         creating: dict[str, tuple[int, asyncio.Future[TopicInfo | None]]] = {}
@@ -111,7 +136,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
             # up every topic that carries a non-zero id
             if not name and tid is not None and tid.int != 0:
                 info = cache.topic_by_id(tid)
-                if info is None:
+                if info is not None and not _describable(ctx, info.name):
+                    # (topic ids are not secret: Kafka answers TOPIC_AUTHORIZATION_FAILED with it)
+                    topics_out.append(_unauthorized(None, tid))
+                elif info is None:
                     topics_out.append(
                         {
                             "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
@@ -124,12 +152,25 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     topics_out.append(topic_entry(ctx, info))
                 continue
             name = str(name)
+            if authorizer is not None and not _describable(ctx, name):
+                topics_out.append(_unauthorized(name))
+                continue
             info = cache.topic(name)
             if info is None:
                 try:
                     validate_topic_name(name)
                 except TopicError as e:
                     topics_out.append({"error_code": e.code, "name": name, "partitions": []})
+                    continue
+                if (
+                    auto
+                    and authorizer is not None
+                    and broker.config["auto.create.topics.enable"]
+                    and not authorized_cluster(ctx, AclOperation.CREATE)
+                    and not authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
+                ):
+                    # auto-creation needs CREATE on the cluster or the topic
+                    topics_out.append(_unauthorized(name))
                     continue
                 if auto and name not in creating and not broker.is_being_created(name):
                     creating[name] = (len(topics_out), asyncio.ensure_future(broker.auto_create_async(name)))
@@ -150,6 +191,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 topics_out.append(topic_entry(ctx, info))
         if creating:
             await _answer_auto_created(ctx, creating, topics_out)
+    if getattr(request, "include_topic_authorized_operations", False):
+        for entry in topics_out:
+            if entry.get("error_code") == 0 and entry.get("name"):
+                ops = authorized_operations(ctx, ResourceType.TOPIC, entry["name"])
+                entry["topic_authorized_operations"] = ops
+    cluster_ops = -2147483648
+    if getattr(request, "include_cluster_authorized_operations", False):  # (v8-v10)
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return {
         "throttle_time": 0,
         # v13's top-level error (KIP-1102): Kafka's broker sets it only for REBOOTSTRAP_REQUIRED,
@@ -162,5 +211,5 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "cluster_id": cache.cluster_id(),
         "controller_id": cache.controller_id(),
         "topics": topics_out,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": cluster_ops,
     }

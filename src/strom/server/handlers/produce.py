@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
+from ..authz import AclOperation, ResourceType, authorized, filter_authorized
 from ..context import Deferred, NoResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from ..replica_manager import PartitionResponse, Producer, Verifier
@@ -77,12 +78,24 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
 @handler(0)
 async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse | Deferred:
     broker = ctx.broker
+    txn_id = request.transactional_id
+    denied: set[str] = set()
+    if getattr(broker, "authorizer", None) is not None:
+        # Kafka: a transactional producer needs WRITE on its transactional id (else the whole
+        # request fails), every producer WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for it)
+        if txn_id is not None and not authorized(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(txn_id)
+        ):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        names = {str(t.name) for t in request.topic_data}
+        denied = names - filter_authorized(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     entries: list[tuple[str, int, Any]] = []
     for topic in request.topic_data:
         name = str(topic.name)
+        if name in denied:
+            continue
         for pd in topic.partition_data:
             entries.append((name, pd.index, pd.records))
-    txn_id = request.transactional_id
     verify = (
         _verifier(ctx, str(txn_id)) if txn_id is not None and broker.txn_coordinator is not None else None
     )
@@ -90,30 +103,45 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     results, wait = await broker.replica_manager.append_records_then_wait(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )
+    throttle = 0
+    quota_entities = getattr(broker, "client_quota_entities", None)
+    if quota_entities:  # producer_byte_rate (KIP-219: answered at once, then the channel waits)
+        size = sum(len(e[2]) for e in entries if e[2] is not None)
+        throttle = broker.produce_quotas.record(
+            quota_entities, ctx.session.principal, ctx.client_id or "", size, broker.clock.monotonic_ms()
+        )
+        ctx.session.throttle_ms = throttle
     if wait is not None:  # acks=-1: answered once the HW passed the appends
-        return Deferred(_answer_after(wait, ctx, request, results))
+        return Deferred(_answer_after(wait, ctx, request, results, denied, throttle))
     if request.acks == 0:
         return NoResponse()
-    return _answer(ctx, request, results)
+    return _answer(ctx, request, results, denied, throttle)
 
 
 async def _answer_after(
-    wait: Coroutine[Any, Any, None], ctx: RequestContext, request: Any, results: list[PartitionResponse]
+    wait: Coroutine[Any, Any, None], ctx: RequestContext, request: Any, results: list[PartitionResponse],
+    denied: set[str], throttle: int,
 ) -> dict[str, Any]:
     await wait
-    return _answer(ctx, request, results)
+    return _answer(ctx, request, results, denied, throttle)
 
 
-def _answer(ctx: RequestContext, request: Any, results: list[PartitionResponse]) -> dict[str, Any]:
+def _answer(
+    ctx: RequestContext, request: Any, results: list[PartitionResponse], denied: set[str], throttle: int
+) -> dict[str, Any]:
     broker = ctx.broker
     responses: list[dict[str, Any]] = []
     it = iter(results)
+    refused = PartitionResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     leaders: set[int] = set()
     kip951 = ctx.api_version >= 10
     rm = broker.replica_manager
     for topic in request.topic_data:
         parts = []
         for pd in topic.partition_data:
+            if denied and str(topic.name) in denied:
+                parts.append(_partition(pd.index, refused))
+                continue
             r: PartitionResponse = next(it)
             if kip951 and r.error_code in _LEADER_ERRORS:
                 # KIP-951: where the leader is, so the client reroutes without a metadata round trip
@@ -125,7 +153,7 @@ def _answer(ctx: RequestContext, request: Any, results: list[PartitionResponse])
                     continue
             parts.append(_partition(pd.index, r))
         responses.append({"name": str(topic.name), "partition_responses": parts})
-    out: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+    out: dict[str, Any] = {"responses": responses, "throttle_time": throttle}
     if leaders:
         out["node_endpoints"] = [
             {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}

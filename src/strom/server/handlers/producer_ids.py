@@ -5,14 +5,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...protocol.errors import ErrorCode
+from ..authz import AclOperation, ResourceType, authorized, authorized_by_resource_type, authorized_cluster
 from ..context import RequestContext
 from . import handler
+
+
+def _error(code: int) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
 @handler(22)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    if getattr(ctx.broker, "authorizer", None) is not None:
+        if request.transactional_id is not None:
+            txn_id = str(request.transactional_id)
+            if not authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif not authorized_cluster(ctx, AclOperation.IDEMPOTENT_WRITE) and not authorized_by_resource_type(
+            ctx, AclOperation.WRITE, ResourceType.TOPIC
+        ):
+            # Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+            return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if request.transactional_id is not None:
         timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
         err, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(

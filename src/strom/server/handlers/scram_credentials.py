@@ -39,6 +39,7 @@ from ...security.credentials import (
     ScramCredential,
     mechanism_name,
 )
+from ..authz import AclOperation, authorized_cluster
 from ..context import RequestContext
 from . import handler
 from .forwarding import forward_to_controller
@@ -91,6 +92,16 @@ def _described(
 
 @handler(51)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not authorized_cluster(ctx, AclOperation.ALTER):
+        # Kafka: ALTER on the cluster, else every user named fails
+        users = list(dict.fromkeys(str(x.name) for x in (*request.deletions, *request.upsertions)))
+        return {
+            "throttle_time": 0,
+            "results": [
+                {"user": u, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+                for u in users
+            ],
+        }
     if getattr(ctx.broker, "quorum", None) is not None:
         return await _alter_on_quorum(ctx, request)
     store = ctx.broker.sasl.credentials

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...coordinator.transaction import KAFKA_STATE_NAMES
-from ...protocol.errors import ErrorCode
+from ...protocol.errors import ErrorCode, KafkaError
+from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RequestContext
 from ..txn_marker_sender import marker_response
 from . import handler
@@ -23,6 +24,16 @@ def _topic_results(errors: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append({"partition_index": p, "partition_error_code": err})
     return [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]
+
+
+def _txn_writable(ctx: RequestContext, tid: str) -> bool:
+    return authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
+def _denied_topics(ctx: RequestContext, names: Any, operation: int) -> set[str]:
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return set()
+    return {str(n) for n in names if not authorized(ctx, operation, ResourceType.TOPIC, str(n))}
 
 
 def _known_partitions(
@@ -47,10 +58,23 @@ def _known_partitions(
 @handler(24)
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    errors: dict[tuple[str, int], int]
     if ctx.api_version <= 3:
         tid = str(request.v3_and_below_transactional_id)
         ok, bad = _known_partitions(ctx, request.v3_and_below_topics)
-        if bad:
+        # Kafka: WRITE on the transactional id (else every partition fails), WRITE on each topic
+        every = [(str(t.name), int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+        denied = _denied_topics(ctx, {n for n, _ in every}, AclOperation.WRITE)
+        if not _txn_writable(ctx, tid):
+            errors = dict.fromkeys(every, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif denied:
+            errors = {
+                tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if tp[0] in denied
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in every
+            }
+        elif bad:
             # Kafka fails the whole request when a partition is unknown; others get OPERATION_NOT_ATTEMPTED
             errors = {**dict.fromkeys(ok, ErrorCode.OPERATION_NOT_ATTEMPTED), **bad}
         else:
@@ -58,6 +82,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
                 tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, ok
             )
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(errors)}
+    if not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+: between brokers
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     results = []
     for txn in request.transactions:
         tid = str(txn.transactional_id)
@@ -77,6 +103,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> dic
 @handler(25)
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     group_id = str(request.group_id)
+    if not _txn_writable(ctx, str(request.transactional_id)):
+        return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     gc = ctx.broker.group_coordinator
     partition = gc.partition_for(group_id)
     err = await _coordinator(ctx).add_offsets(
@@ -88,6 +118,9 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict[s
 @handler(26)
 async def handle_end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
     # v5+ is transaction version 2 (KIP-890): the epoch is bumped and the response carries it
+    if not _txn_writable(ctx, str(request.transactional_id)):
+        return {"throttle_time": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
     err, pid, epoch = await _coordinator(ctx).end_transaction(
         str(request.transactional_id),
         request.producer_id,
@@ -100,7 +133,6 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 @handler(28)
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    gc = ctx.broker.group_coordinator
     group_id = str(request.group_id)
     offsets = {
         (str(t.name), int(p.partition_index)): (
@@ -112,9 +144,32 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[st
         for p in t.partitions
     }
     tid = str(request.transactional_id)
+    errors: dict[tuple[str, int], int]
+    # Kafka: WRITE on the transactional id, READ on the group, READ on each topic
+    denied = _denied_topics(ctx, {tp[0] for tp in offsets}, AclOperation.READ)
+    if not _txn_writable(ctx, tid):
+        errors = dict.fromkeys(offsets, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not authorized(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        errors = dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif denied:
+        errors = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp[0] in denied}
+        offsets = {tp: v for tp, v in offsets.items() if tp[0] not in denied}
+        if offsets:
+            errors |= await _txn_offset_commit(ctx, request, group_id, tid, offsets)
+    else:
+        errors = await _txn_offset_commit(ctx, request, group_id, tid, offsets)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), err in errors.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": err})
+    return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
+async def _txn_offset_commit(
+    ctx: RequestContext, request: Any, group_id: str, tid: str, offsets: dict[tuple[str, int], Any]
+) -> dict[tuple[str, int], int]:
+    gc = ctx.broker.group_coordinator
     coord = _coordinator(ctx)
-    partition = gc.partition_for(group_id)
-    offsets_tp = ("__consumer_offsets", partition)
+    offsets_tp = ("__consumer_offsets", gc.partition_for(group_id))
     verify_error = ErrorCode.NONE
     if ctx.api_version >= 5:
         # transaction version 2 (KIP-890): the offsets partition joins the transaction implicitly
@@ -145,10 +200,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[st
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=offsets,
         )
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, p), err in errors.items():
-        by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": err})
-    return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+    return errors  # type: ignore[no-any-return]
 
 
 def _txn_offset_error(code: int) -> int:
@@ -166,7 +218,21 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> dic
     coord = _coordinator(ctx)
     return {
         "throttle_time": 0,
-        "transaction_states": [coord.describe(str(t)) for t in request.transactional_ids],
+        "transaction_states": [
+            coord.describe(str(t))
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, str(t))
+            else {
+                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactional_id": str(t),
+                "transaction_state": "",
+                "transaction_timeout_ms": 0,
+                "transaction_start_time_ms": -1,
+                "producer_id": -1,
+                "producer_epoch": -1,
+                "topics": [],
+            }
+            for t in request.transactional_ids
+        ],
     }
 
 
@@ -189,6 +255,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> dict[st
                 "transaction_state": m.state.kafka_name,
             }
             for m in found
+            # Kafka: only the transactional ids the principal may DESCRIBE
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)
         ],
     }
 
@@ -200,8 +268,12 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[s
     for t in request.topics:
         name = str(t.name)
         parts = []
+        readable = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)  # Kafka: READ on the topic
         for p in t.partition_indexes:
-            plog, error = rm.leader_log_or_error(name, p)
+            if readable:
+                plog, error = rm.leader_log_or_error(name, p)
+            else:
+                plog, error = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if plog is None:
                 parts.append(
                     {
