@@ -286,6 +286,9 @@ def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate
         identical = True
     except AssertionError:
         identical = False
+    if result.duplicated:  # which batches hold the copies (producer id, epoch, sequence), per node
+        print_batches(c, topic, {p for places in result.duplicated.values() for p, _o in places},
+                      {o for places in result.duplicated.values() for _p, o in places})
     assert result.ok, result.details()
     assert txn_result.ok, txn_result.details()
     assert identical, "the replicas of a partition hold different bytes after the ISRs were full"
@@ -293,6 +296,26 @@ def scenario(c: ClusterProcess, fault: Callable[[Run], None], seed: int, *, rate
     assert txn_result.committed >= 10 and txn_result.aborted_on_purpose > 0, txn_result.summary()
     assert txn_result.aborted_seen_uncommitted > 0, "no aborted record reached the log: aborts untested"
     return result, txn_result
+
+
+def print_batches(c: ClusterProcess, topic: str, partitions: set[int], offsets: set[int]) -> None:
+    """The batches around ``offsets`` on every node: for a duplicate, whether its two copies came
+    from one producer sequence (a broker failing to deduplicate) or two (the client re-sent it)."""
+    from strom.protocol.records import iter_batches
+
+    for p in sorted(partitions):
+        for n in NODES:
+            try:
+                data = segment_bytes(c, n, topic, p)
+            except OSError as e:
+                print(f"node {n} {topic}-{p}: {e}")
+                continue
+            for _pos, h in iter_batches(data):
+                last = h.base_offset + h.last_offset_delta
+                if any(h.base_offset - 8 <= o <= last + 8 for o in offsets):
+                    print(f"node {n} {topic}-{p} offsets {h.base_offset}-{last} leader epoch "
+                          f"{h.partition_leader_epoch} producer {h.producer_id} epoch {h.producer_epoch} "
+                          f"sequence {h.base_sequence}-{h.last_sequence}")
 
 
 # ---------------------------------------------------------------------------------- faults
