@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, cast
 
+from ..observability.metrics import BrokerMetrics
 from ..protocol import codec
 from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name, supports
 from ..protocol.connection import IncomingRequest, ServerConnection
@@ -51,6 +52,7 @@ from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
 from .context import NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
+from .handlers.fetch import follower_id
 from .listener import Listener, start_listener
 
 if TYPE_CHECKING:
@@ -112,6 +114,7 @@ class KafkaProtocol(asyncio.Protocol):
         self.last_active = 0.0  # loop time of the last bytes received or response written
         self.busy = False  # a request is being handled
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.metrics: BrokerMetrics | None = getattr(broker, "metrics", None)
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -119,6 +122,8 @@ class KafkaProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
+        if self.metrics is not None:
+            self.metrics.connections_created[self.session.listener] += 1
         loop = self.loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         if self.idle_timeout is not None:
@@ -253,6 +258,8 @@ class KafkaProtocol(asyncio.Protocol):
         self._release(self.charged)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.metrics is not None and self in self.broker.connections:
+            self.metrics.connections_closed[self.session.listener] += 1
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
@@ -324,6 +331,7 @@ class KafkaProtocol(asyncio.Protocol):
         if handler is None or not supports(key, version, REGISTRY.keys()):
             await self._unsupported(req)
             return
+        start = time.perf_counter()
         request = codec.decode_request(key, version, req.frame, req.body_pos)
         ctx = RequestContext(
             key,
@@ -336,17 +344,20 @@ class KafkaProtocol(asyncio.Protocol):
             self.session,
         )
         resp_type = codec.response_type(key, version)
+        error: int = ErrorCode.NONE  # the answer's top-level error (a metric)
         try:
             result = await handler(ctx, request)
             if not isinstance(result, (NoResponse, RawResponse)):
+                error = result.get("error_code", ErrorCode.NONE) or ErrorCode.NONE
                 result = _encoded(resp_type, result)
         except KafkaError as e:
+            error = e.code
             result = _encoded(resp_type, error_response(resp_type, request, e.code, str(e)))
         except Exception as e:
             # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR on every item the
             # request named (getErrorResponse), no internals in the message, connection kept
             _log_handler_failure(api_name(key), version, self.peer, e)
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
+            code = error = ErrorCode.UNKNOWN_SERVER_ERROR
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
         if isinstance(result, NoResponse):
             self.conn.complete_without_response(h.correlation_id)
@@ -354,6 +365,15 @@ class KafkaProtocol(asyncio.Protocol):
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
+        metrics = self.metrics
+        if metrics is not None:  # Kafka's RequestMetrics: the total time includes the send
+            api = api_name(key)
+            metrics.request_done(
+                api, version, _request_name(api, key, version, request), time.perf_counter() - start,
+                _error_name(error) if error else None,
+            )
+            if key == _SASL_AUTHENTICATE_KEY and session.close_after_response:
+                metrics.auth_failures[session.listener] += 1
         if self.pre_auth_limit and session.authenticated:  # the listener's normal limit now
             self.pre_auth_limit = False
             self.conn.max_frame_size = self.broker.config["socket.request.max.bytes"]
@@ -481,6 +501,23 @@ def _log_handler_failure(api: str, version: int, peer: str, exc: Exception) -> N
     log.error(
         "%s v%d from %s failed, answered UNKNOWN_SERVER_ERROR%s", api, version, peer, more, exc_info=exc
     )
+
+
+_SASL_AUTHENTICATE_KEY = 36
+
+
+def _request_name(api: str, key: int, version: int, request: Any) -> str:
+    """Kafka's RequestMetrics name: Fetch is FetchFollower from a replica, else FetchConsumer."""
+    if key == 1:
+        return "FetchFollower" if follower_id(request, version) >= 0 else "FetchConsumer"
+    return api
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error-{code}"
 
 
 def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:

@@ -295,6 +295,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
+    metrics = getattr(ctx.broker, "metrics", None)
+    if metrics is not None and total:  # Kafka's BytesOutPerSec / ReplicationBytesOutPerSec
+        out = metrics.replication_bytes_out if follower_id(request, version) >= 0 else metrics.bytes_out
+        for t in results:
+            n = sum(p.size for p in t.partitions)
+            if n:
+                out[t.name] += n
     endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
     parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
     return RawResponse(parts, size)  # type: ignore[arg-type]

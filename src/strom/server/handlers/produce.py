@@ -89,6 +89,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     results = await broker.replica_manager.append_records(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )
+    metrics = getattr(broker, "metrics", None)
+    if metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec: once per partition answer
+        for (name, _index, records), res in zip(entries, results, strict=True):
+            if res.error_code == ErrorCode.NONE:
+                metrics.bytes_in[name] += len(records)
+                if res.last_offset >= res.base_offset >= 0:
+                    metrics.records_in[name] += res.last_offset - res.base_offset + 1
+            else:
+                metrics.produce_requests_failed[name] += 1
     if request.acks == 0:
         return NoResponse()
     responses: list[dict[str, Any]] = []
