@@ -1,0 +1,126 @@
+"""The metric collectors against a whole in-process broker (manual clock, in-memory network:
+requests go through the real KafkaProtocol and handlers), the histogram, the listener's config."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from strom.client import groups
+from strom.clock import ManualClock
+from strom.config import BrokerConfig
+from strom.config_schema import ConfigError
+from strom.observability.collector import StromCollector
+from strom.observability.http import parse_http_listener
+from strom.observability.metrics import Histogram
+from strom.server.broker import Broker
+from strom.testing.network import MemoryNetwork
+from strom.testing.scheduler import ManualScheduler
+
+
+def _broker(data: Path, clock: ManualClock, sched: ManualScheduler, per_partition: bool) -> Broker:
+    config = BrokerConfig.from_sources(None, {
+        "log.dirs": str(data),
+        "listeners": "PLAINTEXT://127.0.0.1:19092",  # never opened: start(listen=False)
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "log.cleaner.enable": "false",
+        "controller.quorum.append.linger.ms": "0",
+        "strom.metrics.partition.enable": str(per_partition).lower(),
+    })
+    return Broker(config, clock=clock, scheduler=sched, threaded_flush=False)
+
+
+@pytest.mark.parametrize("per_partition", [True, False])
+def test_collector_on_a_memory_broker(tmp_path: Path, per_partition: bool) -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        broker = _broker(tmp_path / "data", clock, sched, per_partition)
+        assert broker.not_ready_reasons()  # not started
+        await broker.start(listen=False)
+        assert broker.not_ready_reasons() == []
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(StromCollector(broker))
+
+        def value(name: str, **labels: str) -> float | None:
+            return reg.get_sample_value(name, labels)
+
+        net = MemoryNetwork(broker)
+        client = net.client()
+        try:
+            assert await client.create_topics({"t": (2, 1)}) == {"t": None}
+            records = [(None, b"x" * 10, [], -1)] * 7
+            await client.produce("t", 0, records)
+            await client.produce("t", 1, records[:3])
+            assert value("strom_topic_records_in_total", topic="t") == 10
+            bytes_in = value("strom_topic_bytes_in_total", topic="t")
+            assert bytes_in is not None and bytes_in > 100
+            assert value("strom_topic_log_size_bytes", topic="t") == bytes_in
+            await client.fetch("t", 0, 0, max_wait_ms=0)
+            out = value("strom_topic_bytes_out_total", topic="t")
+            assert out is not None and out > 70
+            assert value("strom_request_duration_seconds_count", request="FetchConsumer") == 1
+            assert value("strom_request_duration_seconds_count", request="Produce") == 2
+
+            # a long poll parked in the fetch purgatory
+            waiting = asyncio.ensure_future(client.fetch("t", 1, 3, max_wait_ms=500))
+            for _ in range(200):
+                await asyncio.sleep(0)
+                if broker.replica_manager.purgatory.size():
+                    break
+            assert value("strom_purgatory_size", operation="Fetch") == 1
+            sched.advance(500)
+            await asyncio.wait_for(waiting, 5)
+            assert value("strom_purgatory_size", operation="Fetch") == 0
+
+            # lag: committed 2 of 7 on partition 0, 3 of 3 on partition 1
+            assert await groups.commit_offsets(client, "g", {("t", 0): 2, ("t", 1): 3}) == {
+                ("t", 0): None, ("t", 1): None}
+            assert value("strom_consumer_group_lag_sum", group="g") == 5
+            lag0 = value("strom_consumer_group_lag", group="g", topic="t", partition="0")
+            lag1 = value("strom_consumer_group_lag", group="g", topic="t", partition="1")
+            if per_partition:
+                assert (lag0, lag1) == (5, 0)
+                assert value("strom_log_end_offset", topic="t", partition="0") == 7
+                assert value("strom_log_high_watermark", topic="t", partition="1") == 3
+            else:  # behind the flag: no per-partition series
+                assert lag0 is None and lag1 is None
+                assert value("strom_log_end_offset", topic="t", partition="0") is None
+            assert value("strom_groups", type="classic", state="Empty") == 1
+            assert value("strom_partitions") == value("strom_leader_partitions") == 2 + 3
+            assert value("strom_under_replicated_partitions") == 0
+            assert value("strom_offline_partitions") == 0
+            assert value("strom_active_controller") == 1
+            errors_before = value("strom_request_errors_total", api="CreateTopics",
+                                  error="TOPIC_ALREADY_EXISTS")
+            assert errors_before is None  # per-topic errors are not the answer's top-level error
+        finally:
+            await client.close()
+            net.close()
+            await broker.stop()
+        assert "shutting down" in broker.not_ready_reasons()
+
+    asyncio.run(go())
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    h = Histogram((0.1, 1.0))
+    for v in (0.05, 0.1, 0.5, 2.0):
+        h.observe(v)
+    assert h.cumulative() == [("0.1", 2), ("1.0", 3), ("+Inf", 4)]
+    assert h.count == 4 and h.sum == pytest.approx(2.65)
+
+
+def test_http_listener_value() -> None:
+    assert parse_http_listener("") is None
+    assert parse_http_listener("  ") is None
+    assert parse_http_listener("http://127.0.0.1:9644") == ("127.0.0.1", 9644)
+    assert parse_http_listener("http://:9644") == ("0.0.0.0", 9644)
+    for bad in ("https://h:1", "http://h", "h:1", "http://h:99999", "http://h:1/x"):
+        with pytest.raises(ConfigError, match="strom.http.listener"):
+            parse_http_listener(bad)
