@@ -119,7 +119,8 @@ def test_produce_and_consume_move_the_counters(obs_broker: BrokerProcess) -> Non
     assert delta('strom_requests_total{api="Produce",version="' + _version(after, "Produce") + '"}') >= 1
     assert delta('strom_request_duration_seconds_count{request="FetchConsumer"}') >= 1
     assert delta('strom_request_duration_seconds_count{request="Produce"}') >= 1
-    assert delta('strom_requests_total{api="OffsetCommit",version="' + _version(after, "OffsetCommit") + '"}') == 1
+    commit_version = _version(after, "OffsetCommit")
+    assert delta(f'strom_requests_total{{api="OffsetCommit",version="{commit_version}"}}') == 1
     # the group coordinator's lag: high watermark n, committed offset `consumed`
     part = f'{{group="{group}",partition="0",topic="{topic}"}}'
     assert after[f"strom_consumer_group_lag{part}"] == n - consumed
@@ -144,7 +145,8 @@ def test_produce_and_consume_move_the_counters(obs_broker: BrokerProcess) -> Non
 
 def _version(samples: dict[str, float], api: str) -> str:
     """The one version of ``api`` the client used (the highest seen)."""
-    vs = [int(m.group(1)) for k in samples if (m := re.match(rf'strom_requests_total\{{api="{api}",version="(\d+)"\}}', k))]
+    pattern = re.compile(rf'strom_requests_total\{{api="{api}",version="(\d+)"\}}')
+    vs = [int(m.group(1)) for k in samples if (m := pattern.match(k))]
     assert vs, f"no {api} requests counted"
     return str(max(vs))
 

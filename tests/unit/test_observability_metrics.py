@@ -122,5 +122,5 @@ def test_http_listener_value() -> None:
     assert parse_http_listener("http://127.0.0.1:9644") == ("127.0.0.1", 9644)
     assert parse_http_listener("http://:9644") == ("0.0.0.0", 9644)
     for bad in ("https://h:1", "http://h", "h:1", "http://h:99999", "http://h:1/x"):
-        with pytest.raises(ConfigError, match="strom.http.listener"):
+        with pytest.raises(ConfigError, match=r"strom\.http\.listener"):
             parse_http_listener(bad)
