@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from strom.testing.broker_process import BrokerProcess, free_port
 
@@ -22,22 +23,18 @@ pytestmark = pytest.mark.integration
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
-
-
 def scrape(b: BrokerProcess) -> dict[str, float]:
-    """``name{labels}`` -> value for every sample of /metrics (labels as exposed)."""
+    """``name{labels}`` -> value for every sample of /metrics, read by Prometheus' own parser
+    (labels sorted by name, as in the assertions)."""
     with urllib.request.urlopen(b.http_url + "/metrics", timeout=10) as r:
         assert r.status == 200
-        assert r.headers["Content-Type"].startswith("text/plain; version=")
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         text = r.read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        assert m, line
-        out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[sample.name + (f"{{{labels}}}" if labels else "")] = float(sample.value)
     return out
 
 

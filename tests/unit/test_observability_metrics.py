@@ -7,13 +7,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from strom.client import groups
 from strom.clock import ManualClock
 from strom.config import BrokerConfig
 from strom.config_schema import ConfigError
-from strom.observability.collector import StromCollector
+from strom.observability.collector import Family, StromCollector, render
 from strom.observability.http import parse_http_listener
 from strom.observability.metrics import Histogram
 from strom.server.broker import Broker
@@ -44,11 +44,15 @@ def test_collector_on_a_memory_broker(tmp_path: Path, per_partition: bool) -> No
         assert broker.not_ready_reasons()  # not started
         await broker.start(listen=False)
         assert broker.not_ready_reasons() == []
-        reg = CollectorRegistry(auto_describe=False)
-        reg.register(StromCollector(broker))
+        collector = StromCollector(broker)
 
         def value(name: str, **labels: str) -> float | None:
-            return reg.get_sample_value(name, labels)
+            """The sample's value in the rendered text, as Prometheus' own parser reads it."""
+            for fam in text_string_to_metric_families(render(collector.collect())):
+                for s in fam.samples:
+                    if s.name == name and s.labels == labels:
+                        return float(s.value)
+            return None
 
         net = MemoryNetwork(broker)
         client = net.client()
@@ -124,3 +128,22 @@ def test_http_listener_value() -> None:
     for bad in ("https://h:1", "http://h", "h:1", "http://h:99999", "http://h:1/x"):
         with pytest.raises(ConfigError, match=r"strom\.http\.listener"):
             parse_http_listener(bad)
+
+
+def test_render_escapes_label_values_and_parses_back() -> None:
+    fam = Family("x_total", "counter", "help", ("topic",))
+    fam.add(('we"ird\\to\npic',), 3)
+    h = Histogram((1.0,))
+    h.observe(0.5)
+    hist = Family("d_seconds", "histogram", "durations", ("request",))
+    hist.add(("Produce",), h)
+    text = render([fam, hist])
+    parsed = {f.name: f for f in text_string_to_metric_families(text)}
+    (sample,) = parsed["x"].samples
+    assert sample.labels == {"topic": 'we"ird\\to\npic'} and sample.value == 3
+    assert parsed["x"].type == "counter"
+    by_name = {(s.name, s.labels.get("le")): s.value for s in parsed["d_seconds"].samples}
+    assert by_name[("d_seconds_bucket", "1.0")] == 1
+    assert by_name[("d_seconds_bucket", "+Inf")] == 1
+    assert by_name[("d_seconds_count", None)] == 1
+    assert by_name[("d_seconds_sum", None)] == 0.5

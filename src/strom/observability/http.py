@@ -3,8 +3,9 @@
 A small HTTP/1.1 server on the broker's own event loop (``asyncio.start_server``): one request per
 connection (``Connection: close``), GET and HEAD only, the request head read with a size cap and a
 timeout, so a slow or hostile scraper cannot hold the loop. ``/metrics`` renders the
-:class:`~strom.observability.collector.StromCollector` (plus the process collector) in the
-Prometheus text format; ``/healthz`` answers 200 while the process serves; ``/readyz`` answers 200
+:class:`~strom.observability.collector.StromCollector` in the Prometheus text format (and
+``prometheus_client``'s process collector: CPU, memory, descriptors); ``/healthz`` answers 200
+while the process serves; ``/readyz`` answers 200
 once the broker is ready (logs recovered, coordinators loaded, listeners up, metadata caught up)
 and 503 with the reasons otherwise.
 """
@@ -18,11 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from ..config_schema import ConfigError
-from .collector import StromCollector
+from .collector import StromCollector, render
 
 if TYPE_CHECKING:
     from ..server.broker import Broker
@@ -32,6 +33,7 @@ __all__ = ["HttpListener", "parse_http_listener"]
 log = logging.getLogger("strom.http")
 
 _MAX_HEAD = 8192
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 _HEAD_TIMEOUT_S = 10.0
 
 
@@ -67,9 +69,9 @@ class HttpListener:
         self.broker = broker
         self.host = host
         self.port = port
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StromCollector(broker))
-        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory ...
+        self.collector = StromCollector(broker)
+        self.process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.process)  # process_cpu_seconds_total, resident memory ...
         self.server: asyncio.Server | None = None
         self.routes: dict[str, Handler] = {
             "/metrics": self._metrics,
@@ -92,7 +94,8 @@ class HttpListener:
 
     # ------------------------------------------------------------------ routes
     def _metrics(self) -> tuple[int, str, bytes]:
-        return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        body = render(self.collector.collect()).encode() + generate_latest(self.process)
+        return 200, CONTENT_TYPE, body
 
     def _healthz(self) -> tuple[int, str, bytes]:
         return 200, "text/plain; charset=utf-8", b"ok\n"
@@ -150,8 +153,6 @@ class HttpListener:
                   503: "Service Unavailable"}.get(status, "")
         header = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                   f"Connection: close\r\n{extra}\r\n")
-        writer.write(header.encode("latin-1"))
-        if not head_only:
-            writer.write(body)
+        writer.write(header.encode("latin-1") if head_only else header.encode("latin-1") + body)  # one write
         with contextlib.suppress(ConnectionError):
             await writer.drain()

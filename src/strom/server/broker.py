@@ -238,7 +238,10 @@ class Broker:
         self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
         self.replica_manager.coordinator_hooks = self.coordinator_writer
         self.connections: set[KafkaProtocol] = set()
-        self.metrics = BrokerMetrics()  # (strom.observability: /metrics on the HTTP listener)
+        # strom.observability's counters: kept only when the HTTP listener can show them
+        self.metrics: BrokerMetrics | None = (
+            BrokerMetrics() if str(config["strom.http.listener"]).strip() else None
+        )
         self.http: HttpListener | None = None
         self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
