@@ -4,6 +4,7 @@ requests go through the real KafkaProtocol and handlers), the histogram, the lis
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,15 @@ def test_collector_on_a_memory_broker(tmp_path: Path, per_partition: bool) -> No
             assert value("strom_under_replicated_partitions") == 0
             assert value("strom_offline_partitions") == 0
             assert value("strom_active_controller") == 1
+            if per_partition:  # every strom_ name the Grafana dashboard queries is exposed
+                rendered = render(collector.collect())
+                names = {s.name for f in text_string_to_metric_families(rendered) for s in f.samples}
+                for f in text_string_to_metric_families(rendered):  # families without samples yet
+                    names.add(f.name + ("_total" if f.type == "counter" else ""))
+                dashboard = (Path(__file__).parents[2] / "deploy/grafana/strom-dashboard.json").read_text()
+                wanted = set(re.findall(r"\bstrom_[a-z_]+", dashboard))
+                assert len(wanted) > 15
+                assert wanted <= names, wanted - names
             errors_before = value("strom_request_errors_total", api="CreateTopics",
                                   error="TOPIC_ALREADY_EXISTS")
             assert errors_before is None  # per-topic errors are not the answer's top-level error
