@@ -33,6 +33,7 @@ from strom.cli import reassign as cli_reassign
 from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
+from strom.console import cli as cli_console
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_leader_election.add_parser(sub, _add_bootstrap)
     cli_reassign.add_parser(sub, _add_bootstrap)
     cli_dev_cluster.add_parser(sub)
+    cli_console.add_parser(sub, _add_bootstrap)
     return parser
 
 
@@ -336,6 +338,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_leader_election.leader_election(args))
         if args.command == "reassign-partitions":
             return asyncio.run(cli_reassign.reassign_partitions(args))
+        if args.command == "console":
+            return cli_console.console(args)
         if args.command == "dev-cluster":
             return cli_dev_cluster.dev_cluster(args)
         if args.command == "storage":

@@ -1,0 +1,438 @@
+"""``strom console``: a web UI for any Kafka-compatible cluster, over the Kafka protocol only.
+
+Theory of operation: a Starlette application rendered on the server (Jinja templates; HTMX,
+vendored in ``static/``, only boosts links and forms so pages swap without a full reload: every
+page also works without JavaScript). Each page asks the cluster through one long-lived
+:class:`strom.client.Client` (bootstrap ``--bootstrap-server``, security from
+``--command-config``), never through a broker's internals, so it works against Apache Kafka as
+well as strom. A cluster that cannot be reached, or answers with an error, gives an error page
+that says so (HTTP 502), never a traceback. ``--read-only`` removes every mutating control and
+refuses every POST (403). Mutations ask for a confirmation: deleting a topic needs its name typed.
+
+Pages: overview (cluster id, controller, brokers with the partitions each leads, topic and
+partition counts, under-replicated and offline partitions); topics (partitions, replication,
+messages, size-free: offsets only) with create; a topic (partitions with leader, replicas, ISR,
+earliest/latest offsets; configs with their sources; produce; delete); messages (by partition and
+offset, newest or oldest first, substring search with a scan cap); consumer groups (state,
+members, lag per partition and total).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..client import admin
+from ..client import groups as cgroups
+from ..client.client import EARLIEST, LATEST, Client
+from ..client.errors import KafkaConnectionError, KafkaError
+
+__all__ = ["ConsoleSettings", "build_app", "render_value"]
+
+log = logging.getLogger("strom.console")
+HERE = Path(__file__).parent
+TOPIC_RESOURCE = 2
+MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
+DEFAULT_SCAN_CAP = 10_000
+
+
+@dataclass
+class ConsoleSettings:
+    bootstrap: str
+    read_only: bool = False
+    client_factory: Callable[[], Client] | None = None
+    basic_auth: dict[str, str] | None = None  # user -> password
+    scan_cap: int = DEFAULT_SCAN_CAP
+
+
+class ClusterUnavailable(Exception):
+    pass
+
+
+def render_value(data: bytes | None, limit: int = MAX_SHOWN_BYTES) -> tuple[str, str, bool]:
+    """``(kind, text, truncated)``: pretty JSON, UTF-8 text or hex; cut after ``limit`` bytes."""
+    if data is None:
+        return "null", "", False
+    truncated = len(data) > limit
+    shown = data[:limit]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex", shown.hex(" "), truncated
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return "text", shown.decode("utf-8", errors="replace"), truncated
+    if isinstance(obj, dict | list):
+        pretty = json.dumps(obj, indent=2, ensure_ascii=False)
+        return "json", pretty[:limit], len(pretty) > limit
+    return "text", shown.decode("utf-8", errors="replace"), truncated
+
+
+def build_app(settings: ConsoleSettings) -> Starlette:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.globals["read_only"] = settings.read_only
+    templates.env.globals["bootstrap"] = settings.bootstrap
+    state: dict[str, Client] = {}
+    lock = asyncio.Lock()
+
+    async def client() -> Client:
+        async with lock:
+            c = state.get("client")
+            if c is None:
+                c = settings.client_factory() if settings.client_factory else Client(
+                    settings.bootstrap, client_id="strom-console", request_timeout_ms=10_000,
+                    connect_timeout_ms=5_000, retries=1)
+                state["client"] = c
+            return c
+
+    def page(template: str, request: Request, status: int = 200, **ctx: Any) -> Response:
+        return templates.TemplateResponse(request, template, {"active": template.split(".")[0], **ctx},
+                                          status_code=status)
+
+    def _no_topic(name: str, request: Request) -> Response:
+        return page("error.html", request, 404, title="No such topic",
+                    message=f"Topic {name!r} does not exist.")
+
+    def guarded(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """Every page: basic auth when configured, read-only refusal of POSTs, and cluster errors
+        shown as an error page (502), not a traceback."""
+        async def wrapped(request: Request) -> Response:
+            if settings.basic_auth is not None and not _authorized(request, settings.basic_auth):
+                return Response("authentication required\n", 401,
+                                headers={"WWW-Authenticate": 'Basic realm="strom console"'})
+            if request.method == "POST" and settings.read_only:
+                return page("error.html", request, 403, title="Read-only",
+                            message="This console runs with --read-only: nothing can be changed.")
+            try:
+                return await fn(request)
+            except (KafkaConnectionError, OSError, TimeoutError) as e:
+                return page("error.html", request, 502, title="Cluster unreachable",
+                            message=f"Cannot reach the cluster at {settings.bootstrap}: {e}")
+            except KafkaError as e:
+                return page("error.html", request, 502, title="The cluster answered with an error",
+                            message=str(e))
+            except BadInput as e:
+                return page("error.html", request, 400, title="Bad input", message=str(e))
+        return wrapped
+
+    # ------------------------------------------------------------------ pages
+    async def overview(request: Request) -> Response:
+        c = await client()
+        md = await c.metadata(None)
+        led: dict[int, int] = {}
+        under = offline = partitions = 0
+        for t in md.topics.values():
+            for p in t.partitions.values():
+                partitions += 1
+                if p.leader < 0:
+                    offline += 1
+                else:
+                    led[p.leader] = led.get(p.leader, 0) + 1
+                if len(p.isr) < len(p.replicas):
+                    under += 1
+        brokers = [
+            {"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or "",
+             "controller": b.node_id == md.controller_id, "leads": led.get(b.node_id, 0)}
+            for b in sorted(md.brokers.values(), key=lambda b: b.node_id)
+        ]
+        return page("overview.html", request, cluster_id=md.cluster_id, controller=md.controller_id,
+                    brokers=brokers, topics=len(md.topics), partitions=partitions,
+                    under_replicated=under, offline=offline)
+
+    async def topics(request: Request) -> Response:
+        c = await client()
+        if request.method == "POST":
+            form = await request.form()
+            name = str(form.get("name", "")).strip()
+            parts = _int(form.get("partitions"), "partitions", 1)
+            rf = _int(form.get("replication_factor"), "replication factor", 1)
+            if not name:
+                raise BadInput("a topic needs a name")
+            errors = await c.create_topics({name: (parts, rf)})
+            if errors.get(name) is not None:
+                raise errors[name]  # type: ignore[misc]
+            return RedirectResponse(f"/topics/{name}", 303)
+        md = await c.metadata(None)
+        show_internal = request.query_params.get("internal") == "1"
+        rows = []
+        names = sorted(n for n, t in md.topics.items() if show_internal or not t.is_internal)
+        ends = await _offsets(c, {n: list(md.topics[n].partitions) for n in names})
+        for n in names:
+            t = md.topics[n]
+            count = sum(max(0, hi - lo) for lo, hi in ends.get(n, {}).values())
+            rows.append({"name": n, "partitions": len(t.partitions), "replication": t.replication_factor,
+                         "messages": count, "internal": t.is_internal,
+                         "under": sum(1 for p in t.partitions.values() if len(p.isr) < len(p.replicas))})
+        return page("topics.html", request, topics=rows, show_internal=show_internal)
+
+    async def topic(request: Request) -> Response:
+        c = await client()
+        name = request.path_params["name"]
+        md = await c.metadata([name])
+        t = md.topics.get(name)
+        if t is None or t.error_code:
+            return _no_topic(name, request)
+        ends = (await _offsets(c, {name: list(t.partitions)})).get(name, {})
+        parts = [
+            {"id": p.partition, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isr),
+             "earliest": ends.get(p.partition, (-1, -1))[0], "latest": ends.get(p.partition, (-1, -1))[1]}
+            for p in sorted(t.partitions.values(), key=lambda p: p.partition)
+        ]
+        configs = sorted(await admin.describe_configs(c, TOPIC_RESOURCE, name), key=lambda ci: ci.name)
+        return page("topic.html", request, name=name, topic=t, partitions=parts, configs=configs,
+                    messages=sum(max(0, hi - lo) for lo, hi in ends.values()))
+
+    async def delete_topic(request: Request) -> Response:
+        c = await client()
+        name = request.path_params["name"]
+        form = await request.form()
+        if str(form.get("confirm", "")) != name:
+            raise BadInput(f"to delete the topic, type its name ({name}) in the confirmation field")
+        errors = await c.delete_topics([name])
+        if errors.get(name) is not None:
+            raise errors[name]  # type: ignore[misc]
+        return RedirectResponse("/topics", 303)
+
+    async def produce(request: Request) -> Response:
+        c = await client()
+        name = request.path_params["name"]
+        form = await request.form()
+        partition = _int(form.get("partition") or "0", "partition", 0)
+        key = str(form.get("key", ""))
+        value = str(form.get("value", ""))
+        headers: list[tuple[str, bytes | None]] = []
+        for line in str(form.get("headers", "")).splitlines():
+            if line.strip():
+                k, _, v = line.partition("=")
+                headers.append((k.strip(), v.encode()))
+        record = (key.encode() if key else None, value.encode(), headers, -1)
+        offset = await c.produce(name, partition, [record])
+        where = f"/topics/{name}/messages?partition={partition}&offset={offset}&order=oldest"
+        return RedirectResponse(where, 303)
+
+    async def messages(request: Request) -> Response:
+        c = await client()
+        name = request.path_params["name"]
+        q = request.query_params
+        md = await c.metadata([name])
+        t = md.topics.get(name)
+        if t is None or t.error_code:
+            return _no_topic(name, request)
+        partition = _int(q.get("partition") or "0", "partition", 0)
+        if partition not in t.partitions:
+            raise BadInput(f"topic {name} has no partition {partition}")
+        limit = min(_int(q.get("limit") or "50", "limit", 1), 500)
+        order = q.get("order", "newest")
+        search = q.get("q", "")
+        lo = await c.list_offsets(name, partition, EARLIEST)
+        hi = await c.list_offsets(name, partition, LATEST)
+        assert isinstance(lo, int) and isinstance(hi, int)
+        if q.get("offset"):
+            start = max(lo, _int(q.get("offset"), "offset", 0))
+        elif order == "newest":
+            start = max(lo, hi - (settings.scan_cap if search else limit))
+        else:
+            start = lo
+        found: list[Any] = []
+        scanned, pos = 0, start
+        capped = False
+        while pos < hi and len(found) < (limit if order == "oldest" or q.get("offset") else 10**9):
+            if scanned >= settings.scan_cap:
+                capped = True
+                break
+            res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
+            if res.error_code:
+                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
+            if not res.records and res.next_offset is None:
+                break
+            for r in res.records:
+                if r.offset >= hi:
+                    break
+                scanned += 1
+                if search and not _matches(r, search):
+                    continue
+                found.append(r)
+            nxt = res.next_offset
+            if nxt is None or nxt <= pos:
+                break
+            pos = nxt
+        found = found[::-1][:limit] if order == "newest" and not q.get("offset") else found[:limit]
+        rows = []
+        for r in found:
+            kkind, ktext, _ = render_value(r.key, 256)
+            vkind, vtext, cut = render_value(r.value)
+            rows.append({"offset": r.offset, "timestamp": r.timestamp, "key": ktext, "key_kind": kkind,
+                         "value": vtext, "value_kind": vkind, "truncated": cut,
+                         "size": len(r.value) if r.value is not None else 0,
+                         "headers": [(h, (v or b"").decode("utf-8", errors="replace"))
+                                     for h, v in r.headers]})
+        return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
+                    rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
+                    scan_cap=settings.scan_cap, earliest=lo, latest=hi)
+
+    async def download(request: Request) -> Response:
+        """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
+        c = await client()
+        name = request.path_params["name"]
+        partition = _int(request.query_params.get("partition") or "0", "partition", 0)
+        offset = _int(request.query_params.get("offset") or "0", "offset", 0)
+        count = min(_int(request.query_params.get("count") or "1", "count", 1), 10_000)
+        lines: list[str] = []
+        pos = offset
+        while len(lines) < count:
+            res = await c.fetch(name, partition, pos, max_wait_ms=0)
+            if res.error_code:
+                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
+            for r in res.records:
+                if len(lines) < count:
+                    lines.append(json.dumps({
+                        "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+                        "key": _jsonable(r.key), "value": _jsonable(r.value),
+                        "headers": [[h, _jsonable(v)] for h, v in r.headers]}))
+            if res.next_offset is None or res.next_offset <= pos:
+                break
+            pos = res.next_offset
+        return Response("\n".join(lines) + "\n", media_type="application/x-ndjson", headers={
+            "Content-Disposition": f'attachment; filename="{name}-{partition}-{offset}.jsonl"'})
+
+    async def group_list(request: Request) -> Response:
+        c = await client()
+        listed = await cgroups.list_groups(c)
+        return page("groups.html", request, groups=listed)
+
+    async def group(request: Request) -> Response:
+        c = await client()
+        gid = request.path_params["group"]
+        desc = await cgroups.describe_group(c, gid)
+        committed = await cgroups.fetch_offsets(c, gid)
+        by_topic: dict[str, list[int]] = {}
+        for topic_name, p in committed:
+            by_topic.setdefault(topic_name, []).append(p)
+        ends = await _offsets(c, by_topic)
+        owner = {tp: m.member_id for m in desc.members for tp in m.partitions}
+        rows: list[dict[str, Any]] = []
+        for (topic_name, p), om in sorted(committed.items()):
+            end = ends.get(topic_name, {}).get(p, (-1, -1))[1]
+            rows.append({"topic": topic_name, "partition": p, "committed": om.offset, "end": end,
+                         "lag": max(0, end - om.offset) if end >= 0 and om.offset >= 0 else None,
+                         "member": owner.get((topic_name, p), "")})
+        total = sum(r["lag"] or 0 for r in rows)
+        return page("group.html", request, group=desc, rows=rows, total_lag=total)
+
+    routes = [
+        Route("/", guarded(overview)),
+        Route("/topics", guarded(topics), methods=["GET", "POST"]),
+        Route("/topics/{name}", guarded(topic)),
+        Route("/topics/{name}/delete", guarded(delete_topic), methods=["POST"]),
+        Route("/topics/{name}/produce", guarded(produce), methods=["POST"]),
+        Route("/topics/{name}/messages", guarded(messages)),
+        Route("/topics/{name}/download", guarded(download)),
+        Route("/groups", guarded(group_list)),
+        Route("/groups/{group}", guarded(group)),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        c = state.pop("client", None)
+        if c is not None:
+            await c.close()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+class BadInput(Exception):
+    pass
+
+
+def _int(raw: object, what: str, minimum: int) -> int:
+    try:
+        v = int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise BadInput(f"{what} must be a whole number, not {raw!r}") from None
+    if v < minimum:
+        raise BadInput(f"{what} must be at least {minimum}")
+    return v
+
+
+def _matches(r: Any, needle: str) -> bool:
+    n = needle.encode()
+    if (r.key is not None and n in r.key) or (r.value is not None and n in r.value):
+        return True
+    return any(bool(n in (v or b"") or needle in h) for h, v in r.headers)
+
+
+def _jsonable(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+async def _offsets(c: Client, partitions: dict[str, list[int]]) -> dict[str, dict[int, tuple[int, int]]]:
+    """``{topic: {partition: (earliest, latest)}}``; partitions whose leader does not answer are left out."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+
+    async def one(topic_name: str, parts: list[int]) -> None:
+        if not parts:
+            return
+        try:
+            lo = await c.list_offsets(topic_name, dict.fromkeys(parts, EARLIEST))
+            hi = await c.list_offsets(topic_name, dict.fromkeys(parts, LATEST))
+        except KafkaError:
+            return
+        assert isinstance(lo, dict) and isinstance(hi, dict)
+        out[topic_name] = {p: (lo[p], hi[p]) for p in parts if p in lo and p in hi}
+
+    await asyncio.gather(*(one(t, ps) for t, ps in partitions.items()))
+    return out
+
+
+def _authorized(request: Request, users: dict[str, str]) -> bool:
+    header = request.headers.get("authorization", "")
+    if not header.lower().startswith("basic "):
+        return False
+    try:
+        user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    want = users.get(user)
+    return want is not None and hmac.compare_digest(want, password)
+
+
+def load_basic_auth(path: str) -> dict[str, str]:
+    """``user:password`` lines (``#`` comments) -> users. Raises ValueError with the reason."""
+    users = {}
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user:
+            raise ValueError(f"{path}:{n}: expected user:password")
+        users[user] = password
+    if not users:
+        raise ValueError(f"{path}: no user:password line")
+    return users
+
+
