@@ -26,6 +26,7 @@ import contextlib
 import hmac
 import json
 import logging
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,10 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                             message=str(e))
             except BadInput as e:
                 return page("error.html", request, 400, title="Bad input", message=str(e))
+            except Exception:
+                log.exception("console page %s failed", request.url.path)
+                return page("error.html", request, 500, title="Unexpected error",
+                            message="The console failed on this page; its log has the details.")
         return wrapped
 
     # ------------------------------------------------------------------ pages
@@ -159,7 +164,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     async def topics(request: Request) -> Response:
         c = await client()
         if request.method == "POST":
-            form = await request.form()
+            form = await _form(request)
             name = str(form.get("name", "")).strip()
             parts = _int(form.get("partitions"), "partitions", 1)
             rf = _int(form.get("replication_factor"), "replication factor", 1)
@@ -202,7 +207,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     async def delete_topic(request: Request) -> Response:
         c = await client()
         name = request.path_params["name"]
-        form = await request.form()
+        form = await _form(request)
         if str(form.get("confirm", "")) != name:
             raise BadInput(f"to delete the topic, type its name ({name}) in the confirmation field")
         errors = await c.delete_topics([name])
@@ -213,7 +218,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     async def produce(request: Request) -> Response:
         c = await client()
         name = request.path_params["name"]
-        form = await request.form()
+        form = await _form(request)
         partition = _int(form.get("partition") or "0", "partition", 0)
         key = str(form.get("key", ""))
         value = str(form.get("value", ""))
@@ -252,23 +257,25 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             start = lo
         found: list[Any] = []
         scanned, pos = 0, start
-        capped = False
-        while pos < hi and len(found) < (limit if order == "oldest" or q.get("offset") else 10**9):
-            if scanned >= settings.scan_cap:
-                capped = True
-                break
+        # oldest first (or from an offset): until `limit` matches; newest first: the newest
+        # records (the newest `scan_cap` when searching), reversed below
+        want = limit if order == "oldest" or q.get("offset") else 10**9
+        capped = bool(search) and order == "newest" and not q.get("offset") and start > lo
+        done = False
+        while pos < hi and not done and len(found) < want:
             res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
             if res.error_code:
                 raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
-            if not res.records and res.next_offset is None:
-                break
             for r in res.records:
-                if r.offset >= hi:
+                if r.offset >= hi or len(found) >= want:
+                    done = True
+                    break
+                if scanned >= settings.scan_cap:  # more to read, but the cap is reached
+                    capped = done = True
                     break
                 scanned += 1
-                if search and not _matches(r, search):
-                    continue
-                found.append(r)
+                if not search or _matches(r, search):
+                    found.append(r)
             nxt = res.next_offset
             if nxt is None or nxt <= pos:
                 break
@@ -361,6 +368,18 @@ def build_app(settings: ConsoleSettings) -> Starlette:
 
 class BadInput(Exception):
     pass
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form body (the console's forms are all urlencoded: no multipart parser)."""
+    body = await request.body()
+    if len(body) > 10 << 20:
+        raise BadInput("form too large")
+    try:
+        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True)
+    except UnicodeDecodeError:
+        raise BadInput("form is not UTF-8") from None
+    return dict(pairs)
 
 
 def _int(raw: object, what: str, minimum: int) -> int:

@@ -1,0 +1,237 @@
+"""``strom console`` against a real broker: a real ``strom console`` process (uvicorn), pages read
+over HTTP, data put in with confluent-kafka; mutations through the console's forms; read-only mode;
+basic auth; an unreachable cluster; the scan cap of a search; a huge value cut in the list."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from strom.testing.broker_process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+
+class Console:
+    def __init__(self, bootstrap: str, *extra: str) -> None:
+        self.port = free_port()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe nobody reads could fill and block it)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "strom", "console", "--bootstrap-server", bootstrap,
+             "--port", str(self.port), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(self.log.read().decode())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.close()
+        raise RuntimeError("console did not start")
+
+    def request(self, path: str, form: dict[str, str] | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, str]:
+        data = urllib.parse.urlencode(form).encode() if form is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def get(self, path: str) -> str:
+        status, body = self.request(path)
+        assert status == 200, body
+        assert "Traceback" not in body
+        return body
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("console") / "data",
+                      overrides=["group.initial.rebalance.delay.ms=0"])
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def console(cluster: BrokerProcess) -> Iterator[Console]:
+    c = Console(cluster.bootstrap, "--scan-cap", "30")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _produce(b: BrokerProcess, topic: str, values: list[bytes], partition: int = 0) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap, "message.max.bytes": 2_000_000})
+    for i, v in enumerate(values):
+        p.produce(topic, v, key=f"key-{i}".encode(), partition=partition, headers={"trace": f"t{i}".encode()})
+    assert p.flush(30) == 0
+
+
+def test_overview_topics_topic_messages_groups(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    group = f"billing-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [json.dumps({"order": i}).encode() for i in range(12)])
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 4)], asynchronous=False)
+    c.close()
+
+    overview = console.get("/")
+    assert 'id="brokers">1<' in overview
+    assert '<span class="tag">controller</span>' in overview
+    assert 'id="offline">0<' in overview and 'id="under-replicated">0<' in overview
+
+    topics = console.get("/topics")
+    assert f">{topic}</a>" in topics
+    row = topics[topics.index(f">{topic}</a>"):]
+    assert "<td>1</td><td>1</td><td>12</td>" in row.replace("\n", "")  # partitions, replication, messages
+
+    page = console.get(f"/topics/{topic}")
+    assert "<td>0</td><td>12</td><td>12</td>" in page.replace("\n", "")  # earliest, latest, messages
+    assert "cleanup.policy" in page and "DEFAULT_CONFIG" in page
+
+    newest = console.get(f"/topics/{topic}/messages?limit=3")
+    offsets = [int(x.split("</td>")[0]) for x in newest.split("<tr><td>")[1:]]
+    assert offsets == [11, 10, 9]
+    assert "&#34;order&#34;: 11" in newest  # pretty JSON
+    assert "trace=t11" in newest  # headers
+    oldest = console.get(f"/topics/{topic}/messages?order=oldest&limit=2")
+    assert [int(x.split("</td>")[0]) for x in oldest.split("<tr><td>")[1:]] == [0, 1]
+    found = console.get(f"/topics/{topic}/messages?q=key-7")
+    assert [int(x.split("</td>")[0]) for x in found.split("<tr><td>")[1:]] == [7]
+
+    groups = console.get("/groups")
+    assert f">{group}</a>" in groups
+    detail = console.get(f"/groups/{group}")
+    assert 'id="total-lag">8<' in detail  # 12 - 4
+    assert '<td class="lag">8</td>' in detail
+
+
+def test_create_produce_delete_through_the_forms(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"made-{uuid.uuid4().hex[:6]}"
+    status, body = console.request("/topics", {"name": topic, "partitions": "2", "replication_factor": "1"})
+    assert status == 200 and f"Topic {topic}" in body  # redirected to the new topic's page
+    assert body.count('<tr><td><a href="/topics/' + topic + '/messages?partition=') == 2
+    status, body = console.request(f"/topics/{topic}/produce",
+                                   {"partition": "1", "key": "k", "value": "hello console", "headers": "a=b"})
+    assert status == 200 and "hello console" in body and "a=b" in body
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "check",
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, 1, 0)])
+    msg = c.poll(15)
+    c.close()
+    assert msg is not None and msg.value() == b"hello console" and msg.key() == b"k"
+    assert msg.headers() == [("a", b"b")]
+    # a delete needs the name typed
+    status, body = console.request(f"/topics/{topic}/delete", {"confirm": "wrong"})
+    assert status == 400 and "type its name" in body
+    assert f">{topic}</a>" in console.get("/topics")
+    status, body = console.request(f"/topics/{topic}/delete", {"confirm": topic})
+    assert status == 200 and f">{topic}</a>" not in body
+    # bad input: a clear page, no traceback
+    status, body = console.request("/topics", {"name": "x", "partitions": "many", "replication_factor": "1"})
+    assert status == 400 and "partitions must be a whole number" in body and "Traceback" not in body
+    status, body = console.request("/topics/no-such-topic")
+    assert status == 404 and "does not exist" in body
+
+
+def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
+    cluster: BrokerProcess, console: Console
+) -> None:
+    topic = f"big-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"x" * 10] * 50 + [b"y" * 100_000])
+    body = console.get(f"/topics/{topic}/messages?q=nothing-matches&order=oldest")
+    assert 'id="capped"' in body and "scan cap of 30" in body
+    body = console.get(f"/topics/{topic}/messages?limit=1")
+    assert "100000 bytes, cut" in body
+    assert body.count("y") < 5000  # not the whole value
+    status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=50")
+    assert status == 200
+    assert json.loads(dl.splitlines()[0])["value"] == "y" * 100_000
+
+
+def test_read_only_has_no_mutating_controls(cluster: BrokerProcess) -> None:
+    ro = Console(cluster.bootstrap, "--read-only")
+    try:
+        topic = f"ro-{uuid.uuid4().hex[:6]}"
+        _produce(cluster, topic, [b"v"])
+        for path in ("/", "/topics", f"/topics/{topic}", f"/topics/{topic}/messages", "/groups"):
+            body = ro.get(path)
+            assert 'method="post"' not in body, path
+            assert "read-only" in body
+        status, _ = ro.request("/topics", {"name": "sneaky", "partitions": "1", "replication_factor": "1"})
+        assert status == 403
+        status, _ = ro.request(f"/topics/{topic}/delete", {"confirm": topic})
+        assert status == 403
+        assert f">{topic}</a>" in ro.get("/topics")
+    finally:
+        ro.close()
+
+
+def test_basic_auth(cluster: BrokerProcess, tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("# console users\nalice:s3cret\n")
+    c = Console(cluster.bootstrap, "--basic-auth-file", str(users))
+    try:
+        assert c.request("/")[0] == 401
+        bad = base64.b64encode(b"alice:wrong").decode()
+        assert c.request("/", headers={"Authorization": f"Basic {bad}"})[0] == 401
+        good = base64.b64encode(b"alice:s3cret").decode()
+        assert c.request("/", headers={"Authorization": f"Basic {good}"})[0] == 200
+    finally:
+        c.close()
+
+
+def test_unreachable_cluster_is_an_error_page() -> None:
+    c = Console(f"127.0.0.1:{free_port()}")
+    try:
+        status, body = c.request("/")
+        assert status == 502
+        assert "Cannot reach the cluster" in body and "Traceback" not in body
+    finally:
+        c.close()
+
+
+def test_bad_flags_are_clear_errors(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "strom", "console", "--basic-auth-file", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2 and "cannot read --basic-auth-file" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "strom", "console", "--bootstrap-server", "host:notaport",
+                        "--port", str(free_port())], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "bootstrap" in r.stderr and "Traceback" not in r.stderr
