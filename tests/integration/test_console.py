@@ -235,3 +235,40 @@ def test_bad_flags_are_clear_errors(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "strom", "console", "--bootstrap-server", "host:notaport",
                         "--port", str(free_port())], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "bootstrap" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_reset_group_offsets_preview_then_execute_and_delete(
+    cluster: BrokerProcess, console: Console
+) -> None:
+    topic = f"reset-{uuid.uuid4().hex[:6]}"
+    group = f"rg-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v"] * 10)
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 7)], asynchronous=False)
+    c.close()
+    assert 'id="reset"' in console.get(f"/groups/{group}")
+    # preview: shift by -5 from 7 -> 2; nothing committed yet
+    preview = {"strategy": "shift", "value": "-5", "topic": ""}
+    status, body = console.request(f"/groups/{group}/reset", preview)
+    assert status == 200 and "Preview" in body
+    flat = body.replace("\n", "")
+    assert '<td>7</td><td class="new">2</td>' in flat
+    assert 'id="total-lag">3<' in console.get(f"/groups/{group}")  # unchanged: 10 - 7
+    # out of range is clamped to the log (Kafka's checkOffsetsRange)
+    status, body = console.request(f"/groups/{group}/reset", {"strategy": "offset", "value": "99"})
+    assert '<td class="new">10</td>' in body.replace("\n", "")
+    # execute the previewed reset
+    status, body = console.request(f"/groups/{group}/reset",
+                                   {"strategy": "earliest", "value": "", "topic": topic, "execute": "1"})
+    assert status == 200 and "Offsets reset." in body
+    assert 'id="total-lag">10<' in console.get(f"/groups/{group}")
+    check = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    (tp,) = check.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=15)
+    check.close()
+    assert tp.offset == 0
+    status, body = console.request(f"/groups/{group}/reset", {"strategy": "sideways"})
+    assert status == 400 and "choose a reset" in body
+    # delete needs the id typed
+    assert console.request(f"/groups/{group}/delete", {"confirm": "nope"})[0] == 400
+    status, body = console.request(f"/groups/{group}/delete", {"confirm": group})
+    assert status == 200 and f">{group}</a>" not in body

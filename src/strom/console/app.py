@@ -343,6 +343,79 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         total = sum(r["lag"] or 0 for r in rows)
         return page("group.html", request, group=desc, rows=rows, total_lag=total)
 
+    async def reset_group(request: Request) -> Response:
+        """Reset a group's committed offsets: a preview first (current -> new per partition),
+        then, from the preview's Execute button, the commit (refused by the coordinator while the
+        group has active members, as kafka-consumer-groups --reset-offsets)."""
+        c = await client()
+        gid = request.path_params["group"]
+        form = await _form(request)
+        strategy = form.get("strategy", "")
+        topic_filter = form.get("topic", "").strip()
+        raw = form.get("value", "").strip()
+        committed = await cgroups.fetch_offsets(c, gid)
+        tps = sorted(tp for tp in committed if not topic_filter or tp[0] == topic_filter)
+        if not tps:
+            on = f" on {topic_filter}" if topic_filter else ""
+            raise BadInput(f"group {gid} has no committed offsets{on}")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        ends = await _offsets(c, by_topic)
+
+        def bounds(tp: tuple[str, int]) -> tuple[int, int]:
+            return ends.get(tp[0], {}).get(tp[1], (0, 0))
+
+        target: dict[tuple[str, int], int] = {}
+        if strategy == "earliest":
+            target = {tp: bounds(tp)[0] for tp in tps}
+        elif strategy == "latest":
+            target = {tp: bounds(tp)[1] for tp in tps}
+        elif strategy in ("offset", "shift"):
+            try:
+                n = int(raw)
+            except ValueError:
+                raise BadInput(f"{strategy} needs a whole number, not {raw!r}") from None
+            for tp in tps:
+                lo, hi = bounds(tp)
+                want = n if strategy == "offset" else committed[tp].offset + n
+                target[tp] = min(max(want, lo), hi)  # Kafka's checkOffsetsRange
+        elif strategy == "timestamp":
+            from ..cli.groups import parse_datetime
+
+            try:
+                ts = int(raw) if raw.isdigit() else parse_datetime(raw)
+            except ValueError as e:
+                raise BadInput(f"timestamp: {e}") from None
+            for t, ps in by_topic.items():
+                found = await c.list_offsets(t, dict.fromkeys(ps, ts))
+                assert isinstance(found, dict)
+                for p in ps:
+                    target[(t, p)] = found[p] if found.get(p, -1) >= 0 else bounds((t, p))[1]
+        else:
+            raise BadInput("choose a reset: earliest, latest, offset, shift or timestamp")
+        rows = [{"topic": t, "partition": p, "current": committed[(t, p)].offset, "new": target[(t, p)]}
+                for t, p in tps]
+        executed = form.get("execute") == "1"
+        errors: dict[str, str] = {}
+        if executed:
+            result = await cgroups.commit_offsets(c, gid, target)
+            errors = {f"{t}-{p}": str(e) for (t, p), e in result.items() if e is not None}
+        desc = await cgroups.describe_group(c, gid)
+        return page("reset.html", request, group=desc, rows=rows, executed=executed, errors=errors,
+                    form=form)
+
+    async def delete_group(request: Request) -> Response:
+        c = await client()
+        gid = request.path_params["group"]
+        form = await _form(request)
+        if form.get("confirm", "") != gid:
+            raise BadInput(f"to delete the group, type its id ({gid}) in the confirmation field")
+        result = await cgroups.delete_groups(c, [gid])
+        if result.get(gid) is not None:
+            raise result[gid]  # type: ignore[misc]
+        return RedirectResponse("/groups", 303)
+
     routes = [
         Route("/", guarded(overview)),
         Route("/topics", guarded(topics), methods=["GET", "POST"]),
@@ -353,6 +426,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/download", guarded(download)),
         Route("/groups", guarded(group_list)),
         Route("/groups/{group}", guarded(group)),
+        Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
+        Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
