@@ -157,3 +157,35 @@ def test_render_escapes_label_values_and_parses_back() -> None:
     assert by_name[("d_seconds_bucket", "+Inf")] == 1
     assert by_name[("d_seconds_count", None)] == 1
     assert by_name[("d_seconds_sum", None)] == 0.5
+
+
+def test_retention_activity_is_counted(tmp_path: Path) -> None:
+    from strom.server.log_tasks import run_retention
+
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        broker = _broker(tmp_path / "data", clock, sched, False)
+        await broker.start(listen=False)
+        net = MemoryNetwork(broker)
+        client = net.client()
+        try:
+            configs = {"segment.bytes": "200", "retention.bytes": "250", "file.delete.delay.ms": "0"}
+            assert await client.create_topics({"r": (1, 1, configs)}) == {"r": None}
+            for _ in range(6):
+                await client.produce("r", 0, [(None, b"x" * 100, [], -1)])
+            segments = broker.logs[("r", 0)].segment_count
+            assert segments >= 4
+            removed = run_retention(broker)
+            assert removed >= 2
+            text = render(StromCollector(broker).collect())
+            samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                       if not s.labels}
+            assert samples["strom_log_retention_segments_deleted_total"] == removed
+            assert samples["strom_log_cleaner_runs_total"] == 0
+        finally:
+            await client.close()
+            net.close()
+            await broker.stop()
+
+    asyncio.run(go())

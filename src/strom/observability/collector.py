@@ -228,7 +228,19 @@ class StromCollector:
             _counter("strom_isr_shrinks", "ISR shrinks asked by this leader", (), {(): m.isr_shrinks}),
             _counter("strom_isr_expands", "ISR expands asked by this leader", (), {(): m.isr_expands}),
             size_fam,
+            _counter("strom_log_retention_segments_deleted", "segments removed by retention", (),
+                     {(): m.retention_segments_deleted}),
+            _counter("strom_log_cleaner_runs", "logs cleaned by the log cleaner (compaction)", (),
+                     {(): m.cleaner_runs}),
+            _counter("strom_log_cleaner_read_bytes", "bytes the log cleaner read", (),
+                     {(): m.cleaner_bytes_read}),
+            _counter("strom_log_cleaner_written_bytes", "bytes the log cleaner wrote", (),
+                     {(): m.cleaner_bytes_written}),
         ]
+        cleaner_time = Family("strom_log_cleaner_duration_seconds_total", "counter",
+                              "time the log cleaner spent cleaning")
+        cleaner_time.add((), m.cleaner_seconds)
+        out.append(cleaner_time)
         if per_partition:
             out += [size_f, segs_f, leo_f, lso_f, hw_f]
         return out

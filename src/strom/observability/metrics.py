@@ -69,6 +69,11 @@ class BrokerMetrics:
         self.auth_failures: defaultdict[str, int] = defaultdict(int)  # listener
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.retention_segments_deleted = 0  # (log_tasks: retention by time, size, log start)
+        self.cleaner_runs = 0  # logs cleaned (compaction rounds that cleaned one)
+        self.cleaner_bytes_read = 0
+        self.cleaner_bytes_written = 0
+        self.cleaner_seconds = 0.0
 
     def request_done(self, api: str, version: int, request: str, seconds: float, error: str | None) -> None:
         """One request answered: counted by API and version, timed by ``request`` (the API's
