@@ -156,6 +156,17 @@ def test_create_produce_delete_through_the_forms(cluster: BrokerProcess, console
     c.close()
     assert msg is not None and msg.value() == b"hello console" and msg.key() == b"k"
     assert msg.headers() == [("a", b"b")]
+    # alter a config, then back to the default; grow the partitions
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "value": "3600000"})
+    assert status == 200
+    row = '<td>retention.ms</td><td>3600000</td><td class="ok">DYNAMIC_TOPIC_CONFIG</td>'
+    assert row in body.replace("\n", "")
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "delete": "1"})
+    assert "<td>retention.ms</td><td>604800000</td>" in body.replace("\n", "")
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "value": "soon"})
+    assert status == 502 and "retention.ms" in body
+    status, body = console.request(f"/topics/{topic}/alter", {"partitions": "3"})
+    assert status == 200 and body.count(f'<tr><td><a href="/topics/{topic}/messages?partition=') == 3
     # a delete needs the name typed
     status, body = console.request(f"/topics/{topic}/delete", {"confirm": "wrong"})
     assert status == 400 and "type its name" in body

@@ -215,6 +215,26 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise errors[name]  # type: ignore[misc]
         return RedirectResponse("/topics", 303)
 
+    async def alter_topic(request: Request) -> Response:
+        """Set or delete (back to the default) one config, or grow the partition count."""
+        c = await client()
+        name = request.path_params["name"]
+        form = await _form(request)
+        if form.get("partitions"):
+            count = _int(form["partitions"], "partitions", 1)
+            result = await admin.create_partitions(c, {name: count})
+            if result.get(name) is not None:
+                raise result[name]  # type: ignore[misc]
+        else:
+            key = form.get("config", "").strip()
+            if not key:
+                raise BadInput("name the config to set or delete")
+            op: tuple[str, int, str | None] = (
+                (key, 1, None) if form.get("delete") == "1" else (key, 0, form.get("value", ""))
+            )  # DELETE (back to the default) or SET
+            await admin.incremental_alter_configs(c, TOPIC_RESOURCE, name, [op])
+        return RedirectResponse(f"/topics/{name}", 303)
+
     async def produce(request: Request) -> Response:
         c = await client()
         name = request.path_params["name"]
@@ -422,6 +442,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}", guarded(topic)),
         Route("/topics/{name}/delete", guarded(delete_topic), methods=["POST"]),
         Route("/topics/{name}/produce", guarded(produce), methods=["POST"]),
+        Route("/topics/{name}/alter", guarded(alter_topic), methods=["POST"]),
         Route("/topics/{name}/messages", guarded(messages)),
         Route("/topics/{name}/download", guarded(download)),
         Route("/groups", guarded(group_list)),
