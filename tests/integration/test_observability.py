@@ -186,3 +186,45 @@ def test_disabled_listener_and_bad_value(tmp_path: Path) -> None:
     )
     assert r.returncode == 1
     assert "strom.http.listener" in r.stderr + r.stdout and "Traceback" not in r.stderr
+
+
+def test_connections_and_auth_failures_by_listener(tmp_path: Path) -> None:
+    import asyncio
+
+    from strom.client.client import Client
+    from strom.client.errors import KafkaError
+    from strom.client.security import SecurityConfig
+
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="admin" password="admin-secret" user_alice="alice-secret";')
+    listeners = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+    b = BrokerProcess(tmp_path / "data", listeners=listeners,
+                      overrides=[f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}"])
+    b.start()
+
+    async def login(password: str) -> bool:
+        security = SecurityConfig.from_config({
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                                f'username="alice" password="{password}";',
+        })
+        async with Client(b.bootstrap_for("SASL_PLAINTEXT"), security=security, retries=0) as c:
+            try:
+                await c.any_connection()
+                return True
+            except KafkaError:
+                return False
+
+    try:
+        before = scrape(b)
+        logins = [asyncio.run(login(pw)) for pw in ("wrong", "also-wrong", "alice-secret")]
+        assert logins == [False, False, True]
+        after = scrape(b)
+        key = 'strom_authentication_failures_total{listener="SASL_PLAINTEXT"}'
+        assert after.get(key, 0) - before.get(key, 0) == 2
+        assert 'strom_authentication_failures_total{listener="PLAINTEXT"}' not in after
+        created = 'strom_connections_created_total{listener="SASL_PLAINTEXT"}'
+        assert after[created] - before.get(created, 0) == 3
+        assert 'strom_connections{listener="PLAINTEXT"}' in after  # every listener has the gauge
+    finally:
+        b.stop()
