@@ -1,0 +1,71 @@
+"""The replication metrics on a real three-node cluster: one active controller among the nodes, a
+follower killed shows as under-replicated partitions and ISR shrinks on the leaders, its return as
+ISR expands; each node serves /metrics on its own HTTP port (dev-cluster's plan)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from strom.testing.cluster_process import ClusterProcess
+
+pytestmark = pytest.mark.integration
+
+OVERRIDES = (
+    "broker.heartbeat.interval.ms=300",
+    "broker.session.timeout.ms=2500",
+    "replica.lag.time.max.ms=1500",
+    "controller.quorum.election.timeout.ms=500",
+    "controller.quorum.fetch.timeout.ms=1000",
+)
+
+
+def scrape(c: ClusterProcess, node: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{c.spec(node).http_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items())): float(s.value)
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def total(c: ClusterProcess, nodes: list[int], name: str) -> float:
+    return sum(scrape(c, n).get(name, 0.0) for n in nodes)
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.2)
+
+
+def test_replication_metrics_on_three_nodes(tmp_path: Path) -> None:
+    with ClusterProcess(tmp_path / "dc", 3, overrides=OVERRIDES) as c:
+        c.wait_ready(90)
+        nodes = [1, 2, 3]
+        assert all(c.spec(n).http_port for n in nodes)
+        assert len({c.spec(n).http_port for n in nodes}) == 3
+        controller = c.active_controller()
+        wait_for(lambda: total(c, nodes, "strom_active_controller") == 1, "one active controller")
+        assert scrape(c, controller)["strom_active_controller"] == 1
+        assert c.create_topics(controller, {"rep": (6, 3)})["rep"][0] == 0
+        c.wait_topic("rep")
+        wait_for(lambda: total(c, nodes, "strom_under_replicated_partitions") == 0, "all in sync")
+        assert all(scrape(c, n)["strom_cluster_brokers"] == 3 for n in nodes)
+        shrinks = total(c, nodes, "strom_isr_shrinks_total")
+        victim = next(n for n in nodes if n != controller)
+        c.kill(victim)
+        alive = [n for n in nodes if n != victim]
+        # the leaders among the survivors drop the dead follower from their ISRs
+        wait_for(lambda: total(c, alive, "strom_under_replicated_partitions") > 0, "under-replicated")
+        wait_for(lambda: total(c, alive, "strom_isr_shrinks_total") > shrinks, "an ISR shrink")
+        assert total(c, alive, "strom_offline_partitions") == 0  # rf 3: every partition keeps a leader
+        expands = total(c, alive, "strom_isr_expands_total")
+        c.restart(victim)
+        wait_for(lambda: total(c, nodes, "strom_isr_expands_total") > expands, "an ISR expand", 60)
+        wait_for(lambda: total(c, nodes, "strom_under_replicated_partitions") == 0, "back in sync", 60)
