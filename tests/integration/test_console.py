@@ -283,3 +283,38 @@ def test_reset_group_offsets_preview_then_execute_and_delete(
     assert console.request(f"/groups/{group}/delete", {"confirm": "nope"})[0] == 400
     status, body = console.request(f"/groups/{group}/delete", {"confirm": group})
     assert status == 200 and f">{group}</a>" not in body
+
+
+def test_browse_by_time_sizes_and_live_tail(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"tail-{uuid.uuid4().hex[:6]}"
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(6):
+        p.produce(topic, f"v{i}".encode(), partition=0, timestamp=1_700_000_000_000 + i * 1000)
+    assert p.flush(30) == 0
+    # from a time: the first record at or after it, oldest first
+    body = console.get(f"/topics/{topic}/messages?timestamp=1700000003000&limit=2")
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [3, 4]
+    body = console.get(f"/topics/{topic}/messages?timestamp=2023-11-14T22:13:24Z&limit=1")  # = ...004000
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [4]
+    status, body = console.request(f"/topics/{topic}/messages?timestamp=yesterday")
+    assert status == 400 and "timestamp" in body
+    # sizes from DescribeLogDirs
+    page = console.get(f"/topics/{topic}")
+    size = int(page.split('<span id="size">')[1].split("<")[0])
+    assert size > 6 * 2
+    # live tail: records produced after it started arrive as server-sent events
+    url = f"http://127.0.0.1:{console.port}/topics/{topic}/tail?partition=0"
+    stream = urllib.request.urlopen(url, timeout=30)
+    try:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        assert stream.readline() == b"event: ready\n"
+        assert json.loads(stream.readline().decode()[len("data: "):]) == {"offset": 6}
+        assert stream.readline() == b"\n"
+        p.produce(topic, b'{"live": true}', key=b"k", partition=0)
+        assert p.flush(30) == 0
+        line = stream.readline().decode()
+        event = json.loads(line[len("data: "):])
+        assert event["offset"] == 6 and event["key"] == "k" and event["kind"] == "json"
+        assert json.loads(event["value"]) == {"live": True}
+    finally:
+        stream.close()

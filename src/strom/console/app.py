@@ -23,6 +23,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import datetime
 import hmac
 import json
 import logging
@@ -34,7 +35,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -179,11 +180,13 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         rows = []
         names = sorted(n for n, t in md.topics.items() if show_internal or not t.is_internal)
         ends = await _offsets(c, {n: list(md.topics[n].partitions) for n in names})
+        sizes = await _sizes(c, list(md.brokers))
         for n in names:
             t = md.topics[n]
             count = sum(max(0, hi - lo) for lo, hi in ends.get(n, {}).values())
+            size = sum(v for (tn, _p), v in sizes.items() if tn == n) if sizes is not None else None
             rows.append({"name": n, "partitions": len(t.partitions), "replication": t.replication_factor,
-                         "messages": count, "internal": t.is_internal,
+                         "messages": count, "internal": t.is_internal, "size": size,
                          "under": sum(1 for p in t.partitions.values() if len(p.isr) < len(p.replicas))})
         return page("topics.html", request, topics=rows, show_internal=show_internal)
 
@@ -201,7 +204,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             for p in sorted(t.partitions.values(), key=lambda p: p.partition)
         ]
         configs = sorted(await admin.describe_configs(c, TOPIC_RESOURCE, name), key=lambda ci: ci.name)
-        return page("topic.html", request, name=name, topic=t, partitions=parts, configs=configs,
+        sizes = await _sizes(c, list(md.brokers) if md.brokers else [])
+        size = sum(v for (tn, _p), v in sizes.items() if tn == name) if sizes is not None else None
+        return page("topic.html", request, name=name, topic=t, partitions=parts, configs=configs, size=size,
                     messages=sum(max(0, hi - lo) for lo, hi in ends.values()))
 
     async def delete_topic(request: Request) -> Response:
@@ -269,7 +274,14 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         lo = await c.list_offsets(name, partition, EARLIEST)
         hi = await c.list_offsets(name, partition, LATEST)
         assert isinstance(lo, int) and isinstance(hi, int)
-        if q.get("offset"):
+        from_time = q.get("timestamp", "").strip()
+        if from_time:  # the first record at or after the time, oldest first from there
+            ts = _timestamp(from_time)
+            at = await c.list_offsets(name, partition, ts)
+            assert isinstance(at, int)
+            start = at if at >= 0 else hi
+            order = "oldest"
+        elif q.get("offset"):
             start = max(lo, _int(q.get("offset"), "offset", 0))
         elif order == "newest":
             start = max(lo, hi - (settings.scan_cap if search else limit))
@@ -279,8 +291,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         scanned, pos = 0, start
         # oldest first (or from an offset): until `limit` matches; newest first: the newest
         # records (the newest `scan_cap` when searching), reversed below
-        want = limit if order == "oldest" or q.get("offset") else 10**9
-        capped = bool(search) and order == "newest" and not q.get("offset") and start > lo
+        from_start = bool(q.get("offset") or from_time)
+        want = limit if order == "oldest" or from_start else 10**9
+        capped = bool(search) and order == "newest" and not from_start and start > lo
         done = False
         while pos < hi and not done and len(found) < want:
             res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
@@ -300,7 +313,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             if nxt is None or nxt <= pos:
                 break
             pos = nxt
-        found = found[::-1][:limit] if order == "newest" and not q.get("offset") else found[:limit]
+        found = found[::-1][:limit] if order == "newest" and not from_start else found[:limit]
         rows = []
         for r in found:
             kkind, ktext, _ = render_value(r.key, 256)
@@ -312,6 +325,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                                      for h, v in r.headers]})
         return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
                     rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
+                    from_time=from_time,
                     scan_cap=settings.scan_cap, earliest=lo, latest=hi)
 
     async def download(request: Request) -> Response:
@@ -338,6 +352,35 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             pos = res.next_offset
         return Response("\n".join(lines) + "\n", media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="{name}-{partition}-{offset}.jsonl"'})
+
+    async def tail(request: Request) -> Response:
+        """Live tail (server-sent events): each record appended to the partition from now on, as a
+        JSON event; ends when the browser goes away (or after an hour)."""
+        c = await client()
+        name = request.path_params["name"]
+        partition = _int(request.query_params.get("partition") or "0", "partition", 0)
+        start = await c.list_offsets(name, partition, LATEST)
+        assert isinstance(start, int)
+
+        async def events() -> AsyncIterator[str]:
+            pos = start
+            yield f"event: ready\ndata: {json.dumps({'offset': pos})}\n\n"
+            deadline = asyncio.get_running_loop().time() + 3600
+            while asyncio.get_running_loop().time() < deadline and not await request.is_disconnected():
+                res = await c.fetch(name, partition, pos, max_wait_ms=1000)
+                if res.error_code:
+                    yield f"event: error\ndata: {json.dumps({'error': res.error_code})}\n\n"
+                    return
+                for r in res.records:
+                    _, key, _ = render_value(r.key, 256)
+                    kind, value, cut = render_value(r.value)
+                    yield "data: " + json.dumps({"offset": r.offset, "timestamp": r.timestamp, "key": key,
+                                                 "value": value, "kind": kind, "truncated": cut}) + "\n\n"
+                if res.next_offset is not None and res.next_offset > pos:
+                    pos = res.next_offset
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
 
     async def group_list(request: Request) -> Response:
         c = await client()
@@ -401,12 +444,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 want = n if strategy == "offset" else committed[tp].offset + n
                 target[tp] = min(max(want, lo), hi)  # Kafka's checkOffsetsRange
         elif strategy == "timestamp":
-            from ..cli.groups import parse_datetime
-
-            try:
-                ts = int(raw) if raw.isdigit() else parse_datetime(raw)
-            except ValueError as e:
-                raise BadInput(f"timestamp: {e}") from None
+            ts = _timestamp(raw)
             for t, ps in by_topic.items():
                 found = await c.list_offsets(t, dict.fromkeys(ps, ts))
                 assert isinstance(found, dict)
@@ -445,6 +483,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/alter", guarded(alter_topic), methods=["POST"]),
         Route("/topics/{name}/messages", guarded(messages)),
         Route("/topics/{name}/download", guarded(download)),
+        Route("/topics/{name}/tail", guarded(tail)),
         Route("/groups", guarded(group_list)),
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
@@ -521,6 +560,35 @@ async def _offsets(c: Client, partitions: dict[str, list[int]]) -> dict[str, dic
 
     await asyncio.gather(*(one(t, ps) for t, ps in partitions.items()))
     return out
+
+
+async def _sizes(c: Client, brokers: list[int]) -> dict[tuple[str, int], int] | None:
+    """Bytes per partition summed over every replica (DescribeLogDirs on each broker); None if a
+    broker did not answer (the sizes would be partial)."""
+    out: dict[tuple[str, int], int] = {}
+    try:
+        answers = await asyncio.gather(*(admin.describe_log_dirs(c, b) for b in brokers))
+    except (KafkaError, OSError, TimeoutError):
+        return None
+    for dirs in answers:
+        for _dir, error, sizes in dirs:
+            if error == 0:
+                for tp, n in sizes.items():
+                    out[tp] = out.get(tp, 0) + n
+    return out
+
+
+def _timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO date-time (UTC unless it names a zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        dt = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInput(f"timestamp {text!r}: give milliseconds or yyyy-MM-ddTHH:mm:ss[Z|+hh:mm]") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return int(dt.timestamp() * 1000)
 
 
 def _authorized(request: Request, users: dict[str, str]) -> bool:
