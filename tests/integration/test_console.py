@@ -318,3 +318,36 @@ def test_browse_by_time_sizes_and_live_tail(cluster: BrokerProcess, console: Con
         assert json.loads(event["value"]) == {"live": True}
     finally:
         stream.close()
+
+
+def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"search-{uuid.uuid4().hex[:6]}"
+    values = [json.dumps({"customer": {"id": i, "tier": "gold" if i % 3 == 0 else "basic"}}).encode()
+              for i in range(9)]
+    _produce(cluster, topic, values)
+
+    def offsets(query: str) -> list[int]:
+        body = console.get(f"/topics/{topic}/messages?order=oldest&{query}")
+        return [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]]
+
+    assert offsets("q=customer.tier%3Dgold&mode=json") == [0, 3, 6]
+    assert offsets("q=customer.id%3D4&mode=json") == [4]
+    assert offsets("q=customer.missing&mode=json") == []
+    assert offsets("q=%22id%22%3A+%5B57%5D&mode=regex") == [5, 7]  # "id": [57]
+    assert offsets("q=trace%3Dt2&mode=header") == [2]
+    status, body = console.request(f"/topics/{topic}/messages?q=%28&mode=regex")
+    assert status == 400 and "regular expression" in body
+    # replay offset 4 to another topic (created by the console first)
+    other = f"{topic}-copy"
+    assert console.request("/topics", {"name": other, "partitions": "1", "replication_factor": "1"})[0] == 200
+    again = {"partition": "0", "offset": "4", "target": other, "target_partition": "0"}
+    status, body = console.request(f"/topics/{topic}/replay", again)
+    assert status == 200 and "&#34;id&#34;: 4" in body and "trace=t4" in body
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "replay-check",
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(other, 0, 0)])
+    msg = c.poll(15)
+    c.close()
+    assert msg is not None and msg.value() == values[4] and msg.key() == b"key-4"
+    status, body = console.request(f"/topics/{topic}/replay", again | {"offset": "99"})
+    assert status == 400 and "no record at offset 99" in body

@@ -27,6 +27,7 @@ import datetime
 import hmac
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ __all__ = ["ConsoleSettings", "build_app", "render_value"]
 log = logging.getLogger("strom.console")
 HERE = Path(__file__).parent
 TOPIC_RESOURCE = 2
+OFFSET_OUT_OF_RANGE = 1
 MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
 DEFAULT_SCAN_CAP = 10_000
 
@@ -220,6 +222,31 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise errors[name]  # type: ignore[misc]
         return RedirectResponse("/topics", 303)
 
+    async def replay(request: Request) -> Response:
+        """Produce one record again (key, value, headers) to a topic, the same or another."""
+        c = await client()
+        name = request.path_params["name"]
+        form = await _form(request)
+        partition = _int(form.get("partition") or "0", "partition", 0)
+        offset = _int(form.get("offset"), "offset", 0)
+        target = form.get("target", "").strip()
+        target_partition = _int(form.get("target_partition") or "0", "target partition", 0)
+        if not target:
+            raise BadInput("name the topic to replay the record to")
+        try:
+            res = await c.fetch(name, partition, offset, max_wait_ms=0)
+            record = next((r for r in res.records if r.offset == offset), None)
+        except KafkaError as e:  # (the client raises a partition's error)
+            if e.code != OFFSET_OUT_OF_RANGE:
+                raise
+            record = None
+        if record is None:
+            raise BadInput(f"{name}-{partition} has no record at offset {offset}")
+        again = (record.key, record.value, list(record.headers), -1)
+        new = await c.produce(target, target_partition, [again])
+        where = f"/topics/{target}/messages?partition={target_partition}&offset={new}&order=oldest"
+        return RedirectResponse(where, 303)
+
     async def alter_topic(request: Request) -> Response:
         """Set or delete (back to the default) one config, or grow the partition count."""
         c = await client()
@@ -271,6 +298,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         limit = min(_int(q.get("limit") or "50", "limit", 1), 500)
         order = q.get("order", "newest")
         search = q.get("q", "")
+        mode = q.get("mode", "text")
+        matcher = _matcher(search, mode) if search else None
         lo = await c.list_offsets(name, partition, EARLIEST)
         hi = await c.list_offsets(name, partition, LATEST)
         assert isinstance(lo, int) and isinstance(hi, int)
@@ -307,7 +336,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     capped = done = True
                     break
                 scanned += 1
-                if not search or _matches(r, search):
+                if matcher is None or matcher(r):
                     found.append(r)
             nxt = res.next_offset
             if nxt is None or nxt <= pos:
@@ -325,7 +354,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                                      for h, v in r.headers]})
         return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
                     rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
-                    from_time=from_time,
+                    from_time=from_time, mode=mode,
                     scan_cap=settings.scan_cap, earliest=lo, latest=hi)
 
     async def download(request: Request) -> Response:
@@ -481,6 +510,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/delete", guarded(delete_topic), methods=["POST"]),
         Route("/topics/{name}/produce", guarded(produce), methods=["POST"]),
         Route("/topics/{name}/alter", guarded(alter_topic), methods=["POST"]),
+        Route("/topics/{name}/replay", guarded(replay), methods=["POST"]),
         Route("/topics/{name}/messages", guarded(messages)),
         Route("/topics/{name}/download", guarded(download)),
         Route("/topics/{name}/tail", guarded(tail)),
@@ -527,11 +557,60 @@ def _int(raw: object, what: str, minimum: int) -> int:
     return v
 
 
-def _matches(r: Any, needle: str) -> bool:
-    n = needle.encode()
-    if (r.key is not None and n in r.key) or (r.value is not None and n in r.value):
-        return True
-    return any(bool(n in (v or b"") or needle in h) for h, v in r.headers)
+def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
+    """A record filter: ``text`` (substring of key, value, header names or values), ``regex``
+    (over key, value and header values decoded as UTF-8), ``json`` (``a.b.0.c=value``: the
+    value is JSON and the path holds that value, compared as text; ``a.b`` alone: the path
+    exists), ``header`` (``name`` or ``name=value``)."""
+    if mode == "text":
+        needle = search.encode()
+
+        def text(r: Any) -> bool:
+            if (r.key is not None and needle in r.key) or (r.value is not None and needle in r.value):
+                return True
+            return any(bool(needle in (v or b"") or search in h) for h, v in r.headers)
+        return text
+    if mode == "regex":
+        try:
+            pattern = re.compile(search)
+        except re.error as e:
+            raise BadInput(f"regular expression {search!r}: {e}") from None
+
+        def rx(r: Any) -> bool:
+            parts = [r.key, r.value, *(v for _h, v in r.headers)]
+            return any(p is not None and pattern.search(p.decode("utf-8", "replace")) for p in parts)
+        return rx
+    if mode == "json":
+        path, has_value, want = search.partition("=")
+        steps = [s for s in path.strip().split(".") if s]
+        if not steps:
+            raise BadInput("JSON path search: give a.b.c or a.b.c=value")
+
+        def js(r: Any) -> bool:
+            try:
+                node: Any = json.loads(r.value) if r.value is not None else None
+            except ValueError:
+                return False
+            for step in steps:
+                if isinstance(node, dict) and step in node:
+                    node = node[step]
+                elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+                    node = node[int(step)]
+                else:
+                    return False
+            if not has_value:
+                return True
+            shown = node if isinstance(node, str) else json.dumps(node)
+            return bool(shown == want.strip())
+        return js
+    if mode == "header":
+        name, has_value, want = search.partition("=")
+
+        def hd(r: Any) -> bool:
+            return any(h == name and (not has_value or (v or b"").decode("utf-8", "replace") == want)
+                       for h, v in r.headers)
+        return hd
+    raise BadInput(f"unknown search mode {mode!r}: text, regex, json or header")
 
 
 def _jsonable(data: bytes | None) -> Any:
