@@ -351,3 +351,30 @@ def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> No
     assert msg is not None and msg.value() == values[4] and msg.key() == b"key-4"
     status, body = console.request(f"/topics/{topic}/replay", again | {"offset": "99"})
     assert status == 400 and "no record at offset 99" in body
+
+
+def test_metrics_page_charts_the_brokers_metrics(cluster: BrokerProcess, console: Console) -> None:
+    assert 'id="no-metrics"' in console.get("/metrics")  # (this console has no --metrics-url)
+    url = cluster.http_url + "/metrics"
+    m = Console(cluster.bootstrap, "--metrics-url", url, "--metrics-interval", "0.5")
+    try:
+        topic = f"rate-{uuid.uuid4().hex[:6]}"
+        deadline = time.monotonic() + 30
+        while True:  # produce between samples until the bytes-in rate shows
+            _produce(cluster, topic, [b"z" * 1000] * 20)
+            time.sleep(0.6)
+            body = m.get("/metrics")
+            row = body.split("<th>bytes in/s</th>")[1].split("</tr>")[0]
+            if "<polyline" in row and float(row.split('class="now">')[1].split("<")[0]) > 0:
+                break
+            assert time.monotonic() < deadline, body
+        assert cluster.http_url + "/metrics" in body and "last sample failed" not in body
+    finally:
+        m.close()
+    bad = Console(cluster.bootstrap, "--metrics-url", f"http://127.0.0.1:{free_port()}/metrics",
+                  "--metrics-interval", "0.2")
+    try:
+        time.sleep(1)
+        assert "last sample failed" in bad.get("/metrics")
+    finally:
+        bad.close()

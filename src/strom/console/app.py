@@ -45,6 +45,7 @@ from ..client import admin
 from ..client import groups as cgroups
 from ..client.client import EARLIEST, LATEST, Client
 from ..client.errors import KafkaConnectionError, KafkaError
+from .sampler import RATE_COUNTERS, MetricsSampler, sparkline
 
 __all__ = ["ConsoleSettings", "build_app", "render_value"]
 
@@ -63,6 +64,8 @@ class ConsoleSettings:
     client_factory: Callable[[], Client] | None = None
     basic_auth: dict[str, str] | None = None  # user -> password
     scan_cap: int = DEFAULT_SCAN_CAP
+    metrics_urls: tuple[str, ...] = ()  # brokers' /metrics, sampled for the metrics page
+    metrics_interval_s: float = 10.0
 
 
 class ClusterUnavailable(Exception):
@@ -503,6 +506,21 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise result[gid]  # type: ignore[misc]
         return RedirectResponse("/groups", 303)
 
+    sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s)
+
+    async def metrics_page(request: Request) -> Response:
+        charts = []
+        for series in sampler.series:
+            rows = []
+            for label, counter in RATE_COUNTERS.items():
+                values = series.rates(counter)
+                rows.append({"label": label, "svg": sparkline(values),
+                             "now": f"{values[-1]:.1f}" if values else "-"})
+            charts.append({"url": series.url, "error": series.error, "rows": rows})
+        lags = [{"group": g, "svg": sparkline(v), "now": f"{v[-1]:.0f}" if v else "-"}
+                for g, v in sorted(sampler.lag_by_group().items())]
+        return page("metrics.html", request, charts=charts, lags=lags, interval=settings.metrics_interval_s)
+
     routes = [
         Route("/", guarded(overview)),
         Route("/topics", guarded(topics), methods=["GET", "POST"]),
@@ -515,6 +533,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/download", guarded(download)),
         Route("/topics/{name}/tail", guarded(tail)),
         Route("/groups", guarded(group_list)),
+        Route("/metrics", guarded(metrics_page)),
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
@@ -523,7 +542,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
         yield
+        await sampler.stop()
         c = state.pop("client", None)
         if c is not None:
             await c.close()

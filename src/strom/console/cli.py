@@ -21,6 +21,10 @@ def add_parser(sub: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None
                    help="require HTTP basic auth; FILE holds user:password lines")
     p.add_argument("--scan-cap", type=int, default=10_000,
                    help="records a message search scans at most (default 10000)")
+    p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                   help="a broker's Prometheus /metrics, charted on the Metrics page (repeatable)")
+    p.add_argument("--metrics-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="how often the metrics are sampled (default 10)")
 
 
 def console(args: argparse.Namespace) -> int:
@@ -31,6 +35,11 @@ def console(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port {args.port} is not a port", 2)
+    if args.metrics_interval <= 0:
+        raise CommandError("--metrics-interval must be positive", 2)
+    for url in args.metrics_url:
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"--metrics-url {url}: expected http://host:port/metrics", 2)
     if args.scan_cap < 1:
         raise CommandError("--scan-cap must be at least 1", 2)
     users = None
@@ -44,7 +53,8 @@ def console(args: argparse.Namespace) -> int:
             raise CommandError(str(e), 2) from None
     client = _client(args)  # validates --bootstrap-server and --command-config now
     settings = ConsoleSettings(args.bootstrap_server, read_only=args.read_only, client_factory=lambda: client,
-                               basic_auth=users, scan_cap=args.scan_cap)
+                               basic_auth=users, scan_cap=args.scan_cap, metrics_urls=tuple(args.metrics_url),
+                               metrics_interval_s=args.metrics_interval)
     app = build_app(settings)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             lifespan="on")
