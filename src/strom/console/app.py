@@ -96,6 +96,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["read_only"] = settings.read_only
     templates.env.globals["bootstrap"] = settings.bootstrap
+    templates.env.filters["when"] = _when
     state: dict[str, Client] = {}
     lock = asyncio.Lock()
 
@@ -676,6 +677,17 @@ async def _sizes(c: Client, brokers: list[int]) -> dict[tuple[str, int], int] | 
                 for tp, n in sizes.items():
                     out[tp] = out.get(tp, 0) + n
     return out
+
+
+def _when(ms: int) -> str:
+    """A record timestamp as UTC ISO time (-1: none)."""
+    if ms < 0:
+        return "-"
+    try:
+        when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+        return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
 
 
 def _timestamp(text: str) -> int:
