@@ -18,7 +18,10 @@ pytestmark = pytest.mark.integration
 
 OVERRIDES = (
     "broker.heartbeat.interval.ms=300",
-    "broker.session.timeout.ms=2500",
+    # the leaders' own ISR shrink (after replica.lag.time.max.ms) comes well before the controller
+    # fences the dead broker (broker.session.timeout.ms), which would take it out of the ISRs itself
+    # (not an ISR shrink of the leader's, in Kafka's count either)
+    "broker.session.timeout.ms=8000",
     "replica.lag.time.max.ms=1500",
     "controller.quorum.election.timeout.ms=500",
     "controller.quorum.fetch.timeout.ms=1000",
