@@ -1,10 +1,13 @@
 """The replication metrics on a real three-node cluster: one active controller among the nodes, a
 follower killed shows as under-replicated partitions and ISR shrinks on the leaders, its return as
-ISR expands; each node serves /metrics on its own HTTP port (dev-cluster's plan)."""
+ISR expands; each node serves /metrics on its own HTTP port (dev-cluster's plan). Then /readyz:
+a node restarted alone of three voters answers /healthz but is not ready (no quorum to finish its
+start) until a second voter is back."""
 
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -72,3 +75,25 @@ def test_replication_metrics_on_three_nodes(tmp_path: Path) -> None:
         c.restart(victim)
         wait_for(lambda: total(c, nodes, "strom_isr_expands_total") > expands, "an ISR expand", 60)
         wait_for(lambda: total(c, nodes, "strom_under_replicated_partitions") == 0, "back in sync", 60)
+        # /readyz while a node cannot finish its start: alone of three voters it has no quorum
+        for n in nodes:
+            c.kill(n)
+        c.dev.start_node(1)  # (not ClusterProcess.start_node: that waits for the Kafka listener)
+        url = f"http://127.0.0.1:{c.spec(1).http_port}"
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(url + path, timeout=5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+            except OSError:
+                return 0, ""
+
+        wait_for(lambda: get("/healthz")[0] == 200, "node 1's /healthz while it starts")
+        status, body = get("/readyz")
+        assert status == 503 and "starting" in body, body
+        time.sleep(2)
+        assert get("/readyz")[0] == 503  # still: no majority
+        c.start_node(2)  # a majority again: node 1 finishes its start
+        wait_for(lambda: get("/readyz") == (200, "ready\n"), "node 1 ready once it has a quorum", 60)
