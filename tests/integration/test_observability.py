@@ -228,3 +228,35 @@ def test_connections_and_auth_failures_by_listener(tmp_path: Path) -> None:
         assert 'strom_connections{listener="PLAINTEXT"}' in after  # every listener has the gauge
     finally:
         b.stop()
+
+
+def test_https_listener_with_the_brokers_tls_settings(tmp_path: Path) -> None:
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA(organization_name="strom test CA")
+    server = tmp_path / "server.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server))
+    port = free_port()
+    b = BrokerProcess(tmp_path / "data", overrides=[
+        f"strom.http.listener=https://127.0.0.1:{port}",
+        "listener.name.http.ssl.keystore.type=PEM", f"listener.name.http.ssl.keystore.location={server}",
+    ])
+    b.start()
+    try:
+        ctx = ssl.create_default_context()
+        ca.configure_trust(ctx)
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=10, context=ctx) as r:
+            assert r.status == 200 and b"strom_requests_total" in r.read()
+        with pytest.raises(OSError):  # plain HTTP is not answered (connection closed)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    finally:
+        b.stop()
+    r = subprocess.run(
+        [sys.executable, "-m", "strom", "serve",
+         "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
+         "--override", f"log.dirs={tmp_path / 'nokey'}",
+         "--override", f"strom.http.listener=https://127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 1 and "keystore" in r.stderr + r.stdout and "Traceback" not in r.stderr

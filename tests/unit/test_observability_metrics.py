@@ -133,9 +133,10 @@ def test_histogram_buckets_are_cumulative() -> None:
 def test_http_listener_value() -> None:
     assert parse_http_listener("") is None
     assert parse_http_listener("  ") is None
-    assert parse_http_listener("http://127.0.0.1:9644") == ("127.0.0.1", 9644)
-    assert parse_http_listener("http://:9644") == ("0.0.0.0", 9644)
-    for bad in ("https://h:1", "http://h", "h:1", "http://h:99999", "http://h:1/x"):
+    assert parse_http_listener("http://127.0.0.1:9644") == ("http", "127.0.0.1", 9644)
+    assert parse_http_listener("http://:9644") == ("http", "0.0.0.0", 9644)
+    assert parse_http_listener("https://0.0.0.0:9645") == ("https", "0.0.0.0", 9645)
+    for bad in ("ftp://h:1", "http://h", "h:1", "http://h:99999", "http://h:1/x"):
         with pytest.raises(ConfigError, match=r"strom\.http\.listener"):
             parse_http_listener(bad)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -37,15 +38,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text fo
 _HEAD_TIMEOUT_S = 10.0
 
 
-def parse_http_listener(value: str) -> tuple[str, int] | None:
-    """``http://host:port`` -> (host, port); empty -> None (disabled). Raises ConfigError."""
+def parse_http_listener(value: str) -> tuple[str, str, int] | None:
+    """``http://host:port`` or ``https://host:port`` -> (scheme, host, port); empty -> None
+    (disabled). Raises ConfigError."""
     value = value.strip()
     if not value:
         return None
     parts = urlsplit(value)
     why = None
-    if parts.scheme != "http":
-        why = "only http:// is supported"
+    port = None
+    if parts.scheme not in ("http", "https"):
+        why = "expected http://host:port or https://host:port"
     elif parts.path not in ("", "/") or parts.query:
         why = "expected http://host:port"
     else:
@@ -55,20 +58,28 @@ def parse_http_listener(value: str) -> tuple[str, int] | None:
             port = None
         if port is None:
             why = "a port is required (http://host:port)"
-    if why is not None:
+    if why is not None or port is None:
         raise ConfigError(f"Invalid value {value} for configuration strom.http.listener: {why}")
-    assert port is not None
-    return parts.hostname or "0.0.0.0", port
+    return parts.scheme, parts.hostname or "0.0.0.0", port
+
+
+def https_context(broker: Broker) -> ssl.SSLContext:
+    """The TLS context of an https:// listener: the broker's ``ssl.*`` settings, overridable as
+    ``listener.name.http.ssl.*`` (Kafka's per-listener form). Raises ConfigError."""
+    from ..security.tls import build_server_context, tls_settings
+
+    return build_server_context(tls_settings(broker.config.values, "HTTP"))
 
 
 Handler = Callable[[], tuple[int, str, bytes]]
 
 
 class HttpListener:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self.broker = broker
         self.host = host
         self.port = port
+        self.tls = tls
         self.collector = StromCollector(broker)
         self.process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.process)  # process_cpu_seconds_total, resident memory ...
@@ -81,12 +92,13 @@ class HttpListener:
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(
-            self._serve, self.host, self.port, reuse_address=True, limit=_MAX_HEAD
+            self._serve, self.host, self.port, reuse_address=True, limit=_MAX_HEAD, ssl=self.tls
         )
         for s in self.server.sockets:
             addr = s.getsockname()
             self.port = addr[1]
-            log.info("HTTP listener on http://%s:%d (/metrics /healthz /readyz)", addr[0], addr[1])
+            log.info("HTTP listener on %s://%s:%d (/metrics /healthz /readyz)",
+                     "https" if self.tls else "http", addr[0], addr[1])
 
     def close(self) -> None:
         if self.server is not None:
@@ -115,7 +127,7 @@ class HttpListener:
             except asyncio.LimitOverrunError:
                 await self._answer(writer, 431, "text/plain", b"request head too large\n", False)
                 return
-            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, ssl.SSLError):
                 return
             if len(head) > _MAX_HEAD:
                 await self._answer(writer, 431, "text/plain", b"request head too large\n", False)

@@ -437,12 +437,14 @@ class Broker:
     async def _start_http(self) -> None:
         """The HTTP listener (``strom.http.listener``). A port in use is logged and the broker
         serves on without it (its Kafka listeners matter more than its metrics)."""
-        from ..observability.http import HttpListener, parse_http_listener
+        from ..observability.http import HttpListener, https_context, parse_http_listener
 
         where = parse_http_listener(str(self.config["strom.http.listener"]))
         if where is None:
             return
-        http = HttpListener(self, *where)
+        scheme, host, port = where
+        tls = https_context(self) if scheme == "https" else None  # bad key material: ConfigError
+        http = HttpListener(self, host, port, tls)
         try:
             await http.start()
         except OSError as e:
