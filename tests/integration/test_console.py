@@ -202,7 +202,7 @@ def test_read_only_has_no_mutating_controls(cluster: BrokerProcess) -> None:
     try:
         topic = f"ro-{uuid.uuid4().hex[:6]}"
         _produce(cluster, topic, [b"v"])
-        for path in ("/", "/topics", f"/topics/{topic}", f"/topics/{topic}/messages", "/groups"):
+        for path in ("/", "/topics", f"/topics/{topic}", f"/topics/{topic}/messages", "/groups", "/security"):
             body = ro.get(path)
             assert 'method="post"' not in body, path
             assert "read-only" in body
@@ -420,6 +420,7 @@ def test_every_page_in_chromium(cluster: BrokerProcess, tmp_path: Path) -> None:
             "groups": ("/groups", f">{group}</a>"),
             "group": (f"/groups/{group}", 'id="total-lag">3<'),
             "metrics": ("/metrics", 'id="no-metrics"'),
+            "security": ("/security", 'id="user-table"'),
         }
         for name, (path, expected) in pages.items():
             dom = browse(base + path, tmp_path / f"{name}.png")
@@ -428,3 +429,19 @@ def test_every_page_in_chromium(cluster: BrokerProcess, tmp_path: Path) -> None:
             assert "Traceback" not in dom
     finally:
         console.close()
+
+
+def test_scram_users_page(cluster: BrokerProcess, console: Console) -> None:
+    user = f"svc-{uuid.uuid4().hex[:6]}"
+    status, body = console.request("/security", {"user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "password": "pw-1", "iterations": "8192"})
+    assert status == 200 and user in body and "SCRAM-SHA-512 (8192)" in body
+    assert 'id="add-user"' in body
+    status, body = console.request("/security", {"user": user, "mechanism": "SCRAM-SHA-512", "password": ""})
+    assert status == 400 and "needs a password" in body
+    status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "confirm": "other"})
+    assert status == 400
+    status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "confirm": user})
+    assert status == 200 and f"<td>{user}</td>" not in body

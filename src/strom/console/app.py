@@ -507,6 +507,36 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise result[gid]  # type: ignore[misc]
         return RedirectResponse("/groups", 303)
 
+    async def security(request: Request) -> Response:
+        """SCRAM users (DescribeUserScramCredentials); add or replace a credential, delete one."""
+        c = await client()
+        if request.method == "POST":
+            form = await _form(request)
+            user = form.get("user", "").strip()
+            mechanism = form.get("mechanism", "SCRAM-SHA-256")
+            if not user:
+                raise BadInput("name the user")
+            if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                raise BadInput("mechanism: SCRAM-SHA-256 or SCRAM-SHA-512")
+            if form.get("delete") == "1":
+                if form.get("confirm", "") != user:
+                    raise BadInput(f"to delete the credential, type the user name ({user})")
+                result = await admin.alter_user_scram_credentials(c, deletions=[(user, mechanism)])
+            else:
+                password = form.get("password", "")
+                if not password:
+                    raise BadInput("a SCRAM credential needs a password")
+                iterations = _int(form.get("iterations") or "4096", "iterations", 4096)
+                result = await admin.alter_user_scram_credentials(
+                    c, upsertions=[(user, mechanism, password, iterations)])
+            if result.get(user) is not None:
+                raise result[user]  # type: ignore[misc]
+            return RedirectResponse("/security", 303)
+        described = await admin.describe_user_scram_credentials(c)
+        users = [{"user": u, "credentials": v if not isinstance(v, KafkaError) else [], "error":
+                  str(v) if isinstance(v, KafkaError) else None} for u, v in sorted(described.items())]
+        return page("security.html", request, users=users)
+
     sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s)
 
     async def metrics_page(request: Request) -> Response:
@@ -535,6 +565,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/tail", guarded(tail)),
         Route("/groups", guarded(group_list)),
         Route("/metrics", guarded(metrics_page)),
+        Route("/security", guarded(security), methods=["GET", "POST"]),
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
