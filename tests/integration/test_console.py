@@ -136,6 +136,9 @@ def test_overview_topics_topic_messages_groups(cluster: BrokerProcess, console: 
     found = console.get(f"/topics/{topic}/messages?q=key-7")
     assert [int(x.split("</td>")[0]) for x in found.split("<tr><td>")[1:]] == [7]
 
+    topics = console.get("/topics")  # the groups reading each topic, with their lag
+    row = topics[topics.index(f">{topic}</a>"):].split("</tr>")[0]
+    assert f'<a href="/groups/{group}">{group}</a> (8)' in row
     groups = console.get("/groups")
     assert f">{group}</a>" in groups
     detail = console.get(f"/groups/{group}")

@@ -187,12 +187,14 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         names = sorted(n for n, t in md.topics.items() if show_internal or not t.is_internal)
         ends = await _offsets(c, {n: list(md.topics[n].partitions) for n in names})
         sizes = await _sizes(c, list(md.brokers))
+        lag = await _lag_by_topic(c, ends)
         for n in names:
             t = md.topics[n]
             count = sum(max(0, hi - lo) for lo, hi in ends.get(n, {}).values())
             size = sum(v for (tn, _p), v in sizes.items() if tn == n) if sizes is not None else None
             rows.append({"name": n, "partitions": len(t.partitions), "replication": t.replication_factor,
                          "messages": count, "internal": t.is_internal, "size": size,
+                         "lag": lag.get(n, {}),
                          "under": sum(1 for p in t.partitions.values() if len(p.isr) < len(p.replicas))})
         return page("topics.html", request, topics=rows, show_internal=show_internal)
 
@@ -691,6 +693,36 @@ async def _offsets(c: Client, partitions: dict[str, list[int]]) -> dict[str, dic
         out[topic_name] = {p: (lo[p], hi[p]) for p in parts if p in lo and p in hi}
 
     await asyncio.gather(*(one(t, ps) for t, ps in partitions.items()))
+    return out
+
+
+MAX_GROUPS_FOR_LAG = 200  # the topics page asks each group's offsets: at most this many groups
+
+
+async def _lag_by_topic(
+    c: Client, ends: dict[str, dict[int, tuple[int, int]]]
+) -> dict[str, dict[str, int]]:
+    """``{topic: {group: lag}}``: the lag of every group with committed offsets on the topic
+    (log end - committed, summed over its partitions)."""
+    try:
+        listed = (await cgroups.list_groups(c))[:MAX_GROUPS_FOR_LAG]
+    except (KafkaError, OSError, TimeoutError):
+        return {}
+
+    async def offsets(gid: str) -> dict[tuple[str, int], Any]:
+        try:
+            return await cgroups.fetch_offsets(c, gid)
+        except (KafkaError, OSError, TimeoutError):
+            return {}
+
+    answers = await asyncio.gather(*(offsets(g.group_id) for g in listed))
+    out: dict[str, dict[str, int]] = {}
+    for g, committed in zip(listed, answers, strict=True):
+        for (topic_name, p), om in committed.items():
+            end = ends.get(topic_name, {}).get(p)
+            if end is not None and om.offset >= 0:
+                per = out.setdefault(topic_name, {})
+                per[g.group_id] = per.get(g.group_id, 0) + max(0, end[1] - om.offset)
     return out
 
 
