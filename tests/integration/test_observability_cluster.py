@@ -1,8 +1,9 @@
 """The replication metrics on a real three-node cluster: one active controller among the nodes, a
-follower killed shows as under-replicated partitions and ISR shrinks on the leaders, its return as
-ISR expands; each node serves /metrics on its own HTTP port (dev-cluster's plan). Then /readyz:
-a node restarted alone of three voters answers /healthz but is not ready (no quorum to finish its
-start) until a second voter is back."""
+follower killed shows as under-replicated partitions and ISR shrinks on the leaders (records
+written after the kill make the dead follower lag), its return as ISR expands; each node serves
+/metrics on its own HTTP port (dev-cluster's plan). Then /readyz: a node restarted alone of three
+voters answers /healthz but is not ready (no quorum to finish its start) until a second voter is
+back."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from strom.testing.cluster_process import ClusterProcess
 
 pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
 
 OVERRIDES = (
     "broker.heartbeat.interval.ms=300",
@@ -67,6 +70,12 @@ def test_replication_metrics_on_three_nodes(tmp_path: Path) -> None:
         victim = next(n for n in nodes if n != controller)
         c.kill(victim)
         alive = [n for n in nodes if n != victim]
+        # writes after the kill: the dead follower falls behind the leaders' log end (a follower
+        # at the log end is never shrunk away, as in Kafka: the controller's fencing removes it)
+        producer = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap, "acks": 1})
+        for p in range(6):
+            producer.produce("rep", b"after the kill", partition=p)
+        assert producer.flush(60) == 0
         # the leaders among the survivors drop the dead follower from their ISRs
         wait_for(lambda: total(c, alive, "strom_under_replicated_partitions") > 0, "under-replicated")
         wait_for(lambda: total(c, alive, "strom_isr_shrinks_total") > shrinks, "an ISR shrink")
