@@ -461,6 +461,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("num.io.threads", _INT, 8),
     _c("connections.max.idle.ms", _LONG, 600000),
     _c("strom.fetch.sendfile", _BOOL, True),
+    # observability (strom.observability): the HTTP listener serving /metrics (Prometheus text
+    # format), /healthz and /readyz; empty disables it. Per-partition series (log end offset, high
+    # watermark, log start offset, size, segments; consumer-group lag per partition) only with
+    # strom.metrics.partition.enable (their cardinality grows with the partitions)
+    _c("strom.http.listener", _STR, "http://127.0.0.1:9644"),
+    _c("strom.metrics.partition.enable", _BOOL, False),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

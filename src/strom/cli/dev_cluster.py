@@ -86,6 +86,7 @@ class NodeSpec:
     port: int
     controller_port: int
     dir: Path
+    http_port: int = 0  # strom.http.listener (/metrics ...); 0: none (a config written before it)
 
     @property
     def config_path(self) -> Path:
@@ -158,9 +159,10 @@ class DevCluster:
             return False
         if any(self.base_dir.iterdir()):
             raise CommandError(f"--dir {self.base_dir} is not empty and holds no {self.n}-node dev cluster")
-        ports = free_ports(2 * self.n)
+        ports = free_ports(3 * self.n)
         self.specs = [
-            NodeSpec(i, ports[2 * (i - 1)], ports[2 * (i - 1) + 1], self.base_dir / f"node-{i}")
+            NodeSpec(i, ports[3 * (i - 1)], ports[3 * (i - 1) + 1], self.base_dir / f"node-{i}",
+                     ports[3 * (i - 1) + 2])
             for i in range(1, self.n + 1)
         ]
         self.cluster_id = random_uuid()  # as kafka-storage: never starting with '-' (read as a flag)
@@ -191,6 +193,8 @@ class DevCluster:
             "inter.broker.listener.name=PLAINTEXT",
             f"log.dirs={s.dir / 'data'}",
             f"metadata.log.dir={s.dir / 'metadata'}",
+            # every node's own HTTP port: they cannot all have strom.http.listener's default
+            f"strom.http.listener=http://{HOST}:{s.http_port}" if s.http_port else "strom.http.listener=",
             *self.overrides,
         ]
         return "\n".join(lines) + "\n"
@@ -216,7 +220,9 @@ class DevCluster:
                 (name, int(addr.rsplit(":", 1)[1]))
                 for name, addr in (item.split("://", 1) for item in props["listeners"].split(","))
             )
-            return NodeSpec(node_id, listeners["PLAINTEXT"], listeners["CONTROLLER"], path.parent)
+            http = props.get("strom.http.listener", "")
+            http_port = int(http.rsplit(":", 1)[1]) if http.startswith("http://") else 0
+            return NodeSpec(node_id, listeners["PLAINTEXT"], listeners["CONTROLLER"], path.parent, http_port)
         except (KeyError, ValueError, IndexError):
             raise CommandError(f"{path} is not a dev-cluster config (listeners)") from None
 
@@ -299,7 +305,8 @@ class DevCluster:
         for s in self.specs:
             lines.append(
                 f"  node {s.node_id}: broker {HOST}:{s.port}  controller {HOST}:{s.controller_port}"
-                f"  log {s.log_path}"
+                + (f"  metrics http://{HOST}:{s.http_port}/metrics" if s.http_port else "")
+                + f"  log {s.log_path}"
             )
         lines.append("Ctrl-C stops all nodes.")
         return lines

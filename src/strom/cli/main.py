@@ -34,6 +34,7 @@ from strom.cli import reassign as cli_reassign
 from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
+from strom.console import cli as cli_console
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument(
         "--command-config", metavar="FILE", help="properties file of client settings (security.protocol, ...)"
     )
+    cli_console.add_parser(sub, _add_bootstrap)
     return parser
 
 
@@ -372,6 +374,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.advertised_url,
                 args.group_id,
             )
+        if args.command == "console":
+            return cli_console.console(args)
         if args.command == "dev-cluster":
             return cli_dev_cluster.dev_cluster(args)
         if args.command == "storage":

@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -913,6 +913,17 @@ class GroupCoordinator:
             "error_message": message,
             "group_state": "",
         }
+
+    def lag(self, end_offset: Callable[[str, int], int | None]) -> Iterator[tuple[str, str, int, int]]:
+        """``(group, topic, partition, lag)`` for every committed offset of the groups coordinated
+        here whose partition's end offset ``end_offset`` knows (None: not known here): the
+        partition's high watermark minus the committed offset, 0 at least (the LAG column of
+        kafka-consumer-groups --describe)."""
+        for gid, committed in self.offsets.items():
+            for (topic, partition), om in committed.items():
+                end = end_offset(topic, partition)
+                if end is not None:
+                    yield gid, topic, partition, max(0, end - om.offset)
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict[str, str]]:
         want_states = {s.lower() for s in states}

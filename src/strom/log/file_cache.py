@@ -39,9 +39,11 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
+from strom.observability.metrics import FSYNC_SECONDS
 from strom.rate_limited_log import RateLimitedLine
 
 log = logging.getLogger("strom.log.files")
@@ -267,7 +269,9 @@ class CachedFile:
         fd = self.cache.acquire(self)
         try:
             self.dirty = False
+            start = time.perf_counter()
             os.fsync(fd)
+            FSYNC_SECONDS.observe(time.perf_counter() - start)
         except BaseException:
             self.dirty = True
             raise

@@ -422,6 +422,10 @@ class PartitionLog:
         return [SegmentInfo(s.base_offset, s.size, s.log_path) for s in self._local.segments]
 
     @property
+    def segment_count(self) -> int:
+        return len(self._local.segments)
+
+    @property
     def log_segments(self) -> list[LogSegment]:
         """The segment objects themselves (for the cleaner and tests); do not mutate."""
         return list(self._local.segments)

@@ -73,6 +73,7 @@ from ..metadata.configs import (
 from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.migration import PRODUCER_IDS_FILE
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
+from ..observability.metrics import BrokerMetrics
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
 from ..raft.metadata_log import METADATA_TOPIC
@@ -91,6 +92,7 @@ from .replica_manager import ReplicaManager, delete_logs
 from .txn_marker_sender import TxnMarkerSender
 
 if TYPE_CHECKING:
+    from ..observability.http import HttpListener
     from ..raft.manager import RaftManager
     from .listener import Listener
     from .network import KafkaProtocol
@@ -240,6 +242,12 @@ class Broker:
         self.coordinator_writer = CoordinatorPartitionWriter(self, threaded=threaded_flush)
         self.replica_manager.coordinator_hooks = self.coordinator_writer
         self.connections: set[KafkaProtocol] = set()
+        # strom.observability's counters: kept only when the HTTP listener can show them
+        self.metrics: BrokerMetrics | None = (
+            BrokerMetrics() if str(config["strom.http.listener"]).strip() else None
+        )
+        self.http: HttpListener | None = None
+        self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
         self.native_sendfile = False
@@ -345,6 +353,9 @@ class Broker:
         from .network import start_listeners
 
         load_all()
+        self.replica_manager.metrics = self.metrics
+        if listen:  # first: /healthz answers and /readyz says why not ready while the logs load
+            await self._start_http()
         if any(proto.startswith("SASL_") for _n, proto, _h, _p in self.config.listener_protocols()):
             try:  # a corrupt SCRAM credential store fails the start, not the first login
                 self.sasl.credentials  # noqa: B018 (opens the store)
@@ -425,6 +436,7 @@ class Broker:
             self._timers.append(self.scheduler.schedule_periodic(
                 max(10, int(self.config["replica.lag.time.max.ms"]) // 2),
                 self.replica_manager.maybe_shrink_isrs, name="isr-expiration"))
+        self.ready = True
         rm = self.replica_manager
         log.info(
             "strom broker %d started (cluster %s), log dirs %s%s, %d partitions",
@@ -434,6 +446,41 @@ class Broker:
             f" (offline: {','.join(str(d) for d in rm.offline_dirs)})" if rm.offline_dirs else "",
             len(rm.logs),
         )
+
+    async def _start_http(self) -> None:
+        """The HTTP listener (``strom.http.listener``). A port in use is logged and the broker
+        serves on without it (its Kafka listeners matter more than its metrics)."""
+        from ..observability.http import HttpListener, https_context, parse_http_listener
+
+        where = parse_http_listener(str(self.config["strom.http.listener"]))
+        if where is None:
+            return
+        scheme, host, port = where
+        tls = https_context(self) if scheme == "https" else None  # bad key material: ConfigError
+        http = HttpListener(self, host, port, tls)
+        try:
+            await http.start()
+        except OSError as e:
+            log.error("HTTP listener %s not started (no /metrics, /healthz, /readyz): %s",
+                      self.config["strom.http.listener"], e)
+            return
+        self.http = http
+
+    def not_ready_reasons(self) -> list[str]:
+        """Why this broker is not ready to serve (``/readyz``); empty when it is."""
+        reasons = []
+        if self.fatal.is_set():
+            reasons.append("a log dir failed: the broker is stopping")
+        if self._stopping.is_set():
+            reasons.append("shutting down")
+        if not self.ready:
+            reasons.append("starting: logs, coordinators or listeners not up yet")
+        q = self.quorum
+        if q is not None and q.loader.catching_up:
+            reasons.append("catching up with the metadata log")
+        if self.replica_manager.offline_dirs:
+            reasons.append("offline log dirs: " + ",".join(str(d) for d in self.replica_manager.offline_dirs))
+        return reasons
 
     def _leads(self, topic: str) -> Callable[[int], bool]:
         """Whether this broker leads a partition of ``topic`` (the coordinators' ownership)."""
@@ -483,6 +530,7 @@ class Broker:
         self.replica_manager.flush_due_logs((fms if 0 < fms < 1000 else 1000) / 1000)
 
     async def stop(self) -> None:
+        self._stopping.set()  # /readyz: not ready from now on
         if self.quorum is not None:  # leaderships move away while this node still serves
             await self.quorum.controlled_shutdown()
         self.replica_manager.stopping.set()  # partition creation workers give up
@@ -504,6 +552,8 @@ class Broker:
         if self.quorum is not None:
             await self.quorum.stop()
         self.replica_manager.shutdown()
+        if self.http is not None:
+            self.http.close()
         if self.fatal.is_set():
             log.error("strom broker %d stopped: its first log dir failed (%s)", self.node_id,
                       self.replica_manager.offline_dirs.get(self.replica_manager.metadata_log_dir, "?"))

@@ -85,6 +85,8 @@ def run_retention(broker: Broker) -> int:
                 plog.partition,
                 plog.log_start_offset,
             )
+    if removed and broker.metrics is not None:
+        broker.metrics.retention_segments_deleted += removed
     return removed
 
 
@@ -210,6 +212,12 @@ class CleanerThread:
                 log.exception("log cleaner round failed")
             else:
                 self.broker.storage_log.ok("log cleaning", "round")
+            metrics = self.broker.metrics
+            if cleaned is not None and metrics is not None:  # (a metric: races with a scrape tolerated)
+                metrics.cleaner_runs += 1
+                metrics.cleaner_bytes_read += cleaned.bytes_read
+                metrics.cleaner_bytes_written += cleaned.bytes_written
+                metrics.cleaner_seconds += cleaned.elapsed_s
             if cleaned is None:
                 self._sleep(self.backoff_s)
 

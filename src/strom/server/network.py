@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Collection, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
+from ..observability.metrics import BrokerMetrics
 from ..protocol import codec
 from ..protocol.api_versions import API_VERSIONS_KEY, KAFKA_API_RANGES, api_name, supports
 from ..protocol.connection import IncomingRequest, ServerConnection
@@ -53,6 +54,7 @@ from ..security.tls import principal_from_peercert
 from .authz import check_cluster_gate
 from .context import Deferred, NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
+from .handlers.fetch import follower_id
 from .listener import Listener, start_listener
 
 if TYPE_CHECKING:
@@ -117,6 +119,7 @@ class KafkaProtocol(asyncio.Protocol):
         # responses completing later (Deferred), in request order: each task sends after the last
         self.deferred: deque[asyncio.Task[None]] = deque()
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.metrics: BrokerMetrics | None = getattr(broker, "metrics", None)
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,6 +127,8 @@ class KafkaProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
+        if self.metrics is not None:
+            self.metrics.connections_created[self.session.listener] += 1
         loop = self.loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         if self.idle_timeout is not None:
@@ -268,6 +273,8 @@ class KafkaProtocol(asyncio.Protocol):
         self._release(self.charged)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.metrics is not None and self in self.broker.connections:
+            self.metrics.connections_closed[self.session.listener] += 1
         self.closed = True
         self.wakeup.set()
         self._stop_idle_timer()
@@ -373,6 +380,7 @@ class KafkaProtocol(asyncio.Protocol):
             await self._drain_deferred()
             await self._unsupported(req)
             return False
+        start = time.perf_counter()
         request = codec.decode_request(key, version, req.frame, req.body_pos)
         ctx = RequestContext(
             key,
@@ -386,36 +394,43 @@ class KafkaProtocol(asyncio.Protocol):
         )
         resp_type = codec.response_type(key, version)
         work = _call(self.broker, ctx, handler, request)
-        result = await self._answer(key, version, resp_type, request, work)
+        result, error = await self._answer(key, version, resp_type, request, work)
         if isinstance(result, Deferred):
             prev = self.deferred[-1] if self.deferred else None
             assert self.loop is not None
-            task = self.loop.create_task(self._complete_later(prev, req, resp_type, request, result))
+            task = self.loop.create_task(self._complete_later(prev, req, resp_type, request, result, start))
             self.deferred.append(task)
             task.add_done_callback(self.deferred.remove)
             return True
         await self._drain_deferred()  # the responses before this one go first
-        await self._respond(h, result)
+        await self._respond(h, result, request, start, error)
         return False
 
     async def _answer(
         self, key: int, version: int, resp_type: type, request: Any,
         work: Coroutine[Any, Any, Any],
-    ) -> RawResponse | NoResponse | Deferred:
-        """The handler's (or its deferred part's) result, encoded; failures as Kafka answers them."""
+    ) -> tuple[RawResponse | NoResponse | Deferred, int]:
+        """The handler's (or its deferred part's) result, encoded, and the answer's top-level
+        error code (a metric); failures as Kafka answers them."""
         result: RawResponse | NoResponse | Deferred
+        error: int = ErrorCode.NONE
         try:
             out = await work
-            result = out if isinstance(out, (NoResponse, RawResponse, Deferred)) else _encoded(resp_type, out)
+            if isinstance(out, (NoResponse, RawResponse, Deferred)):
+                result = out
+            else:
+                error = out.get("error_code", ErrorCode.NONE) or ErrorCode.NONE
+                result = _encoded(resp_type, out)
         except KafkaError as e:
+            error = e.code
             result = _encoded(resp_type, error_response(resp_type, request, e.code, str(e)))
         except Exception as e:
             # Kafka answers an unexpected failure with UNKNOWN_SERVER_ERROR on every item the
             # request named (getErrorResponse), no internals in the message, connection kept
             _log_handler_failure(api_name(key), version, self.peer, e)
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
+            code = error = ErrorCode.UNKNOWN_SERVER_ERROR
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
-        return result
+        return result, error
 
     async def _drain_deferred(self) -> None:
         if self.deferred:
@@ -423,19 +438,19 @@ class KafkaProtocol(asyncio.Protocol):
 
     async def _complete_later(
         self, prev: asyncio.Task[None] | None, req: IncomingRequest, resp_type: type, request: Any,
-        deferred: Deferred,
+        deferred: Deferred, start: float,
     ) -> None:
         """A deferred response: awaited, then sent after the one before it."""
         h = req.header
         try:
-            result = await self._answer(h.api_key, h.api_version, resp_type, request, deferred.result)
+            result, error = await self._answer(h.api_key, h.api_version, resp_type, request, deferred.result)
             if isinstance(result, Deferred):  # not a handler's to nest
                 result.result.close()
                 raise TypeError("a deferred response completed with another Deferred")
             if prev is not None:
                 await asyncio.wait({prev})
             if not self.closed:
-                await self._respond(h, result)
+                await self._respond(h, result, request, start, error)
         except (ConnectionError, asyncio.CancelledError):
             self.close()
         except Exception:
@@ -447,8 +462,10 @@ class KafkaProtocol(asyncio.Protocol):
             if not self.closed:
                 self._release(req.size + 4)
 
-    async def _respond(self, h: Any, result: RawResponse | NoResponse) -> None:
-        """Send one response (or none, acks=0), in request order."""
+    async def _respond(
+        self, h: Any, result: RawResponse | NoResponse, request: Any, start: float, error: int
+    ) -> None:
+        """Send one response (or none, acks=0), in request order; the request's metrics."""
         key, version = h.api_key, h.api_version
         session = self.session
         if isinstance(result, NoResponse):
@@ -457,6 +474,15 @@ class KafkaProtocol(asyncio.Protocol):
         flexible = codec.is_flexible(key, version) and key != API_VERSIONS_KEY
         head = response_header(h.correlation_id, flexible)
         await self._send(h.correlation_id, head, result.parts, result.size)
+        metrics = self.metrics
+        if metrics is not None:  # Kafka's RequestMetrics: the total time includes the send
+            api = api_name(key)
+            metrics.request_done(
+                api, version, _request_name(api, key, version, request), time.perf_counter() - start,
+                _error_name(error) if error else None,
+            )
+            if key == _SASL_AUTHENTICATE_KEY and session.close_after_response:
+                metrics.auth_failures[session.listener] += 1
         if self.pre_auth_limit and session.authenticated:  # the listener's normal limit now
             self.pre_auth_limit = False
             self.conn.max_frame_size = self.broker.config["socket.request.max.bytes"]
@@ -591,6 +617,23 @@ async def _call(broker: Any, ctx: RequestContext, handler: Any, request: Any) ->
     if getattr(broker, "authorizer", None) is not None:
         check_cluster_gate(ctx)
     return await handler(ctx, request)
+
+
+_SASL_AUTHENTICATE_KEY = 36
+
+
+def _request_name(api: str, key: int, version: int, request: Any) -> str:
+    """Kafka's RequestMetrics name: Fetch is FetchFollower from a replica, else FetchConsumer."""
+    if key == 1:
+        return "FetchFollower" if follower_id(request, version) >= 0 else "FetchConsumer"
+    return api
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error-{code}"
 
 
 def _encoded(resp_type: type, data: dict[str, Any]) -> RawResponse:

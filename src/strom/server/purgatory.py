@@ -21,6 +21,10 @@ class FetchPurgatory:
     def __init__(self, scheduler: Scheduler | None = None) -> None:
         self._watchers: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
         self.scheduler: Scheduler = scheduler if scheduler is not None else AsyncioScheduler()
+        self.waiting = 0  # fetches waiting now (the fetch purgatory's size, a metric)
+
+    def size(self) -> int:
+        return self.waiting
 
     async def wait(self, partitions: list[TopicPartition], timeout_ms: float) -> bool:
         """Wait until one of ``partitions`` is appended to (True) or ``timeout_ms`` passes (False)."""
@@ -33,9 +37,11 @@ class FetchPurgatory:
             ev.set()
 
         timer = self.scheduler.schedule(max(0.0, timeout_ms), expire, name="fetch-timeout")
+        self.waiting += 1
         try:
             await ev.wait()
         finally:
+            self.waiting -= 1
             timer.cancel()
             self.unwatch(ev, partitions)
         return not timed_out

@@ -63,6 +63,7 @@ from ..log.local_log import EMPTY_FETCH, FetchData
 from ..log.log_dirs import META_FILE, discover, next_log_dirs, parse_partition_dir
 from ..log.partition_log import AppendInfo, PartitionLog
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, validate_topic_name
+from ..observability.metrics import BrokerMetrics
 from ..protocol.errors import ErrorCode
 from ..protocol.records import BATCH_OVERHEAD, parse_header
 from ..rate_limited_log import RateLimitedLog
@@ -227,6 +228,7 @@ class ReplicaManager:
         self.preferred_dirs: dict[TopicPartition, Path] = {}
         self.mover = LogDirMover(self)
         self.purgatory = FetchPurgatory(scheduler)
+        self.metrics: BrokerMetrics | None = None  # the broker's counters (ISR shrinks and expands)
         # Record-by-record validation of produced batches (compressed, or for a compacted topic)
         # runs here, off the event loop (Kafka does it on its num.io.threads request handlers).
         # Each walk holds a few MB at most (strom.protocol.batch_validation), so the pool's size
@@ -437,6 +439,10 @@ class ReplicaManager:
             if results[slot].error_code == ErrorCode.NONE:
                 self._check_isr_after_append((topic, partition), results, slot)
         return True
+
+    def produce_purgatory_size(self) -> int:
+        """Produces with acks=all waiting for the high watermark (a metric)."""
+        return sum(len(w) for w in self._hw_waiters.values())
 
     def _needs_verification(self, topic: str, partition: int, producer: Producer) -> bool:
         """Kafka's ``hasOngoingTransaction`` negated: the producer has no transaction open here at
@@ -829,6 +835,8 @@ class ReplicaManager:
             # fetch made two idle followers' long polls wake each other without end
             self._high_watermark_changed(tp, plog)
         if ans.expand_isr is not None and self.isr_sender is not None:
+            if self.metrics is not None:
+                self.metrics.isr_expands += 1
             log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr),
                      list(ans.expand_isr))
             self.isr_sender(p, ans.expand_isr)
@@ -859,6 +867,8 @@ class ReplicaManager:
             if target is not None:
                 log.info("%s-%d: shrinking the ISR %s to %s (replicas lagging more than %d ms)",
                          tp[0], tp[1], list(p.isr), list(target), lag_max)
+                if self.metrics is not None:
+                    self.metrics.isr_shrinks += 1
                 self.isr_sender(p, target)
 
     # ------------------------------------------------------------------ reads

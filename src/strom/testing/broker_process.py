@@ -47,6 +47,9 @@ class BrokerProcess:
             raise ValueError("listeners is empty")
         names = list(self.listener_protocols)
         self.ports = {names[0]: self.port} | {n: free_port() for n in names[1:]}
+        # the HTTP listener (/metrics ...) on a free port too: brokers started side by side must
+        # not all want strom.http.listener's default 9644 (an override naming it wins)
+        self.http_port = free_port()
         self.overrides = list(overrides or [])
         self.env = env
         self.nofile = nofile
@@ -56,6 +59,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """The broker's HTTP listener (``/metrics``, ``/healthz``, ``/readyz``)."""
+        return f"http://127.0.0.1:{self.http_port}"
 
     def bootstrap_for(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -76,6 +84,8 @@ class BrokerProcess:
             "strom",
             "serve",
             *self._listener_overrides(),
+            "--override",
+            f"strom.http.listener=http://127.0.0.1:{self.http_port}",
             "--override",
             f"log.dirs={self.data_dir}",
         ]

@@ -351,6 +351,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             ctx.session.throttle_ms = throttle
             parts, size = encode_fetch_response(version, [], throttle_ms=throttle)
             return RawResponse(parts, size)  # type: ignore[arg-type]
+    metrics = getattr(ctx.broker, "metrics", None)
+    if metrics is not None and total:  # Kafka's BytesOutPerSec / ReplicationBytesOutPerSec
+        out = metrics.replication_bytes_out if follower_id(request, version) >= 0 else metrics.bytes_out
+        for t in results:
+            n = sum(p.size for p in t.partitions)
+            if n:
+                out[t.name] += n
     endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
     parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
     return RawResponse(parts, size)  # type: ignore[arg-type]

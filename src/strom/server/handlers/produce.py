@@ -103,6 +103,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
     results, wait = await broker.replica_manager.append_records_then_wait(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )
+    metrics = getattr(broker, "metrics", None)
+    if metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec: once per partition answer
+        for (name, _index, records), res in zip(entries, results, strict=True):
+            if res.error_code == ErrorCode.NONE:
+                metrics.bytes_in[name] += len(records)
+                if res.last_offset >= res.base_offset >= 0:
+                    metrics.records_in[name] += res.last_offset - res.base_offset + 1
+            else:
+                metrics.produce_requests_failed[name] += 1
     throttle = 0
     quota_entities = getattr(broker, "client_quota_entities", None)
     if quota_entities:  # producer_byte_rate (KIP-219: answered at once, then the channel waits)

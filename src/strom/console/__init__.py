@@ -1,0 +1,1 @@
+"""``strom console``: the web console (:mod:`strom.console.app`)."""

@@ -1,0 +1,450 @@
+"""``strom console`` against a real broker: a real ``strom console`` process (uvicorn), pages read
+over HTTP, data put in with confluent-kafka; mutations through the console's forms; read-only mode;
+basic auth; an unreachable cluster; the scan cap of a search; a huge value cut in the list; every
+page in a real headless Chromium where one is installed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from strom.testing.broker_process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+
+class Console:
+    def __init__(self, bootstrap: str, *extra: str) -> None:
+        self.port = free_port()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe nobody reads could fill and block it)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "strom", "console", "--bootstrap-server", bootstrap,
+             "--port", str(self.port), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(self.log.read().decode())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.close()
+        raise RuntimeError("console did not start")
+
+    def request(self, path: str, form: dict[str, str] | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, str]:
+        data = urllib.parse.urlencode(form).encode() if form is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def get(self, path: str) -> str:
+        status, body = self.request(path)
+        assert status == 200, body
+        assert "Traceback" not in body
+        return body
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("console") / "data",
+                      overrides=["group.initial.rebalance.delay.ms=0"])
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def console(cluster: BrokerProcess) -> Iterator[Console]:
+    c = Console(cluster.bootstrap, "--scan-cap", "30")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _produce(b: BrokerProcess, topic: str, values: list[bytes], partition: int = 0) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap, "message.max.bytes": 2_000_000})
+    for i, v in enumerate(values):
+        p.produce(topic, v, key=f"key-{i}".encode(), partition=partition, headers={"trace": f"t{i}".encode()})
+    assert p.flush(30) == 0
+
+
+def test_overview_topics_topic_messages_groups(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    group = f"billing-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [json.dumps({"order": i}).encode() for i in range(12)])
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 4)], asynchronous=False)
+    c.close()
+
+    overview = console.get("/")
+    assert 'id="brokers">1<' in overview
+    assert '<span class="tag">controller</span>' in overview
+    assert 'id="offline">0<' in overview and 'id="under-replicated">0<' in overview
+
+    topics = console.get("/topics")
+    assert f">{topic}</a>" in topics
+    row = topics[topics.index(f">{topic}</a>"):]
+    assert "<td>1</td><td>1</td><td>12</td>" in row.replace("\n", "")  # partitions, replication, messages
+
+    page = console.get(f"/topics/{topic}")
+    assert "<td>0</td><td>12</td><td>12</td>" in page.replace("\n", "")  # earliest, latest, messages
+    assert "cleanup.policy" in page and "DEFAULT_CONFIG" in page
+
+    newest = console.get(f"/topics/{topic}/messages?limit=3")
+    offsets = [int(x.split("</td>")[0]) for x in newest.split("<tr><td>")[1:]]
+    assert offsets == [11, 10, 9]
+    assert "&#34;order&#34;: 11" in newest  # pretty JSON
+    assert "trace=t11" in newest  # headers
+    oldest = console.get(f"/topics/{topic}/messages?order=oldest&limit=2")
+    assert [int(x.split("</td>")[0]) for x in oldest.split("<tr><td>")[1:]] == [0, 1]
+    found = console.get(f"/topics/{topic}/messages?q=key-7")
+    assert [int(x.split("</td>")[0]) for x in found.split("<tr><td>")[1:]] == [7]
+
+    topics = console.get("/topics")  # the groups reading each topic, with their lag
+    row = topics[topics.index(f">{topic}</a>"):].split("</tr>")[0]
+    assert f'<a href="/groups/{group}">{group}</a> (8)' in row
+    groups = console.get("/groups")
+    assert f">{group}</a>" in groups
+    detail = console.get(f"/groups/{group}")
+    assert 'id="total-lag">8<' in detail  # 12 - 4
+    assert '<td class="lag">8</td>' in detail
+
+
+def test_create_produce_delete_through_the_forms(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"made-{uuid.uuid4().hex[:6]}"
+    status, body = console.request("/topics", {"name": topic, "partitions": "2", "replication_factor": "1"})
+    assert status == 200 and f"Topic {topic}" in body  # redirected to the new topic's page
+    assert body.count('<tr><td><a href="/topics/' + topic + '/messages?partition=') == 2
+    status, body = console.request(f"/topics/{topic}/produce",
+                                   {"partition": "1", "key": "k", "value": "hello console", "headers": "a=b"})
+    assert status == 200 and "hello console" in body and "a=b" in body
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "check",
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, 1, 0)])
+    msg = c.poll(15)
+    c.close()
+    assert msg is not None and msg.value() == b"hello console" and msg.key() == b"k"
+    assert msg.headers() == [("a", b"b")]
+    # alter a config, then back to the default; grow the partitions
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "value": "3600000"})
+    assert status == 200
+    row = '<td>retention.ms</td><td>3600000</td><td class="ok">DYNAMIC_TOPIC_CONFIG</td>'
+    assert row in body.replace("\n", "")
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "delete": "1"})
+    assert "<td>retention.ms</td><td>604800000</td>" in body.replace("\n", "")
+    status, body = console.request(f"/topics/{topic}/alter", {"config": "retention.ms", "value": "soon"})
+    assert status == 502 and "retention.ms" in body
+    status, body = console.request(f"/topics/{topic}/alter", {"partitions": "3"})
+    assert status == 200 and body.count(f'<tr><td><a href="/topics/{topic}/messages?partition=') == 3
+    # a delete needs the name typed
+    status, body = console.request(f"/topics/{topic}/delete", {"confirm": "wrong"})
+    assert status == 400 and "type its name" in body
+    assert f">{topic}</a>" in console.get("/topics")
+    status, body = console.request(f"/topics/{topic}/delete", {"confirm": topic})
+    assert status == 200 and f">{topic}</a>" not in body
+    # bad input: a clear page, no traceback
+    status, body = console.request("/topics", {"name": "x", "partitions": "many", "replication_factor": "1"})
+    assert status == 400 and "partitions must be a whole number" in body and "Traceback" not in body
+    status, body = console.request("/topics/no-such-topic")
+    assert status == 404 and "does not exist" in body
+
+
+def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
+    cluster: BrokerProcess, console: Console
+) -> None:
+    topic = f"big-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"x" * 10] * 50 + [b"y" * 100_000])
+    body = console.get(f"/topics/{topic}/messages?q=nothing-matches&order=oldest")
+    assert 'id="capped"' in body and "scan cap of 30" in body
+    body = console.get(f"/topics/{topic}/messages?limit=1")
+    assert "100000 bytes, cut" in body
+    assert body.count("y") < 5000  # not the whole value
+    status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=50")
+    assert status == 200
+    assert json.loads(dl.splitlines()[0])["value"] == "y" * 100_000
+
+
+def test_read_only_has_no_mutating_controls(cluster: BrokerProcess) -> None:
+    ro = Console(cluster.bootstrap, "--read-only")
+    try:
+        topic = f"ro-{uuid.uuid4().hex[:6]}"
+        _produce(cluster, topic, [b"v"])
+        for path in ("/", "/topics", f"/topics/{topic}", f"/topics/{topic}/messages", "/groups", "/security"):
+            body = ro.get(path)
+            assert 'method="post"' not in body, path
+            assert "read-only" in body
+        status, _ = ro.request("/topics", {"name": "sneaky", "partitions": "1", "replication_factor": "1"})
+        assert status == 403
+        status, _ = ro.request(f"/topics/{topic}/delete", {"confirm": topic})
+        assert status == 403
+        assert f">{topic}</a>" in ro.get("/topics")
+    finally:
+        ro.close()
+
+
+def test_basic_auth(cluster: BrokerProcess, tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("# console users\nalice:s3cret\n")
+    c = Console(cluster.bootstrap, "--basic-auth-file", str(users))
+    try:
+        assert c.request("/")[0] == 401
+        bad = base64.b64encode(b"alice:wrong").decode()
+        assert c.request("/", headers={"Authorization": f"Basic {bad}"})[0] == 401
+        good = base64.b64encode(b"alice:s3cret").decode()
+        assert c.request("/", headers={"Authorization": f"Basic {good}"})[0] == 200
+    finally:
+        c.close()
+
+
+def test_unreachable_cluster_is_an_error_page() -> None:
+    c = Console(f"127.0.0.1:{free_port()}")
+    try:
+        status, body = c.request("/")
+        assert status == 502
+        assert "Cannot reach the cluster" in body and "Traceback" not in body
+    finally:
+        c.close()
+
+
+def test_bad_flags_are_clear_errors(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "strom", "console", "--basic-auth-file", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2 and "cannot read --basic-auth-file" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "strom", "console", "--bootstrap-server", "host:notaport",
+                        "--port", str(free_port())], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "bootstrap" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_reset_group_offsets_preview_then_execute_and_delete(
+    cluster: BrokerProcess, console: Console
+) -> None:
+    topic = f"reset-{uuid.uuid4().hex[:6]}"
+    group = f"rg-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v"] * 10)
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 7)], asynchronous=False)
+    c.close()
+    assert 'id="reset"' in console.get(f"/groups/{group}")
+    # preview: shift by -5 from 7 -> 2; nothing committed yet
+    preview = {"strategy": "shift", "value": "-5", "topic": ""}
+    status, body = console.request(f"/groups/{group}/reset", preview)
+    assert status == 200 and "Preview" in body
+    flat = body.replace("\n", "")
+    assert '<td>7</td><td class="new">2</td>' in flat
+    assert 'id="total-lag">3<' in console.get(f"/groups/{group}")  # unchanged: 10 - 7
+    # out of range is clamped to the log (Kafka's checkOffsetsRange)
+    status, body = console.request(f"/groups/{group}/reset", {"strategy": "offset", "value": "99"})
+    assert '<td class="new">10</td>' in body.replace("\n", "")
+    # execute the previewed reset
+    status, body = console.request(f"/groups/{group}/reset",
+                                   {"strategy": "earliest", "value": "", "topic": topic, "execute": "1"})
+    assert status == 200 and "Offsets reset." in body
+    assert 'id="total-lag">10<' in console.get(f"/groups/{group}")
+    check = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    (tp,) = check.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=15)
+    check.close()
+    assert tp.offset == 0
+    status, body = console.request(f"/groups/{group}/reset", {"strategy": "sideways"})
+    assert status == 400 and "choose a reset" in body
+    # delete needs the id typed
+    assert console.request(f"/groups/{group}/delete", {"confirm": "nope"})[0] == 400
+    status, body = console.request(f"/groups/{group}/delete", {"confirm": group})
+    assert status == 200 and f">{group}</a>" not in body
+
+
+def test_browse_by_time_sizes_and_live_tail(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"tail-{uuid.uuid4().hex[:6]}"
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(6):
+        p.produce(topic, f"v{i}".encode(), partition=0, timestamp=1_700_000_000_000 + i * 1000)
+    assert p.flush(30) == 0
+    # from a time: the first record at or after it, oldest first
+    body = console.get(f"/topics/{topic}/messages?timestamp=1700000003000&limit=2")
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [3, 4]
+    body = console.get(f"/topics/{topic}/messages?timestamp=2023-11-14T22:13:24Z&limit=1")  # = ...004000
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [4]
+    status, body = console.request(f"/topics/{topic}/messages?timestamp=yesterday")
+    assert status == 400 and "timestamp" in body
+    # sizes from DescribeLogDirs
+    page = console.get(f"/topics/{topic}")
+    size = int(page.split('<span id="size">')[1].split("<")[0])
+    assert size > 6 * 2
+    # live tail: records produced after it started arrive as server-sent events
+    url = f"http://127.0.0.1:{console.port}/topics/{topic}/tail?partition=0"
+    stream = urllib.request.urlopen(url, timeout=30)
+    try:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        assert stream.readline() == b"event: ready\n"
+        assert json.loads(stream.readline().decode()[len("data: "):]) == {"offset": 6}
+        assert stream.readline() == b"\n"
+        p.produce(topic, b'{"live": true}', key=b"k", partition=0)
+        assert p.flush(30) == 0
+        line = stream.readline().decode()
+        event = json.loads(line[len("data: "):])
+        assert event["offset"] == 6 and event["key"] == "k" and event["kind"] == "json"
+        assert json.loads(event["value"]) == {"live": True}
+    finally:
+        stream.close()
+
+
+def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"search-{uuid.uuid4().hex[:6]}"
+    values = [json.dumps({"customer": {"id": i, "tier": "gold" if i % 3 == 0 else "basic"}}).encode()
+              for i in range(9)]
+    _produce(cluster, topic, values)
+
+    def offsets(query: str) -> list[int]:
+        body = console.get(f"/topics/{topic}/messages?order=oldest&{query}")
+        return [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]]
+
+    assert offsets("q=customer.tier%3Dgold&mode=json") == [0, 3, 6]
+    assert offsets("q=customer.id%3D4&mode=json") == [4]
+    assert offsets("q=customer.missing&mode=json") == []
+    assert offsets("q=%22id%22%3A+%5B57%5D&mode=regex") == [5, 7]  # "id": [57]
+    assert offsets("q=trace%3Dt2&mode=header") == [2]
+    status, body = console.request(f"/topics/{topic}/messages?q=%28&mode=regex")
+    assert status == 400 and "regular expression" in body
+    # replay offset 4 to another topic (created by the console first)
+    other = f"{topic}-copy"
+    assert console.request("/topics", {"name": other, "partitions": "1", "replication_factor": "1"})[0] == 200
+    again = {"partition": "0", "offset": "4", "target": other, "target_partition": "0"}
+    status, body = console.request(f"/topics/{topic}/replay", again)
+    assert status == 200 and "&#34;id&#34;: 4" in body and "trace=t4" in body
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "replay-check",
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(other, 0, 0)])
+    msg = c.poll(15)
+    c.close()
+    assert msg is not None and msg.value() == values[4] and msg.key() == b"key-4"
+    status, body = console.request(f"/topics/{topic}/replay", again | {"offset": "99"})
+    assert status == 400 and "no record at offset 99" in body
+
+
+def test_metrics_page_charts_the_brokers_metrics(cluster: BrokerProcess, console: Console) -> None:
+    assert 'id="no-metrics"' in console.get("/metrics")  # (this console has no --metrics-url)
+    url = cluster.http_url + "/metrics"
+    m = Console(cluster.bootstrap, "--metrics-url", url, "--metrics-interval", "0.5")
+    try:
+        topic = f"rate-{uuid.uuid4().hex[:6]}"
+        deadline = time.monotonic() + 30
+        while True:  # produce between samples until the bytes-in rate shows
+            _produce(cluster, topic, [b"z" * 1000] * 20)
+            time.sleep(0.6)
+            body = m.get("/metrics")
+            row = body.split("<th>bytes in/s</th>")[1].split("</tr>")[0]
+            if "<polyline" in row and float(row.split('class="now">')[1].split("<")[0]) > 0:
+                break
+            assert time.monotonic() < deadline, body
+        assert cluster.http_url + "/metrics" in body and "last sample failed" not in body
+    finally:
+        m.close()
+    bad = Console(cluster.bootstrap, "--metrics-url", f"http://127.0.0.1:{free_port()}/metrics",
+                  "--metrics-interval", "0.2")
+    try:
+        time.sleep(1)
+        assert "last sample failed" in bad.get("/metrics")
+    finally:
+        bad.close()
+
+
+# ---------------------------------------------------------------- a real browser
+# headless Chromium (Debian's chromium; skipped where it is not installed): every page loads with
+# the vendored HTMX running (it injects its indicator style) and a screenshot of each is saved
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def browse(url: str, shot: Path) -> str:
+    """The DOM after Chromium ran the page's scripts; a screenshot of it in ``shot``."""
+    assert CHROMIUM is not None
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]
+    r = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    subprocess.run([*flags, f"--screenshot={shot}", url], capture_output=True, timeout=90, check=True)
+    assert shot.stat().st_size > 5000
+    return r.stdout
+
+
+@pytest.mark.slow  # ~50 s: two Chromium starts a page
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium)")
+def test_every_page_in_chromium(cluster: BrokerProcess, tmp_path: Path) -> None:
+    topic = f"web-{uuid.uuid4().hex[:6]}"
+    group = f"web-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [json.dumps({"n": i}).encode() for i in range(5)])
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 2)], asynchronous=False)
+    c.close()
+    console = Console(cluster.bootstrap)
+    try:
+        base = f"http://127.0.0.1:{console.port}"
+        pages = {
+            "overview": ("/", 'id="cluster-id"'),
+            "topics": ("/topics", f">{topic}</a>"),
+            "topic": (f"/topics/{topic}", "cleanup.policy"),
+            "messages": (f"/topics/{topic}/messages", '"n": 4'),
+            "groups": ("/groups", f">{group}</a>"),
+            "group": (f"/groups/{group}", 'id="total-lag">3<'),
+            "metrics": ("/metrics", 'id="no-metrics"'),
+            "security": ("/security", 'id="user-table"'),
+        }
+        for name, (path, expected) in pages.items():
+            dom = browse(base + path, tmp_path / f"{name}.png")
+            assert expected in dom, name
+            assert "htmx-indicator" in dom, f"{name}: HTMX did not run"
+            assert "Traceback" not in dom
+    finally:
+        console.close()
+
+
+def test_scram_users_page(cluster: BrokerProcess, console: Console) -> None:
+    user = f"svc-{uuid.uuid4().hex[:6]}"
+    status, body = console.request("/security", {"user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "password": "pw-1", "iterations": "8192"})
+    assert status == 200 and user in body and "SCRAM-SHA-512 (8192)" in body
+    assert 'id="add-user"' in body
+    status, body = console.request("/security", {"user": user, "mechanism": "SCRAM-SHA-512", "password": ""})
+    assert status == 400 and "needs a password" in body
+    status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "confirm": "other"})
+    assert status == 400
+    status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
+                                                 "confirm": user})
+    assert status == 200 and f"<td>{user}</td>" not in body
