@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from strom.cli.dev_cluster import HOST, free_ports
+from strom.cli.dev_cluster import HOST
 from strom.testing.cluster_process import ClusterProcess
 
 pytestmark = pytest.mark.integration
@@ -39,35 +39,14 @@ JAAS = (
 
 
 def _configure(c: ClusterProcess) -> dict[int, int]:
-    """Plan, add a SASL_PLAINTEXT listener with PLAIN user alice and the authorizer to every
-    node's server.properties, format; the SASL port by node id."""
-    assert c.dev.plan()
-    ports = dict(zip(c.node_ids, free_ports(len(c.node_ids)), strict=True))
-    for i in c.node_ids:
-        s = c.spec(i)
-        text = s.config_path.read_text()
-        sasl = f"SASL_PLAINTEXT://{HOST}:{ports[i]}"
-        text = text.replace(
-            f"listeners=PLAINTEXT://{HOST}:{s.port},", f"listeners=PLAINTEXT://{HOST}:{s.port},{sasl},"
-        )
-        text = text.replace(
-            f"advertised.listeners=PLAINTEXT://{HOST}:{s.port}\n",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{s.port},{sasl}\n",
-        )
-        text = text.replace(
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,",
-        )
-        assert text.count("SASL_PLAINTEXT") == 4, text
-        text += (
-            "sasl.enabled.mechanisms=PLAIN\n"
-            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}\n"
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
-            "super.users=User:ANONYMOUS\n"
-        )
-        s.config_path.write_text(text)
-    c.dev.format()
-    return ports
+    """A SASL_PLAINTEXT listener with PLAIN user alice and the authorizer on every node; the SASL
+    port by node id."""
+    return c.add_sasl_listener(
+        "sasl.enabled.mechanisms=PLAIN\n"
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}\n"
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+        "super.users=User:ANONYMOUS\n"
+    )
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from strom.cli.dev_cluster import HOST, free_ports
+from strom.cli.dev_cluster import HOST
 from strom.testing.broker_process import BrokerProcess
 from strom.testing.cluster_process import ClusterProcess
 
@@ -30,29 +30,7 @@ admin_mod = pytest.importorskip("confluent_kafka.admin")
 
 
 def _add_sasl_listener(c: ClusterProcess) -> dict[int, int]:
-    """Plan the cluster, give every node a SASL_PLAINTEXT listener on a port of its own (in its
-    server.properties, as an operator would), format; the SASL port by node id."""
-    assert c.dev.plan()
-    ports = dict(zip(c.node_ids, free_ports(len(c.node_ids)), strict=True))
-    for i in c.node_ids:
-        s = c.spec(i)
-        text = s.config_path.read_text()
-        sasl = f"SASL_PLAINTEXT://{HOST}:{ports[i]}"
-        text = text.replace(
-            f"listeners=PLAINTEXT://{HOST}:{s.port},", f"listeners=PLAINTEXT://{HOST}:{s.port},{sasl},"
-        )
-        text = text.replace(
-            f"advertised.listeners=PLAINTEXT://{HOST}:{s.port}\n",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{s.port},{sasl}\n",
-        )
-        text = text.replace(
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,",
-        )
-        assert text.count("SASL_PLAINTEXT") == 4, text
-        s.config_path.write_text(text + "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512\n")
-    c.dev.format()
-    return ports
+    return c.add_sasl_listener("sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512\n")
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from ..protocol.records import CorruptRecordError, _write_varint
+from ..protocol.records import _read_varint as _record_varint
+
 MAGIC = 0
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -27,32 +30,12 @@ class SerdeError(ValueError):
     pass
 
 
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def _write_varint(out: bytearray, n: int) -> None:
-    n = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(data):
-            raise SerdeError("truncated message indexes")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise SerdeError("varint too long")
-    return (result >> 1) ^ -(result & 1), pos
+    """The record format's zigzag varint (:func:`strom.protocol.records._read_varint`)."""
+    try:
+        return _record_varint(data, pos)
+    except CorruptRecordError as e:
+        raise SerdeError(f"bad message indexes: {e}") from None
 
 
 def frame(schema_id: int, payload: bytes, message_indexes: list[int] | None = None) -> bytes:

@@ -264,6 +264,35 @@ class ClusterProcess:
         """``node_id``'s own Metadata answer (all topics when ``topics`` is None)."""
         return self.run(node_id, lambda c: c.metadata(topics))
 
+    def add_sasl_listener(self, properties: str) -> dict[int, int]:
+        """Plan the cluster and give every node a SASL_PLAINTEXT listener on a port of its own
+        (in its server.properties, as an operator would), with ``properties`` appended (the
+        mechanisms, JAAS, authorizer ...); format. The SASL port by node id. Call before
+        :meth:`start`."""
+        from strom.cli.dev_cluster import free_ports
+
+        assert self.dev.plan()
+        ports = dict(zip(self.node_ids, free_ports(len(self.node_ids)), strict=True))
+        for i in self.node_ids:
+            s = self.spec(i)
+            text = s.config_path.read_text()
+            sasl = f"SASL_PLAINTEXT://{HOST}:{ports[i]}"
+            text = text.replace(
+                f"listeners=PLAINTEXT://{HOST}:{s.port},", f"listeners=PLAINTEXT://{HOST}:{s.port},{sasl},"
+            )
+            text = text.replace(
+                f"advertised.listeners=PLAINTEXT://{HOST}:{s.port}\n",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{s.port},{sasl}\n",
+            )
+            text = text.replace(
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,",
+            )
+            assert text.count("SASL_PLAINTEXT") == 4, text
+            s.config_path.write_text(text + properties)
+        self.dev.format()
+        return ports
+
     def partition_info(self, node_id: int, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
         """``topic``'s partitions as ``node_id``'s Metadata shows them: partition -> (leader,
         replicas, ISR)."""

@@ -188,14 +188,10 @@ def _read_partitions(
     listener = ctx.session.listener
     # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
     authorizer = getattr(broker, "authorizer", None)
-    readable: dict[str, bool] = {}
-    if (
-        authorizer is not None
-        and replica_id >= 0
-        and not authorized_cluster(ctx, AclOperation.CLUSTER_ACTION)
-    ):
-        authorizer = None
-        readable = _Never()
+    deny_all = authorizer is not None and replica_id >= 0 and not authorized_cluster(
+        ctx, AclOperation.CLUSTER_ACTION
+    )
+    readable: dict[str, bool] = {}  # topic -> may be read (asked once per topic per request)
     for ft in request.topics:
         if version >= 13:
             tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
@@ -214,12 +210,16 @@ def _read_partitions(
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 any_error = True
                 continue
-            if authorizer is not None and name not in readable:
-                readable[name] = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, name)
-            if readable and not readable.get(name, True):
-                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                any_error = True
-                continue
+            if authorizer is not None:
+                ok = readable.get(name)
+                if ok is None:
+                    ok = readable[name] = not deny_all and authorized(
+                        ctx, AclOperation.READ, ResourceType.TOPIC, name
+                    )
+                if not ok:
+                    pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    any_error = True
+                    continue
             limit = min(fp.partition_max_bytes, budget - total)
             epoch = int(getattr(fp, "current_leader_epoch", -1))
             if replica_id >= 0:
@@ -278,16 +278,6 @@ def _read_partitions(
 _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 
 
-class _Never(dict[str, bool]):
-    """Every topic unreadable (a follower without CLUSTER_ACTION)."""
-
-    def __bool__(self) -> bool:
-        return True
-
-    def get(self, key: str, default: Any = None) -> bool:  # type: ignore[override]
-        return False
-
-
 def follower_id(request: Any, version: int) -> int:
     """The replica id of a follower's Fetch (``replica_id`` before v15, ``replica_state`` from
     v15), -1 for a consumer."""
@@ -339,8 +329,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
             if total >= min_bytes or any_error:
                 break
+    from_follower = follower_id(request, version) >= 0
     quota_entities = getattr(ctx.broker, "client_quota_entities", None)
-    if quota_entities and follower_id(request, version) < 0:  # consumer_byte_rate (KIP-219)
+    if quota_entities and not from_follower:  # consumer_byte_rate (KIP-219)
         quotas, now = ctx.broker.fetch_quotas, ctx.broker.clock.monotonic_ms()
         principal, client_id = ctx.session.principal, ctx.client_id or ""
         throttle = quotas.record(quota_entities, principal, client_id, total, now)
@@ -353,7 +344,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             return RawResponse(parts, size)  # type: ignore[arg-type]
     metrics = getattr(ctx.broker, "metrics", None)
     if metrics is not None and total:  # Kafka's BytesOutPerSec / ReplicationBytesOutPerSec
-        out = metrics.replication_bytes_out if follower_id(request, version) >= 0 else metrics.bytes_out
+        out = metrics.replication_bytes_out if from_follower else metrics.bytes_out
         for t in results:
             n = sum(p.size for p in t.partitions)
             if n:
