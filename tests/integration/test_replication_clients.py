@@ -21,6 +21,8 @@ final log's. Skips the clients that are not installed (Java needs the JDK and th
 
 from __future__ import annotations
 
+import collections
+import logging
 import os
 import shutil
 import subprocess
@@ -257,11 +259,29 @@ class JavaClient(Client):
         assert rc == 0, f"the Java consumer: exit {rc}\n{self.cons.tail()}"
 
 
+class _Recent(logging.Handler):
+    """The last log lines of a client library (its consumer's resets, truncations and
+    rebalances), printed when a check fails."""
+
+    def __init__(self, keep: int = 400) -> None:
+        super().__init__(logging.INFO)
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.name}: {record.getMessage()}")
+
+
 class KafkaPythonClient(Client):
     name = "kafka-python"
 
     def start_consumer(self) -> None:
         from kafka import KafkaConsumer  # type: ignore[import-untyped]
+
+        self.log = _Recent()
+        lg = logging.getLogger("kafka")
+        lg.addHandler(self.log)
+        if lg.getEffectiveLevel() > logging.INFO:
+            lg.setLevel(logging.INFO)
 
         cons = KafkaConsumer(self.topic, bootstrap_servers=self.bs.split(","), group_id=self.group,
                              auto_offset_reset="earliest", enable_auto_commit=False,
@@ -522,6 +542,12 @@ def test_real_clients_across_a_leader_kill(cluster: ClusterProcess, java_cp: str
               f"lost {len(lost)}, "
               f"duplicated {len(dup)}, misplaced {len(misplaced)}, unseen by the consumer {len(unseen)}, "
               f"phantom {len(phantom)}; errors {cl.failed[:3]}")
+        if unseen:
+            print(f"{cl.name}: {len(unseen)} unseen, e.g. "
+                  f"{[(v, cl.acked[v]) for v in unseen[:20]]}; the consumer read "
+                  f"{sorted(cl.seen.values())[:10]} ...")
+        if (lost or dup or misplaced or unseen or phantom) and isinstance(cl, KafkaPythonClient):
+            print("kafka-python's log:\n" + "\n".join(cl.log.lines))
         if lost or dup or misplaced or unseen or phantom:
             problems.append((cl.name, lost[:5], list(dup.items())[:5], misplaced[:5], unseen[:5],
                              phantom[:5]))
