@@ -282,6 +282,11 @@ class KafkaPythonClient(Client):
         lg.addHandler(self.log)
         if lg.getEffectiveLevel() > logging.INFO:
             lg.setLevel(logging.INFO)
+        if os.environ.get("STROM_KPY_DEBUG"):
+            fh = logging.FileHandler(os.environ["STROM_KPY_DEBUG"])
+            fh.setFormatter(logging.Formatter("%(created).3f %(threadName)s %(name)s: %(message)s"))
+            lg.addHandler(fh)
+            lg.setLevel(logging.DEBUG)
 
         cons = KafkaConsumer(self.topic, bootstrap_servers=self.bs.split(","), group_id=self.group,
                              auto_offset_reset="earliest", enable_auto_commit=False,
@@ -291,7 +296,13 @@ class KafkaPythonClient(Client):
         def run() -> None:
             try:
                 while not self.stop_event.is_set():
-                    got = cons.poll(timeout_ms=300)
+                    # a long poll: kafka-python 3.0.12 loses a rebalance that completes just
+                    # after a poll timed out inside it (join_group_async returns on its timer,
+                    # the in-flight join then finishes, need_rejoin() turns False and the
+                    # assignment is never applied: the consumer reads nothing, forever). With
+                    # 300 ms polls that hit one CI run and 1 in 7 runs here; poll returns as
+                    # soon as records arrive, so a long timeout costs nothing
+                    got = cons.poll(timeout_ms=5000)
                     for recs in got.values():
                         for r in recs:
                             self.seen[r.value.decode()] = (r.partition, r.offset)
