@@ -656,6 +656,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="throughput: before each measurement write and delete this many MB beside the "
                          "data dirs, so the run writes into page-cache memory the VM has backed "
                          "recently (see the README); 0 (default): off")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config for every node of every target (repeatable), e.g. "
+                         "strom.log.page.cache.window.bytes=0")
     a = ap.parse_args(argv)
     a.sizes = [int(x) for x in a.sizes.split(",") if x]
     a.latency_producers = [x for x in a.latency_producers.split(",") if x]
@@ -670,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"clusters and files in {root}; {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs")
     results: dict[str, Any] = {"command": sys.argv, "date": time.strftime("%Y-%m-%d")}
     if {"throughput", "latency"} & set(sections):
-        with cluster(root / "cluster", 3) as c, strom_broker(Variant("single")) as b:
+        with cluster(root / "cluster", 3, a.override) as c, \
+                strom_broker(Variant("single", list(a.override))) as b:
             targets = [Target("rf3-all", c.bootstrap, cluster_pids(c), 3, "all", c),
                        Target("rf3-1", c.bootstrap, cluster_pids(c), 3, "1", c),
                        Target("single", b.bootstrap, lambda: {"single": b.proc.pid}, 1, "1")]

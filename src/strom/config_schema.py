@@ -467,6 +467,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # strom.metrics.partition.enable (their cardinality grows with the partitions)
     _c("strom.http.listener", _STR, "http://127.0.0.1:9644"),
     _c("strom.metrics.partition.enable", _BOOL, False),
+    # page cache (strom.log.segment.PAGE_CACHE): bytes of each segment's freshly written tail kept
+    # in the page cache; the pages behind are released (posix_fadvise DONTNEED) as the log grows,
+    # so new writes reuse them. 0 leaves everything to the kernel, as Kafka does
+    _c("strom.log.page.cache.window.bytes", _LONG, 64 * 1024 * 1024, AtLeast(0)),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

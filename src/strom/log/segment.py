@@ -63,6 +63,43 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 _SCAN_CHUNK = 8192
+_MIB = 1 << 20
+
+
+class _PageCacheWindow:
+    """How much of each segment's freshly written tail stays in the page cache (bytes; 0: all of
+    it, as Kafka leaves it to the kernel). Set once per process from
+    ``strom.log.page.cache.window.bytes`` by :func:`set_page_cache_window`.
+
+    Behind the window, :meth:`LogSegment.append` hands the pages back with
+    ``posix_fadvise(DONTNEED)`` every ``step`` bytes: the first call starts the writeback of the
+    dirty pages, a later one (each range is advised again while it is less than ``recheck``
+    bytes behind) drops them once clean. Freed pages are reused at once by the next writes, which
+    on a virtual machine that returns free guest memory to its host (virtio free page reporting)
+    costs a tenth of writing into pages the host must back anew (bench/page_cache.py); readers of
+    the tail (followers, caught-up consumers) are served from the window, older reads go to the
+    disk as after any eviction."""
+
+    __slots__ = ("recheck", "step", "window")
+
+    def __init__(self) -> None:
+        self.window = 0
+        self.step = 16 * _MIB
+        self.recheck = 64 * _MIB
+
+
+PAGE_CACHE = _PageCacheWindow()
+
+
+def set_page_cache_window(nbytes: int) -> None:
+    """Keep ``nbytes`` of every segment's tail in the page cache, release the rest as it is
+    written (``<= 0``: never release, the kernel decides)."""
+    if nbytes <= 0 or not hasattr(os, "posix_fadvise"):
+        PAGE_CACHE.window = 0
+        return
+    PAGE_CACHE.window = nbytes
+    PAGE_CACHE.step = max(_MIB, min(16 * _MIB, nbytes // 4))
+    PAGE_CACHE.recheck = 4 * PAGE_CACHE.step
 _RECOVER_CHUNK = 1 << 20
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 
@@ -114,6 +151,10 @@ class LogSegment:
         self.created_ms = clock.time_ms()
         self._clock = clock
         self.closed = False
+        # the page cache behind the window is released up to here (PAGE_CACHE); the next release
+        # once the segment reaches _release_at
+        self._released_upto = 0
+        self._release_at = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -359,6 +400,8 @@ class LogSegment:
             f.dirty = True
             while written < total:
                 written += os.pwrite(fd, view[written:], start + written)
+            if PAGE_CACHE.window and start + total >= self._release_at:
+                self._release_behind(fd, start + total)
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
@@ -388,6 +431,20 @@ class LogSegment:
                 self._file.truncate(start)
             raise
         self.size = start + total
+
+    def _release_behind(self, fd: int, end: int) -> None:
+        """Hand the page cache more than ``PAGE_CACHE.window`` bytes behind ``end`` back to the
+        kernel (see :class:`_PageCacheWindow`); never raises."""
+        pc = PAGE_CACHE
+        self._release_at = end + pc.step
+        upto = end - pc.window
+        lo = self._released_upto
+        if upto <= lo:
+            return
+        with contextlib.suppress(OSError):  # advice only: the data is written either way
+            os.posix_fadvise(fd, lo, upto - lo, os.POSIX_FADV_DONTNEED)
+        # pages still dirty were only queued for writeback: they are advised again next time
+        self._released_upto = max(lo, upto - pc.recheck)
 
     def _update_max_timestamp(self, ts: int, offset: int) -> None:
         if ts > self.max_timestamp_so_far:

@@ -63,6 +63,7 @@ from ..log.errors import KafkaStorageError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import load_meta
 from ..log.partition_log import AppendInfo, PartitionLog
+from ..log.segment import set_page_cache_window
 from ..metadata.configs import (
     DYNAMIC_CONFIG_FILE,
     ConfigResourceError,
@@ -192,6 +193,7 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
+        set_page_cache_window(int(config["strom.log.page.cache.window.bytes"]))
         # a node of a multi-voter quorum has no other path (the registry is one node's store)
         quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
         if not quorum:  # (before anything is written)

@@ -1,0 +1,95 @@
+"""strom.log.page.cache.window.bytes: a segment keeps only its freshly written tail in the page
+cache and hands the pages behind it back to the kernel (posix_fadvise DONTNEED), without
+changing what is read back."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_log_support import open_log, read_all
+
+from strom.log.segment import PAGE_CACHE, set_page_cache_window
+from strom.protocol.records import build_batch, decode_records
+
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def restore_window() -> Iterator[None]:
+    saved = (PAGE_CACHE.window, PAGE_CACHE.step, PAGE_CACHE.recheck)
+    yield
+    PAGE_CACHE.window, PAGE_CACHE.step, PAGE_CACHE.recheck = saved
+
+
+def resident_bytes(path: Path) -> int | None:
+    """Bytes of ``path`` in the page cache (util-linux fincore), None without the tool."""
+    tool = shutil.which("fincore")
+    if tool is None:
+        return None
+    out = subprocess.run([tool, "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return int(out)
+
+
+def write_log(d: Path, total: int) -> tuple[Path, int | None]:
+    """Appends ~64 KiB batches of random values, each synced at once (so every page behind the
+    window is clean when it is advised), then reads them back; returns the segment file and how
+    much of it was in the page cache before the read."""
+    log = open_log(d, segment_bytes=1 << 30)
+    values: list[bytes] = []
+    fd = None
+    written = 0
+    i = 0
+    while written < total:
+        vals = [os.urandom(4096) for _ in range(16)]
+        b = build_batch([(b"k%d" % i, v, [], 1_700_000_000_000 + i) for v in vals])
+        log.append_as_leader(b, 0)
+        values += vals
+        written += len(b)
+        seg = log.log_segments[-1]
+        if fd is None:
+            fd = os.open(seg.log_path, os.O_RDONLY)
+        os.fsync(fd)
+        i += 1
+    assert fd is not None
+    os.close(fd)
+    path = log.log_segments[-1].log_path
+    res = resident_bytes(path)
+    data = read_all(log)
+    assert [r.value for r in decode_records(data)] == values  # nothing changed by the advice
+    log.close()
+    return path, res
+
+
+def test_window_bounds_the_cached_tail(tmp_path: Path) -> None:
+    set_page_cache_window(4 * MIB)
+    assert PAGE_CACHE.step == 1 * MIB and PAGE_CACHE.recheck == 4 * MIB
+    path, res = write_log(tmp_path / "small", 16 * MIB)
+    if res is None:
+        pytest.skip("no fincore to count cached pages (the data check above passed)")
+    size = path.stat().st_size
+    # the window, one step not yet released and the last batch: far below the 16 MiB written
+    assert size >= 16 * MIB and res <= 6 * MIB, (res, size)
+
+
+def test_zero_leaves_the_page_cache_to_the_kernel(tmp_path: Path) -> None:
+    set_page_cache_window(0)
+    assert PAGE_CACHE.window == 0
+    path, res = write_log(tmp_path / "all", 4 * MIB)
+    if res is None:
+        pytest.skip("no fincore to count cached pages (the data check above passed)")
+    assert res >= path.stat().st_size - 64 * 1024, res  # all of it still cached (a fresh file)
+
+
+def test_small_windows_use_small_steps() -> None:
+    set_page_cache_window(64 * MIB)
+    assert (PAGE_CACHE.window, PAGE_CACHE.step, PAGE_CACHE.recheck) == (64 * MIB, 16 * MIB, 64 * MIB)
+    set_page_cache_window(4096)
+    assert PAGE_CACHE.step == MIB  # at least a MiB between two system calls
+    set_page_cache_window(-1)
+    assert PAGE_CACHE.window == 0
