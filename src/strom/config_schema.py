@@ -467,6 +467,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # strom.metrics.partition.enable (their cardinality grows with the partitions)
     _c("strom.http.listener", _STR, "http://127.0.0.1:9644"),
     _c("strom.metrics.partition.enable", _BOOL, False),
+    # the web console (strom.console) served by the HTTP listener under /console/: it talks the Kafka
+    # protocol to strom.http.console.bootstrap.servers (empty: this broker's first PLAINTEXT
+    # listener) with the client settings of strom.http.console.command.config (a properties file,
+    # as `strom console --command-config`); read-only and basic auth (user:password lines) as the
+    # command's --read-only and --basic-auth-file
+    _c("strom.http.console.enable", _BOOL, False),
+    _c("strom.http.console.read.only", _BOOL, False),
+    _c("strom.http.console.bootstrap.servers", _STR, ""),
+    _c("strom.http.console.command.config", _STR, ""),
+    _c("strom.http.console.basic.auth.file", _STR, ""),
+    _c("strom.http.console.metrics.interval.ms", _LONG, 10000, AtLeast(100)),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

@@ -66,6 +66,9 @@ class ConsoleSettings:
     scan_cap: int = DEFAULT_SCAN_CAP
     metrics_urls: tuple[str, ...] = ()  # brokers' /metrics, sampled for the metrics page
     metrics_interval_s: float = 10.0
+    prefix: str = ""  # the path the console is mounted under ("/console" in the broker's listener)
+    # discover the brokers' /metrics from the cluster's metadata: (node id, host) -> URL
+    metrics_url_for: Callable[[int, str], str] | None = None
 
 
 class ClusterUnavailable(Exception):
@@ -96,6 +99,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["read_only"] = settings.read_only
     templates.env.globals["bootstrap"] = settings.bootstrap
+    templates.env.globals["root"] = settings.prefix
     templates.env.filters["when"] = _when
     state: dict[str, Client] = {}
     lock = asyncio.Lock()
@@ -180,7 +184,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             errors = await c.create_topics({name: (parts, rf)})
             if errors.get(name) is not None:
                 raise errors[name]  # type: ignore[misc]
-            return RedirectResponse(f"/topics/{name}", 303)
+            return RedirectResponse(settings.prefix + f"/topics/{name}", 303)
         md = await c.metadata(None)
         show_internal = request.query_params.get("internal") == "1"
         rows = []
@@ -226,7 +230,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         errors = await c.delete_topics([name])
         if errors.get(name) is not None:
             raise errors[name]  # type: ignore[misc]
-        return RedirectResponse("/topics", 303)
+        return RedirectResponse(settings.prefix + "/topics", 303)
 
     async def replay(request: Request) -> Response:
         """Produce one record again (key, value, headers) to a topic, the same or another."""
@@ -251,7 +255,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         again = (record.key, record.value, list(record.headers), -1)
         new = await c.produce(target, target_partition, [again])
         where = f"/topics/{target}/messages?partition={target_partition}&offset={new}&order=oldest"
-        return RedirectResponse(where, 303)
+        return RedirectResponse(settings.prefix + where, 303)
 
     async def alter_topic(request: Request) -> Response:
         """Set or delete (back to the default) one config, or grow the partition count."""
@@ -271,7 +275,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 (key, 1, None) if form.get("delete") == "1" else (key, 0, form.get("value", ""))
             )  # DELETE (back to the default) or SET
             await admin.incremental_alter_configs(c, TOPIC_RESOURCE, name, [op])
-        return RedirectResponse(f"/topics/{name}", 303)
+        return RedirectResponse(settings.prefix + f"/topics/{name}", 303)
 
     async def produce(request: Request) -> Response:
         c = await client()
@@ -288,7 +292,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         record = (key.encode() if key else None, value.encode(), headers, -1)
         offset = await c.produce(name, partition, [record])
         where = f"/topics/{name}/messages?partition={partition}&offset={offset}&order=oldest"
-        return RedirectResponse(where, 303)
+        return RedirectResponse(settings.prefix + where, 303)
 
     async def messages(request: Request) -> Response:
         c = await client()
@@ -310,6 +314,26 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         hi = await c.list_offsets(name, partition, LATEST)
         assert isinstance(lo, int) and isinstance(hi, int)
         from_time = q.get("timestamp", "").strip()
+        until = q.get("until", "").strip()
+        end = hi  # the scan stops before this offset
+        until_ms = None
+        if until:  # a time range's end: records before the first one at or after it
+            until_ms = _timestamp(until)
+            at_end = await c.list_offsets(name, partition, until_ms)
+            assert isinstance(at_end, int)
+            if at_end >= 0:
+                end = at_end
+        from_ms = _timestamp(from_time) if from_time else None
+        if from_ms is not None or until_ms is not None:
+            inner = matcher
+
+            def in_range(r: Any) -> bool:
+                if from_ms is not None and r.timestamp < from_ms:
+                    return False
+                if until_ms is not None and r.timestamp >= until_ms:
+                    return False
+                return inner is None or inner(r)
+            matcher = in_range
         if from_time:  # the first record at or after the time, oldest first from there
             ts = _timestamp(from_time)
             at = await c.list_offsets(name, partition, ts)
@@ -319,7 +343,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         elif q.get("offset"):
             start = max(lo, _int(q.get("offset"), "offset", 0))
         elif order == "newest":
-            start = max(lo, hi - (settings.scan_cap if search else limit))
+            start = max(lo, end - (settings.scan_cap if search else limit))
         else:
             start = lo
         found: list[Any] = []
@@ -330,12 +354,12 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         want = limit if order == "oldest" or from_start else 10**9
         capped = bool(search) and order == "newest" and not from_start and start > lo
         done = False
-        while pos < hi and not done and len(found) < want:
+        while pos < end and not done and len(found) < want:
             res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
             if res.error_code:
                 raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
             for r in res.records:
-                if r.offset >= hi or len(found) >= want:
+                if r.offset >= end or len(found) >= want:
                     done = True
                     break
                 if scanned >= settings.scan_cap:  # more to read, but the cap is reached
@@ -360,7 +384,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                                      for h, v in r.headers]})
         return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
                     rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
-                    from_time=from_time, mode=mode,
+                    from_time=from_time, until=until, mode=mode,
                     scan_cap=settings.scan_cap, earliest=lo, latest=hi)
 
     async def download(request: Request) -> Response:
@@ -507,7 +531,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         result = await cgroups.delete_groups(c, [gid])
         if result.get(gid) is not None:
             raise result[gid]  # type: ignore[misc]
-        return RedirectResponse("/groups", 303)
+        return RedirectResponse(settings.prefix + "/groups", 303)
 
     async def security(request: Request) -> Response:
         """SCRAM users (DescribeUserScramCredentials); add or replace a credential, delete one."""
@@ -533,13 +557,20 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     c, upsertions=[(user, mechanism, password, iterations)])
             if result.get(user) is not None:
                 raise result[user]  # type: ignore[misc]
-            return RedirectResponse("/security", 303)
+            return RedirectResponse(settings.prefix + "/security", 303)
         described = await admin.describe_user_scram_credentials(c)
         users = [{"user": u, "credentials": v if not isinstance(v, KafkaError) else [], "error":
                   str(v) if isinstance(v, KafkaError) else None} for u, v in sorted(described.items())]
         return page("security.html", request, users=users)
 
-    sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s)
+    async def discover() -> list[str]:
+        assert settings.metrics_url_for is not None
+        md = await (await client()).metadata([])
+        return [settings.metrics_url_for(b.node_id, b.host) for b in sorted(md.brokers.values(),
+                                                                           key=lambda b: b.node_id)]
+
+    sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s,
+                             discover=discover if settings.metrics_url_for is not None else None)
 
     async def metrics_page(request: Request) -> Response:
         charts = []
@@ -552,7 +583,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             charts.append({"url": series.url, "error": series.error, "rows": rows})
         lags = [{"group": g, "svg": sparkline(v), "now": f"{v[-1]:.0f}" if v else "-"}
                 for g, v in sorted(sampler.lag_by_group().items())]
-        return page("metrics.html", request, charts=charts, lags=lags, interval=settings.metrics_interval_s)
+        return page("metrics.html", request, charts=charts, lags=lags, interval=settings.metrics_interval_s,
+                    enabled=sampler.enabled, discover_error=sampler.discover_error)
 
     routes = [
         Route("/", guarded(overview)),
