@@ -385,6 +385,101 @@ def test_metrics_page_charts_the_brokers_metrics(cluster: BrokerProcess, console
         bad.close()
 
 
+def test_time_range_search(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"range-{uuid.uuid4().hex[:6]}"
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(10):
+        p.produce(topic, f"v{i % 2}".encode(), partition=0, timestamp=1_700_000_000_000 + i * 1000)
+    assert p.flush(30) == 0
+
+    def offsets(query: str) -> list[int]:
+        body = console.get(f"/topics/{topic}/messages?{query}")
+        return [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]]
+
+    # [from, until): offsets 3..6; oldest first from the start of the range
+    assert offsets("timestamp=1700000003000&until=1700000007000") == [3, 4, 5, 6]
+    # until alone, newest first: the newest records before it
+    assert offsets("until=2023-11-14T22:13:25Z&limit=3") == [4, 3, 2]  # until ...005000
+    # a search inside a range
+    assert offsets("timestamp=1700000002000&until=1700000008000&q=v1") == [3, 5, 7]
+    status, body = console.request(f"/topics/{topic}/messages?until=soon")
+    assert status == 400 and "timestamp" in body
+
+
+def test_metrics_page_discovers_the_brokers(cluster: BrokerProcess) -> None:
+    m = Console(cluster.bootstrap, "--metrics-port", str(cluster.http_port), "--metrics-interval", "0.3")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            _produce(cluster, f"disc-{uuid.uuid4().hex[:4]}", [b"z" * 100] * 5)
+            body = m.get("/metrics")
+            if "<polyline" in body:
+                break
+            assert time.monotonic() < deadline, body
+            time.sleep(0.3)
+        # the broker of the metadata (host 127.0.0.1) at the given port, no --metrics-url
+        assert f"<h2>http://127.0.0.1:{cluster.http_port}/metrics</h2>" in body
+    finally:
+        m.close()
+    r = subprocess.run([sys.executable, "-m", "strom", "console", "--bootstrap-server", cluster.bootstrap,
+                        "--metrics-port", "70000"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--metrics-port 70000 is not a port" in r.stderr
+
+
+def test_acls_list_create_delete_with_confirmation(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides=[
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS"])  # the console's PLAINTEXT connection administers
+    b.start()
+    c = Console(b.bootstrap)
+    ro = Console(b.bootstrap, "--read-only")
+    try:
+        body = c.get("/security")
+        assert 'id="acl-table"' in body and "no ACLs" in body and 'id="add-acl"' in body
+        acl = {"action": "create", "resource_type": "TOPIC", "resource_name": "orders",
+               "pattern_type": "PREFIXED", "principal": "User:alice", "host": "*", "operation": "READ",
+               "permission": "ALLOW"}
+        status, body = c.request("/security/acls", acl)  # first: the confirmation
+        assert status == 200 and 'id="acl-confirm"' in body and "Yes, add it" in body
+        assert "no ACLs" in c.get("/security")  # nothing created yet
+        status, body = c.request("/security/acls", acl | {"confirm": "1"})
+        row = '<tr class="acl"><td>TOPIC:orders</td><td>PREFIXED</td><td>User:alice</td>'
+        assert status == 200 and row in body
+        # seen by a real client too
+        from confluent_kafka import admin as ck
+
+        admin = ck.AdminClient({"bootstrap.servers": b.bootstrap})
+        flt = ck.AclBindingFilter(ck.ResourceType.ANY, None, ck.ResourcePatternType.ANY, None, None,
+                                  ck.AclOperation.ANY, ck.AclPermissionType.ANY)
+        found = admin.describe_acls(flt).result(30)
+        assert [(x.name, x.principal, x.operation.name) for x in found] == [("orders", "User:alice", "READ")]
+        # read-only: listed, no controls, POST refused
+        body = ro.get("/security")
+        assert "User:alice" in body and 'method="post"' not in body
+        assert ro.request("/security/acls", acl | {"action": "delete", "confirm": "1"})[0] == 403
+        # delete: confirmation, then gone
+        gone = acl | {"action": "delete"}
+        status, body = c.request("/security/acls", gone)
+        assert status == 200 and "Yes, delete it" in body and "User:alice" in body
+        status, body = c.request("/security/acls", gone | {"confirm": "1"})
+        assert status == 200 and "no ACLs" in body
+        assert admin.describe_acls(flt).result(30) == []
+        # bad input
+        status, body = c.request("/security/acls", acl | {"principal": "alice", "confirm": "1"})
+        assert status == 400 and "principal: type:name" in body
+        status, body = c.request("/security/acls", acl | {"operation": "FLY"})
+        assert status == 400 and "operation: one of" in body
+    finally:
+        ro.close()
+        c.close()
+        b.stop()
+
+
+def test_acls_without_an_authorizer(console: Console) -> None:
+    body = console.get("/security")
+    assert 'id="acl-error"' in body and "no authorizer" in body
+
+
 # ---------------------------------------------------------------- a real browser
 # headless Chromium (Debian's chromium; skipped where it is not installed): every page loads with
 # the vendored HTMX running (it injects its indicator style) and a screenshot of each is saved

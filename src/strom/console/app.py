@@ -45,6 +45,7 @@ from ..client import admin
 from ..client import groups as cgroups
 from ..client.client import EARLIEST, LATEST, Client
 from ..client.errors import KafkaConnectionError, KafkaError
+from ..security.authorizer import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from .sampler import RATE_COUNTERS, MetricsSampler, sparkline
 
 __all__ = ["ConsoleSettings", "build_app", "render_value"]
@@ -55,6 +56,10 @@ TOPIC_RESOURCE = 2
 OFFSET_OUT_OF_RANGE = 1
 MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
 DEFAULT_SCAN_CAP = 10_000
+SECURITY_DISABLED = 54
+ACL_RESOURCE_TYPES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
+ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+                  "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "TWO_PHASE_COMMIT")
 
 
 @dataclass
@@ -561,7 +566,42 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         described = await admin.describe_user_scram_credentials(c)
         users = [{"user": u, "credentials": v if not isinstance(v, KafkaError) else [], "error":
                   str(v) if isinstance(v, KafkaError) else None} for u, v in sorted(described.items())]
-        return page("security.html", request, users=users)
+        acls: list[dict[str, Any]] = []
+        acl_error = None
+        try:
+            every = (int(ResourceType.ANY), None, int(PatternType.ANY), None, None, int(AclOperation.ANY),
+                     int(AclPermissionType.ANY))
+            found = await admin.describe_acls(c, every)
+            acls = [_acl_row(b) for b in sorted(found, key=lambda b: (b[0], b[1], b[3], b[5]))]
+        except KafkaError as e:
+            acl_error = ("the cluster has no authorizer (authorizer.class.name is not set): no ACLs apply"
+                         if e.code == SECURITY_DISABLED else str(e))
+        return page("security.html", request, users=users, acls=acls, acl_error=acl_error,
+                    resource_types=ACL_RESOURCE_TYPES, operations=ACL_OPERATIONS)
+
+    async def acl_change(request: Request) -> Response:
+        """Create or delete one ACL binding: the first POST shows the binding for a confirmation,
+        the confirmed one (``confirm=1``) carries it out."""
+        c = await client()
+        form = await _form(request)
+        action = form.get("action", "")
+        if action not in ("create", "delete"):
+            raise BadInput("action: create or delete")
+        binding = _acl_binding(form)
+        if form.get("confirm") != "1":
+            return page("acl_confirm.html", request, action=action, acl=_acl_row(binding), form=form)
+        if action == "create":
+            errors = await admin.create_acls(c, [binding])
+            if errors and errors[0] is not None:
+                raise errors[0]
+        else:
+            rt, name, pt, principal, host, op, perm = binding
+            result = await admin.delete_acls(c, [(rt, name, pt, principal, host, op, perm)])
+            if result and isinstance(result[0], KafkaError):
+                raise result[0]
+            if not result or not result[0]:
+                raise BadInput("no such ACL (already deleted?)")
+        return RedirectResponse(settings.prefix + "/security", 303)
 
     async def discover() -> list[str]:
         assert settings.metrics_url_for is not None
@@ -600,6 +640,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/groups", guarded(group_list)),
         Route("/metrics", guarded(metrics_page)),
         Route("/security", guarded(security), methods=["GET", "POST"]),
+        Route("/security/acls", guarded(acl_change), methods=["POST"]),
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
@@ -698,6 +739,44 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
                        for h, v in r.headers)
         return hd
     raise BadInput(f"unknown search mode {mode!r}: text, regex, json or header")
+
+
+def _acl_binding(form: dict[str, str]) -> admin.AclTuple:
+    """One ACL binding from a form (names as kafka-acls.sh and Kafka's enums spell them)."""
+    def pick(key: str, cls: Any, allowed: tuple[str, ...]) -> int:
+        raw = form.get(key, "").strip().upper().replace("-", "_").replace(" ", "_")
+        if raw not in allowed:
+            raise BadInput(f"{key}: one of {', '.join(allowed)}, not {form.get(key, '')!r}")
+        return int(cls[raw])
+
+    rt = pick("resource_type", ResourceType, ACL_RESOURCE_TYPES)
+    pt = pick("pattern_type", PatternType, ("LITERAL", "PREFIXED"))
+    op = pick("operation", AclOperation, ACL_OPERATIONS)
+    perm = pick("permission", AclPermissionType, ("ALLOW", "DENY"))
+    name = form.get("resource_name", "").strip()
+    if rt == ResourceType.CLUSTER:
+        name = CLUSTER_NAME
+    if not name:
+        raise BadInput("name the resource (a topic, group or transactional id; * for all)")
+    principal = form.get("principal", "").strip()
+    kind, sep, who = principal.partition(":")
+    if not sep or not kind or not who:
+        raise BadInput(f"principal: type:name, e.g. User:alice or User:* (not {principal!r})")
+    host = form.get("host", "").strip() or "*"
+    return rt, name, pt, principal, host, op, perm
+
+
+def _acl_row(b: admin.AclTuple) -> dict[str, Any]:
+    rt, name, pt, principal, host, op, perm = b
+
+    def named(cls: Any, v: int) -> str:
+        try:
+            return str(cls(v).name)
+        except ValueError:
+            return str(v)
+    return {"resource_type": named(ResourceType, rt), "resource_name": name,
+            "pattern_type": named(PatternType, pt), "principal": principal, "host": host,
+            "operation": named(AclOperation, op), "permission": named(AclPermissionType, perm)}
 
 
 def _jsonable(data: bytes | None) -> Any:
