@@ -1,13 +1,12 @@
 """``strom console`` against a real broker: a real ``strom console`` process (uvicorn), pages read
 over HTTP, data put in with confluent-kafka; mutations through the console's forms; read-only mode;
-basic auth; an unreachable cluster; the scan cap of a search; a huge value cut in the list; every
-page in a real headless Chromium where one is installed."""
+basic auth; an unreachable cluster; the scan cap of a search; a huge value cut in the list; ACLs.
+(In a real browser: test_console_browser.py.)"""
 
 from __future__ import annotations
 
 import base64
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -478,55 +477,6 @@ def test_acls_list_create_delete_with_confirmation(tmp_path: Path) -> None:
 def test_acls_without_an_authorizer(console: Console) -> None:
     body = console.get("/security")
     assert 'id="acl-error"' in body and "no authorizer" in body
-
-
-# ---------------------------------------------------------------- a real browser
-# headless Chromium (Debian's chromium; skipped where it is not installed): every page loads with
-# the vendored HTMX running (it injects its indicator style) and a screenshot of each is saved
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def browse(url: str, shot: Path) -> str:
-    """The DOM after Chromium ran the page's scripts; a screenshot of it in ``shot``."""
-    assert CHROMIUM is not None
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]
-    r = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90)
-    assert r.returncode == 0, r.stderr[-2000:]
-    subprocess.run([*flags, f"--screenshot={shot}", url], capture_output=True, timeout=90, check=True)
-    assert shot.stat().st_size > 5000
-    return r.stdout
-
-
-@pytest.mark.slow  # ~50 s: two Chromium starts a page
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium)")
-def test_every_page_in_chromium(cluster: BrokerProcess, tmp_path: Path) -> None:
-    topic = f"web-{uuid.uuid4().hex[:6]}"
-    group = f"web-{uuid.uuid4().hex[:6]}"
-    _produce(cluster, topic, [json.dumps({"n": i}).encode() for i in range(5)])
-    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-    c.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 2)], asynchronous=False)
-    c.close()
-    console = Console(cluster.bootstrap)
-    try:
-        base = f"http://127.0.0.1:{console.port}"
-        pages = {
-            "overview": ("/", 'id="cluster-id"'),
-            "topics": ("/topics", f">{topic}</a>"),
-            "topic": (f"/topics/{topic}", "cleanup.policy"),
-            "messages": (f"/topics/{topic}/messages", '"n": 4'),
-            "groups": ("/groups", f">{group}</a>"),
-            "group": (f"/groups/{group}", 'id="total-lag">3<'),
-            "metrics": ("/metrics", 'id="no-metrics"'),
-            "security": ("/security", 'id="user-table"'),
-        }
-        for name, (path, expected) in pages.items():
-            dom = browse(base + path, tmp_path / f"{name}.png")
-            assert expected in dom, name
-            assert "htmx-indicator" in dom, f"{name}: HTMX did not run"
-            assert "Traceback" not in dom
-    finally:
-        console.close()
 
 
 def test_scram_users_page(cluster: BrokerProcess, console: Console) -> None:
