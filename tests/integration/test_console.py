@@ -190,7 +190,21 @@ def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
     topic = f"big-{uuid.uuid4().hex[:6]}"
     _produce(cluster, topic, [b"x" * 10] * 50 + [b"y" * 100_000])
     body = console.get(f"/topics/{topic}/messages?q=nothing-matches&order=oldest")
-    assert 'id="capped"' in body and "scan cap of 30" in body
+    assert 'id="capped"' in body and "scan cap of 30" in body and "30 scanned (offsets 0..29)" in body
+    # the search goes on from where it stopped, to the end without the cap
+    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    assert "offset=30" in more and "order=oldest" in more
+    body = console.get(f"/topics/{topic}/messages?{more}")
+    assert 'id="capped"' not in body and "21 scanned (offsets 30..50)" in body
+    # newest first: the newest 30, then the older ones
+    body = console.get(f"/topics/{topic}/messages?q=nothing-matches")
+    assert 'id="capped"' in body and "(offsets 21..50)" in body
+    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    assert "before=21" in more
+    body = console.get(f"/topics/{topic}/messages?{more}")
+    assert 'id="capped"' not in body and "21 scanned (offsets 0..20)" in body
+    body = console.get(f"/topics/{topic}/messages?{more.replace('q=nothing-matches', 'q=x')}")
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]][:2] == [20, 19]
     body = console.get(f"/topics/{topic}/messages?limit=1")
     assert "100000 bytes, cut" in body
     assert body.count("y") < 5000  # not the whole value

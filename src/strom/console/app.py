@@ -328,6 +328,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             assert isinstance(at_end, int)
             if at_end >= 0:
                 end = at_end
+        if q.get("before"):  # a newest-first search continued: older than where it stopped
+            end = min(end, _int(q.get("before"), "before", 0))
         from_ms = _timestamp(from_time) if from_time else None
         if from_ms is not None or until_ms is not None:
             inner = matcher
@@ -359,6 +361,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         want = limit if order == "oldest" or from_start else 10**9
         capped = bool(search) and order == "newest" and not from_start and start > lo
         done = False
+        stopped_at = last_scanned = None
         while pos < end and not done and len(found) < want:
             res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
             if res.error_code:
@@ -369,8 +372,10 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     break
                 if scanned >= settings.scan_cap:  # more to read, but the cap is reached
                     capped = done = True
+                    stopped_at = r.offset
                     break
                 scanned += 1
+                last_scanned = r.offset
                 if matcher is None or matcher(r):
                     found.append(r)
             nxt = res.next_offset
@@ -378,6 +383,13 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 break
             pos = nxt
         found = found[::-1][:limit] if order == "newest" and not from_start else found[:limit]
+        resume = None  # the query that continues a capped search where it stopped
+        if capped:
+            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
+            if stopped_at is not None:  # oldest first: on from the first record not scanned
+                resume = keep | {"offset": str(stopped_at), "order": "oldest"}
+            else:  # newest first: the records older than the scanned ones
+                resume = keep | {"before": str(start)}
         rows = []
         for r in found:
             kkind, ktext, _ = render_value(r.key, 256)
@@ -390,7 +402,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
                     rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
                     from_time=from_time, until=until, mode=mode,
-                    scan_cap=settings.scan_cap, earliest=lo, latest=hi)
+                    scan_cap=settings.scan_cap, earliest=lo, latest=hi,
+                    scanned_from=start if scanned else None, scanned_to=last_scanned,
+                    resume=urllib.parse.urlencode(resume) if resume else None)
 
     async def download(request: Request) -> Response:
         """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
