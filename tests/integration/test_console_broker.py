@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.testing.broker_process import BrokerProcess
+from strom.testing.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -174,3 +174,39 @@ def test_a_missing_auth_file_fails_the_start(tmp_path: Path) -> None:
         b.start()
     assert "strom.http.console.basic.auth.file" in str(e.value)
     assert "Traceback" not in str(e.value)
+
+
+def test_console_over_the_https_listener(tmp_path: Path) -> None:
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA(organization_name="strom test CA")
+    server = tmp_path / "server.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server))
+    port = free_port()
+    b = BrokerProcess(tmp_path / "data", overrides=[
+        f"strom.http.listener=https://127.0.0.1:{port}", "strom.http.console.enable=true",
+        "strom.http.console.metrics.interval.ms=200",
+        "listener.name.http.ssl.keystore.type=PEM", f"listener.name.http.ssl.keystore.location={server}",
+    ])
+    b.start()
+    try:
+        ctx = ssl.create_default_context()
+        ca.configure_trust(ctx)
+        base = f"https://127.0.0.1:{port}"
+        topic = f"tls-{uuid.uuid4().hex[:6]}"
+        form = urllib.parse.urlencode({"name": topic, "partitions": "1", "replication_factor": "1"}).encode()
+        with urllib.request.urlopen(base + "/console/topics", data=form, timeout=30, context=ctx) as r:
+            assert r.status == 200 and r.geturl() == f"{base}/console/topics/{topic}"
+        # the metrics page samples this broker's own metrics (rendered in place: no TLS trust needed)
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(base + "/console/metrics", timeout=30, context=ctx) as r:
+                body = r.read().decode()
+            if "<polyline" in body:
+                break
+            assert time.monotonic() < deadline, body[-1500:]
+            time.sleep(0.3)
+        assert f"<h2>{base}/metrics</h2>" in body and "last sample failed" not in body
+    finally:
+        b.stop()

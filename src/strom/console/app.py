@@ -74,6 +74,7 @@ class ConsoleSettings:
     prefix: str = ""  # the path the console is mounted under ("/console" in the broker's listener)
     # discover the brokers' /metrics from the cluster's metadata: (node id, host) -> URL
     metrics_url_for: Callable[[int, str], str] | None = None
+    metrics_fetch: Callable[[str], Awaitable[str]] | None = None  # default: an HTTP GET
 
 
 class ClusterUnavailable(Exception):
@@ -624,7 +625,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                                                                            key=lambda b: b.node_id)]
 
     sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s,
-                             discover=discover if settings.metrics_url_for is not None else None)
+                             discover=discover if settings.metrics_url_for is not None else None,
+                             fetch=settings.metrics_fetch)
 
     async def metrics_page(request: Request) -> Response:
         charts = []

@@ -43,7 +43,7 @@ class ConsoleMount:
     """The console application of one broker, its lifespan (metrics sampler, Kafka client)
     entered at start and left at stop."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, local_metrics: Callable[[], bytes] | None = None) -> None:
         from ..console.app import ConsoleSettings, build_app, load_basic_auth
 
         cfg = broker.config
@@ -77,10 +77,19 @@ class ConsoleMount:
             port = rest.rsplit(":", 1)[-1]
             return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
 
+        async def fetch(url: str) -> str:
+            """This broker's own metrics rendered here (no HTTP, no TLS trust to set up); the
+            others' over HTTP."""
+            if local_metrics is not None and url == f"{self.http_url}/metrics":
+                return local_metrics().decode()
+            from ..console.sampler import _get
+
+            return await asyncio.to_thread(_get, url)
+
         self.settings = ConsoleSettings(
             self.configured or "this broker", read_only=bool(cfg["strom.http.console.read.only"]),
             client_factory=self._client, basic_auth=users, prefix=PREFIX, metrics_url_for=metrics_url,
-            metrics_interval_s=int(cfg["strom.http.console.metrics.interval.ms"]) / 1000)
+            metrics_interval_s=int(cfg["strom.http.console.metrics.interval.ms"]) / 1000, metrics_fetch=fetch)
         self.app: Any = build_app(self.settings)
         self._lifespan: AbstractAsyncContextManager[Any] | None = None
 

@@ -94,7 +94,8 @@ class HttpListener:
 
     async def start(self) -> None:
         if self.broker.config["strom.http.console.enable"]:
-            self.console = ConsoleMount(self.broker)  # bad settings: ConfigError before binding
+            # (bad settings: a ConfigError before binding)
+            self.console = ConsoleMount(self.broker, lambda: self._metrics()[2])
         self.server = await asyncio.start_server(
             self._serve, self.host, self.port, reuse_address=True, limit=_MAX_HEAD, ssl=self.tls
         )
