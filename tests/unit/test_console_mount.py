@@ -19,6 +19,8 @@ from strom.observability.console_mount import MAX_BODY, serve_asgi
 async def echo_app(scope: Any, receive: Any, send: Any) -> None:
     """Answers with what it saw; /stream sends two chunks, then waits for the disconnect."""
     msg = await receive()
+    if scope["path"] == "/console/boom":
+        raise RuntimeError("a bug")
     if scope["path"] == "/console/stream":
         start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
         await send(start)
@@ -82,6 +84,8 @@ def test_bridge_get_post_head_and_bad_bodies() -> None:
             assert got.startswith(b"HTTP/1.1 413 ")
             got = await exchange(port, b"POST /console/x HTTP/1.1\r\nContent-Length: many\r\n\r\n")
             assert got.startswith(b"HTTP/1.1 400 ")
+            got = await exchange(port, b"GET /console/boom HTTP/1.1\r\n\r\n")  # logged, answered 500
+            assert got.startswith(b"HTTP/1.1 500 ") and got.endswith(b"internal error\n")
 
     asyncio.run(run())
 

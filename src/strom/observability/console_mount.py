@@ -246,6 +246,14 @@ async def serve_asgi(app: App, reader: asyncio.StreamReader, writer: asyncio.Str
         await app(scope, receive, send)
     except ConnectionError:
         pass
+    except Exception:  # the app's own error page already went out where it could
+        log.exception("console %s %s failed", method, target)
+        if not head_written:
+            body_500 = b"internal error\n"
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
+                         b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body_500), body_500))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
