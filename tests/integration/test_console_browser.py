@@ -109,6 +109,8 @@ def console(cluster: BrokerProcess) -> Iterator[ConsoleProcess]:
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(60_000)  # a loaded CI machine: pages wait for the cluster's answers
+    sync_api.expect.set_options(timeout=30_000)
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
