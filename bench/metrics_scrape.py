@@ -14,6 +14,7 @@ then ``--scrapes`` sequential GETs of /metrics, timed on the client (connect + r
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -62,11 +63,14 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--scrapes", type=int, default=20)
     args = ap.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average before: {load} ({os.cpu_count()} cores)")
     head = ("partitions", "per-partition", "median ms", "max ms", "bytes", "samples")
     print("{:>10} {:>13} {:>9} {:>7} {:>8} {:>7}".format(*head))
     for per_partition in (True, False):
         med, worst, size, lines = run(args.partitions, per_partition, args.scrapes)
         print(f"{args.partitions:>10} {per_partition!s:>13} {med:9.1f} {worst:7.1f} {size:8d} {lines:7d}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

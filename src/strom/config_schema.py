@@ -471,6 +471,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # in the page cache; the pages behind are released (posix_fadvise DONTNEED) as the log grows,
     # so new writes reuse them. 0 leaves everything to the kernel, as Kafka does
     _c("strom.log.page.cache.window.bytes", _LONG, 64 * 1024 * 1024, AtLeast(0)),
+    # the web console (strom.console) served by the HTTP listener under /console/: it talks the Kafka
+    # protocol to strom.http.console.bootstrap.servers (empty: this broker's first PLAINTEXT
+    # listener) with the client settings of strom.http.console.command.config (a properties file,
+    # as `strom console --command-config`); read-only and basic auth (user:password lines) as the
+    # command's --read-only and --basic-auth-file
+    _c("strom.http.console.enable", _BOOL, False),
+    _c("strom.http.console.read.only", _BOOL, False),
+    _c("strom.http.console.bootstrap.servers", _STR, ""),
+    _c("strom.http.console.command.config", _STR, ""),
+    _c("strom.http.console.basic.auth.file", _STR, ""),
+    _c("strom.http.console.metrics.interval.ms", _LONG, 10000, AtLeast(100)),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

@@ -45,6 +45,7 @@ from ..client import admin
 from ..client import groups as cgroups
 from ..client.client import EARLIEST, LATEST, Client
 from ..client.errors import KafkaConnectionError, KafkaError
+from ..security.authorizer import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from .sampler import RATE_COUNTERS, MetricsSampler, sparkline
 
 __all__ = ["ConsoleSettings", "build_app", "render_value"]
@@ -55,6 +56,10 @@ TOPIC_RESOURCE = 2
 OFFSET_OUT_OF_RANGE = 1
 MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
 DEFAULT_SCAN_CAP = 10_000
+SECURITY_DISABLED = 54
+ACL_RESOURCE_TYPES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
+ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+                  "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "TWO_PHASE_COMMIT")
 
 
 @dataclass
@@ -66,6 +71,10 @@ class ConsoleSettings:
     scan_cap: int = DEFAULT_SCAN_CAP
     metrics_urls: tuple[str, ...] = ()  # brokers' /metrics, sampled for the metrics page
     metrics_interval_s: float = 10.0
+    prefix: str = ""  # the path the console is mounted under ("/console" in the broker's listener)
+    # discover the brokers' /metrics from the cluster's metadata: (node id, host) -> URL
+    metrics_url_for: Callable[[int, str], str] | None = None
+    metrics_fetch: Callable[[str], Awaitable[str]] | None = None  # default: an HTTP GET
 
 
 class ClusterUnavailable(Exception):
@@ -96,6 +105,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["read_only"] = settings.read_only
     templates.env.globals["bootstrap"] = settings.bootstrap
+    templates.env.globals["root"] = settings.prefix
     templates.env.filters["when"] = _when
     state: dict[str, Client] = {}
     lock = asyncio.Lock()
@@ -180,7 +190,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             errors = await c.create_topics({name: (parts, rf)})
             if errors.get(name) is not None:
                 raise errors[name]  # type: ignore[misc]
-            return RedirectResponse(f"/topics/{name}", 303)
+            return RedirectResponse(settings.prefix + f"/topics/{name}", 303)
         md = await c.metadata(None)
         show_internal = request.query_params.get("internal") == "1"
         rows = []
@@ -226,7 +236,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         errors = await c.delete_topics([name])
         if errors.get(name) is not None:
             raise errors[name]  # type: ignore[misc]
-        return RedirectResponse("/topics", 303)
+        return RedirectResponse(settings.prefix + "/topics", 303)
 
     async def replay(request: Request) -> Response:
         """Produce one record again (key, value, headers) to a topic, the same or another."""
@@ -251,7 +261,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         again = (record.key, record.value, list(record.headers), -1)
         new = await c.produce(target, target_partition, [again])
         where = f"/topics/{target}/messages?partition={target_partition}&offset={new}&order=oldest"
-        return RedirectResponse(where, 303)
+        return RedirectResponse(settings.prefix + where, 303)
 
     async def alter_topic(request: Request) -> Response:
         """Set or delete (back to the default) one config, or grow the partition count."""
@@ -271,7 +281,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 (key, 1, None) if form.get("delete") == "1" else (key, 0, form.get("value", ""))
             )  # DELETE (back to the default) or SET
             await admin.incremental_alter_configs(c, TOPIC_RESOURCE, name, [op])
-        return RedirectResponse(f"/topics/{name}", 303)
+        return RedirectResponse(settings.prefix + f"/topics/{name}", 303)
 
     async def produce(request: Request) -> Response:
         c = await client()
@@ -288,7 +298,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         record = (key.encode() if key else None, value.encode(), headers, -1)
         offset = await c.produce(name, partition, [record])
         where = f"/topics/{name}/messages?partition={partition}&offset={offset}&order=oldest"
-        return RedirectResponse(where, 303)
+        return RedirectResponse(settings.prefix + where, 303)
 
     async def messages(request: Request) -> Response:
         c = await client()
@@ -310,6 +320,28 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         hi = await c.list_offsets(name, partition, LATEST)
         assert isinstance(lo, int) and isinstance(hi, int)
         from_time = q.get("timestamp", "").strip()
+        until = q.get("until", "").strip()
+        end = hi  # the scan stops before this offset
+        until_ms = None
+        if until:  # a time range's end: records before the first one at or after it
+            until_ms = _timestamp(until)
+            at_end = await c.list_offsets(name, partition, until_ms)
+            assert isinstance(at_end, int)
+            if at_end >= 0:
+                end = at_end
+        if q.get("before"):  # a newest-first search continued: older than where it stopped
+            end = min(end, _int(q.get("before"), "before", 0))
+        from_ms = _timestamp(from_time) if from_time else None
+        if from_ms is not None or until_ms is not None:
+            inner = matcher
+
+            def in_range(r: Any) -> bool:
+                if from_ms is not None and r.timestamp < from_ms:
+                    return False
+                if until_ms is not None and r.timestamp >= until_ms:
+                    return False
+                return inner is None or inner(r)
+            matcher = in_range
         if from_time:  # the first record at or after the time, oldest first from there
             ts = _timestamp(from_time)
             at = await c.list_offsets(name, partition, ts)
@@ -319,7 +351,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         elif q.get("offset"):
             start = max(lo, _int(q.get("offset"), "offset", 0))
         elif order == "newest":
-            start = max(lo, hi - (settings.scan_cap if search else limit))
+            start = max(lo, end - (settings.scan_cap if search else limit))
         else:
             start = lo
         found: list[Any] = []
@@ -330,18 +362,21 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         want = limit if order == "oldest" or from_start else 10**9
         capped = bool(search) and order == "newest" and not from_start and start > lo
         done = False
-        while pos < hi and not done and len(found) < want:
+        stopped_at = last_scanned = None
+        while pos < end and not done and len(found) < want:
             res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
             if res.error_code:
                 raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
             for r in res.records:
-                if r.offset >= hi or len(found) >= want:
+                if r.offset >= end or len(found) >= want:
                     done = True
                     break
                 if scanned >= settings.scan_cap:  # more to read, but the cap is reached
                     capped = done = True
+                    stopped_at = r.offset
                     break
                 scanned += 1
+                last_scanned = r.offset
                 if matcher is None or matcher(r):
                     found.append(r)
             nxt = res.next_offset
@@ -349,6 +384,13 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 break
             pos = nxt
         found = found[::-1][:limit] if order == "newest" and not from_start else found[:limit]
+        resume = None  # the query that continues a capped search where it stopped
+        if capped:
+            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
+            if stopped_at is not None:  # oldest first: on from the first record not scanned
+                resume = keep | {"offset": str(stopped_at), "order": "oldest"}
+            else:  # newest first: the records older than the scanned ones
+                resume = keep | {"before": str(start)}
         rows = []
         for r in found:
             kkind, ktext, _ = render_value(r.key, 256)
@@ -360,8 +402,10 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                                      for h, v in r.headers]})
         return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
                     rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
-                    from_time=from_time, mode=mode,
-                    scan_cap=settings.scan_cap, earliest=lo, latest=hi)
+                    from_time=from_time, until=until, mode=mode,
+                    scan_cap=settings.scan_cap, earliest=lo, latest=hi,
+                    scanned_from=start if scanned else None, scanned_to=last_scanned,
+                    resume=urllib.parse.urlencode(resume) if resume else None)
 
     async def download(request: Request) -> Response:
         """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
@@ -507,7 +551,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         result = await cgroups.delete_groups(c, [gid])
         if result.get(gid) is not None:
             raise result[gid]  # type: ignore[misc]
-        return RedirectResponse("/groups", 303)
+        return RedirectResponse(settings.prefix + "/groups", 303)
 
     async def security(request: Request) -> Response:
         """SCRAM users (DescribeUserScramCredentials); add or replace a credential, delete one."""
@@ -533,13 +577,56 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     c, upsertions=[(user, mechanism, password, iterations)])
             if result.get(user) is not None:
                 raise result[user]  # type: ignore[misc]
-            return RedirectResponse("/security", 303)
+            return RedirectResponse(settings.prefix + "/security", 303)
         described = await admin.describe_user_scram_credentials(c)
         users = [{"user": u, "credentials": v if not isinstance(v, KafkaError) else [], "error":
                   str(v) if isinstance(v, KafkaError) else None} for u, v in sorted(described.items())]
-        return page("security.html", request, users=users)
+        acls: list[dict[str, Any]] = []
+        acl_error = None
+        try:
+            every = (int(ResourceType.ANY), None, int(PatternType.ANY), None, None, int(AclOperation.ANY),
+                     int(AclPermissionType.ANY))
+            found = await admin.describe_acls(c, every)
+            acls = [_acl_row(b) for b in sorted(found, key=lambda b: (b[0], b[1], b[3], b[5]))]
+        except KafkaError as e:
+            acl_error = ("the cluster has no authorizer (authorizer.class.name is not set): no ACLs apply"
+                         if e.code == SECURITY_DISABLED else str(e))
+        return page("security.html", request, users=users, acls=acls, acl_error=acl_error,
+                    resource_types=ACL_RESOURCE_TYPES, operations=ACL_OPERATIONS)
 
-    sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s)
+    async def acl_change(request: Request) -> Response:
+        """Create or delete one ACL binding: the first POST shows the binding for a confirmation,
+        the confirmed one (``confirm=1``) carries it out."""
+        c = await client()
+        form = await _form(request)
+        action = form.get("action", "")
+        if action not in ("create", "delete"):
+            raise BadInput("action: create or delete")
+        binding = _acl_binding(form)
+        if form.get("confirm") != "1":
+            return page("acl_confirm.html", request, action=action, acl=_acl_row(binding), form=form)
+        if action == "create":
+            errors = await admin.create_acls(c, [binding])
+            if errors and errors[0] is not None:
+                raise errors[0]
+        else:
+            rt, name, pt, principal, host, op, perm = binding
+            result = await admin.delete_acls(c, [(rt, name, pt, principal, host, op, perm)])
+            if result and isinstance(result[0], KafkaError):
+                raise result[0]
+            if not result or not result[0]:
+                raise BadInput("no such ACL (already deleted?)")
+        return RedirectResponse(settings.prefix + "/security", 303)
+
+    async def discover() -> list[str]:
+        assert settings.metrics_url_for is not None
+        md = await (await client()).metadata([])
+        return [settings.metrics_url_for(b.node_id, b.host) for b in sorted(md.brokers.values(),
+                                                                           key=lambda b: b.node_id)]
+
+    sampler = MetricsSampler(list(settings.metrics_urls), settings.metrics_interval_s,
+                             discover=discover if settings.metrics_url_for is not None else None,
+                             fetch=settings.metrics_fetch)
 
     async def metrics_page(request: Request) -> Response:
         charts = []
@@ -552,7 +639,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             charts.append({"url": series.url, "error": series.error, "rows": rows})
         lags = [{"group": g, "svg": sparkline(v), "now": f"{v[-1]:.0f}" if v else "-"}
                 for g, v in sorted(sampler.lag_by_group().items())]
-        return page("metrics.html", request, charts=charts, lags=lags, interval=settings.metrics_interval_s)
+        return page("metrics.html", request, charts=charts, lags=lags, interval=settings.metrics_interval_s,
+                    enabled=sampler.enabled, discover_error=sampler.discover_error)
 
     routes = [
         Route("/", guarded(overview)),
@@ -568,6 +656,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/groups", guarded(group_list)),
         Route("/metrics", guarded(metrics_page)),
         Route("/security", guarded(security), methods=["GET", "POST"]),
+        Route("/security/acls", guarded(acl_change), methods=["POST"]),
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
@@ -666,6 +755,44 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
                        for h, v in r.headers)
         return hd
     raise BadInput(f"unknown search mode {mode!r}: text, regex, json or header")
+
+
+def _acl_binding(form: dict[str, str]) -> admin.AclTuple:
+    """One ACL binding from a form (names as kafka-acls.sh and Kafka's enums spell them)."""
+    def pick(key: str, cls: Any, allowed: tuple[str, ...]) -> int:
+        raw = form.get(key, "").strip().upper().replace("-", "_").replace(" ", "_")
+        if raw not in allowed:
+            raise BadInput(f"{key}: one of {', '.join(allowed)}, not {form.get(key, '')!r}")
+        return int(cls[raw])
+
+    rt = pick("resource_type", ResourceType, ACL_RESOURCE_TYPES)
+    pt = pick("pattern_type", PatternType, ("LITERAL", "PREFIXED"))
+    op = pick("operation", AclOperation, ACL_OPERATIONS)
+    perm = pick("permission", AclPermissionType, ("ALLOW", "DENY"))
+    name = form.get("resource_name", "").strip()
+    if rt == ResourceType.CLUSTER:
+        name = CLUSTER_NAME
+    if not name:
+        raise BadInput("name the resource (a topic, group or transactional id; * for all)")
+    principal = form.get("principal", "").strip()
+    kind, sep, who = principal.partition(":")
+    if not sep or not kind or not who:
+        raise BadInput(f"principal: type:name, e.g. User:alice or User:* (not {principal!r})")
+    host = form.get("host", "").strip() or "*"
+    return rt, name, pt, principal, host, op, perm
+
+
+def _acl_row(b: admin.AclTuple) -> dict[str, Any]:
+    rt, name, pt, principal, host, op, perm = b
+
+    def named(cls: Any, v: int) -> str:
+        try:
+            return str(cls(v).name)
+        except ValueError:
+            return str(v)
+    return {"resource_type": named(ResourceType, rt), "resource_name": name,
+            "pattern_type": named(PatternType, pt), "principal": principal, "host": host,
+            "operation": named(AclOperation, op), "permission": named(AclPermissionType, perm)}
 
 
 def _jsonable(data: bytes | None) -> Any:

@@ -23,6 +23,9 @@ def add_parser(sub: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None
                    help="records a message search scans at most (default 10000)")
     p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
                    help="a broker's Prometheus /metrics, charted on the Metrics page (repeatable)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="chart every broker of the cluster's metadata at http://HOST:PORT/metrics "
+                        "(strom's strom.http.listener port, 9644 by default)")
     p.add_argument("--metrics-interval", type=float, default=10.0, metavar="SECONDS",
                    help="how often the metrics are sampled (default 10)")
 
@@ -40,6 +43,9 @@ def console(args: argparse.Namespace) -> int:
     for url in args.metrics_url:
         if not url.startswith(("http://", "https://")):
             raise CommandError(f"--metrics-url {url}: expected http://host:port/metrics", 2)
+    port = args.metrics_port
+    if port is not None and not 0 < port <= 65535:
+        raise CommandError(f"--metrics-port {port} is not a port", 2)
     if args.scan_cap < 1:
         raise CommandError("--scan-cap must be at least 1", 2)
     users = None
@@ -54,7 +60,9 @@ def console(args: argparse.Namespace) -> int:
     client = _client(args)  # validates --bootstrap-server and --command-config now
     settings = ConsoleSettings(args.bootstrap_server, read_only=args.read_only, client_factory=lambda: client,
                                basic_auth=users, scan_cap=args.scan_cap, metrics_urls=tuple(args.metrics_url),
-                               metrics_interval_s=args.metrics_interval)
+                               metrics_interval_s=args.metrics_interval,
+                               metrics_url_for=None if port is None else (
+                                   lambda _node, host: f"http://{_url_host(host)}:{port}/metrics"))
     app = build_app(settings)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             lifespan="on")
@@ -63,3 +71,7 @@ def console(args: argparse.Namespace) -> int:
           f"{' (read-only)' if args.read_only else ''}", file=sys.stderr, flush=True)
     asyncio.run(server.serve())
     return 0 if server.started else 1
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

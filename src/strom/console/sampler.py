@@ -14,6 +14,7 @@ import logging
 import time
 import urllib.request
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -67,14 +68,39 @@ def parse(text: str) -> tuple[dict[str, float], dict[str, float]]:
 
 
 class MetricsSampler:
-    def __init__(self, urls: list[str], interval_s: float = 10.0, keep: int = 120) -> None:
+    """Samples ``urls``, and those ``discover`` returns each round (the brokers of the cluster's
+    metadata at a conventional port): a URL seen once keeps its series."""
+
+    def __init__(self, urls: list[str], interval_s: float = 10.0, keep: int = 120,
+                 discover: Callable[[], Awaitable[list[str]]] | None = None,
+                 fetch: Callable[[str], Awaitable[str]] | None = None) -> None:
+        self.keep = keep
+        self.fetch = fetch  # how a URL is read (default: urllib in a thread)
         self.series = [BrokerSeries(u, deque(maxlen=keep)) for u in urls]
         self.interval = interval_s
+        self.discover = discover
+        self.discover_error: str | None = None
         self.task: asyncio.Task[None] | None = None
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.series) or self.discover is not None
+
     def start(self) -> None:
-        if self.series and self.task is None:
+        if self.enabled and self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _discover(self) -> None:
+        if self.discover is None:
+            return
+        try:
+            urls = await self.discover()
+        except Exception as e:  # the cluster unreachable: the known series go on
+            self.discover_error = str(e) or type(e).__name__
+            return
+        self.discover_error = None
+        known = {s.url for s in self.series}
+        self.series += [BrokerSeries(u, deque(maxlen=self.keep)) for u in urls if u not in known]
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -84,12 +110,14 @@ class MetricsSampler:
 
     async def _run(self) -> None:
         while True:
+            await self._discover()
             await asyncio.gather(*(self._sample(s) for s in self.series))
-            await asyncio.sleep(self.interval)
+            # nothing to sample yet (the cluster not reachable yet): ask again soon
+            await asyncio.sleep(self.interval if self.series else min(self.interval, 1.0))
 
     async def _sample(self, series: BrokerSeries) -> None:
         try:
-            text = await asyncio.to_thread(_get, series.url)
+            text = await (self.fetch(series.url) if self.fetch else asyncio.to_thread(_get, series.url))
             totals, lag = parse(text)
         except Exception as e:  # an unreachable broker: shown on the page, sampling goes on
             series.error = str(e)

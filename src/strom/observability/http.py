@@ -25,6 +25,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ..config_schema import ConfigError
 from .collector import StromCollector, render
+from .console_mount import PREFIX, ConsoleMount, serve_asgi
 
 if TYPE_CHECKING:
     from ..server.broker import Broker
@@ -84,6 +85,7 @@ class HttpListener:
         self.process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.process)  # process_cpu_seconds_total, resident memory ...
         self.server: asyncio.Server | None = None
+        self.console: ConsoleMount | None = None
         self.routes: dict[str, Handler] = {
             "/metrics": self._metrics,
             "/healthz": self._healthz,
@@ -91,18 +93,40 @@ class HttpListener:
         }
 
     async def start(self) -> None:
+        if self.broker.config["strom.http.console.enable"]:
+            # (bad settings: a ConfigError before binding)
+            self.console = ConsoleMount(self.broker, lambda: self._metrics()[2])
         self.server = await asyncio.start_server(
             self._serve, self.host, self.port, reuse_address=True, limit=_MAX_HEAD, ssl=self.tls
         )
         for s in self.server.sockets:
             addr = s.getsockname()
             self.port = addr[1]
-            log.info("HTTP listener on %s://%s:%d (/metrics /healthz /readyz)",
-                     "https" if self.tls else "http", addr[0], addr[1])
+            log.info("HTTP listener on %s://%s:%d (/metrics /healthz /readyz%s)",
+                     "https" if self.tls else "http", addr[0], addr[1], " /console/" if self.console else "")
+        if self.console is not None:
+            self.console.http_url = self.url
+            await self.console.start()
+
+    @property
+    def _not_found(self) -> bytes:
+        more = b", /console/" if self.console else b""
+        return b"not found: try /metrics, /healthz, /readyz" + more + b"\n"
+
+    @property
+    def url(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
+
+    async def stop(self) -> None:
+        self.close()
+        if self.console is not None:
+            await self.console.stop()
 
     # ------------------------------------------------------------------ routes
     def _metrics(self) -> tuple[int, str, bytes]:
@@ -138,13 +162,22 @@ class HttpListener:
                 await self._answer(writer, 400, "text/plain", b"bad request\n", False)
                 return
             method, target = fields[0], fields[1]
+            path = urlsplit(target).path
+            if self.console is not None and (path == PREFIX or path.startswith(PREFIX + "/")):
+                if path == PREFIX:
+                    await self._answer(writer, 308, "text/plain", b"", method == "HEAD",
+                                       extra=f"Location: {PREFIX}/\r\n")
+                    return
+                await serve_asgi(self.console.app, reader, writer, method=method, target=target, head=head,
+                                 tls=self.tls is not None, server=(self.host, self.port))
+                return
             if method not in ("GET", "HEAD"):
                 await self._answer(writer, 405, "text/plain", b"method not allowed\n", False,
                                    extra="Allow: GET, HEAD\r\n")
                 return
             route = self.routes.get(urlsplit(target).path)
             if route is None:
-                await self._answer(writer, 404, "text/plain", b"not found: try /metrics, /healthz, /readyz\n",
+                await self._answer(writer, 404, "text/plain", self._not_found,
                                    method == "HEAD")
                 return
             try:
@@ -160,7 +193,8 @@ class HttpListener:
     @staticmethod
     async def _answer(writer: asyncio.StreamWriter, status: int, ctype: str, body: bytes, head_only: bool,
                       extra: str = "") -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+        reason = {200: "OK", 308: "Permanent Redirect", 400: "Bad Request", 404: "Not Found",
+                  405: "Method Not Allowed",
                   431: "Request Header Fields Too Large", 500: "Internal Server Error",
                   503: "Service Unavailable"}.get(status, "")
         header = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"

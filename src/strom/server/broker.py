@@ -555,7 +555,7 @@ class Broker:
             await self.quorum.stop()
         self.replica_manager.shutdown()
         if self.http is not None:
-            self.http.close()
+            await self.http.stop()
         if self.fatal.is_set():
             log.error("strom broker %d stopped: its first log dir failed (%s)", self.node_id,
                       self.replica_manager.offline_dirs.get(self.replica_manager.metadata_log_dir, "?"))
