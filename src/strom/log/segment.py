@@ -671,6 +671,8 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         self._file.truncate(pos)
         self.size = pos
+        self._released_upto = min(self._released_upto, pos)
+        self._release_at = 0
         self._bytes_since_last_index_entry = 0
         if pos == 0:
             self.rolling_based_timestamp = None
