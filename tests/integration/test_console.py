@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -29,13 +31,13 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
 class Console:
-    def __init__(self, bootstrap: str, *extra: str) -> None:
+    def __init__(self, bootstrap: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe nobody reads could fill and block it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom", "console", "--bootstrap-server", bootstrap,
              "--port", str(self.port), *extra],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -192,14 +194,14 @@ def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
     body = console.get(f"/topics/{topic}/messages?q=nothing-matches&order=oldest")
     assert 'id="capped"' in body and "scan cap of 30" in body and "30 scanned (offsets 0..29)" in body
     # the search goes on from where it stopped, to the end without the cap
-    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    more = _continue(body)
     assert "offset=30" in more and "order=oldest" in more
     body = console.get(f"/topics/{topic}/messages?{more}")
     assert 'id="capped"' not in body and "21 scanned (offsets 30..50)" in body
     # newest first: the newest 30, then the older ones
     body = console.get(f"/topics/{topic}/messages?q=nothing-matches")
     assert 'id="capped"' in body and "(offsets 21..50)" in body
-    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    more = _continue(body)
     assert "before=21" in more
     body = console.get(f"/topics/{topic}/messages?{more}")
     assert 'id="capped"' not in body and "21 scanned (offsets 0..20)" in body
@@ -211,6 +213,117 @@ def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
     status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=50")
     assert status == 200
     assert json.loads(dl.splitlines()[0])["value"] == "y" * 100_000
+
+
+def _continue(body: str) -> str:
+    """The query of the "continue the search" link."""
+    href = body.split('id="continue" href="')[1].split('"')[0].replace("&amp;", "&")
+    assert href.startswith("/topics/") and "/messages?" in href
+    return href.split("?", 1)[1]
+
+
+def _offsets(body: str) -> list[int]:
+    return [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]]
+
+
+PAUSE = {"STROM_CONSOLE_SCAN_PAUSE_MS": "400"}  # a search pauses 0.4 s every 500 records (a test hook)
+
+
+@pytest.fixture(scope="module")
+def big_topic(cluster: BrokerProcess) -> str:
+    topic = f"large-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v" * 20] * 4000)  # keys key-0 .. key-3999
+    return topic
+
+
+def _poll(console: Console, job_url: str) -> tuple[list[tuple[int, int]], str]:
+    """Poll a search's progress fragment (as HTMX does) until its answer comes: the
+    (scanned, matches) seen on the way, and the answer."""
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        body = console.get(job_url)
+        if 'id="search-progress"' not in body:
+            return seen, body
+        assert 'hx-trigger="every 500ms"' in body and "<html" not in body  # a fragment, polling on
+        scanned = int(body.split('class="scanned">')[1].split("<")[0])
+        matches = int(body.split('class="matches">')[1].split("<")[0])
+        assert int(body.split('class="to-scan">')[1].split("<")[0]) == 3500
+        seen.append((scanned, matches))
+        time.sleep(0.1)
+    raise AssertionError("the search did not finish")
+
+
+def test_search_shows_its_progress_while_it_runs(cluster: BrokerProcess, big_topic: str) -> None:
+    c = Console(cluster.bootstrap, "--scan-cap", "3500", env=PAUSE)
+    try:
+        t0 = time.monotonic()
+        body = c.get(f"/topics/{big_topic}/messages?q=key-%5B123%5D999%24&mode=regex&order=oldest")
+        # not done within the page's first second: the progress, polled by HTMX
+        assert 'id="search-progress"' in body and 'id="message-table"' not in body
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        assert job_url.startswith(f"/topics/{big_topic}/search/") and job_url.endswith("?fragment=1")
+        assert 'http-equiv="refresh"' in body  # (without JavaScript the page reloads itself)
+        seen, answer = _poll(c, job_url)
+        # the scanned count grew while it ran, matches came in on the way
+        scanned = [s for s, _ in seen]
+        assert scanned == sorted(scanned) and len(set(scanned)) >= 3, seen
+        assert 0 < scanned[0] < scanned[-1] < 3500, seen
+        assert any(m == 1 for _, m in seen), seen  # key-1999 found before key-2999
+        assert time.monotonic() - t0 > 2  # (seven 0.4 s pauses)
+        # the answer: the matches, the cap said, a link to go on
+        assert 'id="search-results"' in answer and "<html" not in answer
+        assert _offsets(answer) == [1999, 2999]
+        assert 'id="capped"' in answer and "scan cap of 3500" in answer
+        assert "3500 scanned (offsets 0..3499)" in answer
+        more = _continue(answer)
+        assert "offset=3500" in more and "order=oldest" in more
+        # the job's own page (no JavaScript: the refresh target) shows the same answer in full
+        full = c.get(job_url.split("?")[0])
+        assert "<html" in full and _offsets(full) == [1999, 2999] and 'id="capped"' in full
+        # the rest: 500 records, done at once (no progress page)
+        body = c.get(f"/topics/{big_topic}/messages?{more}")
+        assert 'id="search-progress"' not in body and 'id="capped"' not in body
+        assert "500 scanned (offsets 3500..3999)" in body and _offsets(body) == [3999]
+        # the matches download as JSON lines (these offsets, not a run from the first)
+        href = body.split('download these as JSON lines')[0].rsplit('href="', 1)[1].split('"')[0]
+        status, dl = c.request(href.replace("&amp;", "&"))
+        assert status == 200 and [json.loads(x)["offset"] for x in dl.splitlines()] == [3999]
+    finally:
+        c.close()
+
+
+def test_searches_are_bounded_stoppable_and_time_out(cluster: BrokerProcess, big_topic: str) -> None:
+    c = Console(cluster.bootstrap, "--read-only", "--max-searches", "1", "--search-timeout", "2.5", env=PAUSE)
+    try:
+        query = f"/topics/{big_topic}/messages?q=no-such-thing&order=oldest"
+        body = c.get(query)
+        # (read-only: a GET link stops it)
+        assert 'id="search-progress"' in body and 'method="post"' not in body
+        stop = body.split('id="search-stop" href="')[1].split('"')[0].replace("&amp;", "&")
+        # one search at a time here: a second is refused while the first runs
+        status, refused = c.request(query)
+        assert status == 503 and "Too many searches" in refused and "Traceback" not in refused
+        # stop the first where it is: its answer, and a link that goes on from there
+        stopped = c.get(stop)
+        assert 'id="stopped"' in stopped and "was stopped at offset" in stopped
+        at = int(stopped.split("was stopped at offset ")[1].split("<")[0])
+        assert at % 500 == 0 and 0 < at < 4000
+        assert f"{at} scanned (offsets 0..{at - 1})" in stopped and f"offset={at}" in _continue(stopped)
+        # now a search may start again; this one runs out of time (2.5 s < eight 0.4 s pauses)
+        body = c.get(query)
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60
+        while 'id="search-progress"' in body:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            body = c.get(job_url)
+        assert 'id="stopped"' in body and "ran out of time at offset" in body and 'id="continue"' in body
+        # a search nobody knows (over and forgotten): a clear page
+        status, body = c.request(f"/topics/{big_topic}/search/nope")
+        assert status == 404 and "No such search" in body
+    finally:
+        c.close()
 
 
 def test_read_only_has_no_mutating_controls(cluster: BrokerProcess) -> None:
@@ -246,13 +359,15 @@ def test_basic_auth(cluster: BrokerProcess, tmp_path: Path) -> None:
 
 
 def test_unreachable_cluster_is_an_error_page() -> None:
-    c = Console(f"127.0.0.1:{free_port()}")
-    try:
-        status, body = c.request("/")
-        assert status == 502
-        assert "Cannot reach the cluster" in body and "Traceback" not in body
-    finally:
-        c.close()
+    for bootstrap in (f"127.0.0.1:{free_port()}", "no-such-host.invalid:9092"):
+        c = Console(bootstrap)
+        try:
+            for path in ("/", "/topics", "/topics/t/messages?q=x", "/groups"):
+                status, body = c.request(path)
+                assert status == 502, (bootstrap, path)
+                assert "Cannot reach the cluster" in body and bootstrap in body and "Traceback" not in body
+        finally:
+            c.close()
 
 
 def test_bad_flags_are_clear_errors(tmp_path: Path) -> None:

@@ -27,10 +27,12 @@ import datetime
 import hmac
 import json
 import logging
+import os
 import re
+import secrets
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,10 @@ TOPIC_RESOURCE = 2
 OFFSET_OUT_OF_RANGE = 1
 MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
 DEFAULT_SCAN_CAP = 10_000
+SCAN_CHUNK = 500  # a search yields to the event loop, and checks whether to stop, every this many records
+SCAN_FETCH_BYTES = 1 << 20
+KEEP_SEARCH_S = 300.0  # a finished search's answer is kept this long (a reload shows it again)
+MAX_KEPT_SEARCHES = 64
 SECURITY_DISABLED = 54
 ACL_RESOURCE_TYPES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
 ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
@@ -75,6 +81,66 @@ class ConsoleSettings:
     # discover the brokers' /metrics from the cluster's metadata: (node id, host) -> URL
     metrics_url_for: Callable[[int, str], str] | None = None
     metrics_fetch: Callable[[str], Awaitable[str]] | None = None  # default: an HTTP GET
+    max_searches: int = 4  # searches running at once (more are refused with a 503 page)
+    search_timeout_s: float = 300.0  # a search stops after this long (its answer says so)
+    search_abandon_s: float = 15.0  # a search no page polled for this long is cancelled
+    search_wait_s: float = 1.0  # a search done this soon is answered at once (no progress page)
+    # a pause every SCAN_CHUNK records of a search: a test hook (STROM_CONSOLE_SCAN_PAUSE_MS) to see progress
+    scan_pause_s: float = field(default_factory=lambda: _env_ms("STROM_CONSOLE_SCAN_PAUSE_MS"))
+
+
+def _env_ms(name: str) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, "0") or 0) / 1000)
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class _Plan:
+    """One messages page's scan: records [start, end) of a partition, kept when ``matcher``
+    (None: all) holds, at most ``want`` of them."""
+    topic: str
+    partition: int
+    start: int
+    end: int
+    limit: int
+    want: int
+    newest_first: bool  # the newest records of the range, shown newest first
+    capped: bool  # a newest-first search that leaves the older records out
+    matcher: Callable[[Any], bool] | None
+    query: dict[str, str]
+    view: dict[str, Any]  # the page's fields known before the scan
+
+
+@dataclass
+class _Progress:
+    """A partition's scan so far (read by the progress fragment while the scan runs)."""
+    partition: int
+    start: int
+    end: int
+    to_scan: int  # at most this many records (the range, or the scan cap)
+    scanned: int = 0
+    matches: int = 0
+    position: int = 0
+
+
+@dataclass
+class _SearchJob:
+    id: str
+    plan: _Plan
+    progress: list[_Progress]
+    started: float  # event loop time
+    last_seen: float  # the last time a page asked for it
+    task: asyncio.Task[None] | None = None
+    result: dict[str, Any] | None = None  # the page's context once done
+    error: tuple[int, str, str] | None = None  # (status, title, message)
+    finished: float | None = None
+    stop: str | None = None  # "stopped": the user asked it to stop
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
 
 
 class ClusterUnavailable(Exception):
@@ -109,6 +175,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     templates.env.filters["when"] = _when
     state: dict[str, Client] = {}
     lock = asyncio.Lock()
+    jobs: dict[str, _SearchJob] = {}  # running and recently finished searches, by id
 
     async def client() -> Client:
         async with lock:
@@ -300,14 +367,13 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         where = f"/topics/{name}/messages?partition={partition}&offset={offset}&order=oldest"
         return RedirectResponse(settings.prefix + where, 303)
 
-    async def messages(request: Request) -> Response:
-        c = await client()
-        name = request.path_params["name"]
-        q = request.query_params
+    async def plan_search(c: Client, name: str, q: Any) -> _Plan | None:
+        """What a messages page reads: the partition, the offsets to scan, the filter; None: no
+        such topic."""
         md = await c.metadata([name])
         t = md.topics.get(name)
         if t is None or t.error_code:
-            return _no_topic(name, request)
+            return None
         partition = _int(q.get("partition") or "0", "partition", 0)
         if partition not in t.partitions:
             raise BadInput(f"topic {name} has no partition {partition}")
@@ -329,7 +395,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             assert isinstance(at_end, int)
             if at_end >= 0:
                 end = at_end
-        if q.get("before"):  # a newest-first search continued: older than where it stopped
+        if q.get("before"):  # a search continued: older than where it stopped
             end = min(end, _int(q.get("before"), "before", 0))
         from_ms = _timestamp(from_time) if from_time else None
         if from_ms is not None or until_ms is not None:
@@ -343,8 +409,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 return inner is None or inner(r)
             matcher = in_range
         if from_time:  # the first record at or after the time, oldest first from there
-            ts = _timestamp(from_time)
-            at = await c.list_offsets(name, partition, ts)
+            assert from_ms is not None
+            at = await c.list_offsets(name, partition, from_ms)
             assert isinstance(at, int)
             start = at if at >= 0 else hi
             order = "oldest"
@@ -354,66 +420,131 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             start = max(lo, end - (settings.scan_cap if search else limit))
         else:
             start = lo
-        found: list[Any] = []
-        scanned, pos = 0, start
         # oldest first (or from an offset): until `limit` matches; newest first: the newest
-        # records (the newest `scan_cap` when searching), reversed below
+        # records (the newest `scan_cap` when searching), reversed after the scan
         from_start = bool(q.get("offset") or from_time)
-        want = limit if order == "oldest" or from_start else 10**9
-        capped = bool(search) and order == "newest" and not from_start and start > lo
-        done = False
-        stopped_at = last_scanned = None
-        while pos < end and not done and len(found) < want:
-            res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
-            if res.error_code:
-                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
-            for r in res.records:
-                if r.offset >= end or len(found) >= want:
-                    done = True
-                    break
-                if scanned >= settings.scan_cap:  # more to read, but the cap is reached
-                    capped = done = True
-                    stopped_at = r.offset
-                    break
-                scanned += 1
-                last_scanned = r.offset
-                if matcher is None or matcher(r):
-                    found.append(r)
-            nxt = res.next_offset
-            if nxt is None or nxt <= pos:
-                break
-            pos = nxt
-        found = found[::-1][:limit] if order == "newest" and not from_start else found[:limit]
-        resume = None  # the query that continues a capped search where it stopped
-        if capped:
-            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
-            if stopped_at is not None:  # oldest first: on from the first record not scanned
-                resume = keep | {"offset": str(stopped_at), "order": "oldest"}
-            else:  # newest first: the records older than the scanned ones
-                resume = keep | {"before": str(start)}
-        rows = []
-        for r in found:
-            kkind, ktext, _ = render_value(r.key, 256)
-            vkind, vtext, cut = render_value(r.value)
-            rows.append({"offset": r.offset, "timestamp": r.timestamp, "key": ktext, "key_kind": kkind,
-                         "value": vtext, "value_kind": vkind, "truncated": cut,
-                         "size": len(r.value) if r.value is not None else 0,
-                         "headers": [(h, (v or b"").decode("utf-8", errors="replace"))
-                                     for h, v in r.headers]})
-        return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
-                    rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
-                    from_time=from_time, until=until, mode=mode,
-                    scan_cap=settings.scan_cap, earliest=lo, latest=hi,
-                    scanned_from=start if scanned else None, scanned_to=last_scanned,
-                    resume=urllib.parse.urlencode(resume) if resume else None)
+        newest_first = order == "newest" and not from_start
+        return _Plan(
+            topic=name, partition=partition, start=start, end=end, limit=limit,
+            want=10**9 if newest_first else limit, newest_first=newest_first,
+            capped=bool(search) and newest_first and start > lo, matcher=matcher, query=dict(q.items()),
+            view={"name": name, "partitions": sorted(t.partitions), "partition": partition, "order": order,
+                  "limit": limit, "search": search, "mode": mode, "from_time": from_time, "until": until,
+                  "scan_cap": settings.scan_cap, "earliest": lo, "latest": hi})
+
+    async def messages(request: Request) -> Response:
+        """Browse a partition; a search (or a time range) runs as a background job whose
+        progress the page polls (its answer shown at once when it is done within
+        ``search_wait_s``)."""
+        c = await client()
+        name = request.path_params["name"]
+        plan = await plan_search(c, name, request.query_params)
+        if plan is None:
+            return _no_topic(name, request)
+        if plan.matcher is None:  # plain browsing stops after `limit` records
+            progress = _Progress(plan.partition, plan.start, plan.end, plan.end - plan.start)
+            ctx = await _scan(c, plan, progress, settings.scan_cap, lambda: None, 0.0)
+            return page("messages.html", request, **ctx)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        purge_jobs(now)
+        running = sum(1 for j in jobs.values() if not j.done)
+        if running >= settings.max_searches:
+            return page("error.html", request, 503, title="Too many searches",
+                        message=f"{running} searches are running (at most {settings.max_searches}); "
+                                "try again when one has finished.")
+        to_scan = min(plan.end - plan.start, settings.scan_cap) if plan.end > plan.start else 0
+        job = _SearchJob(secrets.token_urlsafe(12), plan,
+                         [_Progress(plan.partition, plan.start, plan.end, to_scan)], now, now)
+        jobs[job.id] = job
+        job.task = loop.create_task(run_job(c, job))
+        await asyncio.wait({job.task}, timeout=settings.search_wait_s)
+        return show_job(request, job, fragment=False)
+
+    async def run_job(c: Client, job: _SearchJob) -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> str | None:
+            now = loop.time()
+            if job.stop:
+                return job.stop
+            if now - job.started >= settings.search_timeout_s:
+                return "timeout"
+            if now - job.last_seen >= settings.search_abandon_s:
+                return "abandoned"  # no page polls it any more: the browser went away
+            return None
+
+        try:
+            job.result = await _scan(c, job.plan, job.progress[0], settings.scan_cap, stop,
+                                     settings.scan_pause_s)
+            if job.result["stopped"] == "abandoned":
+                jobs.pop(job.id, None)
+        except asyncio.CancelledError:
+            jobs.pop(job.id, None)
+            raise
+        except (KafkaConnectionError, OSError, TimeoutError) as e:
+            job.error = (502, "Cluster unreachable", f"Cannot reach the cluster at {settings.bootstrap}: {e}")
+        except KafkaError as e:
+            job.error = (502, "The cluster answered with an error", str(e))
+        except Exception:
+            log.exception("console search of %s failed", job.plan.topic)
+            job.error = (500, "Unexpected error", "The search failed; the console's log has the details.")
+        finally:
+            job.finished = loop.time()
+
+    def purge_jobs(now: float) -> None:
+        """Forget finished searches after KEEP_SEARCH_S, and all but the newest MAX_KEPT_SEARCHES."""
+        finished = sorted((j for j in jobs.values() if j.finished is not None), key=lambda j: j.started)
+        for n, j in enumerate(finished):
+            assert j.finished is not None
+            if now - j.finished > KEEP_SEARCH_S or n < len(finished) - MAX_KEPT_SEARCHES:
+                jobs.pop(j.id, None)
+
+    def show_job(request: Request, job: _SearchJob, fragment: bool) -> Response:
+        """The messages page (or, ``fragment``, the part HTMX swaps in) of a search: its progress
+        while it runs, its answer once it is done."""
+        if job.error is not None:
+            status, title, message = job.error
+            if fragment:  # (HTMX swaps only 2xx answers)
+                return page("_search_error.html", request, title=title, message=message)
+            return page("error.html", request, status, title=title, message=message)
+        if job.result is not None:
+            return page("_results.html" if fragment else "messages.html", request, **job.result)
+        elapsed = asyncio.get_running_loop().time() - job.started
+        return page("_progress.html" if fragment else "messages.html", request, job=job,
+                    elapsed=f"{elapsed:.1f}", **job.plan.view)
+
+    async def search_status(request: Request) -> Response:
+        """A search's progress (polled by the page), or its answer; ``stop=1`` stops it where it
+        is (its answer then continues from there)."""
+        name = request.path_params["name"]
+        job = jobs.get(request.path_params["job"])
+        fragment = request.query_params.get("fragment") == "1"
+        if job is None or job.plan.topic != name:
+            message = ("This search is over and forgotten (or no page asked for it for a while, so it "
+                       "was stopped); run it again.")
+            if fragment:
+                return page("_search_error.html", request, title="No such search", message=message)
+            return page("error.html", request, 404, title="No such search", message=message)
+        job.last_seen = asyncio.get_running_loop().time()
+        if request.query_params.get("stop") == "1" and job.task is not None and not job.done:
+            job.stop = "stopped"
+            await asyncio.wait({job.task}, timeout=30)
+        return show_job(request, job, fragment)
 
     async def download(request: Request) -> Response:
         """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
         c = await client()
         name = request.path_params["name"]
         partition = _int(request.query_params.get("partition") or "0", "partition", 0)
-        offset = _int(request.query_params.get("offset") or "0", "offset", 0)
-        count = min(_int(request.query_params.get("count") or "1", "count", 1), 10_000)
+        wanted: set[int] | None = None  # a search's matches: these offsets only
+        if request.query_params.get("offsets"):
+            raw = request.query_params["offsets"].split(",")
+            wanted = {_int(x, "offsets", 0) for x in raw[:10_000]}
+            offset, count, top = min(wanted), len(wanted), max(wanted)
+        else:
+            offset = _int(request.query_params.get("offset") or "0", "offset", 0)
+            count = min(_int(request.query_params.get("count") or "1", "count", 1), 10_000)
         lines: list[str] = []
         pos = offset
         while len(lines) < count:
@@ -421,6 +552,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             if res.error_code:
                 raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
             for r in res.records:
+                if wanted is not None and r.offset not in wanted:
+                    continue
                 if len(lines) < count:
                     lines.append(json.dumps({
                         "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
@@ -429,6 +562,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             if res.next_offset is None or res.next_offset <= pos:
                 break
             pos = res.next_offset
+            if wanted is not None and pos > top:
+                break
         return Response("\n".join(lines) + "\n", media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="{name}-{partition}-{offset}.jsonl"'})
 
@@ -651,6 +786,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/alter", guarded(alter_topic), methods=["POST"]),
         Route("/topics/{name}/replay", guarded(replay), methods=["POST"]),
         Route("/topics/{name}/messages", guarded(messages)),
+        Route("/topics/{name}/search/{job}", guarded(search_status)),
         Route("/topics/{name}/download", guarded(download)),
         Route("/topics/{name}/tail", guarded(tail)),
         Route("/groups", guarded(group_list)),
@@ -668,6 +804,11 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         sampler.start()
         yield
         await sampler.stop()
+        for job in list(jobs.values()):
+            if job.task is not None and not job.task.done():
+                job.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await job.task
         c = state.pop("client", None)
         if c is not None:
             await c.close()
@@ -677,6 +818,76 @@ def build_app(settings: ConsoleSettings) -> Starlette:
 
 class BadInput(Exception):
     pass
+
+
+async def _scan(c: Client, plan: _Plan, progress: _Progress, scan_cap: int,
+                stop: Callable[[], str | None], pause_s: float) -> dict[str, Any]:
+    """Read the plan's records, keep the matching ones; at most ``scan_cap`` records. Every
+    SCAN_CHUNK records it yields to the event loop (the broker's own, when the broker serves the
+    console) and asks ``stop`` whether to stop there (a reason: "stopped", "timeout", ...).
+    Returns the messages page's context."""
+    found: list[Any] = []
+    scanned, pos = 0, plan.start
+    progress.position = pos
+    capped = plan.capped
+    done = False
+    stopped_at = last_scanned = None
+    reason = None
+    while pos < plan.end and not done and len(found) < plan.want:
+        res = await c.fetch(plan.topic, plan.partition, pos, max_wait_ms=0, max_bytes=SCAN_FETCH_BYTES)
+        if res.error_code:
+            raise KafkaError(res.error_code, f"fetching {plan.topic}-{plan.partition} at {pos}")
+        for r in res.records:
+            if r.offset >= plan.end or len(found) >= plan.want:
+                done = True
+                break
+            if scanned >= scan_cap:  # more to read, but the cap is reached
+                capped = done = True
+                stopped_at = r.offset
+                break
+            if scanned and scanned % SCAN_CHUNK == 0:
+                progress.position = r.offset
+                await asyncio.sleep(pause_s)
+                reason = stop()
+                if reason is not None:
+                    done = True
+                    stopped_at = r.offset
+                    break
+            scanned += 1
+            progress.scanned = scanned
+            last_scanned = r.offset
+            if plan.matcher is None or plan.matcher(r):
+                found.append(r)
+                progress.matches = len(found)
+        nxt = res.next_offset
+        if nxt is None or nxt <= pos:
+            break
+        pos = nxt
+        if not done:
+            progress.position = pos
+    found = found[::-1][:plan.limit] if plan.newest_first else found[:plan.limit]
+    q = plan.query
+    resume = None  # the query that continues a capped or stopped search where it stopped
+    if capped or reason is not None:
+        keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
+        if stopped_at is not None:  # on from the first record not scanned, up to the same end
+            resume = keep | {"offset": str(stopped_at), "order": "oldest"}
+            if q.get("before") or plan.newest_first:
+                resume["before"] = str(plan.end)
+        else:  # newest first: the records older than the scanned ones
+            resume = keep | {"before": str(plan.start)}
+    rows = []
+    for r in found:
+        kkind, ktext, _ = render_value(r.key, 256)
+        vkind, vtext, cut = render_value(r.value)
+        rows.append({"offset": r.offset, "timestamp": r.timestamp, "key": ktext, "key_kind": kkind,
+                     "value": vtext, "value_kind": vkind, "truncated": cut,
+                     "size": len(r.value) if r.value is not None else 0,
+                     "headers": [(h, (v or b"").decode("utf-8", errors="replace")) for h, v in r.headers]})
+    return plan.view | {
+        "rows": rows, "scanned": scanned, "capped": capped and reason is None, "stopped": reason,
+        "stopped_at": stopped_at, "scanned_from": plan.start if scanned else None, "scanned_to": last_scanned,
+        "resume": urllib.parse.urlencode(resume) if resume else None}
 
 
 async def _form(request: Request) -> dict[str, str]:
