@@ -20,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -622,3 +623,54 @@ def test_scram_users_page(cluster: BrokerProcess, console: Console) -> None:
     status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
                                                  "confirm": user})
     assert status == 200 and f"<td>{user}</td>" not in body
+
+
+def test_a_search_no_page_polls_is_cancelled(cluster: BrokerProcess, big_topic: str) -> None:
+    """The console app in process (its ASGI interface called directly) against the real broker:
+    a search whose page went away (nothing polls its progress) is cancelled and frees its slot;
+    leaving the app cancels the searches still running."""
+    import asyncio
+
+    from strom.console.app import ConsoleSettings, build_app
+
+    async def call(app: Any, path: str, query: str = "") -> tuple[int, str]:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+                 "query_string": query.encode(), "headers": [], "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80)}
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:]).decode()
+
+    async def main() -> None:
+        settings = ConsoleSettings(cluster.bootstrap, max_searches=1, search_abandon_s=1.0, search_wait_s=0.1,
+                                   scan_pause_s=0.3)
+        app = build_app(settings)
+        path, query = f"/topics/{big_topic}/messages", "q=no-such-thing&order=oldest"
+        async with app.router.lifespan_context(app):
+            status, body = await call(app, path, query)
+            assert status == 200 and 'id="search-progress"' in body
+            job = body.split('hx-get="')[1].split("?")[0]
+            assert (await call(app, path, query))[0] == 503  # the slot is taken
+            await asyncio.sleep(2.5)  # nobody polls: cancelled at its next pause after 1 s
+            status, body = await call(app, job, "fragment=1")
+            assert "No such search" in body
+            status, body = await call(app, path, query)  # the slot is free again
+            assert status == 200 and 'id="search-progress"' in body
+            running = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert running  # (this search, and the metrics sampler)
+            leaving = time.monotonic()
+        # leaving the app cancelled the running search (not waited for its 1 s abandonment)
+        assert time.monotonic() - leaving < 0.8
+        await asyncio.sleep(0)
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        assert not left, left
+
+    asyncio.run(main())
