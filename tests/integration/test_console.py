@@ -413,6 +413,25 @@ def test_reset_group_offsets_preview_then_execute_and_delete(
     assert tp.offset == 0
     status, body = console.request(f"/groups/{group}/reset", {"strategy": "sideways"})
     assert status == 400 and "choose a reset" in body
+    # delete the group's offsets of one topic (OffsetDelete), its name typed; another topic's stay
+    other = f"{topic}-b"
+    _produce(cluster, other, [b"v"] * 3)
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(other, 0, 1)], asynchronous=False)
+    c.close()
+    body = console.get(f"/groups/{group}")
+    assert 'id="delete-offsets"' in body and f"<option>{other}</option>" in body
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": "nope"})
+    assert status == 400 and "type the topic name" in body
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": other})
+    assert status == 200 and f">{other}</a>" not in body and f">{topic}</a>" in body
+    check = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    tps = [confluent_kafka.TopicPartition(other, 0), confluent_kafka.TopicPartition(topic, 0)]
+    gone, kept = check.committed(tps, timeout=15)
+    check.close()
+    assert gone.offset == confluent_kafka.OFFSET_INVALID and kept.offset == 0
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": other})
+    assert status == 400 and "no committed offsets on" in body
     # delete needs the id typed
     assert console.request(f"/groups/{group}/delete", {"confirm": "nope"})[0] == 400
     status, body = console.request(f"/groups/{group}/delete", {"confirm": group})
@@ -469,6 +488,8 @@ def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> No
     assert offsets("q=customer.missing&mode=json") == []
     assert offsets("q=%22id%22%3A+%5B57%5D&mode=regex") == [5, 7]  # "id": [57]
     assert offsets("q=trace%3Dt2&mode=header") == [2]
+    assert offsets("q=key-&mode=key") == list(range(9)) and offsets("q=y-8&mode=key") == [8]
+    assert offsets("q=customer&mode=key") == [] and offsets("q=customer&mode=text") == list(range(9))
     status, body = console.request(f"/topics/{topic}/messages?q=%28&mode=regex")
     assert status == 400 and "regular expression" in body
     # replay offset 4 to another topic (created by the console first)

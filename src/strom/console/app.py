@@ -688,6 +688,30 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise result[gid]  # type: ignore[misc]
         return RedirectResponse(settings.prefix + "/groups", 303)
 
+    async def delete_group_offsets(request: Request) -> Response:
+        """Delete a group's committed offsets of one topic (OffsetDelete; the topic's name typed)."""
+        c = await client()
+        gid = request.path_params["group"]
+        form = await _form(request)
+        topic_name = form.get("topic", "").strip()
+        if not topic_name:
+            raise BadInput("choose the topic whose committed offsets to delete")
+        if form.get("confirm", "") != topic_name:
+            raise BadInput(f"to delete the group's offsets of {topic_name}, type the topic name in the "
+                           "confirmation field")
+        committed = await cgroups.fetch_offsets(c, gid)
+        tps = [tp for tp in committed if tp[0] == topic_name]
+        if not tps:
+            raise BadInput(f"group {gid} has no committed offsets on {topic_name}")
+        error, result = await cgroups.delete_offsets(c, gid, tps)
+        if error is not None:
+            raise error
+        failed = [(f"{t}-{p}", e) for (t, p), e in result.items() if e is not None]
+        if failed:
+            why = "; ".join(f"{tp}: {e}" for tp, e in failed)
+            raise KafkaError(failed[0][1].code, f"offsets not deleted: {why}")
+        return RedirectResponse(settings.prefix + f"/groups/{urllib.parse.quote(gid)}", 303)
+
     async def security(request: Request) -> Response:
         """SCRAM users (DescribeUserScramCredentials); add or replace a credential, delete one."""
         c = await client()
@@ -796,6 +820,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
+        Route("/groups/{group}/delete-offsets", guarded(delete_group_offsets), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
@@ -913,7 +938,8 @@ def _int(raw: object, what: str, minimum: int) -> int:
 
 
 def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
-    """A record filter: ``text`` (substring of key, value, header names or values), ``regex``
+    """A record filter: ``text`` (substring of key, value, header names or values), ``key``
+    (substring of the key), ``regex``
     (over key, value and header values decoded as UTF-8), ``json`` (``a.b.0.c=value``: the
     value is JSON and the path holds that value, compared as text; ``a.b`` alone: the path
     exists), ``header`` (``name`` or ``name=value``)."""
@@ -925,6 +951,9 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
                 return True
             return any(bool(needle in (v or b"") or search in h) for h, v in r.headers)
         return text
+    if mode == "key":
+        want_key = search.encode()
+        return lambda r: r.key is not None and want_key in r.key
     if mode == "regex":
         try:
             pattern = re.compile(search)
@@ -965,7 +994,7 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
             return any(h == name and (not has_value or (v or b"").decode("utf-8", "replace") == want)
                        for h, v in r.headers)
         return hd
-    raise BadInput(f"unknown search mode {mode!r}: text, regex, json or header")
+    raise BadInput(f"unknown search mode {mode!r}: text, key, regex, json or header")
 
 
 def _acl_binding(form: dict[str, str]) -> admin.AclTuple:
