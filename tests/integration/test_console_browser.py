@@ -108,13 +108,24 @@ def console(cluster: BrokerProcess) -> Iterator[ConsoleProcess]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def dialogs() -> list[str]:
+    """The confirmations the pages asked for (each accepted)."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, dialogs: list[str]) -> Iterator[Any]:
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     ctx.set_default_timeout(60_000)  # a loaded CI machine: pages wait for the cluster's answers
     sync_api.expect.set_options(timeout=30_000)
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+
+    def confirm(d: Any) -> None:
+        dialogs.append(d.message)
+        d.accept()
+    pg.on("dialog", confirm)
     try:
         yield pg
     finally:
@@ -174,7 +185,9 @@ def test_every_page(cluster: BrokerProcess, console: ConsoleProcess, page: Any, 
     expect(page.locator("h1")).to_contain_text("No such topic")
 
 
-def test_create_topic_produce_and_find_it_by_search(console: ConsoleProcess, page: Any, shots: Path) -> None:
+def test_create_topic_produce_and_find_it_by_search(
+    console: ConsoleProcess, page: Any, shots: Path, dialogs: list[str]
+) -> None:
     expect = sync_api.expect
     topic = f"made-{uuid.uuid4().hex[:6]}"
     page.goto(console.base + "/topics")
@@ -191,6 +204,7 @@ def test_create_topic_produce_and_find_it_by_search(console: ConsoleProcess, pag
     produce.locator("textarea[name=headers]").fill("source=browser")
     produce.locator("button[type=submit]").click()
     expect(page.locator("#message-table")).to_contain_text("platinum")
+    assert dialogs == ["Create this topic?", f"Produce this message to {topic}?"]  # each confirmed first
     # search from the messages page: a JSON path, then a miss
     page.goto(f"{console.base}/topics/{topic}/messages")
     browse = page.locator("#browse")
