@@ -485,6 +485,8 @@ def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> No
 
     assert offsets("q=customer.tier%3Dgold&mode=json") == [0, 3, 6]
     assert offsets("q=customer.id%3D4&mode=json") == [4]
+    jsonpath = urllib.parse.quote("$['customer'].id=5")  # JSONPath's spelling
+    assert offsets(f"q={jsonpath}&mode=json") == [5]
     assert offsets("q=customer.missing&mode=json") == []
     assert offsets("q=%22id%22%3A+%5B57%5D&mode=regex") == [5, 7]  # "id": [57]
     assert offsets("q=trace%3Dt2&mode=header") == [2]

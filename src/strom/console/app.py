@@ -942,7 +942,8 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
     (substring of the key), ``regex``
     (over key, value and header values decoded as UTF-8), ``json`` (``a.b.0.c=value``: the
     value is JSON and the path holds that value, compared as text; ``a.b`` alone: the path
-    exists), ``header`` (``name`` or ``name=value``)."""
+    exists; JSONPath's ``$.a.b[0].c`` and ``$['a']`` are read too), ``header`` (``name`` or
+    ``name=value``)."""
     if mode == "text":
         needle = search.encode()
 
@@ -966,7 +967,11 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
         return rx
     if mode == "json":
         path, has_value, want = search.partition("=")
-        steps = [s for s in path.strip().split(".") if s]
+        path = path.strip()
+        if path.startswith("$"):  # JSONPath's spelling: $.a.b[0].c, $['a']
+            path = path[1:]
+        path = re.sub(r"\[\s*(\d+|'[^']*'|\"[^\"]*\")\s*\]", lambda m: "." + m.group(1).strip("'\""), path)
+        steps = [s for s in path.split(".") if s]
         if not steps:
             raise BadInput("JSON path search: give a.b.c or a.b.c=value")
 
