@@ -697,3 +697,40 @@ def test_a_search_no_page_polls_is_cancelled(cluster: BrokerProcess, big_topic: 
         assert not left, left
 
     asyncio.run(main())
+
+
+def test_search_across_all_partitions(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"parts-{uuid.uuid4().hex[:6]}"
+    assert console.request("/topics", {"name": topic, "partitions": "3", "replication_factor": "1"})[0] == 200
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    base = 1_700_000_000_000
+    for i in range(15):
+        for part in range(3):  # partition 2's record i is the newest of the three
+            p.produce(topic, f"p{part}-{i}".encode(), key=f"k{i}".encode(), partition=part,
+                      timestamp=base + i * 10 + part)
+    assert p.flush(30) == 0
+
+    def rows(body: str) -> list[tuple[int, int]]:  # (partition, offset) per row
+        return [(int(x.split('class="partition">')[1].split("<")[0]), int(x.split("</td>")[0]))
+                for x in body.split("<tr><td>")[1:]]
+
+    # newest first, by timestamp across the partitions; this console's cap of 30 is 10 a partition
+    body = console.get(f"/topics/{topic}/messages?partition=all&q=k&mode=key")
+    assert rows(body)[:4] == [(2, 14), (1, 14), (0, 14), (2, 13)] and len(rows(body)) == 30
+    assert "all 3 partitions: 30 shown (by timestamp), 30 scanned, at most 10 per partition" in body
+    assert body.count('class="bad capped"') == 3 and 'id="tail"' not in body
+    links = [h.replace("&amp;", "&") for h in re.findall(r'class="continue" href="([^"]+)"', body)]
+    assert len(links) == 3 and all("before=5" in h for h in links)
+    assert [urllib.parse.parse_qs(h.split("?")[1])["partition"] for h in links] == [["0"], ["1"], ["2"]]
+    # a continue link searches on in its own partition
+    more = console.get(links[1])
+    assert _offsets(more) == [4, 3, 2, 1, 0] and "5 scanned (offsets 0..4)" in more
+    # oldest first, 4 records: the oldest four of the topic
+    body = console.get(f"/topics/{topic}/messages?partition=all&order=oldest&limit=4")
+    assert rows(body) == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    # the matches download as JSON lines, from their partitions
+    href = body.split('id="download-these" href="')[1].split('"')[0].replace("&amp;", "&")
+    assert "records=0:0,0:1,1:0,2:0" in href
+    status, dl = console.request(href)
+    got = [(json.loads(x)["partition"], json.loads(x)["value"]) for x in dl.splitlines()]
+    assert status == 200 and got == [(0, "p0-0"), (0, "p0-1"), (1, "p1-0"), (2, "p2-0")]

@@ -97,17 +97,27 @@ def _env_ms(name: str) -> float:
 
 
 @dataclass
-class _Plan:
-    """One messages page's scan: records [start, end) of a partition, kept when ``matcher``
-    (None: all) holds, at most ``want`` of them."""
-    topic: str
+class _PartPlan:
+    """One partition's part of a scan: records [start, end)."""
     partition: int
     start: int
     end: int
+    earliest: int
+    latest: int
+    capped: bool  # a newest-first search that leaves the older records out
+
+
+@dataclass
+class _Plan:
+    """One messages page's scan: some partitions' records, kept when ``matcher`` (None: all)
+    holds, at most ``want`` of them per partition, at most ``cap`` scanned per partition."""
+    topic: str
+    parts: list[_PartPlan]
+    every: bool  # all partitions
+    cap: int
     limit: int
     want: int
     newest_first: bool  # the newest records of the range, shown newest first
-    capped: bool  # a newest-first search that leaves the older records out
     matcher: Callable[[Any], bool] | None
     query: dict[str, str]
     view: dict[str, Any]  # the page's fields known before the scan
@@ -368,35 +378,42 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         return RedirectResponse(settings.prefix + where, 303)
 
     async def plan_search(c: Client, name: str, q: Any) -> _Plan | None:
-        """What a messages page reads: the partition, the offsets to scan, the filter; None: no
-        such topic."""
+        """What a messages page reads: the partitions (one, or ``all``), the offsets to scan in
+        each, the filter; None: no such topic."""
         md = await c.metadata([name])
         t = md.topics.get(name)
         if t is None or t.error_code:
             return None
-        partition = _int(q.get("partition") or "0", "partition", 0)
-        if partition not in t.partitions:
-            raise BadInput(f"topic {name} has no partition {partition}")
+        every = (q.get("partition") or "0") == "all"
+        if every:
+            partitions = sorted(t.partitions)
+            if not partitions:
+                raise BadInput(f"topic {name} has no partitions")
+        else:
+            partition = _int(q.get("partition") or "0", "partition", 0)
+            if partition not in t.partitions:
+                raise BadInput(f"topic {name} has no partition {partition}")
+            partitions = [partition]
         limit = min(_int(q.get("limit") or "50", "limit", 1), 500)
         order = q.get("order", "newest")
         search = q.get("q", "")
         mode = q.get("mode", "text")
         matcher = _matcher(search, mode) if search else None
-        lo = await c.list_offsets(name, partition, EARLIEST)
-        hi = await c.list_offsets(name, partition, LATEST)
-        assert isinstance(lo, int) and isinstance(hi, int)
+        los = await c.list_offsets(name, dict.fromkeys(partitions, EARLIEST))
+        his = await c.list_offsets(name, dict.fromkeys(partitions, LATEST))
+        assert isinstance(los, dict) and isinstance(his, dict)
         from_time = q.get("timestamp", "").strip()
         until = q.get("until", "").strip()
-        end = hi  # the scan stops before this offset
+        ends = dict(his)  # each scan stops before this offset
         until_ms = None
         if until:  # a time range's end: records before the first one at or after it
             until_ms = _timestamp(until)
-            at_end = await c.list_offsets(name, partition, until_ms)
-            assert isinstance(at_end, int)
-            if at_end >= 0:
-                end = at_end
+            at_end = await c.list_offsets(name, dict.fromkeys(partitions, until_ms))
+            assert isinstance(at_end, dict)
+            ends.update({p: o for p, o in at_end.items() if o >= 0})
         if q.get("before"):  # a search continued: older than where it stopped
-            end = min(end, _int(q.get("before"), "before", 0))
+            before = _int(q.get("before"), "before", 0)
+            ends = {p: min(e, before) for p, e in ends.items()}
         from_ms = _timestamp(from_time) if from_time else None
         if from_ms is not None or until_ms is not None:
             inner = matcher
@@ -408,42 +425,51 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     return False
                 return inner is None or inner(r)
             matcher = in_range
+        starts: dict[int, int] = {}
+        # each partition's share of the scan cap (all of it when one partition is searched)
+        cap = max(1, settings.scan_cap // len(partitions))
         if from_time:  # the first record at or after the time, oldest first from there
             assert from_ms is not None
-            at = await c.list_offsets(name, partition, from_ms)
-            assert isinstance(at, int)
-            start = at if at >= 0 else hi
+            at = await c.list_offsets(name, dict.fromkeys(partitions, from_ms))
+            assert isinstance(at, dict)
+            starts = {p: at[p] if at.get(p, -1) >= 0 else his[p] for p in partitions}
             order = "oldest"
         elif q.get("offset"):
-            start = max(lo, _int(q.get("offset"), "offset", 0))
+            offset = _int(q.get("offset"), "offset", 0)
+            starts = {p: max(los[p], offset) for p in partitions}
         elif order == "newest":
-            start = max(lo, end - (settings.scan_cap if search else limit))
+            starts = {p: max(los[p], ends[p] - (cap if search else limit)) for p in partitions}
         else:
-            start = lo
+            starts = dict(los)
         # oldest first (or from an offset): until `limit` matches; newest first: the newest
-        # records (the newest `scan_cap` when searching), reversed after the scan
+        # records (the newest `cap` when searching), reversed after the scan
         from_start = bool(q.get("offset") or from_time)
         newest_first = order == "newest" and not from_start
+        parts = [_PartPlan(p, starts[p], ends[p], los[p], his[p],
+                           capped=bool(search) and newest_first and starts[p] > los[p]) for p in partitions]
         return _Plan(
-            topic=name, partition=partition, start=start, end=end, limit=limit,
-            want=10**9 if newest_first else limit, newest_first=newest_first,
-            capped=bool(search) and newest_first and start > lo, matcher=matcher, query=dict(q.items()),
-            view={"name": name, "partitions": sorted(t.partitions), "partition": partition, "order": order,
-                  "limit": limit, "search": search, "mode": mode, "from_time": from_time, "until": until,
-                  "scan_cap": settings.scan_cap, "earliest": lo, "latest": hi})
+            topic=name, parts=parts, every=every, cap=cap, limit=limit, want=10**9 if newest_first else limit,
+            newest_first=newest_first, matcher=matcher, query=dict(q.items()),
+            view={"name": name, "partitions": sorted(t.partitions),
+                  "partition": "all" if every else partitions[0], "order": order, "limit": limit,
+                  "search": search, "mode": mode, "from_time": from_time, "until": until,
+                  "scan_cap": settings.scan_cap, "part_cap": cap,
+                  "earliest": None if every else los[partitions[0]],
+                  "latest": None if every else his[partitions[0]]})
 
     async def messages(request: Request) -> Response:
-        """Browse a partition; a search (or a time range) runs as a background job whose
-        progress the page polls (its answer shown at once when it is done within
+        """Browse a partition; a search (or a time range, or all partitions) runs as a background
+        job whose progress the page polls (its answer shown at once when it is done within
         ``search_wait_s``)."""
         c = await client()
         name = request.path_params["name"]
         plan = await plan_search(c, name, request.query_params)
         if plan is None:
             return _no_topic(name, request)
-        if plan.matcher is None:  # plain browsing stops after `limit` records
-            progress = _Progress(plan.partition, plan.start, plan.end, plan.end - plan.start)
-            ctx = await _scan(c, plan, progress, settings.scan_cap, lambda: None, 0.0)
+        progress = [_Progress(pp.partition, pp.start, pp.end, max(0, min(pp.end - pp.start, plan.cap)))
+                    for pp in plan.parts]
+        if plan.matcher is None and not plan.every:  # plain browsing stops after `limit` records
+            ctx = await _scan(c, plan, progress, lambda: None, 0.0)
             return page("messages.html", request, **ctx)
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -453,9 +479,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return page("error.html", request, 503, title="Too many searches",
                         message=f"{running} searches are running (at most {settings.max_searches}); "
                                 "try again when one has finished.")
-        to_scan = min(plan.end - plan.start, settings.scan_cap) if plan.end > plan.start else 0
-        job = _SearchJob(secrets.token_urlsafe(12), plan,
-                         [_Progress(plan.partition, plan.start, plan.end, to_scan)], now, now)
+        job = _SearchJob(secrets.token_urlsafe(12), plan, progress, now, now)
         jobs[job.id] = job
         job.task = loop.create_task(run_job(c, job))
         await asyncio.wait({job.task}, timeout=settings.search_wait_s)
@@ -475,8 +499,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return None
 
         try:
-            job.result = await _scan(c, job.plan, job.progress[0], settings.scan_cap, stop,
-                                     settings.scan_pause_s)
+            job.result = await _scan(c, job.plan, job.progress, stop, settings.scan_pause_s)
             if job.result["stopped"] == "abandoned":
                 jobs.pop(job.id, None)
         except asyncio.CancelledError:
@@ -533,39 +556,54 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         return show_job(request, job, fragment)
 
     async def download(request: Request) -> Response:
-        """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
+        """One record, a run of records, or a search's matches (``offsets=o,o`` of one partition,
+        ``records=p:o,p:o`` across partitions) as JSON lines (values base64 when not UTF-8)."""
         c = await client()
         name = request.path_params["name"]
-        partition = _int(request.query_params.get("partition") or "0", "partition", 0)
-        wanted: set[int] | None = None  # a search's matches: these offsets only
-        if request.query_params.get("offsets"):
-            raw = request.query_params["offsets"].split(",")
-            wanted = {_int(x, "offsets", 0) for x in raw[:10_000]}
-            offset, count, top = min(wanted), len(wanted), max(wanted)
-        else:
-            offset = _int(request.query_params.get("offset") or "0", "offset", 0)
-            count = min(_int(request.query_params.get("count") or "1", "count", 1), 10_000)
+        qp = request.query_params
+        partition = _int(qp.get("partition") or "0", "partition", 0)
+        wanted: dict[int, set[int]] | None = None  # a search's matches: these offsets only
+        if qp.get("records"):
+            wanted = {}
+            for item in qp["records"].split(",")[:10_000]:
+                part, sep, off = item.partition(":")
+                if not sep:
+                    raise BadInput(f"records: partition:offset pairs, not {item!r}")
+                wanted.setdefault(_int(part, "partition", 0), set()).add(_int(off, "offset", 0))
+        elif qp.get("offsets"):
+            wanted = {partition: {_int(x, "offsets", 0) for x in qp["offsets"].split(",")[:10_000]}}
         lines: list[str] = []
-        pos = offset
-        while len(lines) < count:
-            res = await c.fetch(name, partition, pos, max_wait_ms=0)
-            if res.error_code:
-                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
-            for r in res.records:
-                if wanted is not None and r.offset not in wanted:
-                    continue
-                if len(lines) < count:
+
+        async def read(p: int, offset: int, count: int, only: set[int] | None) -> None:
+            pos, got = offset, 0
+            while got < count:
+                res = await c.fetch(name, p, pos, max_wait_ms=0)
+                if res.error_code:
+                    raise KafkaError(res.error_code, f"fetching {name}-{p} at {pos}")
+                for r in res.records:
+                    if (only is not None and r.offset not in only) or got >= count:
+                        continue
+                    got += 1
                     lines.append(json.dumps({
-                        "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+                        "partition": p, "offset": r.offset, "timestamp": r.timestamp,
                         "key": _jsonable(r.key), "value": _jsonable(r.value),
                         "headers": [[h, _jsonable(v)] for h, v in r.headers]}))
-            if res.next_offset is None or res.next_offset <= pos:
-                break
-            pos = res.next_offset
-            if wanted is not None and pos > top:
-                break
+                if res.next_offset is None or res.next_offset <= pos:
+                    break
+                pos = res.next_offset
+                if only is not None and pos > max(only):
+                    break
+
+        if wanted is None:
+            offset = _int(qp.get("offset") or "0", "offset", 0)
+            await read(partition, offset, min(_int(qp.get("count") or "1", "count", 1), 10_000), None)
+            filename = f"{name}-{partition}-{offset}.jsonl"
+        else:
+            for p, offsets in sorted(wanted.items()):
+                await read(p, min(offsets), len(offsets), offsets)
+            filename = f"{name}-matches.jsonl"
         return Response("\n".join(lines) + "\n", media_type="application/x-ndjson", headers={
-            "Content-Disposition": f'attachment; filename="{name}-{partition}-{offset}.jsonl"'})
+            "Content-Disposition": f'attachment; filename="{filename}"'})
 
     async def tail(request: Request) -> Response:
         """Live tail (server-sent events): each record appended to the partition from now on, as a
@@ -845,44 +883,56 @@ class BadInput(Exception):
     pass
 
 
-async def _scan(c: Client, plan: _Plan, progress: _Progress, scan_cap: int,
-                stop: Callable[[], str | None], pause_s: float) -> dict[str, Any]:
-    """Read the plan's records, keep the matching ones; at most ``scan_cap`` records. Every
-    SCAN_CHUNK records it yields to the event loop (the broker's own, when the broker serves the
-    console) and asks ``stop`` whether to stop there (a reason: "stopped", "timeout", ...).
-    Returns the messages page's context."""
-    found: list[Any] = []
-    scanned, pos = 0, plan.start
+SCAN_PARALLEL = 4  # partitions of an all-partitions search scanned at once
+
+
+@dataclass
+class _PartScan:
+    """One partition's scan result."""
+    found: list[Any]
+    scanned: int = 0
+    capped: bool = False
+    reason: str | None = None
+    stopped_at: int | None = None
+    last_scanned: int | None = None
+
+
+async def _scan_partition(c: Client, plan: _Plan, pp: _PartPlan, progress: _Progress,
+                          stop: Callable[[], str | None], pause_s: float) -> _PartScan:
+    """Read one partition's records [start, end), keep the matching ones; at most ``plan.cap``
+    records. Every SCAN_CHUNK records it yields to the event loop (the broker's own, when the
+    broker serves the console) and asks ``stop`` whether to stop there (a reason: "stopped",
+    "timeout", ...)."""
+    out = _PartScan([], capped=pp.capped)
+    found = out.found
+    pos = pp.start
     progress.position = pos
-    capped = plan.capped
     done = False
-    stopped_at = last_scanned = None
-    reason = None
-    while pos < plan.end and not done and len(found) < plan.want:
-        res = await c.fetch(plan.topic, plan.partition, pos, max_wait_ms=0, max_bytes=SCAN_FETCH_BYTES)
+    while pos < pp.end and not done and len(found) < plan.want:
+        res = await c.fetch(plan.topic, pp.partition, pos, max_wait_ms=0, max_bytes=SCAN_FETCH_BYTES)
         if res.error_code:
-            raise KafkaError(res.error_code, f"fetching {plan.topic}-{plan.partition} at {pos}")
+            raise KafkaError(res.error_code, f"fetching {plan.topic}-{pp.partition} at {pos}")
         for r in res.records:
-            if r.offset >= plan.end or len(found) >= plan.want:
+            if r.offset >= pp.end or len(found) >= plan.want:
                 done = True
                 break
-            if scanned >= scan_cap:  # more to read, but the cap is reached
-                capped = done = True
-                stopped_at = r.offset
+            if out.scanned >= plan.cap:  # more to read, but the cap is reached
+                out.capped = done = True
+                out.stopped_at = r.offset
                 break
-            if scanned and scanned % SCAN_CHUNK == 0:
+            if out.scanned and out.scanned % SCAN_CHUNK == 0:
                 progress.position = r.offset
                 await asyncio.sleep(pause_s)
-                reason = stop()
-                if reason is not None:
+                out.reason = stop()
+                if out.reason is not None:
                     done = True
-                    stopped_at = r.offset
+                    out.stopped_at = r.offset
                     break
-            scanned += 1
-            progress.scanned = scanned
-            last_scanned = r.offset
+            out.scanned += 1
+            progress.scanned = out.scanned
+            out.last_scanned = r.offset
             if plan.matcher is None or plan.matcher(r):
-                found.append(r)
+                found.append((pp.partition, r))
                 progress.matches = len(found)
         nxt = res.next_offset
         if nxt is None or nxt <= pos:
@@ -890,29 +940,59 @@ async def _scan(c: Client, plan: _Plan, progress: _Progress, scan_cap: int,
         pos = nxt
         if not done:
             progress.position = pos
-    found = found[::-1][:plan.limit] if plan.newest_first else found[:plan.limit]
+    return out
+
+
+async def _scan(c: Client, plan: _Plan, progress: list[_Progress], stop: Callable[[], str | None],
+                pause_s: float) -> dict[str, Any]:
+    """Scan the plan's partitions (SCAN_PARALLEL at once); returns the messages page's context:
+    the rows (newest or oldest first; across partitions by timestamp) and, per partition, what
+    was scanned and the query that continues a capped or stopped scan."""
+    gate = asyncio.Semaphore(SCAN_PARALLEL)
+
+    async def one(pp: _PartPlan, prog: _Progress) -> _PartScan:
+        async with gate:
+            return await _scan_partition(c, plan, pp, prog, stop, pause_s)
+
+    results = await asyncio.gather(*(one(pp, prog) for pp, prog in zip(plan.parts, progress, strict=True)))
     q = plan.query
-    resume = None  # the query that continues a capped or stopped search where it stopped
-    if capped or reason is not None:
-        keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
-        if stopped_at is not None:  # on from the first record not scanned, up to the same end
-            resume = keep | {"offset": str(stopped_at), "order": "oldest"}
-            if q.get("before") or plan.newest_first:
-                resume["before"] = str(plan.end)
-        else:  # newest first: the records older than the scanned ones
-            resume = keep | {"before": str(plan.start)}
+    summaries: list[dict[str, Any]] = []
+    for pp, res in zip(plan.parts, results, strict=True):
+        resume = None
+        if res.capped or res.reason is not None:
+            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
+            keep["partition"] = str(pp.partition)  # (an all-partitions search goes on per partition)
+            if res.stopped_at is not None:  # on from the first record not scanned, up to the same end
+                resume = keep | {"offset": str(res.stopped_at), "order": "oldest"}
+                if q.get("before") or plan.newest_first:
+                    resume["before"] = str(pp.end)
+            else:  # newest first: the records older than the scanned ones
+                resume = keep | {"before": str(pp.start)}
+        summaries.append({
+            "partition": pp.partition, "earliest": pp.earliest, "latest": pp.latest, "scanned": res.scanned,
+            "scanned_from": pp.start if res.scanned else None, "scanned_to": res.last_scanned,
+            "capped": res.capped and res.reason is None, "stopped": res.reason, "stopped_at": res.stopped_at,
+            "resume": urllib.parse.urlencode(resume) if resume else None})
+    found = [f for res in results for f in res.found]
+    if plan.every:  # across partitions: by time
+        found.sort(key=lambda pr: (pr[1].timestamp, pr[0], pr[1].offset), reverse=plan.newest_first)
+    elif plan.newest_first:
+        found.reverse()
     rows = []
-    for r in found:
+    for partition, r in found[:plan.limit]:
         kkind, ktext, _ = render_value(r.key, 256)
         vkind, vtext, cut = render_value(r.value)
-        rows.append({"offset": r.offset, "timestamp": r.timestamp, "key": ktext, "key_kind": kkind,
-                     "value": vtext, "value_kind": vkind, "truncated": cut,
+        rows.append({"partition": partition, "offset": r.offset, "timestamp": r.timestamp, "key": ktext,
+                     "key_kind": kkind, "value": vtext, "value_kind": vkind, "truncated": cut,
                      "size": len(r.value) if r.value is not None else 0,
                      "headers": [(h, (v or b"").decode("utf-8", errors="replace")) for h, v in r.headers]})
+    one_part = summaries[0]
     return plan.view | {
-        "rows": rows, "scanned": scanned, "capped": capped and reason is None, "stopped": reason,
-        "stopped_at": stopped_at, "scanned_from": plan.start if scanned else None, "scanned_to": last_scanned,
-        "resume": urllib.parse.urlencode(resume) if resume else None}
+        "rows": rows, "scans": summaries, "scanned": sum(s["scanned"] for s in summaries),
+        "capped": any(s["capped"] for s in summaries), "stopped": next((s["stopped"] for s in summaries
+                                                                        if s["stopped"]), None),
+        "stopped_at": one_part["stopped_at"], "scanned_from": one_part["scanned_from"],
+        "scanned_to": one_part["scanned_to"], "resume": one_part["resume"]}
 
 
 async def _form(request: Request) -> dict[str, str]:
