@@ -12,9 +12,14 @@ refuses every POST (403). Mutations ask for a confirmation: deleting a topic nee
 Pages: overview (cluster id, controller, brokers with the partitions each leads, topic and
 partition counts, under-replicated and offline partitions); topics (partitions, replication,
 messages, size-free: offsets only) with create; a topic (partitions with leader, replicas, ISR,
-earliest/latest offsets; configs with their sources; produce; delete); messages (by partition and
-offset, newest or oldest first, substring search with a scan cap); consumer groups (state,
-members, lag per partition and total).
+earliest/latest offsets; configs with their sources; produce; delete); messages (by partition, or
+all partitions, and offset or time, newest or oldest first, search with a scan cap); consumer
+groups (state, members, lag per partition and total, offset resets, deletes); security; metrics.
+
+A search runs as a background job on the console's event loop (:class:`_SearchJob`): the page
+polls its progress fragment (HTMX, every 500 ms) until the answer replaces it; at most
+``max_searches`` at once, stopped after ``search_timeout_s`` or on request, cancelled when no page
+polled it for ``search_abandon_s``; it yields the loop every SCAN_CHUNK records.
 """
 
 from __future__ import annotations
