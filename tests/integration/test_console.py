@@ -734,3 +734,24 @@ def test_search_across_all_partitions(cluster: BrokerProcess, console: Console) 
     status, dl = console.request(href)
     got = [(json.loads(x)["partition"], json.loads(x)["value"]) for x in dl.splitlines()]
     assert status == 200 and got == [(0, "p0-0"), (0, "p0-1"), (1, "p1-0"), (2, "p2-0")]
+
+
+def test_a_search_whose_topic_goes_away_ends_with_an_error(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"doomed-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v" * 1000] * 3000)  # ~250 records a fetch of 256 KiB
+    slow = Console(cluster.bootstrap, env=PAUSE)
+    try:
+        body = slow.get(f"/topics/{topic}/messages?q=nothing&order=oldest")
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        assert console.request(f"/topics/{topic}/delete", {"confirm": topic})[0] == 200
+        deadline = time.monotonic() + 60
+        while 'id="search-progress"' in body:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            body = slow.get(job_url)  # (a fragment answered 200: HTMX swaps it in)
+        assert 'id="search-results"' in body and "The cluster answered with an error" in body
+        assert "UNKNOWN_TOPIC" in body and "Traceback" not in body
+        status, full = slow.request(job_url.split("?")[0])
+        assert status == 502 and "UNKNOWN_TOPIC" in full
+    finally:
+        slow.close()
