@@ -755,3 +755,16 @@ def test_a_search_whose_topic_goes_away_ends_with_an_error(cluster: BrokerProces
         assert status == 502 and "UNKNOWN_TOPIC" in full
     finally:
         slow.close()
+
+
+def test_binary_values_as_hex_cut_and_downloaded_as_base64(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"bin-{uuid.uuid4().hex[:6]}"
+    blob = bytes(range(256)) * 40  # 10 KiB, not UTF-8
+    _produce(cluster, topic, [b"\xff\xfe\x00\x01", blob])
+    body = console.get(f"/topics/{topic}/messages?order=oldest")
+    cells = body.split("<tr><td>")[1:]
+    assert '<span class="tag">hex</span><pre>ff fe 00 01</pre>' in cells[0] and "cut" not in cells[0]
+    assert '<span class="tag">hex</span><pre>00 01 02 03' in cells[1] and "10240 bytes, cut" in cells[1]
+    assert len(cells[1].split("<pre>")[2].split("</pre>")[0]) == 2048 * 3 - 1  # 2 KiB shown, as hex
+    status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=1")
+    assert status == 200 and base64.b64decode(json.loads(dl)["value"]["base64"]) == blob
