@@ -42,7 +42,8 @@ def request(base: str, path: str, form: dict[str, str] | None = None,
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("console-broker") / "data",
                       overrides=["strom.http.console.enable=true", "group.initial.rebalance.delay.ms=0",
-                                 "strom.http.console.metrics.interval.ms=300"],
+                                 "strom.http.console.metrics.interval.ms=300",
+                                 "strom.http.console.max.searches=2"],
                       env={"STROM_CONSOLE_SCAN_PAUSE_MS": "400"})  # a search pauses every 500 records
     b.start()
     try:
@@ -118,6 +119,17 @@ def test_search_progress_and_huge_values_under_the_prefix(broker: BrokerProcess)
     assert seen == sorted(seen) and len(set(seen)) >= 3 and seen[-1] <= 4000, seen
     assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [3998]
     assert "4001 scanned (offsets 0..4000)" in body  # (oldest first: on to the end for up to 50 matches)
+    # strom.http.console.max.searches=2: a third search at once gets a 503 page
+    jobs = []
+    for _ in range(2):
+        status, body, _ = request(base, f"/console/topics/{topic}/messages?q=nothing&order=oldest")
+        assert status == 200 and 'id="search-progress"' in body
+        jobs.append(body.split('id="search-stop" href="')[1].split('"')[0].replace("&amp;", "&"))
+    status, body, _ = request(base, f"/console/topics/{topic}/messages?q=nothing&order=oldest")
+    assert status == 503 and "at most 2" in body
+    for stop in jobs:
+        status, body, _ = request(base, stop)
+        assert status == 200 and 'id="stopped"' in body
     # the huge value: cut in the list, downloadable in full through the listener
     status, body, _ = request(base, f"/console/topics/{topic}/messages?limit=1")
     assert status == 200 and "900002 bytes, cut" in body and body.count("z") < 5000
