@@ -482,6 +482,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("strom.http.console.command.config", _STR, ""),
     _c("strom.http.console.basic.auth.file", _STR, ""),
     _c("strom.http.console.metrics.interval.ms", _LONG, 10000, AtLeast(100)),
+    # message searches: running at once (more get a 503 page), and how long one may run
+    _c("strom.http.console.max.searches", _INT, 4, AtLeast(1)),
+    _c("strom.http.console.search.timeout.ms", _LONG, 300000, AtLeast(100)),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

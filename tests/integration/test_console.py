@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,13 +32,13 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
 class Console:
-    def __init__(self, bootstrap: str, *extra: str) -> None:
+    def __init__(self, bootstrap: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe nobody reads could fill and block it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom", "console", "--bootstrap-server", bootstrap,
              "--port", str(self.port), *extra],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -192,14 +195,14 @@ def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
     body = console.get(f"/topics/{topic}/messages?q=nothing-matches&order=oldest")
     assert 'id="capped"' in body and "scan cap of 30" in body and "30 scanned (offsets 0..29)" in body
     # the search goes on from where it stopped, to the end without the cap
-    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    more = _continue(body)
     assert "offset=30" in more and "order=oldest" in more
     body = console.get(f"/topics/{topic}/messages?{more}")
     assert 'id="capped"' not in body and "21 scanned (offsets 30..50)" in body
     # newest first: the newest 30, then the older ones
     body = console.get(f"/topics/{topic}/messages?q=nothing-matches")
     assert 'id="capped"' in body and "(offsets 21..50)" in body
-    more = body.split('id="continue" href="?')[1].split('"')[0].replace("&amp;", "&")
+    more = _continue(body)
     assert "before=21" in more
     body = console.get(f"/topics/{topic}/messages?{more}")
     assert 'id="capped"' not in body and "21 scanned (offsets 0..20)" in body
@@ -211,6 +214,117 @@ def test_search_stops_at_the_scan_cap_and_huge_values_are_cut(
     status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=50")
     assert status == 200
     assert json.loads(dl.splitlines()[0])["value"] == "y" * 100_000
+
+
+def _continue(body: str) -> str:
+    """The query of the "continue the search" link."""
+    href = body.split('id="continue" href="')[1].split('"')[0].replace("&amp;", "&")
+    assert href.startswith("/topics/") and "/messages?" in href
+    return href.split("?", 1)[1]
+
+
+def _offsets(body: str) -> list[int]:
+    return [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]]
+
+
+PAUSE = {"STROM_CONSOLE_SCAN_PAUSE_MS": "400"}  # a search pauses 0.4 s every 500 records (a test hook)
+
+
+@pytest.fixture(scope="module")
+def big_topic(cluster: BrokerProcess) -> str:
+    topic = f"large-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v" * 20] * 4000)  # keys key-0 .. key-3999
+    return topic
+
+
+def _poll(console: Console, job_url: str) -> tuple[list[tuple[int, int]], str]:
+    """Poll a search's progress fragment (as HTMX does) until its answer comes: the
+    (scanned, matches) seen on the way, and the answer."""
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        body = console.get(job_url)
+        if 'id="search-progress"' not in body:
+            return seen, body
+        assert 'hx-trigger="every 500ms"' in body and "<html" not in body  # a fragment, polling on
+        scanned = int(body.split('class="scanned">')[1].split("<")[0])
+        matches = int(body.split('class="matches">')[1].split("<")[0])
+        assert int(body.split('class="to-scan">')[1].split("<")[0]) == 3500
+        seen.append((scanned, matches))
+        time.sleep(0.1)
+    raise AssertionError("the search did not finish")
+
+
+def test_search_shows_its_progress_while_it_runs(cluster: BrokerProcess, big_topic: str) -> None:
+    c = Console(cluster.bootstrap, "--scan-cap", "3500", env=PAUSE)
+    try:
+        t0 = time.monotonic()
+        body = c.get(f"/topics/{big_topic}/messages?q=key-%5B123%5D999%24&mode=regex&order=oldest")
+        # not done within the page's first second: the progress, polled by HTMX
+        assert 'id="search-progress"' in body and 'id="message-table"' not in body
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        assert job_url.startswith(f"/topics/{big_topic}/search/") and job_url.endswith("?fragment=1")
+        assert 'http-equiv="refresh"' in body  # (without JavaScript the page reloads itself)
+        seen, answer = _poll(c, job_url)
+        # the scanned count grew while it ran, matches came in on the way
+        scanned = [s for s, _ in seen]
+        assert scanned == sorted(scanned) and len(set(scanned)) >= 3, seen
+        assert 0 < scanned[0] < scanned[-1] < 3500, seen
+        assert any(m == 1 for _, m in seen), seen  # key-1999 found before key-2999
+        assert time.monotonic() - t0 > 2  # (seven 0.4 s pauses)
+        # the answer: the matches, the cap said, a link to go on
+        assert 'id="search-results"' in answer and "<html" not in answer
+        assert _offsets(answer) == [1999, 2999]
+        assert 'id="capped"' in answer and "scan cap of 3500" in answer
+        assert "3500 scanned (offsets 0..3499)" in answer
+        more = _continue(answer)
+        assert "offset=3500" in more and "order=oldest" in more
+        # the job's own page (no JavaScript: the refresh target) shows the same answer in full
+        full = c.get(job_url.split("?")[0])
+        assert "<html" in full and _offsets(full) == [1999, 2999] and 'id="capped"' in full
+        # the rest: 500 records, done at once (no progress page)
+        body = c.get(f"/topics/{big_topic}/messages?{more}")
+        assert 'id="search-progress"' not in body and 'id="capped"' not in body
+        assert "500 scanned (offsets 3500..3999)" in body and _offsets(body) == [3999]
+        # the matches download as JSON lines (these offsets, not a run from the first)
+        href = body.split('download these as JSON lines')[0].rsplit('href="', 1)[1].split('"')[0]
+        status, dl = c.request(href.replace("&amp;", "&"))
+        assert status == 200 and [json.loads(x)["offset"] for x in dl.splitlines()] == [3999]
+    finally:
+        c.close()
+
+
+def test_searches_are_bounded_stoppable_and_time_out(cluster: BrokerProcess, big_topic: str) -> None:
+    c = Console(cluster.bootstrap, "--read-only", "--max-searches", "1", "--search-timeout", "2.5", env=PAUSE)
+    try:
+        query = f"/topics/{big_topic}/messages?q=no-such-thing&order=oldest"
+        body = c.get(query)
+        # (read-only: a GET link stops it)
+        assert 'id="search-progress"' in body and 'method="post"' not in body
+        stop = body.split('id="search-stop" href="')[1].split('"')[0].replace("&amp;", "&")
+        # one search at a time here: a second is refused while the first runs
+        status, refused = c.request(query)
+        assert status == 503 and "Too many searches" in refused and "Traceback" not in refused
+        # stop the first where it is: its answer, and a link that goes on from there
+        stopped = c.get(stop)
+        assert 'id="stopped"' in stopped and "was stopped at offset" in stopped
+        at = int(stopped.split("was stopped at offset ")[1].split("<")[0])
+        assert at % 500 == 0 and 0 < at < 4000
+        assert f"{at} scanned (offsets 0..{at - 1})" in stopped and f"offset={at}" in _continue(stopped)
+        # now a search may start again; this one runs out of time (2.5 s < eight 0.4 s pauses)
+        body = c.get(query)
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60
+        while 'id="search-progress"' in body:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            body = c.get(job_url)
+        assert 'id="stopped"' in body and "ran out of time at offset" in body and 'id="continue"' in body
+        # a search nobody knows (over and forgotten): a clear page
+        status, body = c.request(f"/topics/{big_topic}/search/nope")
+        assert status == 404 and "No such search" in body
+    finally:
+        c.close()
 
 
 def test_read_only_has_no_mutating_controls(cluster: BrokerProcess) -> None:
@@ -246,13 +360,15 @@ def test_basic_auth(cluster: BrokerProcess, tmp_path: Path) -> None:
 
 
 def test_unreachable_cluster_is_an_error_page() -> None:
-    c = Console(f"127.0.0.1:{free_port()}")
-    try:
-        status, body = c.request("/")
-        assert status == 502
-        assert "Cannot reach the cluster" in body and "Traceback" not in body
-    finally:
-        c.close()
+    for bootstrap in (f"127.0.0.1:{free_port()}", "no-such-host.invalid:9092"):
+        c = Console(bootstrap)
+        try:
+            for path in ("/", "/topics", "/topics/t/messages?q=x", "/groups"):
+                status, body = c.request(path)
+                assert status == 502, (bootstrap, path)
+                assert "Cannot reach the cluster" in body and bootstrap in body and "Traceback" not in body
+        finally:
+            c.close()
 
 
 def test_bad_flags_are_clear_errors(tmp_path: Path) -> None:
@@ -297,6 +413,25 @@ def test_reset_group_offsets_preview_then_execute_and_delete(
     assert tp.offset == 0
     status, body = console.request(f"/groups/{group}/reset", {"strategy": "sideways"})
     assert status == 400 and "choose a reset" in body
+    # delete the group's offsets of one topic (OffsetDelete), its name typed; another topic's stay
+    other = f"{topic}-b"
+    _produce(cluster, other, [b"v"] * 3)
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    c.commit(offsets=[confluent_kafka.TopicPartition(other, 0, 1)], asynchronous=False)
+    c.close()
+    body = console.get(f"/groups/{group}")
+    assert 'id="delete-offsets"' in body and f"<option>{other}</option>" in body
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": "nope"})
+    assert status == 400 and "type the topic name" in body
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": other})
+    assert status == 200 and f">{other}</a>" not in body and f">{topic}</a>" in body
+    check = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    tps = [confluent_kafka.TopicPartition(other, 0), confluent_kafka.TopicPartition(topic, 0)]
+    gone, kept = check.committed(tps, timeout=15)
+    check.close()
+    assert gone.offset == confluent_kafka.OFFSET_INVALID and kept.offset == 0
+    status, body = console.request(f"/groups/{group}/delete-offsets", {"topic": other, "confirm": other})
+    assert status == 400 and "no committed offsets on" in body
     # delete needs the id typed
     assert console.request(f"/groups/{group}/delete", {"confirm": "nope"})[0] == 400
     status, body = console.request(f"/groups/{group}/delete", {"confirm": group})
@@ -350,9 +485,13 @@ def test_search_modes_and_replay(cluster: BrokerProcess, console: Console) -> No
 
     assert offsets("q=customer.tier%3Dgold&mode=json") == [0, 3, 6]
     assert offsets("q=customer.id%3D4&mode=json") == [4]
+    jsonpath = urllib.parse.quote("$['customer'].id=5")  # JSONPath's spelling
+    assert offsets(f"q={jsonpath}&mode=json") == [5]
     assert offsets("q=customer.missing&mode=json") == []
     assert offsets("q=%22id%22%3A+%5B57%5D&mode=regex") == [5, 7]  # "id": [57]
     assert offsets("q=trace%3Dt2&mode=header") == [2]
+    assert offsets("q=key-&mode=key") == list(range(9)) and offsets("q=y-8&mode=key") == [8]
+    assert offsets("q=customer&mode=key") == [] and offsets("q=customer&mode=text") == list(range(9))
     status, body = console.request(f"/topics/{topic}/messages?q=%28&mode=regex")
     assert status == 400 and "regular expression" in body
     # replay offset 4 to another topic (created by the console first)
@@ -507,3 +646,125 @@ def test_scram_users_page(cluster: BrokerProcess, console: Console) -> None:
     status, body = console.request("/security", {"delete": "1", "user": user, "mechanism": "SCRAM-SHA-512",
                                                  "confirm": user})
     assert status == 200 and f"<td>{user}</td>" not in body
+
+
+def test_a_search_no_page_polls_is_cancelled(cluster: BrokerProcess, big_topic: str) -> None:
+    """The console app in process (its ASGI interface called directly) against the real broker:
+    a search whose page went away (nothing polls its progress) is cancelled and frees its slot;
+    leaving the app cancels the searches still running."""
+    import asyncio
+
+    from strom.console.app import ConsoleSettings, build_app
+
+    async def call(app: Any, path: str, query: str = "") -> tuple[int, str]:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+                 "query_string": query.encode(), "headers": [], "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80)}
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:]).decode()
+
+    async def main() -> None:
+        settings = ConsoleSettings(cluster.bootstrap, max_searches=1, search_abandon_s=1.0, search_wait_s=0.1,
+                                   scan_pause_s=0.3)
+        app = build_app(settings)
+        path, query = f"/topics/{big_topic}/messages", "q=no-such-thing&order=oldest"
+        async with app.router.lifespan_context(app):
+            status, body = await call(app, path, query)
+            assert status == 200 and 'id="search-progress"' in body
+            job = body.split('hx-get="')[1].split("?")[0]
+            assert (await call(app, path, query))[0] == 503  # the slot is taken
+            await asyncio.sleep(2.5)  # nobody polls: cancelled at its next pause after 1 s
+            status, body = await call(app, job, "fragment=1")
+            assert "No such search" in body
+            status, body = await call(app, path, query)  # the slot is free again
+            assert status == 200 and 'id="search-progress"' in body
+            running = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert running  # (this search, and the metrics sampler)
+            leaving = time.monotonic()
+        # leaving the app cancelled the running search (not waited for its 1 s abandonment)
+        assert time.monotonic() - leaving < 0.8
+        await asyncio.sleep(0)
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        assert not left, left
+
+    asyncio.run(main())
+
+
+def test_search_across_all_partitions(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"parts-{uuid.uuid4().hex[:6]}"
+    assert console.request("/topics", {"name": topic, "partitions": "3", "replication_factor": "1"})[0] == 200
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    base = 1_700_000_000_000
+    for i in range(15):
+        for part in range(3):  # partition 2's record i is the newest of the three
+            p.produce(topic, f"p{part}-{i}".encode(), key=f"k{i}".encode(), partition=part,
+                      timestamp=base + i * 10 + part)
+    assert p.flush(30) == 0
+
+    def rows(body: str) -> list[tuple[int, int]]:  # (partition, offset) per row
+        return [(int(x.split('class="partition">')[1].split("<")[0]), int(x.split("</td>")[0]))
+                for x in body.split("<tr><td>")[1:]]
+
+    # newest first, by timestamp across the partitions; this console's cap of 30 is 10 a partition
+    body = console.get(f"/topics/{topic}/messages?partition=all&q=k&mode=key")
+    assert rows(body)[:4] == [(2, 14), (1, 14), (0, 14), (2, 13)] and len(rows(body)) == 30
+    assert "all 3 partitions: 30 shown (by timestamp), 30 scanned, at most 10 per partition" in body
+    assert body.count('class="bad capped"') == 3 and 'id="tail"' not in body
+    links = [h.replace("&amp;", "&") for h in re.findall(r'class="continue" href="([^"]+)"', body)]
+    assert len(links) == 3 and all("before=5" in h for h in links)
+    assert [urllib.parse.parse_qs(h.split("?")[1])["partition"] for h in links] == [["0"], ["1"], ["2"]]
+    # a continue link searches on in its own partition
+    more = console.get(links[1])
+    assert _offsets(more) == [4, 3, 2, 1, 0] and "5 scanned (offsets 0..4)" in more
+    # oldest first, 4 records: the oldest four of the topic
+    body = console.get(f"/topics/{topic}/messages?partition=all&order=oldest&limit=4")
+    assert rows(body) == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    # the matches download as JSON lines, from their partitions
+    href = body.split('id="download-these" href="')[1].split('"')[0].replace("&amp;", "&")
+    assert "records=0:0,0:1,1:0,2:0" in href
+    status, dl = console.request(href)
+    got = [(json.loads(x)["partition"], json.loads(x)["value"]) for x in dl.splitlines()]
+    assert status == 200 and got == [(0, "p0-0"), (0, "p0-1"), (1, "p1-0"), (2, "p2-0")]
+
+
+def test_a_search_whose_topic_goes_away_ends_with_an_error(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"doomed-{uuid.uuid4().hex[:6]}"
+    _produce(cluster, topic, [b"v" * 1000] * 3000)  # ~250 records a fetch of 256 KiB
+    slow = Console(cluster.bootstrap, env=PAUSE)
+    try:
+        body = slow.get(f"/topics/{topic}/messages?q=nothing&order=oldest")
+        job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+        assert console.request(f"/topics/{topic}/delete", {"confirm": topic})[0] == 200
+        deadline = time.monotonic() + 60
+        while 'id="search-progress"' in body:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            body = slow.get(job_url)  # (a fragment answered 200: HTMX swaps it in)
+        assert 'id="search-results"' in body and "The cluster answered with an error" in body
+        assert "UNKNOWN_TOPIC" in body and "Traceback" not in body
+        status, full = slow.request(job_url.split("?")[0])
+        assert status == 502 and "UNKNOWN_TOPIC" in full
+    finally:
+        slow.close()
+
+
+def test_binary_values_as_hex_cut_and_downloaded_as_base64(cluster: BrokerProcess, console: Console) -> None:
+    topic = f"bin-{uuid.uuid4().hex[:6]}"
+    blob = bytes(range(256)) * 40  # 10 KiB, not UTF-8
+    _produce(cluster, topic, [b"\xff\xfe\x00\x01", blob])
+    body = console.get(f"/topics/{topic}/messages?order=oldest")
+    cells = body.split("<tr><td>")[1:]
+    assert '<span class="tag">hex</span><pre>ff fe 00 01</pre>' in cells[0] and "cut" not in cells[0]
+    assert '<span class="tag">hex</span><pre>00 01 02 03' in cells[1] and "10240 bytes, cut" in cells[1]
+    assert len(cells[1].split("<pre>")[2].split("</pre>")[0]) == 2048 * 3 - 1  # 2 KiB shown, as hex
+    status, dl = console.request(f"/topics/{topic}/download?partition=0&offset=1")
+    assert status == 200 and base64.b64decode(json.loads(dl)["value"]["base64"]) == blob

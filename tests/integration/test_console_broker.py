@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -41,7 +42,9 @@ def request(base: str, path: str, form: dict[str, str] | None = None,
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("console-broker") / "data",
                       overrides=["strom.http.console.enable=true", "group.initial.rebalance.delay.ms=0",
-                                 "strom.http.console.metrics.interval.ms=300"])
+                                 "strom.http.console.metrics.interval.ms=300",
+                                 "strom.http.console.max.searches=2"],
+                      env={"STROM_CONSOLE_SCAN_PAUSE_MS": "400"})  # a search pauses every 500 records
     b.start()
     try:
         yield b
@@ -89,6 +92,51 @@ def test_pages_forms_and_search_on_the_brokers_listener(broker: BrokerProcess) -
     status, body, _ = request(base, "/console/topics", {"name": "x", "partitions": "many",
                                                         "replication_factor": "1"})
     assert status == 400 and "partitions must be a whole number" in body
+
+
+def test_search_progress_and_huge_values_under_the_prefix(broker: BrokerProcess) -> None:
+    base = broker.http_url
+    topic = f"large-{uuid.uuid4().hex[:6]}"
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "message.max.bytes": 2_000_000})
+    for i in range(4000):
+        p.produce(topic, b"v" * 20, key=f"key-{i}".encode(), partition=0)
+    p.produce(topic, b"{" + b"z" * 900_000 + b"}", key=b"huge", partition=0)  # offset 4000
+    assert p.flush(30) == 0
+    # a search that takes seconds: its progress, polled under /console/, grows before its answer
+    status, body, _ = request(base, f"/console/topics/{topic}/messages?q=key-3998&order=oldest")
+    assert status == 200 and 'id="search-progress"' in body
+    job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+    assert job_url.startswith(f"/console/topics/{topic}/search/")
+    assert f'href="/console/topics/{topic}/search/' in body  # the stop and refresh links
+    seen = []
+    deadline = time.monotonic() + 60
+    while 'id="search-progress"' in body:
+        assert time.monotonic() < deadline
+        seen.append(int(body.split('class="scanned">')[1].split("<")[0]))
+        time.sleep(0.1)
+        status, body, _ = request(base, job_url)
+        assert status == 200 and "<html" not in body
+    assert seen == sorted(seen) and len(set(seen)) >= 3 and seen[-1] <= 4000, seen
+    assert [int(x.split("</td>")[0]) for x in body.split("<tr><td>")[1:]] == [3998]
+    assert "4001 scanned (offsets 0..4000)" in body  # (oldest first: on to the end for up to 50 matches)
+    # strom.http.console.max.searches=2: a third search at once gets a 503 page
+    jobs = []
+    for _ in range(2):
+        status, body, _ = request(base, f"/console/topics/{topic}/messages?q=nothing&order=oldest")
+        assert status == 200 and 'id="search-progress"' in body
+        jobs.append(body.split('id="search-stop" href="')[1].split('"')[0].replace("&amp;", "&"))
+    status, body, _ = request(base, f"/console/topics/{topic}/messages?q=nothing&order=oldest")
+    assert status == 503 and "at most 2" in body
+    for stop in jobs:
+        status, body, _ = request(base, stop)
+        assert status == 200 and 'id="stopped"' in body
+    # the huge value: cut in the list, downloadable in full through the listener
+    status, body, _ = request(base, f"/console/topics/{topic}/messages?limit=1")
+    assert status == 200 and "900002 bytes, cut" in body and body.count("z") < 5000
+    link = body.split("900002 bytes, cut: <a")[1].split('href="')[1].split('"')[0].replace("&amp;", "&")
+    assert link == f"/console/topics/{topic}/download?partition=0&offset=4000"
+    status, dl, _ = request(base, link)
+    assert status == 200 and json.loads(dl)["value"] == "{" + "z" * 900_000 + "}"
 
 
 def test_live_tail_streams_through_the_listener(broker: BrokerProcess) -> None:
@@ -165,6 +213,21 @@ def test_read_only_with_basic_auth_and_off_by_default(tmp_path: Path) -> None:
         assert status == 404 and "/console/" not in body
     finally:
         plain.stop()
+
+
+def test_a_wrong_bootstrap_address_is_an_error_page(tmp_path: Path) -> None:
+    wrong = f"127.0.0.1:{free_port()}"
+    b = BrokerProcess(tmp_path / "data", overrides=["strom.http.console.enable=true",
+                                                    f"strom.http.console.bootstrap.servers={wrong}"])
+    b.start()
+    try:
+        for path in ("/console/", "/console/topics", "/console/topics/t/messages?q=x", "/console/groups"):
+            status, body, _ = request(b.http_url, path)
+            assert status == 502, path
+            assert "Cannot reach the cluster" in body and wrong in body and "Traceback" not in body
+        assert request(b.http_url, "/healthz")[0] == 200  # the broker itself is fine
+    finally:
+        b.stop()
 
 
 def test_a_missing_auth_file_fails_the_start(tmp_path: Path) -> None:

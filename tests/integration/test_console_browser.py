@@ -34,13 +34,14 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class ConsoleProcess:
-    def __init__(self, bootstrap: str, *extra: str) -> None:
+    def __init__(self, bootstrap: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe nobody reads could fill and block it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "strom", "console", "--bootstrap-server", bootstrap,
-             "--port", str(self.port), *extra], stdout=self.log, stderr=subprocess.STDOUT)
+             "--port", str(self.port), *extra], stdout=self.log, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -107,13 +108,24 @@ def console(cluster: BrokerProcess) -> Iterator[ConsoleProcess]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def dialogs() -> list[str]:
+    """The confirmations the pages asked for (each accepted)."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, dialogs: list[str]) -> Iterator[Any]:
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     ctx.set_default_timeout(60_000)  # a loaded CI machine: pages wait for the cluster's answers
     sync_api.expect.set_options(timeout=30_000)
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+
+    def confirm(d: Any) -> None:
+        dialogs.append(d.message)
+        d.accept()
+    pg.on("dialog", confirm)
     try:
         yield pg
     finally:
@@ -173,7 +185,9 @@ def test_every_page(cluster: BrokerProcess, console: ConsoleProcess, page: Any, 
     expect(page.locator("h1")).to_contain_text("No such topic")
 
 
-def test_create_topic_produce_and_find_it_by_search(console: ConsoleProcess, page: Any, shots: Path) -> None:
+def test_create_topic_produce_and_find_it_by_search(
+    console: ConsoleProcess, page: Any, shots: Path, dialogs: list[str]
+) -> None:
     expect = sync_api.expect
     topic = f"made-{uuid.uuid4().hex[:6]}"
     page.goto(console.base + "/topics")
@@ -190,6 +204,7 @@ def test_create_topic_produce_and_find_it_by_search(console: ConsoleProcess, pag
     produce.locator("textarea[name=headers]").fill("source=browser")
     produce.locator("button[type=submit]").click()
     expect(page.locator("#message-table")).to_contain_text("platinum")
+    assert dialogs == ["Create this topic?", f"Produce this message to {topic}?"]  # each confirmed first
     # search from the messages page: a JSON path, then a miss
     page.goto(f"{console.base}/topics/{topic}/messages")
     browse = page.locator("#browse")
@@ -203,6 +218,38 @@ def test_create_topic_produce_and_find_it_by_search(console: ConsoleProcess, pag
     browse.locator("input[name=q]").fill("customer.tier=tin")
     browse.locator("button[type=submit]").click()
     expect(page.locator("#message-table")).to_contain_text("no messages")
+
+
+def test_search_progress_then_results(cluster: BrokerProcess, page: Any, shots: Path) -> None:
+    """A search that takes seconds (a test hook pauses it 0.4 s every 500 records): the page
+    shows its progress, polled by HTMX, then swaps in the answer."""
+    expect = sync_api.expect
+    topic = f"large-{uuid.uuid4().hex[:6]}"
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(4000):
+        p.produce(topic, json.dumps({"n": i}).encode(), key=f"key-{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    slow = ConsoleProcess(cluster.bootstrap, env={"STROM_CONSOLE_SCAN_PAUSE_MS": "400"})
+    try:
+        page.goto(f"{slow.base}/topics/{topic}/messages")
+        browse = page.locator("#browse")
+        browse.locator("input[name=q]").fill("key-2345")
+        browse.locator("select[name=order]").select_option("oldest")
+        browse.locator("button[type=submit]").click()
+        progress = page.locator("#search-progress")
+        expect(progress).to_be_visible()
+        first = int(page.locator("#progress-table .scanned").inner_text())
+        page.screenshot(path=str(shots / "search-progress.png"), full_page=True)
+        expect(page.locator("#progress-table .matches")).to_have_text("1")  # found on the way
+        later = int(page.locator("#progress-table .scanned").inner_text())
+        assert 0 <= first < later < 4000
+        expect(page.locator("#search-results")).to_be_visible()  # swapped in when done
+        expect(progress).to_have_count(0)
+        expect(page.locator("#message-table")).to_contain_text("key-2345")
+        expect(page.locator("#scan")).to_contain_text("4000 scanned (offsets 0..3999)")
+        page.screenshot(path=str(shots / "search-done.png"), full_page=True)
+    finally:
+        slow.close()
 
 
 def test_reset_offsets_preview_then_execute(

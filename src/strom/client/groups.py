@@ -34,6 +34,7 @@ __all__ = [
     "OffsetAndMetadata",
     "commit_offsets",
     "delete_groups",
+    "delete_offsets",
     "describe_group",
     "fetch_offsets",
     "find_coordinator",
@@ -48,6 +49,7 @@ FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 CONSUMER_GROUP_DESCRIBE = 69
 
 GROUP = 0
@@ -443,3 +445,36 @@ async def delete_groups(client: Client, groups: Iterable[str]) -> dict[str, Kafk
 
     results = await asyncio.gather(*(one(g) for g in names))
     return dict(results)
+
+
+async def delete_offsets(
+    client: Client, group: str, partitions: Iterable[tuple[str, int]]
+) -> tuple[KafkaError | None, dict[tuple[str, int], KafkaError | None]]:
+    """Delete a group's committed offsets of some partitions (OffsetDelete, as
+    ``kafka-consumer-groups --delete-offsets``): the group-level error (GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP ...) and per partition ``None`` or its error
+    (GROUP_SUBSCRIBED_TO_TOPIC while a member consumes the topic)."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(set(partitions)):
+        by_topic.setdefault(t, []).append(p)
+
+    async def call(
+        _: BrokerMetadata, conn: KafkaConnection
+    ) -> tuple[KafkaError | None, dict[tuple[str, int], KafkaError | None]]:
+        resp = await conn.request(OFFSET_DELETE, {
+            "group_id": group,
+            "topics": [{"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                       for t, ps in by_topic.items()],
+        })
+        code = int(resp.error_code)
+        if code in COORDINATOR_RETRY_CODES:
+            raise KafkaError(code, f"delete offsets of group {group!r}")
+        out: dict[tuple[str, int], KafkaError | None] = {}
+        for rt in resp.topics:
+            for rp in rt.partitions:
+                key = (str(rt.name), int(rp.partition_index))
+                pcode = int(rp.error_code)
+                out[key] = KafkaError(pcode, f"delete offset of {key[0]}-{key[1]}") if pcode else None
+        return (KafkaError(code, f"group {group!r}") if code else None), dict(sorted(out.items()))
+
+    return await with_coordinator(client, group, GROUP, call)

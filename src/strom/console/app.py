@@ -12,9 +12,14 @@ refuses every POST (403). Mutations ask for a confirmation: deleting a topic nee
 Pages: overview (cluster id, controller, brokers with the partitions each leads, topic and
 partition counts, under-replicated and offline partitions); topics (partitions, replication,
 messages, size-free: offsets only) with create; a topic (partitions with leader, replicas, ISR,
-earliest/latest offsets; configs with their sources; produce; delete); messages (by partition and
-offset, newest or oldest first, substring search with a scan cap); consumer groups (state,
-members, lag per partition and total).
+earliest/latest offsets; configs with their sources; produce; delete); messages (by partition, or
+all partitions, and offset or time, newest or oldest first, search with a scan cap); consumer
+groups (state, members, lag per partition and total, offset resets, deletes); security; metrics.
+
+A search runs as a background job on the console's event loop (:class:`_SearchJob`): the page
+polls its progress fragment (HTMX, every 500 ms) until the answer replaces it; at most
+``max_searches`` at once, stopped after ``search_timeout_s`` or on request, cancelled when no page
+polled it for ``search_abandon_s``; it yields the loop every SCAN_CHUNK records.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import datetime
 import hmac
 import json
 import logging
+import os
 import re
+import secrets
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +63,10 @@ TOPIC_RESOURCE = 2
 OFFSET_OUT_OF_RANGE = 1
 MAX_SHOWN_BYTES = 2048  # a value longer than this is cut in the list (its full form is downloadable)
 DEFAULT_SCAN_CAP = 10_000
+SCAN_CHUNK = 500  # a search yields to the event loop, and checks whether to stop, every this many records
+SCAN_FETCH_BYTES = 256 << 10  # a fetch decoded at once (on the broker's loop, when it serves the console)
+KEEP_SEARCH_S = 300.0  # a finished search's answer is kept this long (a reload shows it again)
+MAX_KEPT_SEARCHES = 64
 SECURITY_DISABLED = 54
 ACL_RESOURCE_TYPES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
 ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
@@ -75,6 +86,76 @@ class ConsoleSettings:
     # discover the brokers' /metrics from the cluster's metadata: (node id, host) -> URL
     metrics_url_for: Callable[[int, str], str] | None = None
     metrics_fetch: Callable[[str], Awaitable[str]] | None = None  # default: an HTTP GET
+    max_searches: int = 4  # searches running at once (more are refused with a 503 page)
+    search_timeout_s: float = 300.0  # a search stops after this long (its answer says so)
+    search_abandon_s: float = 15.0  # a search no page polled for this long is cancelled
+    search_wait_s: float = 1.0  # a search done this soon is answered at once (no progress page)
+    # a pause every SCAN_CHUNK records of a search: a test hook (STROM_CONSOLE_SCAN_PAUSE_MS) to see progress
+    scan_pause_s: float = field(default_factory=lambda: _env_ms("STROM_CONSOLE_SCAN_PAUSE_MS"))
+
+
+def _env_ms(name: str) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, "0") or 0) / 1000)
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class _PartPlan:
+    """One partition's part of a scan: records [start, end)."""
+    partition: int
+    start: int
+    end: int
+    earliest: int
+    latest: int
+    capped: bool  # a newest-first search that leaves the older records out
+
+
+@dataclass
+class _Plan:
+    """One messages page's scan: some partitions' records, kept when ``matcher`` (None: all)
+    holds, at most ``want`` of them per partition, at most ``cap`` scanned per partition."""
+    topic: str
+    parts: list[_PartPlan]
+    every: bool  # all partitions
+    cap: int
+    limit: int
+    want: int
+    newest_first: bool  # the newest records of the range, shown newest first
+    matcher: Callable[[Any], bool] | None
+    query: dict[str, str]
+    view: dict[str, Any]  # the page's fields known before the scan
+
+
+@dataclass
+class _Progress:
+    """A partition's scan so far (read by the progress fragment while the scan runs)."""
+    partition: int
+    start: int
+    end: int
+    to_scan: int  # at most this many records (the range, or the scan cap)
+    scanned: int = 0
+    matches: int = 0
+    position: int = 0
+
+
+@dataclass
+class _SearchJob:
+    id: str
+    plan: _Plan
+    progress: list[_Progress]
+    started: float  # event loop time
+    last_seen: float  # the last time a page asked for it
+    task: asyncio.Task[None] | None = None
+    result: dict[str, Any] | None = None  # the page's context once done
+    error: tuple[int, str, str] | None = None  # (status, title, message)
+    finished: float | None = None
+    stop: str | None = None  # "stopped": the user asked it to stop
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
 
 
 class ClusterUnavailable(Exception):
@@ -109,6 +190,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     templates.env.filters["when"] = _when
     state: dict[str, Client] = {}
     lock = asyncio.Lock()
+    jobs: dict[str, _SearchJob] = {}  # running and recently finished searches, by id
 
     async def client() -> Client:
         async with lock:
@@ -300,37 +382,43 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         where = f"/topics/{name}/messages?partition={partition}&offset={offset}&order=oldest"
         return RedirectResponse(settings.prefix + where, 303)
 
-    async def messages(request: Request) -> Response:
-        c = await client()
-        name = request.path_params["name"]
-        q = request.query_params
+    async def plan_search(c: Client, name: str, q: Any) -> _Plan | None:
+        """What a messages page reads: the partitions (one, or ``all``), the offsets to scan in
+        each, the filter; None: no such topic."""
         md = await c.metadata([name])
         t = md.topics.get(name)
         if t is None or t.error_code:
-            return _no_topic(name, request)
-        partition = _int(q.get("partition") or "0", "partition", 0)
-        if partition not in t.partitions:
-            raise BadInput(f"topic {name} has no partition {partition}")
+            return None
+        every = (q.get("partition") or "0") == "all"
+        if every:
+            partitions = sorted(t.partitions)
+            if not partitions:
+                raise BadInput(f"topic {name} has no partitions")
+        else:
+            partition = _int(q.get("partition") or "0", "partition", 0)
+            if partition not in t.partitions:
+                raise BadInput(f"topic {name} has no partition {partition}")
+            partitions = [partition]
         limit = min(_int(q.get("limit") or "50", "limit", 1), 500)
         order = q.get("order", "newest")
         search = q.get("q", "")
         mode = q.get("mode", "text")
         matcher = _matcher(search, mode) if search else None
-        lo = await c.list_offsets(name, partition, EARLIEST)
-        hi = await c.list_offsets(name, partition, LATEST)
-        assert isinstance(lo, int) and isinstance(hi, int)
+        los = await c.list_offsets(name, dict.fromkeys(partitions, EARLIEST))
+        his = await c.list_offsets(name, dict.fromkeys(partitions, LATEST))
+        assert isinstance(los, dict) and isinstance(his, dict)
         from_time = q.get("timestamp", "").strip()
         until = q.get("until", "").strip()
-        end = hi  # the scan stops before this offset
+        ends = dict(his)  # each scan stops before this offset
         until_ms = None
         if until:  # a time range's end: records before the first one at or after it
             until_ms = _timestamp(until)
-            at_end = await c.list_offsets(name, partition, until_ms)
-            assert isinstance(at_end, int)
-            if at_end >= 0:
-                end = at_end
-        if q.get("before"):  # a newest-first search continued: older than where it stopped
-            end = min(end, _int(q.get("before"), "before", 0))
+            at_end = await c.list_offsets(name, dict.fromkeys(partitions, until_ms))
+            assert isinstance(at_end, dict)
+            ends.update({p: o for p, o in at_end.items() if o >= 0})
+        if q.get("before"):  # a search continued: older than where it stopped
+            before = _int(q.get("before"), "before", 0)
+            ends = {p: min(e, before) for p, e in ends.items()}
         from_ms = _timestamp(from_time) if from_time else None
         if from_ms is not None or until_ms is not None:
             inner = matcher
@@ -342,95 +430,185 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                     return False
                 return inner is None or inner(r)
             matcher = in_range
+        starts: dict[int, int] = {}
+        # each partition's share of the scan cap (all of it when one partition is searched)
+        cap = max(1, settings.scan_cap // len(partitions))
         if from_time:  # the first record at or after the time, oldest first from there
-            ts = _timestamp(from_time)
-            at = await c.list_offsets(name, partition, ts)
-            assert isinstance(at, int)
-            start = at if at >= 0 else hi
+            assert from_ms is not None
+            at = await c.list_offsets(name, dict.fromkeys(partitions, from_ms))
+            assert isinstance(at, dict)
+            starts = {p: at[p] if at.get(p, -1) >= 0 else his[p] for p in partitions}
             order = "oldest"
         elif q.get("offset"):
-            start = max(lo, _int(q.get("offset"), "offset", 0))
+            offset = _int(q.get("offset"), "offset", 0)
+            starts = {p: max(los[p], offset) for p in partitions}
         elif order == "newest":
-            start = max(lo, end - (settings.scan_cap if search else limit))
+            starts = {p: max(los[p], ends[p] - (cap if search else limit)) for p in partitions}
         else:
-            start = lo
-        found: list[Any] = []
-        scanned, pos = 0, start
+            starts = dict(los)
         # oldest first (or from an offset): until `limit` matches; newest first: the newest
-        # records (the newest `scan_cap` when searching), reversed below
+        # records (the newest `cap` when searching), reversed after the scan
         from_start = bool(q.get("offset") or from_time)
-        want = limit if order == "oldest" or from_start else 10**9
-        capped = bool(search) and order == "newest" and not from_start and start > lo
-        done = False
-        stopped_at = last_scanned = None
-        while pos < end and not done and len(found) < want:
-            res = await c.fetch(name, partition, pos, max_wait_ms=0, max_bytes=1 << 20)
-            if res.error_code:
-                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
-            for r in res.records:
-                if r.offset >= end or len(found) >= want:
-                    done = True
-                    break
-                if scanned >= settings.scan_cap:  # more to read, but the cap is reached
-                    capped = done = True
-                    stopped_at = r.offset
-                    break
-                scanned += 1
-                last_scanned = r.offset
-                if matcher is None or matcher(r):
-                    found.append(r)
-            nxt = res.next_offset
-            if nxt is None or nxt <= pos:
-                break
-            pos = nxt
-        found = found[::-1][:limit] if order == "newest" and not from_start else found[:limit]
-        resume = None  # the query that continues a capped search where it stopped
-        if capped:
-            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
-            if stopped_at is not None:  # oldest first: on from the first record not scanned
-                resume = keep | {"offset": str(stopped_at), "order": "oldest"}
-            else:  # newest first: the records older than the scanned ones
-                resume = keep | {"before": str(start)}
-        rows = []
-        for r in found:
-            kkind, ktext, _ = render_value(r.key, 256)
-            vkind, vtext, cut = render_value(r.value)
-            rows.append({"offset": r.offset, "timestamp": r.timestamp, "key": ktext, "key_kind": kkind,
-                         "value": vtext, "value_kind": vkind, "truncated": cut,
-                         "size": len(r.value) if r.value is not None else 0,
-                         "headers": [(h, (v or b"").decode("utf-8", errors="replace"))
-                                     for h, v in r.headers]})
-        return page("messages.html", request, name=name, partitions=sorted(t.partitions), partition=partition,
-                    rows=rows, order=order, limit=limit, search=search, scanned=scanned, capped=capped,
-                    from_time=from_time, until=until, mode=mode,
-                    scan_cap=settings.scan_cap, earliest=lo, latest=hi,
-                    scanned_from=start if scanned else None, scanned_to=last_scanned,
-                    resume=urllib.parse.urlencode(resume) if resume else None)
+        newest_first = order == "newest" and not from_start
+        parts = [_PartPlan(p, starts[p], ends[p], los[p], his[p],
+                           capped=bool(search) and newest_first and starts[p] > los[p]) for p in partitions]
+        return _Plan(
+            topic=name, parts=parts, every=every, cap=cap, limit=limit, want=10**9 if newest_first else limit,
+            newest_first=newest_first, matcher=matcher, query=dict(q.items()),
+            view={"name": name, "partitions": sorted(t.partitions),
+                  "partition": "all" if every else partitions[0], "order": order, "limit": limit,
+                  "search": search, "mode": mode, "from_time": from_time, "until": until,
+                  "scan_cap": settings.scan_cap, "part_cap": cap,
+                  "earliest": None if every else los[partitions[0]],
+                  "latest": None if every else his[partitions[0]]})
 
-    async def download(request: Request) -> Response:
-        """One record, or the page's records, as JSON lines (values base64 when not UTF-8)."""
+    async def messages(request: Request) -> Response:
+        """Browse a partition; a search (or a time range, or all partitions) runs as a background
+        job whose progress the page polls (its answer shown at once when it is done within
+        ``search_wait_s``)."""
         c = await client()
         name = request.path_params["name"]
-        partition = _int(request.query_params.get("partition") or "0", "partition", 0)
-        offset = _int(request.query_params.get("offset") or "0", "offset", 0)
-        count = min(_int(request.query_params.get("count") or "1", "count", 1), 10_000)
+        plan = await plan_search(c, name, request.query_params)
+        if plan is None:
+            return _no_topic(name, request)
+        progress = [_Progress(pp.partition, pp.start, pp.end, max(0, min(pp.end - pp.start, plan.cap)))
+                    for pp in plan.parts]
+        if plan.matcher is None and not plan.every:  # plain browsing stops after `limit` records
+            ctx = await _scan(c, plan, progress, lambda: None, 0.0)
+            return page("messages.html", request, **ctx)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        purge_jobs(now)
+        running = sum(1 for j in jobs.values() if not j.done)
+        if running >= settings.max_searches:
+            return page("error.html", request, 503, title="Too many searches",
+                        message=f"{running} searches are running (at most {settings.max_searches}); "
+                                "try again when one has finished.")
+        job = _SearchJob(secrets.token_urlsafe(12), plan, progress, now, now)
+        jobs[job.id] = job
+        job.task = loop.create_task(run_job(c, job))
+        await asyncio.wait({job.task}, timeout=settings.search_wait_s)
+        return show_job(request, job, fragment=False)
+
+    async def run_job(c: Client, job: _SearchJob) -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> str | None:
+            now = loop.time()
+            if job.stop:
+                return job.stop
+            if now - job.started >= settings.search_timeout_s:
+                return "timeout"
+            if now - job.last_seen >= settings.search_abandon_s:
+                return "abandoned"  # no page polls it any more: the browser went away
+            return None
+
+        try:
+            job.result = await _scan(c, job.plan, job.progress, stop, settings.scan_pause_s)
+            if job.result["stopped"] == "abandoned":
+                jobs.pop(job.id, None)
+        except asyncio.CancelledError:
+            jobs.pop(job.id, None)
+            raise
+        except (KafkaConnectionError, OSError, TimeoutError) as e:
+            job.error = (502, "Cluster unreachable", f"Cannot reach the cluster at {settings.bootstrap}: {e}")
+        except KafkaError as e:
+            job.error = (502, "The cluster answered with an error", str(e))
+        except Exception:
+            log.exception("console search of %s failed", job.plan.topic)
+            job.error = (500, "Unexpected error", "The search failed; the console's log has the details.")
+        finally:
+            job.finished = loop.time()
+
+    def purge_jobs(now: float) -> None:
+        """Forget finished searches after KEEP_SEARCH_S, and all but the newest MAX_KEPT_SEARCHES."""
+        finished = sorted((j for j in jobs.values() if j.finished is not None), key=lambda j: j.started)
+        for n, j in enumerate(finished):
+            assert j.finished is not None
+            if now - j.finished > KEEP_SEARCH_S or n < len(finished) - MAX_KEPT_SEARCHES:
+                jobs.pop(j.id, None)
+
+    def show_job(request: Request, job: _SearchJob, fragment: bool) -> Response:
+        """The messages page (or, ``fragment``, the part HTMX swaps in) of a search: its progress
+        while it runs, its answer once it is done."""
+        if job.error is not None:
+            status, title, message = job.error
+            if fragment:  # (HTMX swaps only 2xx answers)
+                return page("_search_error.html", request, title=title, message=message)
+            return page("error.html", request, status, title=title, message=message)
+        if job.result is not None:
+            return page("_results.html" if fragment else "messages.html", request, **job.result)
+        elapsed = asyncio.get_running_loop().time() - job.started
+        return page("_progress.html" if fragment else "messages.html", request, job=job,
+                    elapsed=f"{elapsed:.1f}", **job.plan.view)
+
+    async def search_status(request: Request) -> Response:
+        """A search's progress (polled by the page), or its answer; ``stop=1`` stops it where it
+        is (its answer then continues from there)."""
+        name = request.path_params["name"]
+        job = jobs.get(request.path_params["job"])
+        fragment = request.query_params.get("fragment") == "1"
+        if job is None or job.plan.topic != name:
+            message = ("This search is over and forgotten (or no page asked for it for a while, so it "
+                       "was stopped); run it again.")
+            if fragment:
+                return page("_search_error.html", request, title="No such search", message=message)
+            return page("error.html", request, 404, title="No such search", message=message)
+        job.last_seen = asyncio.get_running_loop().time()
+        if request.query_params.get("stop") == "1" and job.task is not None and not job.done:
+            job.stop = "stopped"
+            await asyncio.wait({job.task}, timeout=30)
+        return show_job(request, job, fragment)
+
+    async def download(request: Request) -> Response:
+        """One record, a run of records, or a search's matches (``offsets=o,o`` of one partition,
+        ``records=p:o,p:o`` across partitions) as JSON lines (values base64 when not UTF-8)."""
+        c = await client()
+        name = request.path_params["name"]
+        qp = request.query_params
+        partition = _int(qp.get("partition") or "0", "partition", 0)
+        wanted: dict[int, set[int]] | None = None  # a search's matches: these offsets only
+        if qp.get("records"):
+            wanted = {}
+            for item in qp["records"].split(",")[:10_000]:
+                part, sep, off = item.partition(":")
+                if not sep:
+                    raise BadInput(f"records: partition:offset pairs, not {item!r}")
+                wanted.setdefault(_int(part, "partition", 0), set()).add(_int(off, "offset", 0))
+        elif qp.get("offsets"):
+            wanted = {partition: {_int(x, "offsets", 0) for x in qp["offsets"].split(",")[:10_000]}}
         lines: list[str] = []
-        pos = offset
-        while len(lines) < count:
-            res = await c.fetch(name, partition, pos, max_wait_ms=0)
-            if res.error_code:
-                raise KafkaError(res.error_code, f"fetching {name}-{partition} at {pos}")
-            for r in res.records:
-                if len(lines) < count:
+
+        async def read(p: int, offset: int, count: int, only: set[int] | None) -> None:
+            pos, got = offset, 0
+            while got < count:
+                res = await c.fetch(name, p, pos, max_wait_ms=0)
+                if res.error_code:
+                    raise KafkaError(res.error_code, f"fetching {name}-{p} at {pos}")
+                for r in res.records:
+                    if (only is not None and r.offset not in only) or got >= count:
+                        continue
+                    got += 1
                     lines.append(json.dumps({
-                        "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+                        "partition": p, "offset": r.offset, "timestamp": r.timestamp,
                         "key": _jsonable(r.key), "value": _jsonable(r.value),
                         "headers": [[h, _jsonable(v)] for h, v in r.headers]}))
-            if res.next_offset is None or res.next_offset <= pos:
-                break
-            pos = res.next_offset
+                if res.next_offset is None or res.next_offset <= pos:
+                    break
+                pos = res.next_offset
+                if only is not None and pos > max(only):
+                    break
+
+        if wanted is None:
+            offset = _int(qp.get("offset") or "0", "offset", 0)
+            await read(partition, offset, min(_int(qp.get("count") or "1", "count", 1), 10_000), None)
+            filename = f"{name}-{partition}-{offset}.jsonl"
+        else:
+            for p, offsets in sorted(wanted.items()):
+                await read(p, min(offsets), len(offsets), offsets)
+            filename = f"{name}-matches.jsonl"
         return Response("\n".join(lines) + "\n", media_type="application/x-ndjson", headers={
-            "Content-Disposition": f'attachment; filename="{name}-{partition}-{offset}.jsonl"'})
+            "Content-Disposition": f'attachment; filename="{filename}"'})
 
     async def tail(request: Request) -> Response:
         """Live tail (server-sent events): each record appended to the partition from now on, as a
@@ -553,6 +731,30 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             raise result[gid]  # type: ignore[misc]
         return RedirectResponse(settings.prefix + "/groups", 303)
 
+    async def delete_group_offsets(request: Request) -> Response:
+        """Delete a group's committed offsets of one topic (OffsetDelete; the topic's name typed)."""
+        c = await client()
+        gid = request.path_params["group"]
+        form = await _form(request)
+        topic_name = form.get("topic", "").strip()
+        if not topic_name:
+            raise BadInput("choose the topic whose committed offsets to delete")
+        if form.get("confirm", "") != topic_name:
+            raise BadInput(f"to delete the group's offsets of {topic_name}, type the topic name in the "
+                           "confirmation field")
+        committed = await cgroups.fetch_offsets(c, gid)
+        tps = [tp for tp in committed if tp[0] == topic_name]
+        if not tps:
+            raise BadInput(f"group {gid} has no committed offsets on {topic_name}")
+        error, result = await cgroups.delete_offsets(c, gid, tps)
+        if error is not None:
+            raise error
+        failed = [(f"{t}-{p}", e) for (t, p), e in result.items() if e is not None]
+        if failed:
+            why = "; ".join(f"{tp}: {e}" for tp, e in failed)
+            raise KafkaError(failed[0][1].code, f"offsets not deleted: {why}")
+        return RedirectResponse(settings.prefix + f"/groups/{urllib.parse.quote(gid)}", 303)
+
     async def security(request: Request) -> Response:
         """SCRAM users (DescribeUserScramCredentials); add or replace a credential, delete one."""
         c = await client()
@@ -651,6 +853,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}/alter", guarded(alter_topic), methods=["POST"]),
         Route("/topics/{name}/replay", guarded(replay), methods=["POST"]),
         Route("/topics/{name}/messages", guarded(messages)),
+        Route("/topics/{name}/search/{job}", guarded(search_status)),
         Route("/topics/{name}/download", guarded(download)),
         Route("/topics/{name}/tail", guarded(tail)),
         Route("/groups", guarded(group_list)),
@@ -660,6 +863,7 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route("/groups/{group}", guarded(group)),
         Route("/groups/{group}/reset", guarded(reset_group), methods=["POST"]),
         Route("/groups/{group}/delete", guarded(delete_group), methods=["POST"]),
+        Route("/groups/{group}/delete-offsets", guarded(delete_group_offsets), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
@@ -668,6 +872,11 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         sampler.start()
         yield
         await sampler.stop()
+        for job in list(jobs.values()):
+            if job.task is not None and not job.task.done():
+                job.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await job.task
         c = state.pop("client", None)
         if c is not None:
             await c.close()
@@ -677,6 +886,118 @@ def build_app(settings: ConsoleSettings) -> Starlette:
 
 class BadInput(Exception):
     pass
+
+
+SCAN_PARALLEL = 4  # partitions of an all-partitions search scanned at once
+
+
+@dataclass
+class _PartScan:
+    """One partition's scan result."""
+    found: list[Any]
+    scanned: int = 0
+    capped: bool = False
+    reason: str | None = None
+    stopped_at: int | None = None
+    last_scanned: int | None = None
+
+
+async def _scan_partition(c: Client, plan: _Plan, pp: _PartPlan, progress: _Progress,
+                          stop: Callable[[], str | None], pause_s: float) -> _PartScan:
+    """Read one partition's records [start, end), keep the matching ones; at most ``plan.cap``
+    records. Every SCAN_CHUNK records it yields to the event loop (the broker's own, when the
+    broker serves the console) and asks ``stop`` whether to stop there (a reason: "stopped",
+    "timeout", ...)."""
+    out = _PartScan([], capped=pp.capped)
+    found = out.found
+    pos = pp.start
+    progress.position = pos
+    done = False
+    while pos < pp.end and not done and len(found) < plan.want:
+        res = await c.fetch(plan.topic, pp.partition, pos, max_wait_ms=0, max_bytes=SCAN_FETCH_BYTES)
+        if res.error_code:
+            raise KafkaError(res.error_code, f"fetching {plan.topic}-{pp.partition} at {pos}")
+        for r in res.records:
+            if r.offset >= pp.end or len(found) >= plan.want:
+                done = True
+                break
+            if out.scanned >= plan.cap:  # more to read, but the cap is reached
+                out.capped = done = True
+                out.stopped_at = r.offset
+                break
+            if out.scanned and out.scanned % SCAN_CHUNK == 0:
+                progress.position = r.offset
+                await asyncio.sleep(pause_s)
+                out.reason = stop()
+                if out.reason is not None:
+                    done = True
+                    out.stopped_at = r.offset
+                    break
+            out.scanned += 1
+            progress.scanned = out.scanned
+            out.last_scanned = r.offset
+            if plan.matcher is None or plan.matcher(r):
+                found.append((pp.partition, r))
+                progress.matches = len(found)
+        nxt = res.next_offset
+        if nxt is None or nxt <= pos:
+            break
+        pos = nxt
+        if not done:
+            progress.position = pos
+    return out
+
+
+async def _scan(c: Client, plan: _Plan, progress: list[_Progress], stop: Callable[[], str | None],
+                pause_s: float) -> dict[str, Any]:
+    """Scan the plan's partitions (SCAN_PARALLEL at once); returns the messages page's context:
+    the rows (newest or oldest first; across partitions by timestamp) and, per partition, what
+    was scanned and the query that continues a capped or stopped scan."""
+    gate = asyncio.Semaphore(SCAN_PARALLEL)
+
+    async def one(pp: _PartPlan, prog: _Progress) -> _PartScan:
+        async with gate:
+            return await _scan_partition(c, plan, pp, prog, stop, pause_s)
+
+    results = await asyncio.gather(*(one(pp, prog) for pp, prog in zip(plan.parts, progress, strict=True)))
+    q = plan.query
+    summaries: list[dict[str, Any]] = []
+    for pp, res in zip(plan.parts, results, strict=True):
+        resume = None
+        if res.capped or res.reason is not None:
+            keep = {k: v for k, v in q.items() if k not in ("offset", "before", "timestamp")}
+            keep["partition"] = str(pp.partition)  # (an all-partitions search goes on per partition)
+            if res.stopped_at is not None:  # on from the first record not scanned, up to the same end
+                resume = keep | {"offset": str(res.stopped_at), "order": "oldest"}
+                if q.get("before") or plan.newest_first:
+                    resume["before"] = str(pp.end)
+            else:  # newest first: the records older than the scanned ones
+                resume = keep | {"before": str(pp.start)}
+        summaries.append({
+            "partition": pp.partition, "earliest": pp.earliest, "latest": pp.latest, "scanned": res.scanned,
+            "scanned_from": pp.start if res.scanned else None, "scanned_to": res.last_scanned,
+            "capped": res.capped and res.reason is None, "stopped": res.reason, "stopped_at": res.stopped_at,
+            "resume": urllib.parse.urlencode(resume) if resume else None})
+    found = [f for res in results for f in res.found]
+    if plan.every:  # across partitions: by time
+        found.sort(key=lambda pr: (pr[1].timestamp, pr[0], pr[1].offset), reverse=plan.newest_first)
+    elif plan.newest_first:
+        found.reverse()
+    rows = []
+    for partition, r in found[:plan.limit]:
+        kkind, ktext, _ = render_value(r.key, 256)
+        vkind, vtext, cut = render_value(r.value)
+        rows.append({"partition": partition, "offset": r.offset, "timestamp": r.timestamp, "key": ktext,
+                     "key_kind": kkind, "value": vtext, "value_kind": vkind, "truncated": cut,
+                     "size": len(r.value) if r.value is not None else 0,
+                     "headers": [(h, (v or b"").decode("utf-8", errors="replace")) for h, v in r.headers]})
+    one_part = summaries[0]
+    return plan.view | {
+        "rows": rows, "scans": summaries, "scanned": sum(s["scanned"] for s in summaries),
+        "capped": any(s["capped"] for s in summaries), "stopped": next((s["stopped"] for s in summaries
+                                                                        if s["stopped"]), None),
+        "stopped_at": one_part["stopped_at"], "scanned_from": one_part["scanned_from"],
+        "scanned_to": one_part["scanned_to"], "resume": one_part["resume"]}
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -702,10 +1023,12 @@ def _int(raw: object, what: str, minimum: int) -> int:
 
 
 def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
-    """A record filter: ``text`` (substring of key, value, header names or values), ``regex``
+    """A record filter: ``text`` (substring of key, value, header names or values), ``key``
+    (substring of the key), ``regex``
     (over key, value and header values decoded as UTF-8), ``json`` (``a.b.0.c=value``: the
     value is JSON and the path holds that value, compared as text; ``a.b`` alone: the path
-    exists), ``header`` (``name`` or ``name=value``)."""
+    exists; JSONPath's ``$.a.b[0].c`` and ``$['a']`` are read too), ``header`` (``name`` or
+    ``name=value``)."""
     if mode == "text":
         needle = search.encode()
 
@@ -714,6 +1037,9 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
                 return True
             return any(bool(needle in (v or b"") or search in h) for h, v in r.headers)
         return text
+    if mode == "key":
+        want_key = search.encode()
+        return lambda r: r.key is not None and want_key in r.key
     if mode == "regex":
         try:
             pattern = re.compile(search)
@@ -726,7 +1052,11 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
         return rx
     if mode == "json":
         path, has_value, want = search.partition("=")
-        steps = [s for s in path.strip().split(".") if s]
+        path = path.strip()
+        if path.startswith("$"):  # JSONPath's spelling: $.a.b[0].c, $['a']
+            path = path[1:]
+        path = re.sub(r"\[\s*(\d+|'[^']*'|\"[^\"]*\")\s*\]", lambda m: "." + m.group(1).strip("'\""), path)
+        steps = [s for s in path.split(".") if s]
         if not steps:
             raise BadInput("JSON path search: give a.b.c or a.b.c=value")
 
@@ -754,7 +1084,7 @@ def _matcher(search: str, mode: str) -> Callable[[Any], bool]:
             return any(h == name and (not has_value or (v or b"").decode("utf-8", "replace") == want)
                        for h, v in r.headers)
         return hd
-    raise BadInput(f"unknown search mode {mode!r}: text, regex, json or header")
+    raise BadInput(f"unknown search mode {mode!r}: text, key, regex, json or header")
 
 
 def _acl_binding(form: dict[str, str]) -> admin.AclTuple:

@@ -21,6 +21,10 @@ def add_parser(sub: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None
                    help="require HTTP basic auth; FILE holds user:password lines")
     p.add_argument("--scan-cap", type=int, default=10_000,
                    help="records a message search scans at most (default 10000)")
+    p.add_argument("--max-searches", type=int, default=4, metavar="N",
+                   help="message searches running at once, at most (default 4; more get a 503 page)")
+    p.add_argument("--search-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a message search stops after this long, and says so (default 300)")
     p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
                    help="a broker's Prometheus /metrics, charted on the Metrics page (repeatable)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -48,6 +52,10 @@ def console(args: argparse.Namespace) -> int:
         raise CommandError(f"--metrics-port {port} is not a port", 2)
     if args.scan_cap < 1:
         raise CommandError("--scan-cap must be at least 1", 2)
+    if args.max_searches < 1:
+        raise CommandError("--max-searches must be at least 1", 2)
+    if args.search_timeout <= 0:
+        raise CommandError("--search-timeout must be positive", 2)
     users = None
     if args.basic_auth_file:
         try:
@@ -60,7 +68,8 @@ def console(args: argparse.Namespace) -> int:
     client = _client(args)  # validates --bootstrap-server and --command-config now
     settings = ConsoleSettings(args.bootstrap_server, read_only=args.read_only, client_factory=lambda: client,
                                basic_auth=users, scan_cap=args.scan_cap, metrics_urls=tuple(args.metrics_url),
-                               metrics_interval_s=args.metrics_interval,
+                               metrics_interval_s=args.metrics_interval, max_searches=args.max_searches,
+                               search_timeout_s=args.search_timeout,
                                metrics_url_for=None if port is None else (
                                    lambda _node, host: f"http://{_url_host(host)}:{port}/metrics"))
     app = build_app(settings)

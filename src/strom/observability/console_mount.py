@@ -89,7 +89,9 @@ class ConsoleMount:
         self.settings = ConsoleSettings(
             self.configured or "this broker", read_only=bool(cfg["strom.http.console.read.only"]),
             client_factory=self._client, basic_auth=users, prefix=PREFIX, metrics_url_for=metrics_url,
-            metrics_interval_s=int(cfg["strom.http.console.metrics.interval.ms"]) / 1000, metrics_fetch=fetch)
+            metrics_interval_s=int(cfg["strom.http.console.metrics.interval.ms"]) / 1000, metrics_fetch=fetch,
+            max_searches=int(cfg["strom.http.console.max.searches"]),
+            search_timeout_s=int(cfg["strom.http.console.search.timeout.ms"]) / 1000)
         self.app: Any = build_app(self.settings)
         self._lifespan: AbstractAsyncContextManager[Any] | None = None
 
