@@ -1,0 +1,231 @@
+"""SASL/OAUTHBEARER on a real broker process with JWT validation against a JWKS file, driven by
+confluent-kafka (librdkafka's ``oauth_cb``) and kafka-python (``sasl_oauth_token_provider``):
+a good token authenticates as ``User:<sub>`` and is authorized by ACLs as that principal; an
+expired, wrong-audience or wrongly signed token is refused with Kafka's ``invalid_token``; a
+short-lived token caps the session and librdkafka re-authenticates with a fresh one (KIP-368).
+Tokens are signed in the test with an RSA key made for it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from strom.testing.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+jwt = pytest.importorskip("jwt")
+ck = pytest.importorskip("confluent_kafka")
+admin_mod = pytest.importorskip("confluent_kafka.admin")
+from confluent_kafka import KafkaError  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
+
+AUD, ISS = "strom-test", "https://idp.test"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+
+
+def make_token(
+    sub: str, lifetime: float = 600, key: Any = KEY, aud: str = AUD, **claims: Any
+) -> tuple[str, float]:
+    now = time.time()
+    exp = now + lifetime
+    body = {"sub": sub, "iat": int(now), "exp": exp, "aud": aud, "iss": ISS, "scope": "kafka"} | claims
+    return str(jwt.encode(body, key, algorithm="RS256", headers={"kid": "test-key"})), exp
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    tmp = tmp_path_factory.mktemp("oauth")
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())) | {"kid": "test-key", "use": "sig"}
+    jwks = tmp / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [jwk]}))
+    b = BrokerProcess(
+        tmp / "data",
+        overrides=[
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms=OAUTHBEARER",
+            "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            f"sasl.oauthbearer.jwks.endpoint.url={jwks.as_uri()}",
+            f"sasl.oauthbearer.expected.audience={AUD}",
+            f"sasl.oauthbearer.expected.issuer={ISS}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin",
+        ],
+        listeners=LISTENERS,
+    ).start()
+    try:
+        yield b
+    finally:
+        assert b.stop() == 0, b.log()
+
+
+def full_log(b: BrokerProcess) -> str:
+    return b.log_path.read_text(errors="replace")
+
+
+def conf(b: BrokerProcess, token_fn: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": b.bootstrap_for("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "OAUTHBEARER",
+        "oauth_cb": lambda _config: token_fn(),
+    }
+
+
+_ADMIN: dict[str, Any] = {}
+
+
+def admin(b: BrokerProcess) -> Any:
+    if "a" not in _ADMIN:
+        _ADMIN["a"] = admin_mod.AdminClient(conf(b, lambda: make_token("admin")))
+    return _ADMIN["a"]
+
+
+def produce(b: BrokerProcess, token_fn: Any, topic: str, seconds: float = 0.0) -> tuple[list[Any], list[Any]]:
+    """Delivery errors of the messages sent (one, or one each 0.2 s for ``seconds``) and the
+    client's error callbacks."""
+    results: list[Any] = []
+    errors: list[Any] = []
+    p = ck.Producer(
+        conf(b, token_fn)
+        | {"message.timeout.ms": 6000, "allow.auto.create.topics": False, "error_cb": errors.append}
+    )
+    t0 = time.monotonic()
+    while True:
+        p.produce(topic, b"v", on_delivery=lambda err, msg: results.append(err))
+        p.poll(0.2)
+        if time.monotonic() - t0 >= seconds:
+            break
+    p.flush(15)
+    return results, errors
+
+
+def test_token_authenticates_as_sub_and_acls_apply(broker: BrokerProcess) -> None:
+    topic = "oauth-acl"
+    admin(broker).create_topics([admin_mod.NewTopic(topic, 1, 1)], request_timeout=15)[topic].result()
+    results, _ = produce(broker, lambda: make_token("alice"), topic)
+    assert results[0] is not None and results[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, results
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for f in admin(broker).create_acls([binding], request_timeout=15).values():
+        f.result()
+    results, _ = produce(broker, lambda: make_token("alice"), topic)
+    assert results == [None]
+    results, _ = produce(broker, lambda: make_token("bob"), topic)  # bob: authenticated, not granted
+    assert results[0] is not None and results[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+@pytest.mark.parametrize(
+    "case, token_fn, reason",
+    [
+        # (librdkafka would not send a token it knows has expired: it is told a later expiry)
+        ("expired", lambda: (make_token("alice", lifetime=-120)[0], time.time() + 600), "expired"),
+        ("audience", lambda: make_token("alice", aud="someone-else"), "InvalidAudienceError"),
+        ("signature", lambda: make_token("alice", key=OTHER_KEY), "InvalidSignatureError"),
+    ],
+)
+def test_bad_tokens_refused(broker: BrokerProcess, case: str, token_fn: Any, reason: str) -> None:
+    errors: list[Any] = []
+    a = admin_mod.AdminClient(conf(broker, token_fn) | {"error_cb": errors.append})
+    with pytest.raises(Exception):  # noqa: B017 (the metadata request cannot succeed)
+        a.list_topics(timeout=4)
+    a.poll(0.5)  # (error callbacks are served by poll)
+    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert auth, errors
+    assert "invalid_token" in auth[0].str(), auth[0].str()
+    assert reason in full_log(broker), f"{case}: the broker's log has no {reason!r}"
+
+
+def test_short_token_caps_session_and_client_reauthenticates(broker: BrokerProcess) -> None:
+    """Tokens of 4 s (connections.max.reauth.ms unset): every session lifetime the broker answers
+    is the token's remaining life, librdkafka fetches fresh tokens and re-authenticates, and
+    producing for 8 s loses nothing. (With tokens this short librdkafka sometimes re-authenticates
+    with a token about to end and its connection is then closed at the session's end, as a Kafka
+    broker does; the producer reconnects and retries, so no delivery fails.)"""
+    topic = "oauth-reauth"
+    admin(broker).create_topics([admin_mod.NewTopic(topic, 1, 1)], request_timeout=15)[topic].result()
+    minted: list[float] = []
+
+    def short() -> tuple[str, float]:
+        minted.append(time.monotonic())
+        return make_token("admin", lifetime=4)
+
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("oauth-reauth-test")
+    logger.addHandler(Collect())
+    logger.setLevel(logging.DEBUG)
+    results: list[Any] = []
+    p = ck.Producer(conf(broker, short) | {"debug": "security", "message.timeout.ms": 20000}, logger=logger)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 8:
+        p.produce(topic, b"v", on_delivery=lambda err, msg: results.append(err))
+        p.poll(0.2)
+    p.flush(25)
+    assert results and all(e is None for e in results), [e for e in results if e is not None][:3]
+    assert len(minted) >= 3, minted  # fresh tokens were fetched as the old ones neared their end
+    lifetimes = [int(m[1]) for m in (re.search(r"Received session lifetime (\d+) ms", x) for x in lines) if m]
+    reauths = [x for x in lines if "Auth in state REAUTH" in x]
+    assert lifetimes and max(lifetimes) <= 4000, lifetimes  # capped by the token, not unlimited
+    assert reauths, "librdkafka never re-authenticated"
+
+
+def test_kafka_python(broker: BrokerProcess) -> None:
+    kafka = pytest.importorskip("kafka")
+    from kafka.errors import KafkaError as KPError
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):
+        def __init__(self, tok: str) -> None:
+            self.tok = tok
+
+        def token(self) -> str:
+            return self.tok
+
+        def extensions(self) -> dict[str, str]:
+            return {"traceId": "abc"}
+
+    common = {
+        "bootstrap_servers": broker.bootstrap_for("SASL_PLAINTEXT"),
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "OAUTHBEARER",
+    }
+    a = kafka.KafkaAdminClient(**common, sasl_oauth_token_provider=Provider(make_token("admin")[0]))
+    try:
+        assert isinstance(a.list_topics(), list)
+    finally:
+        a.close()
+    before = full_log(broker).count("InvalidSignatureError")
+    with pytest.raises(KPError):  # (kafka-python reports it as "Unable to bootstrap")
+        kafka.KafkaAdminClient(
+            **common,
+            sasl_oauth_token_provider=Provider(make_token("admin", key=OTHER_KEY)[0]),
+            request_timeout_ms=5000,
+        )
+    assert full_log(broker).count("InvalidSignatureError") > before  # refused by the broker, and why
