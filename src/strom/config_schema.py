@@ -496,6 +496,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # client quotas' sample windows (server/client_quotas.py; Kafka's QuotaConfig)
     _c("quota.window.num", _INT, 11, AtLeast(1)),
     _c("quota.window.size.seconds", _INT, 1, AtLeast(1)),
+    # KIP-612: new connections per second on the broker's listeners (the inter-broker listener
+    # excepted), per listener as listener.name.<l>.max.connection.creation.rate; a connection
+    # over the rate waits before it is served (Kafka delays accepting it)
+    _c("max.connection.creation.rate", _INT, 2147483647, AtLeast(0)),
     _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
