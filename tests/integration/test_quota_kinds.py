@@ -11,7 +11,6 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,7 +77,8 @@ def ms(t: Any) -> int:
 def create_topics(names: list[str], partitions: int) -> dict[str, Any]:
     return {
         "topics": [
-            {"name": n, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}
+            {"name": n, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+             "configs": []}
             for n in names
         ],
         "timeout_ms": 10000,
