@@ -8,9 +8,13 @@ client for exact API versions, kafka-python and confluent-kafka as real clients.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +28,8 @@ pytestmark = pytest.mark.integration
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'username="admin" password="admin-secret" user_admin="admin-secret" '
-    'user_alice="alice-secret" user_bob="bob-secret" user_carol="carol-secret";'
+    'user_alice="alice-secret" user_bob="bob-secret" user_carol="carol-secret" '
+    'user_dave="dave-secret" user_eve="eve-secret";'
 )
 LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -77,8 +82,13 @@ def ms(t: Any) -> int:
 def create_topics(names: list[str], partitions: int) -> dict[str, Any]:
     return {
         "topics": [
-            {"name": n, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
-             "configs": []}
+            {
+                "name": n,
+                "num_partitions": partitions,
+                "replication_factor": 1,
+                "assignments": [],
+                "configs": [],
+            }
             for n in names
         ],
         "timeout_ms": 10000,
@@ -183,3 +193,184 @@ def test_connection_creation_rate_per_ip(broker: BrokerProcess) -> None:
     p = ck.Producer({"bootstrap.servers": broker.bootstrap_for("PLAINTEXT")})
     p.produce("after-conn-quota", b"v")
     assert p.flush(15) == 0
+
+
+# ------------------------------------------------- user+client-id entities and Kafka's precedence
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def strom_configs(b: BrokerProcess, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cfg = tmp / "admin.properties"
+    cfg.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret";\n'
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "strom",
+            "configs",
+            "--bootstrap-server",
+            b.bootstrap_for("SASL_PLAINTEXT"),
+            "--command-config",
+            str(cfg),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"PYTHONPATH": str(SRC)},
+    )
+
+
+def throttled(b: BrokerProcess, user: str, client_id: str) -> bool:
+    """Whether producing 400 KB at once as (user, client id) is throttled (KIP-219 throttle
+    times seen by confluent-kafka); a quota of 50 KB/s throttles it, 1 GB/s does not."""
+    ck = pytest.importorskip("confluent_kafka")
+    seen: list[Any] = []
+    p = ck.Producer(
+        {
+            "bootstrap.servers": b.bootstrap_for("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-secret",
+            "client.id": client_id,
+            "throttle_cb": seen.append,
+            "linger.ms": 5,
+        }
+    )
+    for _ in range(40):
+        p.produce("prec-t", b"x" * 10_000)
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and not seen and len(p) > 0:
+        p.poll(0.1)
+    p.poll(0.5)
+    p.purge()
+    p.flush(10)
+    return any(t.throttle_time > 0 for t in seen)
+
+
+def test_user_client_entities_and_precedence(broker: BrokerProcess, tmp_path: Path) -> None:
+    slow, fast = "producer_byte_rate=50000", "producer_byte_rate=1000000000"
+    steps = [
+        (["--entity-type", "users", "--entity-name", "dave"], slow),
+        (
+            [
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "dave",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "fast",
+            ],
+            fast,
+        ),
+        (["--entity-type", "clients", "--entity-default"], slow),
+    ]
+    for entity, config in steps:
+        r = strom_configs(broker, tmp_path, "--alter", *entity, "--add-config", config)
+        assert r.returncode == 0, r.stderr
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "dave",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "fast",
+        "--add-config",
+        "request_percentage=500",
+    )
+    assert r.stdout.strip() == "Completed updating config for user dave.", r
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "dave",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "fast",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (
+        "Quota configs for user-principal 'dave', client-id 'fast' are "
+        "producer_byte_rate=1000000000.0,request_percentage=500.0"
+    ), r.stdout
+    time.sleep(0.5)
+    assert not throttled(broker, "dave", "fast")  # user=dave,client-id=fast beats user=dave
+    assert throttled(broker, "dave", "other")  # user=dave
+    assert throttled(broker, "eve", "any")  # client-id=<default>
+    # user=<default>,client-id=<default> beats client-id=<default>, not user=dave
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-default",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        fast,
+    )
+    assert r.stdout.strip() == "Completed updating default config for users in the cluster.", r
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-default",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+    )
+    assert "Quota configs for the default user-principal, the default client-id are" in r.stdout, r
+    time.sleep(0.5)
+    assert not throttled(broker, "eve", "any2")
+    assert throttled(broker, "dave", "other2")
+    # bad pairings: Kafka's tool combines only users and clients
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "x",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "t",
+        "--add-config",
+        slow,
+    )
+    assert r.returncode == 2 and "only --entity-type users and --entity-type clients" in r.stderr, r
+    r = strom_configs(
+        broker,
+        tmp_path,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "c",
+        "--add-config",
+        slow,
+    )
+    assert r.returncode == 2 and "needs --entity-name or --entity-default" in r.stderr, r
