@@ -227,5 +227,6 @@ def test_kafka_python(broker: BrokerProcess) -> None:
             **common,
             sasl_oauth_token_provider=Provider(make_token("admin", key=OTHER_KEY)[0]),
             request_timeout_ms=5000,
+            bootstrap_timeout_ms=4000,
         )
     assert full_log(broker).count("InvalidSignatureError") > before  # refused by the broker, and why

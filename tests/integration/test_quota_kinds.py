@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -149,19 +150,19 @@ def test_controller_mutation_rate_kafka_python(broker: BrokerProcess) -> None:
 
 
 def test_request_percentage(broker: BrokerProcess) -> None:
-    """bob at 0.1 % of a thread (1 ms of handling per second): a burst of requests is answered
+    """bob at 0.01 % of a thread (0.1 ms of handling per second): a burst of requests is answered
     with throttle times, capped at the window (1 s), and later requests wait; alice (no
     request quota) is not throttled."""
-    set_quota(broker, [("user", "bob")], "request_percentage", 0.1)
+    set_quota(broker, [("user", "bob")], "request_percentage", 0.01)
     try:
         body = {"topics": None, "allow_auto_topic_creation": False}
         t0 = time.monotonic()
-        answers = asyncio.run(raw(broker, "bob", [(3, body, 12)] * 30))
+        answers = asyncio.run(raw(broker, "bob", [(3, body, 12)] * 8))
         elapsed = time.monotonic() - t0
         throttles = [ms(a.throttle_time) for a in answers]
         assert max(throttles) > 0 and max(throttles) <= 1000, throttles
         assert elapsed >= sum(t for t in throttles[:-1]) / 1000 * 0.9, (elapsed, throttles)
-        others = asyncio.run(raw(broker, "alice", [(3, body, 12)] * 30))
+        others = asyncio.run(raw(broker, "alice", [(3, body, 12)] * 8))
         assert all(ms(a.throttle_time) == 0 for a in others)
     finally:
         set_quota(broker, [("user", "bob")], "request_percentage", None)
@@ -174,17 +175,20 @@ def test_connection_creation_rate_per_ip(broker: BrokerProcess) -> None:
     host, port = broker.bootstrap_for("PLAINTEXT").rsplit(":", 1)
     try:
         socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(12)]
-        closed = 0
+        closed: set[socket.socket] = set()
+        deadline = time.monotonic() + 7  # (the later connections wait longest: about 5 s)
+        while time.monotonic() < deadline and len(closed) < len(socks):
+            readable, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
+            for s in readable:
+                try:
+                    if s.recv(1) == b"":
+                        closed.add(s)
+                except ConnectionError:
+                    closed.add(s)
         for s in socks:
-            s.settimeout(6)
-            try:
-                closed += s.recv(1) == b""
-            except TimeoutError:  # still open: served
-                pass
-            except ConnectionError:
-                closed += 1
             s.close()
-        assert closed >= 6, closed
+        closed_count = len(closed)
+        assert 6 <= closed_count < 12, closed_count  # the first ones are served
         assert "connection_creation_rate quota of its IP exceeded" in broker.log_path.read_text()
     finally:
         time.sleep(2.5)  # (the rate decays before the admin connects to remove it)
