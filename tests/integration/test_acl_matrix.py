@@ -11,7 +11,9 @@ topic ``mx-t``:
 - prefixed: PREFIXED ALLOW ALL on ``mx-`` for topics, groups and transactional ids (no cluster
   ACL: cluster operations are not granted);
 - denied: the same literal ALLOWs as granted plus DENY ALL on each (DENY beats ALLOW);
-- none: authenticated, no ACL; anonymous: PLAINTEXT, no ACL.
+- none: authenticated, no ACL; anonymous: PLAINTEXT, no ACL;
+- tlsgranted / tlsnone: mutual TLS client certificates (``CN=<name>,OU=eng,...``) mapped to
+  ``User:<name>`` by ``ssl.principal.mapping.rules``; tlsgranted has granted's ACLs, tlsnone none.
 
 Each cell is what Kafka answers: OK or the error name (HIDDEN: not listed by Metadata).
 """
@@ -38,7 +40,8 @@ ck = pytest.importorskip("confluent_kafka")
 ka = pytest.importorskip("confluent_kafka.admin")
 from confluent_kafka import KafkaError, KafkaException  # noqa: E402
 
-PRINCIPALS = ("super", "granted", "prefixed", "denied", "none", "anonymous")
+PRINCIPALS = ("super", "granted", "prefixed", "denied", "none", "anonymous", "tlsgranted", "tlsnone")
+TLS = ("tlsgranted", "tlsnone")  # mutual TLS: CN=<name>,OU=eng mapped to User:<name>
 USERS = {"super": "admin", "granted": "granted", "prefixed": "prefixed", "denied": "denied", "none": "none"}
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -47,7 +50,7 @@ JAAS = (
     + ";"
 )
 TOPIC = "mx-t"
-LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT", "MTLS": "SSL"}
 T, G, X, C = (
     ka.ResourceType.TOPIC,
     ka.ResourceType.GROUP,
@@ -64,13 +67,13 @@ OK, TAF, GAF, CAF, TIDAF = (
     "CLUSTER_AUTHORIZATION_FAILED",
     "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
 )
-GRANTED = {"super", "granted", "prefixed"}
+GRANTED = {"super", "granted", "prefixed", "tlsgranted"}
 
 
 def row(granted: str = OK, other: str = TAF, cluster_only: bool = False) -> dict[str, str]:
     """Expected answers: ``granted`` for the granted principals (cluster_only: super and
     granted only, prefixed has no cluster ACL), ``other`` for the rest."""
-    ok = {"super", "granted"} if cluster_only else GRANTED
+    ok = {"super", "granted", "tlsgranted"} if cluster_only else GRANTED
     return {p: granted if p in ok else other for p in PRINCIPALS}
 
 
@@ -101,9 +104,21 @@ EXPECTED: dict[str, dict[str, str]] = {
 }
 
 
+CERTS: dict[str, Any] = {}  # "ca" and each TLS principal's (cert, key) paths
+
+
 def conf(b: BrokerProcess, p: str) -> dict[str, Any]:
     if p == "anonymous":
         return {"bootstrap.servers": b.bootstrap_for("PLAINTEXT")}
+    if p in TLS:
+        cert, key = CERTS[p]
+        return {
+            "bootstrap.servers": b.bootstrap_for("MTLS"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": CERTS["ca"],
+            "ssl.certificate.location": cert,
+            "ssl.key.location": key,
+        }
     u = USERS[p]
     return {
         "bootstrap.servers": b.bootstrap_for("SASL_PLAINTEXT"),
@@ -116,15 +131,16 @@ def conf(b: BrokerProcess, p: str) -> dict[str, Any]:
 
 def bindings() -> list[Any]:
     out = []
-    for name, rtype in (
-        (TOPIC, T),
-        ("mx-new-granted", T),
-        ("mx-kp-granted", T),
-        ("mx-g-granted", G),
-        ("mx-x-granted", X),
-    ):
-        out.append(ka.AclBinding(rtype, name, LIT, "User:granted", "*", ALL, ALLOW))
-    out.append(ka.AclBinding(C, "kafka-cluster", LIT, "User:granted", "*", ALL, ALLOW))
+    for who in ("granted", "tlsgranted"):
+        for name, rtype in (
+            (TOPIC, T),
+            (f"mx-new-{who}", T),
+            (f"mx-kp-{who}", T),
+            (f"mx-g-{who}", G),
+            (f"mx-x-{who}", X),
+        ):
+            out.append(ka.AclBinding(rtype, name, LIT, f"User:{who}", "*", ALL, ALLOW))
+        out.append(ka.AclBinding(C, "kafka-cluster", LIT, f"User:{who}", "*", ALL, ALLOW))
     for rtype in (T, G, X):
         out.append(ka.AclBinding(rtype, "mx-", PRE, "User:prefixed", "*", ALL, ALLOW))
     for name, rtype in (
@@ -142,9 +158,30 @@ def bindings() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    trustme = pytest.importorskip("trustme")
+    tmp = tmp_path_factory.mktemp("matrix")
+    ca = trustme.CA(organization_name="strom test CA")
+    ca_pem, server_pem = tmp / "ca.pem", tmp / "server.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    CERTS["ca"] = str(ca_pem)
+    for who in TLS:
+        c = ca.issue_cert(
+            f"{who}@strom.test", common_name=who, organization_name="strom", organization_unit_name="eng"
+        )
+        cert, key = tmp / f"{who}-cert.pem", tmp / f"{who}-key.pem"
+        c.cert_chain_pems[0].write_to_path(str(cert))
+        c.private_key_pem.write_to_path(str(key))
+        CERTS[who] = (str(cert), str(key))
     b = BrokerProcess(
-        tmp_path_factory.mktemp("matrix") / "data",
+        tmp / "data",
         overrides=[
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={server_pem}",
+            "listener.name.mtls.ssl.client.auth=required",
+            "listener.name.mtls.ssl.truststore.type=PEM",
+            f"listener.name.mtls.ssl.truststore.location={ca_pem}",
+            r"ssl.principal.mapping.rules=RULE:^CN=([^,]*),OU=eng,.*$/$1/L,DEFAULT",
             f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users=User:admin",
@@ -257,6 +294,10 @@ def metadata(b: BrokerProcess, p: str) -> str:
 def strom_client(b: BrokerProcess, p: str) -> Client:
     if p == "anonymous":
         return Client(b.bootstrap_for("PLAINTEXT"))
+    if p in TLS:
+        cert, key = CERTS[p]
+        tls = SecurityConfig(protocol="SSL", ssl_cafile=CERTS["ca"], ssl_certfile=cert, ssl_keyfile=key)
+        return Client(b.bootstrap_for("MTLS"), security=tls)
     u = USERS[p]
     sec = SecurityConfig(
         protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username=u, sasl_password=f"{u}-secret"
@@ -300,6 +341,15 @@ def describe_transactions(b: BrokerProcess, p: str) -> str:
 def kafka_python(b: BrokerProcess, p: str) -> dict[str, Any]:
     if p == "anonymous":
         return {"bootstrap_servers": b.bootstrap_for("PLAINTEXT")}
+    if p in TLS:
+        cert, key = CERTS[p]
+        return {
+            "bootstrap_servers": b.bootstrap_for("MTLS"),
+            "security_protocol": "SSL",
+            "ssl_cafile": CERTS["ca"],
+            "ssl_certfile": cert,
+            "ssl_keyfile": key,
+        }
     u = USERS[p]
     return {
         "bootstrap_servers": b.bootstrap_for("SASL_PLAINTEXT"),
