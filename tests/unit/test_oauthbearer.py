@@ -224,3 +224,53 @@ def test_bad_settings() -> None:
         SaslSettings.from_values(base | {HANDLER_KEY: KAFKA_VALIDATOR})
     with pytest.raises(ConfigError, match="not available in strom"):
         SaslSettings.from_values(base | {HANDLER_KEY: "com.acme.Handler"})
+
+
+def test_jwks_over_http_cached_and_refetched_for_unknown_kid(tmp_path: Path) -> None:
+    """An http:// JWKS (a local server): fetched once and cached; a token with a kid the cache
+    lacks makes it fetch again (a rotated key is picked up), at most every 10 s."""
+    import http.server
+    import threading
+
+    k1, k2 = rsa_key(), rsa_key()
+    served = {"body": json.dumps({"keys": [jwk_of(k1, "k1")]}).encode(), "hits": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served["hits"] += 1
+            body = served["body"]
+            assert isinstance(body, bytes)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        s = SaslSettings.from_values(
+            {"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.jwks.endpoint.url": url}
+        )
+        settings = s.oauth(None)
+
+        def auth(key: Any, kid: str) -> OAuthBearerExchange:
+            ex = OAuthBearerExchange(settings, wall_clock=lambda: NOW)
+            ex.evaluate(first(token(key, kid=kid)))
+            return ex
+
+        assert auth(k1, "k1").complete and auth(k1, "k1").complete
+        assert served["hits"] == 1  # cached
+        served["body"] = json.dumps({"keys": [jwk_of(k1, "k1"), jwk_of(k2, "k2")]}).encode()
+        assert auth(k2, "k2").complete  # unknown kid: fetched again
+        assert served["hits"] == 2
+        assert "kid" in refused(
+            OAuthBearerExchange(settings, wall_clock=lambda: NOW), first(token(k2, kid="k3"))
+        )
+        assert served["hits"] == 2  # (a second forced fetch within 10 s is not made)
+    finally:
+        server.shutdown()
