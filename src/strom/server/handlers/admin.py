@@ -99,7 +99,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             out.append(entry)
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
-        if not validate_only:  # Kafka: v6+ refuses a topic past the quota, older versions throttle
+        exists = broker.metadata_cache.topic(name) is not None  # (answered TOPIC_ALREADY_EXISTS below)
+        if not validate_only and not exists:  # Kafka: v6+ refuses a topic past the quota, older throttle
             over = record_mutations(ctx, max(int(partitions), 0), strict=ctx.api_version >= 6)
             if over is not None:
                 entry.update(error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=over)
