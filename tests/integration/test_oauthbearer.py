@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the embedded Java source keeps its natural line lengths)
 """SASL/OAUTHBEARER on a real broker process with JWT validation against a JWKS file, driven by
 confluent-kafka (librdkafka's ``oauth_cb``) and kafka-python (``sasl_oauth_token_provider``):
 a good token authenticates as ``User:<sub>`` and is authorized by ACLs as that principal; an
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +235,104 @@ def test_kafka_python(broker: BrokerProcess) -> None:
             bootstrap_timeout_ms=4000,
         )
     assert full_log(broker).count("InvalidSignatureError") > before  # refused by the broker, and why
+
+
+# --------------------------------------------------------------------------------- Java client
+JAVA_LIBS = (
+    Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat")) / "java" / "libs"
+)
+JAVA_SOURCE = r"""
+import java.util.*;
+import javax.security.auth.callback.*;
+import javax.security.auth.login.AppConfigurationEntry;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.security.auth.AuthenticateCallbackHandler;
+import org.apache.kafka.common.security.oauthbearer.*;
+
+public class OAuthJava {
+    static volatile String jwt, sub;
+    static volatile long expMs;
+
+    // hands the client the JWT the test signed (Kafka's own login handler would need Jackson)
+    public static class Tokens implements AuthenticateCallbackHandler {
+        public void configure(Map<String, ?> c, String m, List<AppConfigurationEntry> e) {}
+        public void close() {}
+        public void handle(javax.security.auth.callback.Callback[] cbs) throws UnsupportedCallbackException {
+            for (javax.security.auth.callback.Callback cb : cbs) {
+                if (!(cb instanceof OAuthBearerTokenCallback)) throw new UnsupportedCallbackException(cb);
+                final String v = jwt, s = sub; final long exp = expMs;
+                ((OAuthBearerTokenCallback) cb).token(new OAuthBearerToken() {
+                    public String value() { return v; }
+                    public Set<String> scope() { return Set.of(); }
+                    public long lifetimeMs() { return exp; }
+                    public String principalName() { return s; }
+                    public Long startTimeMs() { return null; }
+                });
+            }
+        }
+    }
+
+    static Properties props(String bootstrap, String token, String principal, long exp) {
+        jwt = token; sub = principal; expMs = exp;
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", "OAUTHBEARER");
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;");
+        p.put("sasl.login.callback.handler.class", Tokens.class);
+        p.put("request.timeout.ms", "10000");
+        p.put("default.api.timeout.ms", "15000");
+        return p;
+    }
+    static String send(Properties p, String topic) {
+        p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("max.block.ms", "10000");
+        p.put("delivery.timeout.ms", "15000");
+        try (KafkaProducer<String, String> prod = new KafkaProducer<>(p)) {
+            prod.send(new ProducerRecord<>(topic, "v")).get();
+            return "ok";
+        } catch (Exception e) {
+            Throwable c = e.getCause() == null ? e : e.getCause();
+            return c.getClass().getSimpleName();
+        }
+    }
+    public static void main(String[] a) throws Exception {
+        String bootstrap = a[0], topic = a[1];
+        long exp = Long.parseLong(a[2]);
+        try (Admin admin = Admin.create(props(bootstrap, a[3], "admin", exp))) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            System.out.println("ADMIN ok");
+        }
+        System.out.println("ADMIN-SEND " + send(props(bootstrap, a[3], "admin", exp), topic));
+        System.out.println("BOB-SEND " + send(props(bootstrap, a[4], "bob", exp), topic));
+        System.out.println("BAD-SEND " + send(props(bootstrap, a[5], "admin", exp), topic));
+    }
+}
+"""
+
+
+def test_java_client(broker: BrokerProcess, tmp_path: Path) -> None:
+    """Kafka's Java client (OAuthBearerLoginModule, tokens signed by the test): admin's token
+    creates a topic and writes; bob's authenticates but may not write; a wrongly signed token
+    fails authentication."""
+    if shutil.which("java") is None or not JAVA_LIBS.is_dir():
+        pytest.skip("no JDK or Kafka client jars")
+    src = tmp_path / "OAuthJava.java"
+    src.write_text(JAVA_SOURCE)
+    admin_tok, exp = make_token("admin")
+    bob_tok, _ = make_token("bob")
+    bad_tok, _ = make_token("admin", key=OTHER_KEY)
+    r = subprocess.run(
+        ["java", "-cp", f"{JAVA_LIBS}/*", str(src), broker.bootstrap_for("SASL_PLAINTEXT"), "oauth-java",
+         str(int(exp * 1000)), admin_tok, bob_tok, bad_tok],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    assert "ADMIN ok" in out and "ADMIN-SEND ok" in out, out + r.stderr
+    assert "BOB-SEND TopicAuthorizationException" in out, out
+    assert "BAD-SEND SaslAuthenticationException" in out, out
