@@ -514,12 +514,27 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # client quotas' sample windows (server/client_quotas.py; Kafka's QuotaConfig)
     _c("quota.window.num", _INT, 11, AtLeast(1)),
     _c("quota.window.size.seconds", _INT, 1, AtLeast(1)),
+    # KIP-612: new connections per second on the broker's listeners (the inter-broker listener
+    # excepted), per listener as listener.name.<l>.max.connection.creation.rate; a connection
+    # over the rate waits before it is served (Kafka delays accepting it)
+    _c("max.connection.creation.rate", _INT, 2147483647, AtLeast(0)),
     _c("ssl.principal.mapping.rules", _STR, "DEFAULT", _PrincipalRules()),
     _c("sasl.enabled.mechanisms", _STR, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
     _c("sasl.jaas.config", _PW, ""),
     # KIP-368: a SASL session lasts this long (0: for ever); clients re-authenticate before it
     # ends, a connection whose session ended is closed at its next request
     _c("connections.max.reauth.ms", _LONG, 0, AtLeast(0)),
+    # SASL/OAUTHBEARER token validation (security/oauthbearer.py, KIP-768); each may also be given
+    # per listener as listener.name.<l>.oauthbearer.<key>. Without a JWKS URL the listener uses
+    # Kafka's unsecured validator (development only: unsigned tokens)
+    _c("sasl.oauthbearer.jwks.endpoint.url", _STR, ""),
+    _c("sasl.oauthbearer.jwks.endpoint.refresh.ms", _LONG, 3600000, AtLeast(0)),
+    _c("sasl.oauthbearer.expected.audience", _LIST, ""),
+    _c("sasl.oauthbearer.expected.issuer", _STR, ""),
+    _c("sasl.oauthbearer.sub.claim.name", _STR, "sub"),
+    _c("sasl.oauthbearer.scope.claim.name", _STR, "scope"),
+    _c("sasl.oauthbearer.clock.skew.seconds", _INT, 30, AtLeast(0)),
+    _c("sasl.server.callback.handler.class", _STR, ""),
     # frames an unauthenticated connection on a SASL listener may send (Kafka's default, 512 KiB)
     _c("sasl.server.max.receive.size", _INT, 524288),
     # KRaft (strom.metadata.quorum_config; Kafka's KRaftConfigs/QuorumConfig names and defaults).

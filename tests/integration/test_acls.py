@@ -122,7 +122,9 @@ def produce_error(b: BrokerProcess, user: str | None, topic: str, **extra: Any) 
     return results[0]
 
 
-def consume(b: BrokerProcess, user: str | None, topic: str, group: str) -> tuple[list[bytes], list[Any]]:
+def consume(
+    b: BrokerProcess, user: str | None, topic: str | list[str], group: str, **extra: Any
+) -> tuple[list[bytes], list[Any]]:
     errors: list[Any] = []
     c = ck.Consumer(
         conf(b, user)
@@ -132,10 +134,11 @@ def consume(b: BrokerProcess, user: str | None, topic: str, group: str) -> tuple
             "error_cb": errors.append,
             "allow.auto.create.topics": False,
         }
+        | extra
     )
     got: list[bytes] = []
     try:
-        c.subscribe([topic])
+        c.subscribe(topic if isinstance(topic, list) else [topic])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not got:
             m = c.poll(0.2)
@@ -326,6 +329,25 @@ def test_consume_needs_topic_read_and_group_read(broker: BrokerProcess) -> None:
     got, errors = consume(broker, "bob", t, g)
     assert not got
     assert any(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in errors), errors
+
+
+def test_consumer_group_heartbeat_needs_describe_on_subscribed_topics(broker: BrokerProcess) -> None:
+    """KIP-848 (group.protocol=consumer): a member subscribing to a topic it may not DESCRIBE
+    gets TOPIC_AUTHORIZATION_FAILED and nothing assigned; without it, it consumes."""
+    t, hidden, g = uniq("kip848"), uniq("kip848h"), uniq("g848")
+    new_topic(broker, t)
+    new_topic(broker, hidden)
+    assert produce_error(broker, "admin", t) is None
+    create(
+        broker,
+        acl(ResourceType.TOPIC, t, "User:alice", AclOperation.READ),
+        acl(ResourceType.GROUP, g, "User:alice", AclOperation.READ),
+    )
+    got, errors = consume(broker, "alice", [t, hidden], g, **{"group.protocol": "consumer"})
+    assert not got
+    assert any(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in errors), errors
+    got, errors = consume(broker, "alice", [t], g, **{"group.protocol": "consumer"})
+    assert got == [b"v"], errors
 
 
 def test_metadata_hides_undescribable_topics(broker: BrokerProcess) -> None:

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+import pytest
+
 from strom.controller.quota_control import ClientQuotaControlManager, describe
-from strom.server.client_quotas import ClientQuotaManager, Rate, quota_for, user_name
+from strom.server.client_quotas import (
+    ClientQuotaManager,
+    ConnectionRateQuotas,
+    ControllerMutationQuotaManager,
+    Rate,
+    ThrottlingQuotaExceeded,
+    quota_for,
+    request_throttle_ms,
+    user_name,
+)
 
 U, C = "user", "client-id"
 P = "producer_byte_rate"
@@ -148,3 +159,51 @@ def test_describe_filters():
     assert names([(U, 0, None)]) == 42
     assert names([(U, 2, None), (U, 1, None)]) == 42
     assert names([("ip", 2, None), (U, 2, None)]) == 42
+
+
+# ----------------------------------------------- controller_mutation_rate, request time, connections
+
+
+def test_mutation_quota_token_bucket_strict_and_permissive() -> None:
+    """rate 2/s, 2 windows of 1 s: a burst of 4 partitions; the bucket may go negative once;
+    a strict request is then refused until it refills; a permissive one is only throttled."""
+    ents = {(("user", "alice"),): {"controller_mutation_rate": 2.0}}
+    m = ControllerMutationQuotaManager(2, 1000)
+    m.record(ents, "User:alice", "c", 3, 0, strict=True)
+    assert m.throttle_ms(ents, "User:alice", "c", 0) == 0
+    m.record(ents, "User:alice", "c", 3, 0, strict=True)  # 1 token left: allowed, goes to -2
+    assert m.throttle_ms(ents, "User:alice", "c", 0) == 1000  # 2 tokens at 2/s
+    with pytest.raises(ThrottlingQuotaExceeded) as e:
+        m.record(ents, "User:alice", "c", 1, 500, strict=True)
+    assert e.value.throttle_ms == 500
+    m.record(ents, "User:alice", "c", 10, 500, strict=False)  # permissive: recorded
+    assert m.throttle_ms(ents, "User:alice", "c", 500) == 5500
+    m.record(ents, "User:bob", "c", 100, 500, strict=True)  # no quota for bob
+    assert m.throttle_ms(ents, "User:bob", "c", 500) == 0
+    assert m.throttle_ms(ents, "User:alice", "c", 6000) == 0  # refilled
+    m.record(ents, "User:alice", "c", 1, 6000, strict=True)
+
+
+def test_request_percentage_throttle_capped_at_a_window() -> None:
+    ents = {(("client-id", None),): {"request_percentage": 10.0}}
+    q = ClientQuotaManager("request_percentage", 2, 1000)
+    # 10 ms of handling in the first 2 s at a 10 % quota: within; 500 ms more: over
+    assert request_throttle_ms(q, ents, "User:x", "app", 0.01, 0) == 0
+    t = request_throttle_ms(q, ents, "User:x", "app", 0.5, 10)
+    assert 0 < t <= 1000
+    assert request_throttle_ms(q, ents, "User:x", "app", 5.0, 20) == 1000  # Kafka's cap
+    assert request_throttle_ms(q, {}, "User:x", "app", 5.0, 20) == 0
+
+
+def test_connection_rates() -> None:
+    c = ConnectionRateQuotas(2, 1000)
+    ents = {
+        (("ip", None),): {"connection_creation_rate": 2.0},
+        (("ip", "10.0.0.9"),): {"connection_creation_rate": 100.0},
+    }
+    delays = [c.record_ip(ents, "10.0.0.1", 0) for _ in range(6)]
+    assert delays[:2] == [0, 0] and delays[-1] > 0  # the default IP quota
+    assert all(c.record_ip(ents, "10.0.0.9", 0) == 0 for _ in range(20))  # its own, higher quota
+    assert c.record_ip({}, "10.0.0.1", 0) == 0
+    listener = [c.record_listener("", 5.0, 0) for _ in range(15)]
+    assert listener[0] == 0 and listener[-1] > 0

@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -47,6 +48,7 @@ _SINGULAR = {
     "broker-loggers": "broker-logger",
     "users": "user",
     "clients": "client",
+    "ips": "ip",
     "groups": "group",
 }
 _DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-loggers": 6, "groups": 8}
@@ -110,6 +112,47 @@ def _read_config_file(path: str) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------- targets
 
 
+class EntityOrder(argparse.Action):
+    """``--entity-type/--entity-name/--entity-default`` in command-line order (``entity_seq``),
+    so that kafka-configs.sh's ``--entity-type users --entity-name alice --entity-type clients
+    --entity-default`` pairs each name with the type before it; the attribute keeps the last
+    value as a plain option would."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seq = list(getattr(namespace, "entity_seq", None) or [])
+        value = True if self.nargs == 0 else values
+        seq.append((self.dest, value))
+        namespace.entity_seq = seq
+        setattr(namespace, self.dest, value)
+
+
+def quota_entity_from_args(args: argparse.Namespace) -> list[tuple[str, str | bool | None]] | None:
+    """A quota entity of several types (users + clients), as ``[(type, name)]`` with name None
+    for ``--entity-default`` and False for none given (describe: every such entity); None when
+    one entity type (or none) was given. Raises ``CommandError`` (exit 2) for bad pairings."""
+    seq = getattr(args, "entity_seq", None) or []
+    if sum(1 for dest, _ in seq if dest == "entity_type") < 2:
+        return None
+    pairs: list[list[Any]] = []
+    for dest, value in seq:
+        if dest == "entity_type":
+            pairs.append([value, False])
+        elif not pairs:
+            raise CommandError("--entity-name/--entity-default must follow an --entity-type", 2)
+        elif pairs[-1][1] is not False:
+            raise CommandError(f"more than one --entity-name/--entity-default for {pairs[-1][0]}", 2)
+        else:
+            pairs[-1][1] = None if dest == "entity_default" else value
+    types = [t for t, _ in pairs]
+    if sorted(types) != ["clients", "users"]:
+        raise CommandError(
+            "only --entity-type users and --entity-type clients can be combined "
+            f"(a user+client-id quota entity), not {' and '.join(types)}", 2
+        )
+    return [(t, n) for t, n in pairs]
+
+
 @dataclass(frozen=True)
 class ConfigTarget:
     entity_type: str  # topics | brokers | broker-loggers
@@ -152,7 +195,7 @@ def target_from_args(args: argparse.Namespace) -> ConfigTarget:
         if args.entity_default and args.entity_name is not None:
             raise CommandError("--entity-name and --entity-default cannot be used together", 2)
         if args.entity_default:
-            if etype in ("users", "clients"):  # (the default quota entity: name None there)
+            if etype in ("users", "clients", "ips"):  # (the default quota entity: name None there)
                 chosen.append(ConfigTarget(etype, ""))
                 return chosen[0]
             if etype != "brokers":
@@ -276,10 +319,13 @@ async def _alter(client: Client, target: ConfigTarget, ops: list[tuple[str, int,
 
 
 async def configs(args: argparse.Namespace, action: str) -> int:
+    combined = quota_entity_from_args(args)
+    if combined is not None:
+        return await _combined_quotas(args, action, combined)
     target = target_from_args(args)
     ops = alter_ops(args) if action == "alter" else []
     quota_ops = [op for op in ops if op[0] in QUOTA_KEYS]
-    if target.entity_type == "clients" or (quota_ops and target.entity_type == "users"):
+    if target.entity_type in ("clients", "ips") or (quota_ops and target.entity_type == "users"):
         if len(quota_ops) != len(ops):
             bad = sorted({op[0] for op in ops} - QUOTA_KEYS)
             allowed = ", ".join(sorted(QUOTA_KEYS))
@@ -314,14 +360,101 @@ async def configs(args: argparse.Namespace, action: str) -> int:
 # ---------------------------------------------------------------------------- quotas (users, clients)
 
 QUOTA_KEYS = frozenset(
-    {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+    {
+        "producer_byte_rate",
+        "consumer_byte_rate",
+        "request_percentage",
+        "controller_mutation_rate",
+        "connection_creation_rate",
+    }
 )
-_QUOTA_TYPE = {"users": "user", "clients": "client-id"}
+_QUOTA_TYPE = {"users": "user", "clients": "client-id", "ips": "ip"}
+_QUOTA_TEXT = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 
 
 def _quota_entity_text(target: ConfigTarget) -> str:
-    what = "user-principal" if target.entity_type == "users" else "client-id"
+    what = _QUOTA_TEXT[_QUOTA_TYPE[target.entity_type]]
     return f"the default {what}" if target.name == "" else f"{what} '{target.name}'"
+
+
+def _entity_text(entity: Sequence[Any]) -> str:
+    """Kafka's order and words: user first, then client id, then IP."""
+    parts = {str(e.entity_type): e.entity_name for e in entity}
+    out = []
+    for etype in ("user", "client-id", "ip"):
+        if etype in parts:
+            name = parts[etype]
+            what = _QUOTA_TEXT[etype]
+            out.append(f"the default {what}" if name is None else f"{what} '{name}'")
+    return ", ".join(out)
+
+
+async def _combined_quotas(
+    args: argparse.Namespace, action: str, entity: list[tuple[str, str | bool | None]]
+) -> int:
+    """users + clients: describe or alter the user+client-id quota entity (or its defaults)."""
+    ops = alter_ops(args) if action == "alter" else []
+    bad = sorted({op[0] for op in ops} - QUOTA_KEYS)
+    if bad:
+        allowed = ", ".join(sorted(QUOTA_KEYS))
+        raise CommandError(f"only quota configs ({allowed}) can be set here, not {bad}", 2)
+    client = _client(args)
+    try:
+        async with client:
+            conn = await client.any_connection()
+            if action == "describe":
+                components = []
+                for etype, name in entity:
+                    qtype = _QUOTA_TYPE[etype]
+                    if name is False:
+                        components.append({"entity_type": qtype, "match_type": 2, "match": None})
+                    elif name is None:
+                        components.append({"entity_type": qtype, "match_type": 1, "match": None})
+                    else:
+                        components.append({"entity_type": qtype, "match_type": 0, "match": name})
+                resp = await conn.request(48, {"components": components, "strict": True})
+                if int(resp.error_code):
+                    raise CommandError(
+                        f"cannot describe quotas: {KafkaError(int(resp.error_code), resp.error_message)}"
+                    )
+                for e in resp.entries or ():
+                    values = ",".join(f"{v.key}={float(v.value)}" for v in e.values)
+                    print(f"Quota configs for {_entity_text(e.entity)} are {values}")
+                return 0
+            if any(name is False for _, name in entity):
+                raise CommandError("alter needs --entity-name or --entity-default for each --entity-type", 2)
+            body = [{"entity_type": _QUOTA_TYPE[t], "entity_name": n} for t, n in entity]
+            resp = await conn.request(
+                49, {"entries": [{"entity": body, "ops": _quota_body_ops(ops)}], "validate_only": False}
+            )
+            for e in resp.entries:
+                if int(e.error_code):
+                    err = KafkaError(int(e.error_code), e.error_message)
+                    raise CommandError(f"cannot alter quotas: {err}")
+            head_type, head_name = entity[0]
+            if head_name is None:
+                print(f"Completed updating default config for {head_type} in the cluster.")
+            else:
+                print(f"Completed updating config for {_SINGULAR[head_type]} {head_name}.")
+            return 0
+    except KafkaConnectionError as e:
+        raise _connection_error(e) from None
+
+
+def _quota_body_ops(ops: list[tuple[str, int, str | None]]) -> list[dict[str, Any]]:
+    body_ops = []
+    for key, op, value in ops:
+        if op == admin.DELETE:
+            body_ops.append({"key": key, "value": 0.0, "remove": True})
+            continue
+        if op != admin.SET:
+            raise CommandError("quota configs are set with --add-config or removed with --delete-config", 2)
+        try:
+            number = float(value or "")
+        except ValueError:
+            raise CommandError(f"the value of {key} must be a number, not {value!r}", 2) from None
+        body_ops.append({"key": key, "value": number, "remove": False})
+    return body_ops
 
 
 async def _describe_quotas(client: Client, target: ConfigTarget, quiet: bool = False) -> int:
@@ -350,18 +483,7 @@ async def _alter_quotas(client: Client, target: ConfigTarget, ops: list[tuple[st
     if target.name is None:
         raise CommandError("alter needs --entity-name or --entity-default", 2)
     entity = [{"entity_type": _QUOTA_TYPE[target.entity_type], "entity_name": target.name or None}]
-    body_ops = []
-    for key, op, value in ops:
-        if op == admin.DELETE:
-            body_ops.append({"key": key, "value": 0.0, "remove": True})
-            continue
-        if op != admin.SET:
-            raise CommandError("quota configs are set with --add-config or removed with --delete-config", 2)
-        try:
-            number = float(value or "")
-        except ValueError:
-            raise CommandError(f"the value of {key} must be a number, not {value!r}", 2) from None
-        body_ops.append({"key": key, "value": number, "remove": False})
+    body_ops = _quota_body_ops(ops)
     conn = await client.any_connection()
     resp = await conn.request(49, {"entries": [{"entity": entity, "ops": body_ops}], "validate_only": False})
     for e in resp.entries:

@@ -213,12 +213,24 @@ def _add_configs_parser(sub: Any) -> None:
     configs.add_argument("action", nargs="?", choices=("describe", "alter"))
     configs.add_argument("--describe", dest="flag_describe", action="store_true", help="same as 'describe'")
     configs.add_argument("--alter", dest="flag_alter", action="store_true", help="same as 'alter'")
+    configs.set_defaults(entity_seq=None)
     configs.add_argument(
-        "--entity-type", choices=("topics", "brokers", "broker-loggers", "users", "clients", "groups")
+        "--entity-type",
+        choices=("topics", "brokers", "broker-loggers", "users", "clients", "ips", "groups"),
+        action=cli_configs.EntityOrder,
+        help="repeat with users and clients for a user+client-id quota entity",
     )
-    configs.add_argument("--entity-name", help="topic name, broker id or user (describe: all when omitted)")
     configs.add_argument(
-        "--entity-default", action="store_true", help="brokers: the cluster-wide dynamic default"
+        "--entity-name",
+        action=cli_configs.EntityOrder,
+        help="topic name, broker id, user, client id or IP (describe: all when omitted)",
+    )
+    configs.add_argument(
+        "--entity-default",
+        action=cli_configs.EntityOrder,
+        nargs=0,
+        default=False,
+        help="brokers: the cluster-wide dynamic default; users/clients/ips: the default quota entity",
     )
     configs.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     configs.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")

@@ -16,7 +16,9 @@ Theory of operation (Kafka's protocol, KIP-43/KIP-152):
 Configuration (Kafka's names; listener names lower-cased in prefixes):
 
 - ``sasl.enabled.mechanisms`` / ``listener.name.<listener>.sasl.enabled.mechanisms``: comma list
-  of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, GSSAPI, is not available in strom).
+  of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (Kafka's default, GSSAPI, is not
+  available in strom). OAUTHBEARER's settings (JWKS, audience, issuer, ...) are described in
+  :mod:`strom.security.oauthbearer`.
 - ``listener.name.<listener>.plain.sasl.jaas.config``, else ``sasl.jaas.config``: a JAAS entry
   such as ``org.apache.kafka.common.security.plain.PlainLoginModule required username="admin"
   password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";`` where every
@@ -32,6 +34,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -43,6 +46,7 @@ from ..config_schema import ConfigError
 from ..metadata.image import ScramImage
 from .credentials import SCRAM_MECHANISMS, CredentialStore, ImageCredentials, ScramCredential
 from .jaas import JaasEntry, JaasError, parse_jaas
+from .oauthbearer import OAuthBearerExchange, OAuthSettings, oauth_settings
 
 __all__ = [
     "MECHANISMS",
@@ -57,7 +61,9 @@ __all__ = [
     "validate_sasl_config",
 ]
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_log = logging.getLogger("strom.sasl")
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 class SaslAuthenticationError(Exception):
@@ -274,6 +280,7 @@ class SaslSettings:
     values: Mapping[str, Any]
     _enabled: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _plain: dict[str, dict[str, str]] = field(default_factory=dict)
+    _oauth: dict[str, OAuthSettings] = field(default_factory=dict)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SaslSettings:
@@ -282,12 +289,30 @@ class SaslSettings:
         s.plain_users(None)
         for key in values:
             if key.startswith("listener.name.") and (
-                key.endswith(".sasl.enabled.mechanisms") or key.endswith(".sasl.jaas.config")
+                key.endswith(".sasl.enabled.mechanisms")
+                or key.endswith(".sasl.jaas.config")
+                or ".oauthbearer." in key
             ):
                 listener = key[len("listener.name.") :].split(".", 1)[0]
                 s.enabled_mechanisms(listener)
                 s.plain_users(listener)
+        for name, mechanisms in list(s._enabled.items()):
+            if "OAUTHBEARER" in mechanisms:
+                s.oauth(name or None)
         return s
+
+    def oauth(self, listener: str | None) -> OAuthSettings:
+        """The OAUTHBEARER validator of ``listener`` (:mod:`strom.security.oauthbearer`)."""
+        name = (listener or "").lower()
+        if name not in self._oauth:
+            key = f"listener.name.{name}.oauthbearer.sasl.jaas.config"
+            if listener is None or not self.values.get(key):
+                key = "sasl.jaas.config"
+            self._oauth[name] = oauth_settings(self.values, listener, str(self.values.get(key) or ""))
+        return self._oauth[name]
+
+    def unsecured_oauth_listeners(self) -> list[str]:
+        return [name for name, o in self._oauth.items() if o.unsecured]
 
     def enabled_mechanisms(self, listener: str | None) -> tuple[str, ...]:
         name = (listener or "").lower()
@@ -313,6 +338,8 @@ class SaslSettings:
     ) -> SaslExchange:
         if mechanism == "PLAIN":
             return PlainExchange(self.plain_users(listener))
+        if mechanism == "OAUTHBEARER":
+            return OAuthBearerExchange(self.oauth(listener))
         return ScramExchange(mechanism, lambda user: lookup(user, mechanism))
 
 
@@ -331,6 +358,12 @@ class SaslState:
 
     def __init__(self, values: Mapping[str, Any], log_dir: Path, *, from_image: bool = False) -> None:
         self.settings = SaslSettings.from_values(values)
+        for name in self.settings.unsecured_oauth_listeners():
+            _log.warning(
+                "listener %s: SASL/OAUTHBEARER uses Kafka's unsecured validator (unsigned tokens, any "
+                "client may claim any identity): set sasl.oauthbearer.jwks.endpoint.url outside development",
+                name or "(default)",
+            )
         self.log_dir = log_dir
         self._credentials: CredentialStore | None = None
         self.from_image = from_image

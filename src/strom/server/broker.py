@@ -83,7 +83,7 @@ from ..scheduler import AsyncioScheduler, Scheduler, TaskHandle
 from ..security.authorizer import StandardAuthorizer
 from ..security.principal_mapping import SslPrincipalMapper
 from ..security.sasl import SaslState
-from .client_quotas import ClientQuotaManager
+from .client_quotas import ClientQuotaManager, ConnectionRateQuotas, ControllerMutationQuotaManager
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .malloc_tuning import tune_malloc
@@ -280,6 +280,13 @@ class Broker:
         self.produce_quotas = ClientQuotaManager("producer_byte_rate", windows, window_ms)
         self.fetch_quotas = ClientQuotaManager("consumer_byte_rate", windows, window_ms)
         self.client_quota_entities: Mapping[Any, Mapping[str, float]] = {}
+        # request_percentage (KIP-124), controller_mutation_rate (KIP-599), connection creation
+        # rates (KIP-612); request_quotas_active (set by the metadata publisher) keeps the
+        # request-time accounting off the path of a broker with no request_percentage quota
+        self.request_quotas = ClientQuotaManager("request_percentage", windows, window_ms)
+        self.request_quotas_active = False
+        self.mutation_quotas = ControllerMutationQuotaManager(windows, window_ms)
+        self.connection_quotas = ConnectionRateQuotas(windows, window_ms)
         self.raft_manager: RaftManager | None = None  # set by the quorum (handlers/raft.py)
         self.quorum: BrokerQuorum | None = BrokerQuorum(self) if quorum else None
         # producer id blocks: from the controller on the quorum, else reserved in a local file
@@ -294,6 +301,24 @@ class Broker:
         self.marker_sender = TxnMarkerSender(self, self.inter_broker_listener)
         if self.quorum is not None:
             self.topics.on_set_configs = self._alter_topic_configs_on_quorum
+
+    def connection_throttle(self, listener: str, ip: str) -> tuple[int, bool]:
+        """KIP-612 for a new connection: ``(delay ms, close)``. Over its IP's
+        ``connection_creation_rate`` it is closed after the delay (Kafka); over
+        ``max.connection.creation.rate`` (broker-wide or its listener's) it is served after it."""
+        q, now = self.connection_quotas, self.clock.monotonic_ms()
+        delay = q.record_ip(self.client_quota_entities, ip, now)
+        if delay > 0:
+            return delay, True
+        if listener == self.inter_broker_listener:
+            return 0, False
+        limit = self.config["max.connection.creation.rate"]
+        if limit < 2147483647:
+            delay = q.record_listener("", float(limit), now)
+        per_listener = self.config.get(f"listener.name.{listener.lower()}.max.connection.creation.rate")
+        if per_listener not in (None, ""):
+            delay = max(delay, q.record_listener(listener, float(per_listener), now))
+        return delay, False
 
     # ------------------------------------------------------------------ compatibility (tests)
     @property

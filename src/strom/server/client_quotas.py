@@ -24,7 +24,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ClientQuotaManager", "Rate", "quota_for", "user_name"]
+__all__ = [
+    "ClientQuotaManager",
+    "ConnectionRateQuotas",
+    "ControllerMutationQuotaManager",
+    "Rate",
+    "ThrottlingQuotaExceeded",
+    "quota_for",
+    "request_throttle_ms",
+    "user_name",
+]
 
 Entity = tuple[tuple[str, str | None], ...]
 
@@ -136,3 +145,137 @@ class ClientQuotaManager:
         found = quota_for(entities, self.key, user_name(principal), client_id)
         if found is not None and found[0] in self.rates:
             self.rates[found[0]].record(-value, now_ms)
+
+
+# ------------------------------------------------------------------ request time (KIP-124)
+def request_throttle_ms(
+    quotas: ClientQuotaManager,
+    entities: Mapping[Entity, Mapping[str, float]],
+    principal: str,
+    client_id: str,
+    elapsed_s: float,
+    now_ms: float,
+) -> int:
+    """``request_percentage``: the time a request took in the broker, recorded as Kafka's
+    ClientRequestQuotaManager does (percent of one thread-second), and the throttle time,
+    capped at one sample window as Kafka caps it."""
+    throttle = quotas.record(entities, principal, client_id, elapsed_s * 100.0, now_ms)
+    return min(throttle, quotas.window_ms)
+
+
+# ------------------------------------------------------------- controller mutations (KIP-599)
+class ThrottlingQuotaExceeded(Exception):
+    """A strict request went past its ``controller_mutation_rate``; ``throttle_ms`` is how long
+    the client should wait."""
+
+    def __init__(self, throttle_ms: int) -> None:
+        super().__init__("The throttling quota has been exceeded.")
+        self.throttle_ms = throttle_ms
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    last_ms: float
+
+
+class ControllerMutationQuotaManager:
+    """``controller_mutation_rate`` (partitions created, added or deleted per second) as Kafka's
+    ControllerMutationQuotaManager: a token bucket per quota key (same precedence and sharing as
+    the bandwidth quotas) holding at most ``rate * num * window`` tokens, refilled at ``rate``
+    per second. A mutation takes its partition count of tokens; the bucket may go negative
+    once. A *strict* request (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+) is
+    refused with THROTTLING_QUOTA_EXCEEDED for each topic met while the bucket is negative;
+    older versions are *permissive*: recorded, never refused. Either way the response's
+    throttle time is ``-tokens / rate`` seconds (0 while the bucket is not negative)."""
+
+    key = "controller_mutation_rate"
+
+    def __init__(self, num_windows: int = 11, window_ms: int = 1000) -> None:
+        self.burst_s = num_windows * window_ms / 1000.0
+        self.buckets: dict[tuple[str, str], _Bucket] = {}
+
+    def _bucket(
+        self, entities: Mapping[Entity, Mapping[str, float]], principal: str, client_id: str, now_ms: float
+    ) -> tuple[_Bucket, float] | None:
+        if not entities:
+            return None
+        found = quota_for(entities, self.key, user_name(principal), client_id)
+        if found is None:
+            return None
+        shared, rate = found
+        burst = rate * self.burst_s
+        b = self.buckets.get(shared)
+        if b is None:
+            b = self.buckets[shared] = _Bucket(burst, now_ms)
+        b.tokens = min(burst, b.tokens + rate * max(0.0, now_ms - b.last_ms) / 1000.0)
+        b.last_ms = now_ms
+        return b, rate
+
+    def record(
+        self,
+        entities: Mapping[Entity, Mapping[str, float]],
+        principal: str,
+        client_id: str,
+        permits: float,
+        now_ms: float,
+        strict: bool,
+    ) -> None:
+        """Take ``permits`` tokens; raise :class:`ThrottlingQuotaExceeded` (taking none) when
+        ``strict`` and the bucket is already negative."""
+        found = self._bucket(entities, principal, client_id, now_ms)
+        if found is None:
+            return
+        b, rate = found
+        if strict and b.tokens < 0:
+            raise ThrottlingQuotaExceeded(self._throttle(b, rate))
+        b.tokens -= permits
+
+    def throttle_ms(
+        self, entities: Mapping[Entity, Mapping[str, float]], principal: str, client_id: str, now_ms: float
+    ) -> int:
+        found = self._bucket(entities, principal, client_id, now_ms)
+        return 0 if found is None else self._throttle(*found)
+
+    @staticmethod
+    def _throttle(b: _Bucket, rate: float) -> int:
+        if b.tokens >= 0 or rate <= 0:
+            return 0
+        return int(-b.tokens / rate * 1000.0)
+
+
+# ------------------------------------------------------------- connection creation (KIP-612)
+class ConnectionRateQuotas:
+    """``connection_creation_rate`` per client IP (entity ``ip``: a named IP's quota, else the
+    default IP quota), and the broker-wide ``max.connection.creation.rate`` (per listener:
+    ``listener.name.<l>.max.connection.creation.rate``), each measured as a windowed
+    :class:`Rate` as Kafka's ConnectionQuotas does. :meth:`record` answers how long the new
+    connection must wait: for an IP over its quota Kafka closes the connection after that delay;
+    over the broker-wide rate Kafka delays accepting it (strom: delays reading from it)."""
+
+    def __init__(self, num_windows: int = 11, window_ms: int = 1000) -> None:
+        self.num = num_windows
+        self.window_ms = window_ms
+        self.ip_rates: dict[str, Rate] = {}
+        self.listener_rates: dict[str, Rate] = {}
+
+    def _throttle(self, rates: dict[str, Rate], key: str, limit: float, now_ms: float) -> int:
+        rate = rates.get(key)
+        if rate is None:
+            rate = rates[key] = Rate(self.num, self.window_ms)
+        rate.record(1.0, now_ms)
+        observed = rate.per_second(now_ms)
+        if limit <= 0 or observed <= limit:
+            return 0
+        return round((observed - limit) / limit * rate.span_ms(now_ms))
+
+    def record_ip(self, entities: Mapping[Entity, Mapping[str, float]], ip: str, now_ms: float) -> int:
+        quotas = entities.get((("ip", ip),)) if entities else None
+        if quotas is None or "connection_creation_rate" not in quotas:
+            quotas = entities.get((("ip", None),)) if entities else None
+        if quotas is None or "connection_creation_rate" not in quotas:
+            return 0
+        return self._throttle(self.ip_rates, ip, float(quotas["connection_creation_rate"]), now_ms)
+
+    def record_listener(self, listener: str, limit: float, now_ms: float) -> int:
+        return self._throttle(self.listener_rates, listener, limit, now_ms)

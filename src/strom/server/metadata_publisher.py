@@ -79,7 +79,10 @@ class BrokerMetadataPublisher:
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: Any) -> None:
         self.image = image
         self.broker.sasl.scram_image = image.scram  # SCRAM logins read it (SaslState.from_image)
-        self.broker.client_quota_entities = image.client_quotas.entities
+        entities = image.client_quotas.entities
+        if entities is not getattr(self.broker, "client_quota_entities", None):
+            self.broker.client_quota_entities = entities
+            self.broker.request_quotas_active = any("request_percentage" in q for q in entities.values())
         authorizer = getattr(self.broker, "authorizer", None)
         if authorizer is not None:  # (the same ACL map as the last image's: skipped)
             authorizer.load(image.acls.acls, source=image.acls.acls)

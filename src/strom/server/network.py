@@ -52,6 +52,7 @@ from ..security.principal_mapping import NoRuleAppliesError
 from ..security.session import ConnectionSession
 from ..security.tls import principal_from_peercert
 from .authz import check_cluster_gate
+from .client_quotas import request_throttle_ms
 from .context import Deferred, NoResponse, RawResponse, RequestContext
 from .handlers import REGISTRY
 from .handlers.fetch import follower_id
@@ -66,6 +67,9 @@ _MAX_QUEUED = 16
 _MAX_DEFERRED = 16  # a connection's requests handled whose responses wait (acks=-1 produce)
 # what an unauthenticated connection on a SASL listener may send
 _SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+# not counted against request_percentage (KIP-124; Kafka exempts inter-broker requests): SASL,
+# KRaft and controller traffic between nodes
+_QUOTA_EXEMPT = frozenset({17, 36, 52, 53, 54, 55, 56, 58, 59, 62, 63, 64, 67, 80})
 
 
 class KafkaProtocol(asyncio.Protocol):
@@ -120,12 +124,24 @@ class KafkaProtocol(asyncio.Protocol):
         self.deferred: deque[asyncio.Task[None]] = deque()
         self.idle_timer: asyncio.TimerHandle | None = None
         self.metrics: BrokerMetrics | None = getattr(broker, "metrics", None)
+        self.start_delay = 0.0  # seconds before the first request is served (KIP-612)
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses but have the same interface
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        throttle = getattr(self.broker, "connection_throttle", None)  # KIP-612 connection rates
+        if throttle is not None:
+            delay_ms, close = throttle(self.session.listener, peer[0] if peer else "")
+            if close:  # over its IP's connection_creation_rate: closed after the delay (Kafka)
+                log.info("closing connection from %s on listener %s in %d ms: connection_creation_rate "
+                         "quota of its IP exceeded", self.peer, self.session.listener, delay_ms)
+                self.closed = True
+                transport.pause_reading()  # type: ignore[attr-defined]
+                asyncio.get_running_loop().call_later(delay_ms / 1000.0, transport.close)
+                return
+            self.start_delay = delay_ms / 1000.0
         self.broker.connections.add(self)
         if self.metrics is not None:
             self.metrics.connections_created[self.session.listener] += 1
@@ -310,6 +326,8 @@ class KafkaProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ request loop
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.start_delay > 0:  # over max.connection.creation.rate: served after a delay (KIP-612)
+            await asyncio.sleep(self.start_delay)
         try:
             while not self.closed:
                 if not self.queue:
@@ -394,7 +412,10 @@ class KafkaProtocol(asyncio.Protocol):
         )
         resp_type = codec.response_type(key, version)
         work = _call(self.broker, ctx, handler, request)
-        result, error = await self._answer(key, version, resp_type, request, work)
+        quota = None
+        if getattr(self.broker, "request_quotas_active", False) and key not in _QUOTA_EXEMPT:
+            quota = (start, h.client_id or "")
+        result, error = await self._answer(key, version, resp_type, request, work, quota)
         if isinstance(result, Deferred):
             prev = self.deferred[-1] if self.deferred else None
             assert self.loop is not None
@@ -408,14 +429,18 @@ class KafkaProtocol(asyncio.Protocol):
 
     async def _answer(
         self, key: int, version: int, resp_type: type, request: Any,
-        work: Coroutine[Any, Any, Any],
+        work: Coroutine[Any, Any, Any], quota: tuple[float, str] | None = None,
     ) -> tuple[RawResponse | NoResponse | Deferred, int]:
         """The handler's (or its deferred part's) result, encoded, and the answer's top-level
-        error code (a metric); failures as Kafka answers them."""
+        error code (a metric); failures as Kafka answers them. ``quota`` (set when
+        request_percentage quotas exist): when the request's handling began and its client id
+        (KIP-124)."""
         result: RawResponse | NoResponse | Deferred
         error: int = ErrorCode.NONE
         try:
             out = await work
+            if quota is not None:
+                self._request_quota(out, *quota)
             if isinstance(out, (NoResponse, RawResponse, Deferred)):
                 result = out
             else:
@@ -431,6 +456,20 @@ class KafkaProtocol(asyncio.Protocol):
             code = error = ErrorCode.UNKNOWN_SERVER_ERROR
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
         return result, error
+
+    def _request_quota(self, out: Any, start: float, client_id: str) -> None:
+        """KIP-124: the request's handling time counts against the principal's
+        request_percentage; over the quota the response says how long to wait (when it is
+        encoded here, not a pre-encoded produce/fetch answer) and the channel waits as long."""
+        broker, session = self.broker, self.session
+        throttle = request_throttle_ms(
+            broker.request_quotas, broker.client_quota_entities, session.principal,
+            client_id, time.perf_counter() - start, broker.clock.monotonic_ms(),
+        )
+        if throttle > 0:
+            session.throttle_ms = max(session.throttle_ms, throttle)
+            if isinstance(out, dict) and "throttle_time" in out:
+                out["throttle_time"] = max(out["throttle_time"] or 0, throttle)
 
     async def _drain_deferred(self) -> None:
         if self.deferred:

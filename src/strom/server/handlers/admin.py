@@ -9,8 +9,38 @@ from ...metadata.topics import TopicError
 from ...protocol.errors import ErrorCode
 from ...security.authorizer import CLUSTER_NAME
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
+from ..client_quotas import ThrottlingQuotaExceeded
 from ..context import RequestContext
 from . import handler
+
+
+def record_mutations(ctx: RequestContext, permits: int, strict: bool) -> str | None:
+    """KIP-599: take ``permits`` partition mutations from the principal's
+    ``controller_mutation_rate``; the error message when a strict request is over its quota."""
+    broker = ctx.broker
+    entities = getattr(broker, "client_quota_entities", None)
+    if not entities:
+        return None
+    try:
+        broker.mutation_quotas.record(
+            entities, ctx.session.principal, ctx.client_id or "", permits, broker.clock.monotonic_ms(), strict
+        )
+    except ThrottlingQuotaExceeded as e:
+        return str(e)
+    return None
+
+
+def mutation_throttle(ctx: RequestContext) -> int:
+    """The response's throttle time for the mutation quota (the channel is muted as long)."""
+    broker = ctx.broker
+    entities = getattr(broker, "client_quota_entities", None)
+    if not entities:
+        return 0
+    throttle = broker.mutation_quotas.throttle_ms(
+        entities, ctx.session.principal, ctx.client_id or "", broker.clock.monotonic_ms()
+    )
+    ctx.session.throttle_ms = max(ctx.session.throttle_ms, throttle)
+    return throttle
 
 
 @handler(19)
@@ -69,6 +99,13 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             out.append(entry)
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
+        exists = broker.metadata_cache.topic(name) is not None  # (answered TOPIC_ALREADY_EXISTS below)
+        if not validate_only and not exists:  # Kafka: v6+ refuses a topic past the quota, older throttle
+            over = record_mutations(ctx, max(int(partitions), 0), strict=ctx.api_version >= 6)
+            if over is not None:
+                entry.update(error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=over)
+                out.append(entry)
+                continue
         try:
             # off the event loop, published only once every partition exists (Broker docstring)
             assignments = [
@@ -86,7 +123,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=rf, configs=[]
         )
         out.append(entry)
-    return {"throttle_time": 0, "topics": out}
+    return {"throttle_time": mutation_throttle(ctx), "topics": out}
 
 
 @handler(20)
@@ -127,13 +164,20 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
         if not broker.config["delete.topic.enable"]:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue
+        existing = broker.metadata_cache.topic(name)
+        if existing is not None:  # KIP-599: v5+ refuses a topic past the quota
+            over = record_mutations(ctx, existing.partitions, strict=ctx.api_version >= 5)
+            if over is not None:
+                out.append({"name": name, "topic_id": tid,
+                            "error_code": ErrorCode.THROTTLING_QUOTA_EXCEEDED, "error_message": over})
+                continue
         try:
             info = await broker.delete_topic_async(name)
         except TopicError as e:
             out.append({"name": name, "topic_id": tid, "error_code": e.code, "error_message": str(e)})
             continue
         out.append({"name": name, "topic_id": info.topic_id, "error_code": 0, "error_message": None})
-    return {"throttle_time": 0, "responses": out}
+    return {"throttle_time": mutation_throttle(ctx), "responses": out}
 
 
 # DescribeCluster endpoint types (KIP-919): brokers answer for brokers only

@@ -25,6 +25,7 @@ from ..authz import ResourceType as AuthResource
 from ..context import RequestContext
 from ..metadata_cache import PartitionMetadata
 from . import handler
+from .admin import mutation_throttle, record_mutations
 
 log = logging.getLogger("strom.configs")
 
@@ -177,7 +178,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str
         except KafkaError as e:
             entry.update(error_code=e.code, error_message=str(e), configs=[])
         results.append(entry)
-    return {"throttle_time": 0, "results": results}
+    return {"throttle_time": mutation_throttle(ctx), "results": results}
 
 
 # ------------------------------------------------------------------------------ AlterConfigs
@@ -399,6 +400,10 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                 )
                 continue
         if not validate_only:
+            over = record_mutations(ctx, count - current, strict=ctx.api_version >= 3)  # KIP-599
+            if over is not None:
+                fail(ErrorCode.THROTTLING_QUOTA_EXCEEDED, over)
+                continue
             try:  # in a worker thread, published when all exist (see Broker.add_partitions_async)
                 await broker.add_partitions_async(name, count)
             except TopicError as e:
@@ -411,7 +416,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
             broker.storage_log.ok("growing topic", name)
             log.info("topic %s now has %d partitions (was %d)", name, count, current)
         results.append({"name": name, "error_code": 0, "error_message": None})
-    return {"throttle_time": 0, "results": results}
+    return {"throttle_time": mutation_throttle(ctx), "results": results}
 
 
 # ------------------------------------------------------------------------------ DescribeTopicPartitions

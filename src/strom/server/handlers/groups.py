@@ -560,6 +560,26 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
             if info is not None:
                 owned.setdefault(info.name, set()).update(int(p) for p in tp.partitions)
     names = request.subscribed_topic_names
+    if names and not all(authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, str(n)) for n in names):
+        # Kafka: a member may not subscribe to a topic it may not DESCRIBE (the whole heartbeat
+        # is refused, nothing is assigned)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            "error_message": "The member is not authorized to describe some of its subscribed topics.",
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+
+    def describable() -> list[str]:  # a regex subscription matches only topics it may DESCRIBE
+        return [
+            info.name
+            for info in cache.topics()
+            if not info.internal and authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, info.name)
+        ]
+
     result = await coord.consumer_group_heartbeat(
         str(request.group_id),
         member_id=str(request.member_id or ""),
@@ -574,10 +594,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         client_id=ctx.client_id or "",
         client_host=_client_host(ctx),
         resolve=resolve,
-        catalog=TopicCatalog(
-            cache.topics_version(),
-            lambda: [info.name for info in cache.topics() if not info.internal],
-        ),
+        catalog=TopicCatalog(cache.topics_version(), describable),
     )
     return heartbeat_response(result)
 

@@ -8,7 +8,11 @@
   ``principal = "User:<name>"``. A failure answers SASL_AUTHENTICATION_FAILED with a message and
   sets ``session.close_after_response``: the network driver closes the connection once that
   answer is written, as Kafka does after a failed authentication. v1+ answers
-  ``session_lifetime_ms``: ``connections.max.reauth.ms`` (0, the default: no deadline).
+  ``session_lifetime_ms``: ``connections.max.reauth.ms`` (0, the default: no deadline); with
+  OAUTHBEARER the token's remaining lifetime, capped by ``connections.max.reauth.ms`` when set
+  (Kafka's rule), so the session ends when the token does.
+- OAUTHBEARER (:mod:`strom.security.oauthbearer`): a refused token is answered with the challenge
+  ``{"status":"invalid_token"}`` (error NONE); the client's ``\x01`` then fails the exchange.
 - Re-authentication (KIP-368, with ``connections.max.reauth.ms`` > 0): an authenticated client
   sends SaslHandshake (v1+, the same mechanism) and SaslAuthenticate again before its session
   ends; the principal may not change (else SASL_AUTHENTICATION_FAILED and the connection is
@@ -28,6 +32,7 @@ store) is the broker's ``sasl`` (:class:`~strom.security.sasl.SaslState`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -56,7 +61,7 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> dict[str, 
     reauth = (
         session.uses_sasl
         and session.authenticated
-        and _reauth_ms(ctx) > 0
+        and session.session_expiry_ms is not None  # (Kafka: a session with an end may be renewed)
         and ctx.api_version >= 1
         and session.sasl_exchange is None
     )
@@ -116,7 +121,10 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
             b"",
         )
     try:
-        reply = exchange.evaluate(bytes(request.auth_bytes))
+        if exchange.mechanism == "OAUTHBEARER":  # may read the JWKS (a file or an https fetch)
+            reply = await asyncio.to_thread(exchange.evaluate, bytes(request.auth_bytes))
+        else:
+            reply = exchange.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationError as e:
         # the client gets Kafka's text; the reason (e.g. an unknown user) only the log
         log.info(
@@ -145,6 +153,12 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
         session.principal = principal
         log.debug("%s authenticated as %s with %s", ctx.client_host, session.principal, exchange.mechanism)
         lifetime = _reauth_ms(ctx)
+        credential_end = getattr(exchange, "expiry_ms", None)  # OAUTHBEARER: the token's exp
+        if credential_end is not None:
+            # Kafka: min(token lifetime, connections.max.reauth.ms when set), never negative
+            left = max(0, int(credential_end - ctx.broker.clock.time_ms()))
+            lifetime = min(left, lifetime) if lifetime > 0 else left
+            session.session_expiry_ms = ctx.broker.clock.monotonic_ms() + lifetime
         if lifetime > 0 and ctx.api_version >= 1:  # (v0 clients cannot re-authenticate)
             session.session_expiry_ms = ctx.broker.clock.monotonic_ms() + lifetime
             return _auth_response(ctx, ErrorCode.NONE, None, reply, lifetime)
