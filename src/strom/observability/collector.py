@@ -168,8 +168,19 @@ class StromCollector:
         purg = Family("strom_purgatory_size", "gauge", "requests waiting in a purgatory", ("operation",))
         purg.add(("Produce",), rm.produce_purgatory_size())
         purg.add(("Fetch",), rm.purgatory.size())
+        fs = b.fetch_sessions  # kafka.server:type=FetchSessionCache (KIP-227)
+        sessions = Family("strom_fetch_sessions", "gauge", "incremental fetch sessions cached")
+        sessions.add((), len(fs))
+        cached = Family("strom_fetch_session_partitions", "gauge", "partitions held by the fetch sessions")
+        cached.add((), fs.partitions_cached)
         return [
             conns,
+            sessions,
+            cached,
+            _counter("strom_fetch_session_evictions", "fetch sessions evicted for new ones", (),
+                     {(): fs.evictions}),
+            _counter("strom_fetch_incremental", "incremental fetch requests answered", (),
+                     {(): fs.incremental_fetches}),
             _counter("strom_connections_created", "connections accepted", ("listener",),
                      {(k,): v for k, v in m.connections_created.items()}),
             _counter("strom_connections_closed", "connections closed", ("listener",),

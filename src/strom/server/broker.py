@@ -85,6 +85,7 @@ from ..security.principal_mapping import SslPrincipalMapper
 from ..security.sasl import SaslState
 from .client_quotas import ClientQuotaManager, ConnectionRateQuotas, ControllerMutationQuotaManager
 from .coordinator_writer import CoordinatorPartitionWriter, InternalTopicStorage
+from .fetch_session import FetchSessionCache
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .malloc_tuning import tune_malloc
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
@@ -252,6 +253,9 @@ class Broker:
         self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
+        # incremental fetch sessions (KIP-227)
+        self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]),
+                                                self.clock.monotonic_ms)
         self.native_sendfile = False
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None

@@ -2,9 +2,9 @@
 
 The response is encoded by hand (:func:`encode_fetch_response`) because its record sets are not
 bytes in memory but ranges of segment files; a unit test checks the encoding against kio's,
-byte for byte, for every version. Sessions: strom runs sessionless (as Kafka does when its
-session cache is full): a request for a new session gets ``session_id`` 0 and full fetches go
-on; a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND.
+byte for byte, for every version. Incremental fetch sessions (KIP-227) are kept by
+:mod:`strom.server.fetch_session`: a full fetch with epoch 0 opens one, later fetches carry only
+what changed and are answered with only the partitions that have news.
 """
 
 from __future__ import annotations
@@ -20,6 +20,14 @@ from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RawResponse, RequestContext
+from ..fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    CachedPartition,
+    FetchSession,
+    FetchSessionCache,
+    PartitionKey,
+)
 from ..metadata_cache import broker_nodes
 from . import handler
 
@@ -46,6 +54,7 @@ class PartitionResult:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): tagged field 0 (v12+)
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch): tagged field 1 (v12+)
     preferred_read_replica: int = -1  # KIP-392 (v11+)
+    key: Any = None  # the fetch session's key for the partition
 
 
 @dataclass
@@ -165,12 +174,74 @@ def encode_fetch_response(
     return parts, size
 
 
+@dataclass(slots=True)
+class Want:
+    """One partition a Fetch reads (from the request, or from its session)."""
+
+    key: PartitionKey  # (topic name or id, partition): the session's key
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1
+
+
+Groups = list[tuple[Any, list[Want]]]  # (topic name, before v13, or topic id; its partitions)
+
+
+def request_groups(request: Any, version: int) -> Groups:
+    """The partitions a request names, by topic, in its order."""
+    groups: Groups = []
+    for ft in request.topics:
+        if version >= 13:
+            # (kio reads the zero id as None)
+            topic: Any = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)
+        else:
+            topic = str(ft.topic)
+        groups.append((topic, [
+            Want((topic, int(fp.partition)), int(fp.partition), int(fp.fetch_offset),
+                 int(fp.partition_max_bytes), int(getattr(fp, "current_leader_epoch", -1)),
+                 int(getattr(fp, "last_fetched_epoch", -1)), int(getattr(fp, "log_start_offset", -1)))
+            for fp in ft.partitions
+        ]))
+    return groups
+
+
+def session_groups(session: FetchSession) -> Groups:
+    """A session's partitions by topic, topics in the order of their first partition."""
+    by_topic: dict[Any, list[Want]] = {}
+    for key, p in session.partitions.items():
+        by_topic.setdefault(key[0], []).append(
+            Want(key, key[1], p.fetch_offset, p.max_bytes, p.current_leader_epoch, p.last_fetched_epoch,
+                 p.log_start_offset)
+        )
+    return list(by_topic.items())
+
+
+def forgotten_keys(request: Any, version: int) -> list[PartitionKey]:
+    out: list[PartitionKey] = []
+    for ft in getattr(request, "forgotten_topics_data", ()) or ():
+        if version >= 13:
+            topic: Any = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)
+        else:
+            topic = str(ft.topic)
+        out += [(topic, int(p)) for p in ft.partitions]
+    return out
+
+
 def _read_partitions(
-    ctx: RequestContext, request: Any, budget: int, version: int
+    ctx: RequestContext, request: Any, groups: Groups, budget: int, version: int,
+    told: dict[PartitionKey, CachedPartition] | None = None,
 ) -> tuple[list[TopicResult], int, bool]:
-    """One pass over the requested partitions. Returns (results, bytes, answer_now): answer_now
-    when a partition has an error, a diverging epoch, a preferred read replica (KIP-392) or, for
-    a follower, a HW it has not been told yet."""
+    """One pass over the partitions of ``groups``. Returns (results, bytes, answer_now):
+    answer_now when a partition has an error, a diverging epoch, a preferred read replica
+    (KIP-392) or, for a follower, a HW it has not been told yet.
+
+    ``told`` (a consumer's incremental session): what each partition's client was last told; a
+    partition whose log still ends where the client reads and whose offsets did not move is not
+    read at all (its answer would be omitted anyway), so that an idle partition of a big
+    session costs a few lookups."""
     broker = ctx.broker
     rm = broker.replica_manager
     cache = broker.metadata_cache
@@ -192,19 +263,19 @@ def _read_partitions(
         ctx, AclOperation.CLUSTER_ACTION
     )
     readable: dict[str, bool] = {}  # topic -> may be read (asked once per topic per request)
-    for ft in request.topics:
+    for topic, wants in groups:
         if version >= 13:
-            tid = ft.topic_id if ft.topic_id is not None else uuid.UUID(int=0)  # kio reads zero as None
+            tid = topic
             info = cache.topic_by_id(tid)
             name = info.name if info else ""
         else:
-            name = str(ft.topic)
+            name = topic
             info = cache.topic(name)
             tid = info.topic_id if info else uuid.UUID(int=0)
         tres = TopicResult(name, tid, [])
         results.append(tres)
-        for fp in ft.partitions:
-            pr = PartitionResult(fp.partition)
+        for fp in wants:
+            pr = PartitionResult(fp.partition, key=fp.key)
             tres.partitions.append(pr)
             if version >= 13 and info is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID
@@ -220,12 +291,25 @@ def _read_partitions(
                     pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     any_error = True
                     continue
-            limit = min(fp.partition_max_bytes, budget - total)
-            epoch = int(getattr(fp, "current_leader_epoch", -1))
+            if told is not None:
+                c = told.get(fp.key)
+                plog = rm.logs.get((name, fp.partition)) if c is not None else None
+                if (c is not None and plog is not None and plog.high_watermark == c.high_watermark
+                        and plog.last_stable_offset == c.last_stable_offset
+                        and plog.log_start_offset == c.leader_log_start_offset
+                        and fp.fetch_offset == (c.last_stable_offset if isolation else c.high_watermark)
+                        and (fp.current_leader_epoch < 0 or rm.leader_epoch_error(
+                            (name, fp.partition), fp.current_leader_epoch) == ErrorCode.NONE)
+                        and (from_any_replica or cache.leader_id(name, fp.partition) == rm.node_id)):
+                    pr.high_watermark, pr.last_stable_offset = c.high_watermark, c.last_stable_offset
+                    pr.log_start_offset = c.leader_log_start_offset
+                    continue
+            limit = min(fp.max_bytes, budget - total)
+            epoch = fp.current_leader_epoch
             if replica_id >= 0:
                 r = rm.read_for_follower(
                     replica_id, name, fp.partition, fp.fetch_offset, limit, current_leader_epoch=epoch,
-                    last_fetched_epoch=int(getattr(fp, "last_fetched_epoch", -1)),
+                    last_fetched_epoch=fp.last_fetched_epoch,
                     broker_epoch=broker_epoch, min_one_message=first_data,
                 )
             else:
@@ -305,16 +389,19 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
 
         return await handle_raft_request(ctx, request)
     version = ctx.api_version
-    session_id = getattr(request, "session_id", 0)
-    session_epoch = getattr(request, "session_epoch", -1)
-    if version >= 7 and session_id != 0:
-        parts, size = encode_fetch_response(version, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    opened = _open_session(ctx, request, version)
+    if isinstance(opened, int):  # a session error: answered without partitions
+        parts, size = encode_fetch_response(version, [], error_code=opened)
         return RawResponse(parts, size)  # type: ignore[arg-type]
-    del session_epoch  # a new-session request (epoch 0) is answered sessionless (session_id 0)
+    session, groups, incremental = opened
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     min_bytes = request.min_bytes
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
+    told = None
+    rack = str(getattr(request, "rack_id", "") or "") if version >= 11 else ""
+    if incremental and session is not None and not session.privileged and not rack:
+        told = session.partitions
+    results, total, any_error = _read_partitions(ctx, request, groups, max_bytes, version, told)
     if total < min_bytes and not any_error and max_wait_ms > 0:
         purgatory = ctx.broker.replica_manager.purgatory
         clock = ctx.broker.clock
@@ -326,9 +413,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
                 break
             await purgatory.wait(tps, remaining)
             _release(results)
-            results, total, any_error = _read_partitions(ctx, request, max_bytes, version)
+            results, total, any_error = _read_partitions(ctx, request, groups, max_bytes, version, told)
             if total >= min_bytes or any_error:
                 break
+    session_id = session.id if session is not None else 0
     from_follower = follower_id(request, version) >= 0
     quota_entities = getattr(ctx.broker, "client_quota_entities", None)
     if quota_entities and not from_follower:  # consumer_byte_rate (KIP-219)
@@ -340,8 +428,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             quotas.unrecord(principal, client_id, total, now, quota_entities)
             _release(results)
             ctx.session.throttle_ms = throttle
-            parts, size = encode_fetch_response(version, [], throttle_ms=throttle)
+            if session is not None and not incremental:
+                # Kafka opens no session on a throttled full fetch (its clients check that a
+                # full answer names every partition; this one names none)
+                ctx.broker.fetch_sessions.remove(session.id)
+                session_id = 0
+            parts, size = encode_fetch_response(version, [], throttle_ms=throttle, session_id=session_id)
             return RawResponse(parts, size)  # type: ignore[arg-type]
+    if session is not None:
+        results = _session_answer(session, results, incremental)
     metrics = getattr(ctx.broker, "metrics", None)
     if metrics is not None and total:  # Kafka's BytesOutPerSec / ReplicationBytesOutPerSec
         out = metrics.replication_bytes_out if from_follower else metrics.bytes_out
@@ -350,8 +445,80 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             if n:
                 out[t.name] += n
     endpoints = _leader_endpoints(ctx, results) if version >= 16 else None
-    parts, size = encode_fetch_response(version, results, node_endpoints=endpoints)
+    parts, size = encode_fetch_response(version, results, node_endpoints=endpoints, session_id=session_id)
     return RawResponse(parts, size)  # type: ignore[arg-type]
+
+
+def _cached(w: Want) -> CachedPartition:
+    return CachedPartition(w.fetch_offset, w.max_bytes, w.current_leader_epoch, w.last_fetched_epoch,
+                           w.log_start_offset)
+
+
+def _open_session(
+    ctx: RequestContext, request: Any, version: int
+) -> int | tuple[FetchSession | None, Groups, bool]:
+    """The request's session (KIP-227; see :mod:`strom.server.fetch_session`): (session or
+    None, the partitions to read, incremental?), or the error to answer."""
+    sid = int(getattr(request, "session_id", 0)) if version >= 7 else 0
+    epoch = int(getattr(request, "session_epoch", FINAL_EPOCH)) if version >= 7 else FINAL_EPOCH
+    sessions: FetchSessionCache | None = getattr(ctx.broker, "fetch_sessions", None)
+    if sessions is None:
+        if sid != 0:
+            return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        return None, request_groups(request, version), False
+    if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+        if sid != 0:
+            sessions.remove(sid)  # closed by the client (or replaced by the new one)
+        groups = request_groups(request, version)
+        if epoch == FINAL_EPOCH:
+            return None, groups, False
+        wanted = {w.key: _cached(w) for _t, ws in groups for w in ws}
+        session = sessions.create(privileged=follower_id(request, version) >= 0,
+                                  uses_topic_ids=version >= 13, partitions=wanted)
+        return session, groups, False
+    session = sessions.get(sid)
+    if session is None:
+        return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    if session.uses_topic_ids != (version >= 13):
+        sessions.remove(sid)
+        return ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+    if epoch != session.epoch:
+        return ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    session.next_epoch()
+    sessions.touch(session)
+    session.update(((w.key, _cached(w)) for _t, ws in request_groups(request, version) for w in ws),
+                   forgotten_keys(request, version))
+    return session, session_groups(session), True
+
+
+def _session_answer(
+    session: FetchSession, results: list[TopicResult], incremental: bool
+) -> list[TopicResult]:
+    """A full answer notes what it tells the client; an incremental one keeps only the
+    partitions with news. Partitions that returned records move to the end of the session."""
+    served = []
+    out: list[TopicResult] = []
+    for t in results:
+        keep: list[PartitionResult] = []
+        for p in t.partitions:
+            has_records = bool(p.size or p.raw)
+            if has_records:
+                served.append(p.key)
+            if not incremental:
+                session.note_sent(p.key, p.high_watermark, p.last_stable_offset, p.log_start_offset)
+                keep.append(p)
+            elif session.to_report(
+                p.key, has_records=has_records, error_code=p.error_code, high_watermark=p.high_watermark,
+                last_stable_offset=p.last_stable_offset, log_start_offset=p.log_start_offset,
+                forced=p.diverging_epoch is not None or p.preferred_read_replica >= 0
+                or p.current_leader is not None,
+            ):
+                keep.append(p)
+        if keep:
+            t.partitions = keep
+            out.append(t)
+    session.rotate(served)
+    return out
 
 
 def _leader_endpoints(
