@@ -122,8 +122,9 @@ def main() -> int:
             tid = asyncio.run(topic_id(b, topic))
             hot = list(range(0, a.partitions, max(1, a.partitions // a.hot)))[: a.hot]
             res: dict[str, list[dict[str, float]]] = {"sessionless": [], "incremental": []}
+            modes = ["sessionless", "incremental"]
             for r in range(a.runs):
-                for mode in (["sessionless", "incremental"] if r % 2 == 0 else ["incremental", "sessionless"]):
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     out = asyncio.run(run(b, topic, tid, a.partitions, hot, a.fetches, mode == "incremental"))
                     print(f"run {r + 1} {mode:12s} " + ", ".join(f"{k} {v:,.1f}" for k, v in out.items()),
                           flush=True)
