@@ -168,6 +168,47 @@ def test_request_percentage(broker: BrokerProcess) -> None:
         set_quota(broker, [("user", "bob")], "request_percentage", None)
 
 
+def test_request_percentage_in_produce_and_fetch_answers(broker: BrokerProcess) -> None:
+    """The request quota's throttle is in the answers strom encodes by hand or late too: an
+    acks=-1 Produce (answered once replicated) and a Fetch. A Fetch's long poll is waiting, not
+    handling: a consumer at 5 % whose fetches each wait 300 ms for data is never throttled."""
+    from strom.protocol.records import build_batch
+
+    topic = f"rp-{time.monotonic_ns()}"
+    (made,) = asyncio.run(raw(broker, "admin", [(19, create_topics([topic], 1), None)]))
+    assert int(made.topics[0].error_code) == 0, made
+    (md,) = asyncio.run(raw(broker, "admin", [(3, {"topics": [{"name": topic, "topic_id": None}],
+                                                    "allow_auto_topic_creation": False}, 12)]))
+    tid = md.topics[0].topic_id
+    batch = build_batch([(None, b"v", [], int(time.time() * 1000))])
+    produce = {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+
+    def fetch(wait_ms: int, offset: int) -> dict[str, Any]:
+        return {"replica_id": -1, "max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic_id": tid, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                     "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+
+    set_quota(broker, [("user", "bob")], "request_percentage", 0.01)
+    set_quota(broker, [("user", "carol")], "request_percentage", 5)
+    try:
+        answers = asyncio.run(raw(broker, "bob", [(0, produce, 9), (1, fetch(0, 0), 13)] * 3))
+        produced = [ms(a.throttle_time) for a in answers[0::2]]
+        fetched = [ms(a.throttle_time) for a in answers[1::2]]
+        assert all(int(a.responses[0].partition_responses[0].error_code) == 0 for a in answers[0::2])
+        assert max(produced) > 0 and max(fetched) > 0, (produced, fetched)
+        t0 = time.monotonic()
+        polls = asyncio.run(raw(broker, "carol", [(1, fetch(300, 3), 13)] * 4))  # at the end: each waits
+        assert time.monotonic() - t0 >= 1.0
+        assert all(ms(a.throttle_time) == 0 for a in polls), [ms(a.throttle_time) for a in polls]
+    finally:
+        set_quota(broker, [("user", "bob")], "request_percentage", None)
+        set_quota(broker, [("user", "carol")], "request_percentage", None)
+
+
 def test_connection_creation_rate_per_ip(broker: BrokerProcess) -> None:
     """127.0.0.1 limited to 2 new connections/s: of 12 opened at once the later ones are closed
     by the broker (after the throttle delay); once the quota is removed all are served."""

@@ -22,6 +22,9 @@ class RequestContext:
     connection_id: str
     broker: Broker
     session: ConnectionSession = field(default_factory=ConnectionSession)  # the connection's
+    # seconds the handler spent parked in a purgatory (a Fetch's long poll): not handling time
+    # for request_percentage quotas (Kafka counts request handler threads' time only)
+    waited_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -47,3 +50,4 @@ class Deferred:
     trip)."""
 
     result: Coroutine[Any, Any, dict[str, Any] | RawResponse]
+    throttle_ms: int = 0  # a request quota's throttle (KIP-124), carried into the answer

@@ -72,6 +72,25 @@ _SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, Sasl
 _QUOTA_EXEMPT = frozenset({17, 36, 52, 53, 54, 55, 56, 58, 59, 62, 63, 64, 67, 80})
 
 
+_FETCH_KEY = 1
+_I32 = struct.Struct(">i")
+
+
+def _with_throttle(key: int, out: Any, throttle: int) -> None:
+    """The answer says to wait at least ``throttle`` ms (Kafka: the larger of the byte-rate and
+    request quotas' throttles): a body still to be encoded, a Fetch answer encoded by hand (its
+    throttle_time_ms leads the body), or a Deferred answer (applied when it completes)."""
+    if isinstance(out, dict):
+        if "throttle_time" in out:
+            out["throttle_time"] = max(out["throttle_time"] or 0, throttle)
+    elif isinstance(out, Deferred):
+        out.throttle_ms = max(out.throttle_ms, throttle)
+    elif isinstance(out, RawResponse) and key == _FETCH_KEY and out.parts:
+        head = out.parts[0]
+        if isinstance(head, bytes | bytearray) and len(head) >= 4 and _I32.unpack_from(head)[0] < throttle:
+            out.parts[0] = _I32.pack(throttle) + bytes(head[4:])
+
+
 class KafkaProtocol(asyncio.Protocol):
     """One client connection.
 
@@ -414,7 +433,7 @@ class KafkaProtocol(asyncio.Protocol):
         work = _call(self.broker, ctx, handler, request)
         quota = None
         if getattr(self.broker, "request_quotas_active", False) and key not in _QUOTA_EXEMPT:
-            quota = (start, h.client_id or "")
+            quota = (start, h.client_id or "", ctx)
         result, error = await self._answer(key, version, resp_type, request, work, quota)
         if isinstance(result, Deferred):
             prev = self.deferred[-1] if self.deferred else None
@@ -429,7 +448,8 @@ class KafkaProtocol(asyncio.Protocol):
 
     async def _answer(
         self, key: int, version: int, resp_type: type, request: Any,
-        work: Coroutine[Any, Any, Any], quota: tuple[float, str] | None = None,
+        work: Coroutine[Any, Any, Any], quota: tuple[float, str, RequestContext] | None = None,
+        extra_throttle: int = 0,
     ) -> tuple[RawResponse | NoResponse | Deferred, int]:
         """The handler's (or its deferred part's) result, encoded, and the answer's top-level
         error code (a metric); failures as Kafka answers them. ``quota`` (set when
@@ -440,7 +460,9 @@ class KafkaProtocol(asyncio.Protocol):
         try:
             out = await work
             if quota is not None:
-                self._request_quota(out, *quota)
+                self._request_quota(key, out, *quota)
+            elif extra_throttle > 0:  # a deferred answer of a throttled request
+                _with_throttle(key, out, extra_throttle)
             if isinstance(out, (NoResponse, RawResponse, Deferred)):
                 result = out
             else:
@@ -457,19 +479,18 @@ class KafkaProtocol(asyncio.Protocol):
             result = _encoded(resp_type, error_response(resp_type, request, code, None))
         return result, error
 
-    def _request_quota(self, out: Any, start: float, client_id: str) -> None:
+    def _request_quota(self, key: int, out: Any, start: float, client_id: str, ctx: RequestContext) -> None:
         """KIP-124: the request's handling time counts against the principal's
-        request_percentage; over the quota the response says how long to wait (when it is
-        encoded here, not a pre-encoded produce/fetch answer) and the channel waits as long."""
+        request_percentage; over the quota the response says how long to wait and the channel
+        waits as long."""
         broker, session = self.broker, self.session
         throttle = request_throttle_ms(
             broker.request_quotas, broker.client_quota_entities, session.principal,
-            client_id, time.perf_counter() - start, broker.clock.monotonic_ms(),
+            client_id, max(0.0, time.perf_counter() - start - ctx.waited_s), broker.clock.monotonic_ms(),
         )
         if throttle > 0:
             session.throttle_ms = max(session.throttle_ms, throttle)
-            if isinstance(out, dict) and "throttle_time" in out:
-                out["throttle_time"] = max(out["throttle_time"] or 0, throttle)
+            _with_throttle(key, out, throttle)
 
     async def _drain_deferred(self) -> None:
         if self.deferred:
@@ -482,7 +503,8 @@ class KafkaProtocol(asyncio.Protocol):
         """A deferred response: awaited, then sent after the one before it."""
         h = req.header
         try:
-            result, error = await self._answer(h.api_key, h.api_version, resp_type, request, deferred.result)
+            result, error = await self._answer(h.api_key, h.api_version, resp_type, request, deferred.result,
+                                               extra_throttle=deferred.throttle_ms)
             if isinstance(result, Deferred):  # not a handler's to nest
                 result.result.close()
                 raise TypeError("a deferred response completed with another Deferred")

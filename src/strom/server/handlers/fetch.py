@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -411,7 +412,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             remaining = deadline - clock.monotonic_ms()
             if remaining <= 0:
                 break
+            t_wait = time.perf_counter()
             await purgatory.wait(tps, remaining)
+            ctx.waited_s += time.perf_counter() - t_wait
             _release(results)
             results, total, any_error = _read_partitions(ctx, request, groups, max_bytes, version, told)
             if total >= min_bytes or any_error:
