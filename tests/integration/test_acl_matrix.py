@@ -545,3 +545,96 @@ def test_api_principal_matrix(broker: BrokerProcess) -> None:
         if got.get(api, {}).get(p) != EXPECTED[api][p]
     ]
     assert not wrong, "\n" + "\n".join(wrong)
+
+
+# ------------------------------------------------------------------- Java kafka-clients
+# Java's producer asks for the topic's metadata while its sender asks for a producer id, so a
+# principal without rights sees whichever refusal comes first: either is an authorization error
+TAF_OR_CAF = f"{TAF}|{CAF}"
+JAVA_EXPECTED: dict[str, dict[str, str]] = {
+    "produce": row(),
+    "produce idempotent": row(other=TAF_OR_CAF),
+    "produce transactional": row(other=TIDAF),
+    # Java's consumer asks for the topic's metadata and the group's committed offset at once:
+    # either refusal may come first
+    "consume (group)": row(other=f"{TAF}|{GAF}"),
+    "list offsets": row(),
+    "metadata": row(other="HIDDEN"),
+    "metadata (named topic)": row(),
+    "create topic": row(),
+    "describe configs": row(),
+    "alter configs": row(),
+    "describe group": row(other=GAF),
+    "delete group": row(other=GAF),
+    "describe acls": row(other=CAF, cluster_only=True),
+    "create acls": row(other=CAF, cluster_only=True),
+    "alter scram": row(other=CAF, cluster_only=True),
+    "describe quotas": row(other=CAF, cluster_only=True),
+    "describe transactions": row(other=TIDAF),
+    "delete topic": row(),
+}
+
+
+def java_properties(b: BrokerProcess, p: str, tmp: Any) -> str:
+    from pathlib import Path
+
+    if p == "anonymous":
+        plain = b.bootstrap_for("PLAINTEXT")
+        return f"bootstrap.servers={plain}\n"
+    if p in TLS:
+        from cryptography.hazmat.primitives import serialization
+
+        cert, key = CERTS[p]
+        pkcs8 = serialization.load_pem_private_key(Path(key).read_bytes(), None).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        store = tmp / f"{p}-keystore.pem"
+        store.write_bytes(pkcs8 + Path(cert).read_bytes())
+        mtls = b.bootstrap_for("MTLS")
+        ca = CERTS["ca"]
+        return (f"bootstrap.servers={mtls}\nsecurity.protocol=SSL\n"
+                f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n"
+                f"ssl.keystore.type=PEM\nssl.keystore.location={store}\n")
+    user = USERS[p]
+    sasl = b.bootstrap_for("SASL_PLAINTEXT")
+    return (f"bootstrap.servers={sasl}\nsecurity.protocol=SASL_PLAINTEXT\n"
+            "sasl.mechanism=PLAIN\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user}" password="{user}-secret";\n')
+
+
+def test_java_principal_matrix(broker: BrokerProcess, tmp_path: Any) -> None:
+    """The same matrix with Java kafka-clients 4.x (AdminClient, producer, consumer;
+    clients/AclProbe.java), one JVM per principal."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    home = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
+    libs = home / "java" / "libs"
+    if shutil.which("javac") is None or not list(libs.glob("kafka-clients-*.jar")):
+        pytest.skip(f"no JDK or no Java kafka-clients in {libs} (../shared/compat/setup.sh)")
+    src = Path(__file__).parent / "clients" / "AclProbe.java"
+    r = subprocess.run(["javac", "-cp", f"{libs}/*", "-d", str(tmp_path), str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got: dict[str, dict[str, str]] = {api: {} for api in JAVA_EXPECTED}
+    for p in PRINCIPALS:
+        r = subprocess.run(["java", "-cp", f"{libs}/*:{tmp_path}", "AclProbe", p, TOPIC],
+                           input=java_properties(broker, p, tmp_path), capture_output=True, text=True,
+                           timeout=300)
+        cells = [line.split("\t") for line in r.stdout.splitlines() if line.startswith("CELL\t")]
+        assert r.returncode == 0 and len(cells) == len(JAVA_EXPECTED), (p, r.stdout[-2000:], r.stderr[-3000:])
+        for _c, api, result in cells:
+            got[api][p] = result
+    print(f"\n{'java':30}" + "".join(f"{p:>13}" for p in PRINCIPALS))
+    for api in JAVA_EXPECTED:
+        print(f"{api:30}" + "".join(f"{got[api][p][:12]:>13}" for p in PRINCIPALS))
+    wrong = [
+        f"{api:28} {p:10} expected {JAVA_EXPECTED[api][p]:40} got {got[api].get(p)}"
+        for api in JAVA_EXPECTED
+        for p in PRINCIPALS
+        if got[api].get(p) not in JAVA_EXPECTED[api][p].split("|")
+    ]
+    assert not wrong, "\n" + "\n".join(wrong)
