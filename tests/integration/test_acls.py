@@ -81,6 +81,14 @@ def conf(b: BrokerProcess, user: str | None) -> dict[str, Any]:
 _ADMINS: dict[tuple[str, str | None], Any] = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _free_admins() -> Iterator[None]:
+    """The cached AdminClients go with the module (their librdkafka threads would otherwise
+    retry the stopped brokers for the rest of the run)."""
+    yield
+    _ADMINS.clear()
+
+
 def admin(b: BrokerProcess, user: str | None = "admin") -> Any:
     """One AdminClient per broker and user, kept for the session (a librdkafka client dropped
     with a request in flight fails that request, or aborts the process)."""

@@ -95,6 +95,14 @@ def conf(b: BrokerProcess, token_fn: Any) -> dict[str, Any]:
 _ADMIN: dict[str, Any] = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _free_admins() -> Iterator[None]:
+    """The cached AdminClients go with the module (their librdkafka threads would otherwise
+    retry the stopped brokers for the rest of the run)."""
+    yield
+    _ADMIN.clear()
+
+
 def admin(b: BrokerProcess) -> Any:
     if "a" not in _ADMIN:
         _ADMIN["a"] = admin_mod.AdminClient(conf(b, lambda: make_token("admin")))
