@@ -62,6 +62,7 @@ from typing import Any
 
 from ..config_schema import ConfigError
 from .jaas import JaasError, parse_jaas
+from .sasl_errors import SaslAuthenticationError
 
 __all__ = [
     "INVALID_TOKEN",
@@ -443,8 +444,6 @@ class OAuthBearerExchange:
         self.reason: str | None = None  # why the token was refused (for the log)
 
     def evaluate(self, token: bytes) -> bytes:
-        from .sasl import SaslAuthenticationError
-
         if self._error is not None:
             # the client acknowledges our error challenge with a lone \x01: the exchange fails
             # with the challenge as the message (Kafka's OAuthBearerSaslServer)

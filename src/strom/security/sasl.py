@@ -47,6 +47,7 @@ from ..metadata.image import ScramImage
 from .credentials import SCRAM_MECHANISMS, CredentialStore, ImageCredentials, ScramCredential
 from .jaas import JaasEntry, JaasError, parse_jaas
 from .oauthbearer import OAuthBearerExchange, OAuthSettings, oauth_settings
+from .sasl_errors import SaslAuthenticationError
 
 __all__ = [
     "MECHANISMS",
@@ -64,15 +65,6 @@ __all__ = [
 _log = logging.getLogger("strom.sasl")
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-
-
-class SaslAuthenticationError(Exception):
-    """The exchange failed; the message is what the client is told. ``reason``, when given, is
-    the detail for the broker's log only (never sent: e.g. whether the user exists)."""
-
-    def __init__(self, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class SaslExchange(Protocol):
