@@ -390,7 +390,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
 
         return await handle_raft_request(ctx, request)
     version = ctx.api_version
-    opened = _open_session(ctx, request, version)
+    from_follower = follower_id(request, version) >= 0
+    opened = _open_session(ctx, request, version, from_follower)
     if isinstance(opened, int):  # a session error: answered without partitions
         parts, size = encode_fetch_response(version, [], error_code=opened)
         return RawResponse(parts, size)  # type: ignore[arg-type]
@@ -420,7 +421,6 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             if total >= min_bytes or any_error:
                 break
     session_id = session.id if session is not None else 0
-    from_follower = follower_id(request, version) >= 0
     quota_entities = getattr(ctx.broker, "client_quota_entities", None)
     if quota_entities and not from_follower:  # consumer_byte_rate (KIP-219)
         quotas, now = ctx.broker.fetch_quotas, ctx.broker.clock.monotonic_ms()
@@ -458,7 +458,7 @@ def _cached(w: Want) -> CachedPartition:
 
 
 def _open_session(
-    ctx: RequestContext, request: Any, version: int
+    ctx: RequestContext, request: Any, version: int, from_follower: bool
 ) -> int | tuple[FetchSession | None, Groups, bool]:
     """The request's session (KIP-227; see :mod:`strom.server.fetch_session`): (session or
     None, the partitions to read, incremental?), or the error to answer."""
@@ -476,7 +476,7 @@ def _open_session(
         if epoch == FINAL_EPOCH:
             return None, groups, False
         wanted = {w.key: _cached(w) for _t, ws in groups for w in ws}
-        session = sessions.create(privileged=follower_id(request, version) >= 0,
+        session = sessions.create(privileged=from_follower,
                                   uses_topic_ids=version >= 13, partitions=wanted)
         return session, groups, False
     session = sessions.get(sid)
