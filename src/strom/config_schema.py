@@ -471,6 +471,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # in the page cache; the pages behind are released (posix_fadvise DONTNEED) as the log grows,
     # so new writes reuse them. 0 leaves everything to the kernel, as Kafka does
     _c("strom.log.page.cache.window.bytes", _LONG, 64 * 1024 * 1024, AtLeast(0)),
+    # how often the event-loop lag monitor's timer runs (strom_event_loop_lag_seconds: how late
+    # it ran, i.e. how long the loop was blocked; a WARN line for a stall of a second or more);
+    # 0 turns it off
+    _c("strom.event.loop.lag.sample.ms", _INT, 10, AtLeast(0)),
     # the web console (strom.console) served by the HTTP listener under /console/: it talks the Kafka
     # protocol to strom.http.console.bootstrap.servers (empty: this broker's first PLAINTEXT
     # listener) with the client settings of strom.http.console.command.config (a properties file,

@@ -138,6 +138,11 @@ def test_produce_and_consume_move_the_counters(obs_broker: BrokerProcess) -> Non
     assert delta('strom_connections_created_total{listener="PLAINTEXT"}') >= 2
     # the first scrape's fsync count may be 0 (the flusher runs each second); never negative
     assert delta("strom_log_flush_duration_seconds_count") >= 0
+    # the loop-lag monitor's timer runs every 10 ms: many samples between the two scrapes
+    assert delta("strom_event_loop_lag_seconds_count") > 10
+    lag_count = after["strom_event_loop_lag_seconds_count"]
+    assert after['strom_event_loop_lag_seconds_bucket{le="+Inf"}'] == lag_count
+    assert 0 <= after["strom_event_loop_lag_max_seconds"] < 30
 
 
 def _version(samples: dict[str, float], api: str) -> str:

@@ -90,6 +90,11 @@ class _IndexFile:
     def flush(self) -> None:
         self._file.flush()
 
+    @property
+    def file(self) -> CachedFile:
+        """The index's file (to fsync it from another thread, as a deferred roll flush does)."""
+        return self._file
+
     def close(self) -> None:
         self._file.close()
 

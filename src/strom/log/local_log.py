@@ -232,22 +232,27 @@ class LocalLog:
             segment_bytes=cfg.segment_bytes, segment_ms=segment_ms,
         )
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end offset; the old one is finalised and fsynced
-        and the recovery point moves to the new base offset."""
+    def roll(self, *, sync: bool = True) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one is finalised and (with
+        ``sync``) fsynced, with the directory, and the recovery point moves to the new base offset.
+        ``sync=False``: nothing is fsynced and the recovery point stays; the caller makes the old
+        segment durable later (Kafka's roll, which leaves that to its asynchronous flush-log
+        task) and then moves the recovery point (:meth:`flush_done`)."""
         new_base = self.log_end_offset
         old = self.active_segment
         if old.base_offset == new_base and old.size == 0:
             return old
         old.on_become_inactive()
-        old.flush()
+        if sync:
+            old.flush()
         seg = LogSegment.open(self.directory, new_base, index_interval_bytes=self.config.index_interval_bytes,
                               max_index_size=self.config.segment_index_bytes, clock=self.clock)
         seg.recover()  # a fresh (empty) segment: this only resets state and creates the files
         self.segments.append(seg)
         self._bases.append(new_base)
-        fsync_dir(self.directory)
-        self.recovery_point = max(self.recovery_point, new_base)
+        if sync:
+            fsync_dir(self.directory)
+            self.recovery_point = max(self.recovery_point, new_base)
         return seg
 
     def append(self, records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
@@ -348,10 +353,12 @@ class LocalLog:
 
     # ------------------------------------------------------------------ retention / compaction
 
-    def remove_segments(self, doomed: list[LogSegment]) -> None:
+    def remove_segments(self, doomed: list[LogSegment], *, sync: bool = True) -> None:
         """Take ``doomed`` (never the active segment) out of the log and rename their files to
         ``*.deleted``. The descriptors stay open: the caller closes and unlinks them later
-        (:meth:`LogSegment.delete_renamed`) once no reader can still hold them."""
+        (:meth:`LogSegment.delete_renamed`) once no reader can still hold them. ``sync=False``:
+        the renames are not made durable here (the next directory fsync does it; a crash before
+        it brings the segments back, and the next retention pass removes them again)."""
         ids = {id(s) for s in doomed}
         if id(self.active_segment) in ids:
             raise ValueError("the active segment cannot be removed")
@@ -359,7 +366,8 @@ class LocalLog:
         self._bases = [s.base_offset for s in self.segments]
         for seg in doomed:
             seg.rename_to_deleted()
-        fsync_dir(self.directory)
+        if sync:
+            fsync_dir(self.directory)
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
         """Swap ``new`` (a cleaned segment written under ``.cleaned``, fsynced) in for the

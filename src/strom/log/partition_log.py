@@ -57,7 +57,15 @@ watermark; a segment goes when (policy ``delete``) its largest timestamp is olde
 ``retention.ms``, or the log is larger than ``retention.bytes`` by at least the segment's size,
 or (any policy) the whole segment lies below the log start offset (DeleteRecords,
 :meth:`delete_records`). The log start offset then moves to the new first segment's base, is
-checkpointed at once, and producer snapshots below the first segment are removed.
+checkpointed at once (written, not fsynced: a crash may bring a removed segment back, which the
+next pass removes again; DeleteRecords itself checkpoints durably), and producer snapshots below
+the first segment are removed.
+
+Rolls (:meth:`_roll`): with a deferred roll flush installed (:func:`set_roll_flusher`, the
+broker's :mod:`strom.server.roll_flusher`), a roll creates the new segment and leaves the fsync
+of the closed one, its indexes, the producer snapshot and the directory to another thread, as
+Kafka's roll leaves them to its flush-log task; the recovery point moves when that is done
+(:meth:`finish_roll_flush`). Without one (tools, tests) a roll fsyncs inline.
 
 Threads and the lock
 --------------------
@@ -97,6 +105,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,8 +146,8 @@ from strom.protocol.records import (
 )
 
 __all__ = [
-    "AppendInfo", "FetchData", "FileRegion", "FlushPlan", "PartitionLog", "SegmentInfo", "partition_dir",
-    "sync_flush_plan",
+    "AppendInfo", "FetchData", "FileRegion", "FlushPlan", "PartitionLog", "RollFlush", "RollFlusher",
+    "SegmentInfo", "partition_dir", "set_roll_flusher", "sync_flush_plan",
 ]
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
@@ -843,13 +852,37 @@ class PartitionLog:
 
     def _roll(self) -> None:
         self._mark_dirty()
+        flusher = _roll_flusher
+        if flusher is None:
+            with self.lock:
+                active = self._txn_indexes.get(self._local.segments[-1].base_offset)
+                if active is not None:
+                    active.flush()
+                self._local.roll()
+            self.producer_state.take_snapshot()
+            self._write_checkpoints()
+            return
+        # Kafka's roll: the new segment now, the old one made durable by a flush that runs
+        # elsewhere (its "flush-log" task); the recovery point moves when that is done
         with self.lock:
-            active = self._txn_indexes.get(self._local.segments[-1].base_offset)
-            if active is not None:
-                active.flush()
-            self._local.roll()
-        self.producer_state.take_snapshot()
-        self._write_checkpoints()
+            old = self._local.segments[-1]
+            txn = self._txn_indexes.get(old.base_offset)
+            new = self._local.roll(sync=False)
+        if new is old:
+            return
+        snapshot = self.producer_state.take_snapshot(sync=False)
+        self._write_checkpoints(sync=False)
+        flusher(self, RollFlush(new.base_offset, old, txn, snapshot, self.directory))
+
+    def finish_roll_flush(self, job: RollFlush) -> None:
+        """:meth:`RollFlush.sync` succeeded: everything below ``job.upto`` is durable, the
+        recovery point moves there (unless a flush meanwhile moved it further) and is
+        checkpointed."""
+        if self.closed:
+            return
+        with self.lock:
+            self._local.flush_done(job.upto)
+        self._write_checkpoints(sync=False)
 
     def roll(self) -> None:
         """Force a new active segment (Kafka's ``roll``), e.g. for tests and admin tools."""
@@ -1104,7 +1137,10 @@ class PartitionLog:
                 if excess >= 0:
                     excess -= seg.size
             if doomed:
-                self._remove_segments(doomed)
+                # nothing fsynced on this path (Kafka neither syncs the renames nor the log
+                # start offset, which it checkpoints every minute): retention runs on the event
+                # loop, and a crash that brings back a removed segment costs only another pass
+                self._remove_segments(doomed, sync=False)
         return len(doomed)
 
     @staticmethod
@@ -1113,12 +1149,12 @@ class PartitionLog:
             return seg.max_timestamp_so_far
         return seg.last_modified_ms()  # no timestamps: Kafka's lastModified
 
-    def _remove_segments(self, doomed: list[LogSegment]) -> None:
-        """Take ``doomed`` out (lock held), move the log start offset, checkpoint, schedule the
-        unlinks."""
+    def _remove_segments(self, doomed: list[LogSegment], *, sync: bool = True) -> None:
+        """Take ``doomed`` out (lock held), move the log start offset, checkpoint (fsynced only
+        with ``sync``), schedule the unlinks."""
         try:
             self._mark_dirty()
-            self._local.remove_segments(doomed)
+            self._local.remove_segments(doomed, sync=sync)
             due = self.clock.monotonic_ms() + max(0, self.config.file_delete_delay_ms)
             self._pending_deletes.extend((due, s) for s in doomed)
             crash_point("retention.after_rename")
@@ -1127,7 +1163,7 @@ class PartitionLog:
                 self.log_start_offset = first
                 self.high_watermark = max(self.high_watermark, first)
                 self._epochs.truncate_from_start(first)
-            self._write_checkpoints()
+            self._write_checkpoints(sync)
             self.producer_state.delete_snapshots_before(first)
             for seg in doomed:
                 idx = self._txn_indexes.pop(seg.base_offset, None)
@@ -1274,6 +1310,59 @@ class FlushPlan:
     upto: int
     files: list[CachedFile]
     directory: Path | None
+
+
+@dataclass(frozen=True)
+class RollFlush:
+    """What a roll left to make durable (:func:`set_roll_flusher`): the segment it closed (log
+    and indexes), that segment's ``.txnindex``, the producer snapshot taken at the roll, and the
+    directory (the new segment's names). ``upto`` is the new segment's base offset."""
+
+    upto: int
+    segment: LogSegment
+    txn_index: TransactionIndex | None
+    snapshot: Path
+    directory: Path
+
+    def sync(self) -> None:
+        """fsync it all (any thread). Files deleted meanwhile (retention, truncation, the
+        cleaner's swap, a deleted partition) are skipped: what replaced them was made durable
+        by whoever replaced them. Raises KafkaStorageError."""
+        try:
+            seg = self.segment
+            for f in (seg.log_file, seg.offset_index.file, seg.time_index.file):
+                try:
+                    f.flush()
+                except OSError:
+                    if f.closed or not self.directory.exists():
+                        continue
+                    raise
+            for path in ([self.txn_index.path] if self.txn_index is not None else []) + [self.snapshot]:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if self.directory.exists():
+                fsync_dir(self.directory)
+        except OSError as e:
+            raise KafkaStorageError(f"flush after the roll at offset {self.upto} failed: {e}") from e
+
+
+# The broker's deferred roll flush (strom.server.roll_flusher): called on the thread that rolled
+# with the log and what the roll left to make durable; it runs RollFlush.sync elsewhere and then
+# PartitionLog.finish_roll_flush. None (tools, tests that open logs directly): a roll fsyncs inline.
+RollFlusher = Callable[["PartitionLog", RollFlush], None]
+_roll_flusher: RollFlusher | None = None
+
+
+def set_roll_flusher(fn: RollFlusher | None) -> None:
+    """Install (or with None remove) the process's deferred roll flush."""
+    global _roll_flusher
+    _roll_flusher = fn
 
 
 def sync_flush_plan(plan: FlushPlan) -> None:

@@ -124,6 +124,14 @@ class StromCollector:
         out += self._coordinators()
         out.append(_histogram("strom_log_flush_duration_seconds", "fsync of a log segment's files",
                               (), {(): FSYNC_SECONDS}))
+        lag = b.loop_lag
+        if lag is not None:
+            out.append(_histogram("strom_event_loop_lag_seconds",
+                                  "how late the event loop ran a timer due every "
+                                  "strom.event.loop.lag.sample.ms (how long the loop was blocked)",
+                                  (), {(): lag.histogram}))
+            out.append(_gauge("strom_event_loop_lag_max_seconds", "the largest event-loop lag since start",
+                              lag.max_lag_s))
         return out
 
     # ------------------------------------------------------------------ requests

@@ -74,6 +74,7 @@ from ..metadata.configs import (
 from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.migration import PRODUCER_IDS_FILE
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
+from ..observability.loop_lag import LoopLagMonitor
 from ..observability.metrics import BrokerMetrics
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
@@ -91,6 +92,7 @@ from .malloc_tuning import tune_malloc
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
+from .roll_flusher import RollFlusher
 from .txn_marker_sender import TxnMarkerSender
 
 if TYPE_CHECKING:
@@ -250,6 +252,8 @@ class Broker:
             BrokerMetrics() if str(config["strom.http.listener"]).strip() else None
         )
         self.http: HttpListener | None = None
+        self.roll_flusher: RollFlusher | None = None  # see start()
+        self.loop_lag: LoopLagMonitor | None = None  # started by start() (strom.event.loop.lag.sample.ms)
         self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
@@ -385,6 +389,10 @@ class Broker:
 
         load_all()
         self.replica_manager.metrics = self.metrics
+        if isinstance(self.scheduler, AsyncioScheduler):  # segment rolls flush off the event loop
+            rm = self.replica_manager
+            self.roll_flusher = RollFlusher(asyncio.get_running_loop(), rm.note_storage_error)
+            self.roll_flusher.install()
         if listen:  # first: /healthz answers and /readyz says why not ready while the logs load
             await self._start_http()
         if any(proto.startswith("SASL_") for _n, proto, _h, _p in self.config.listener_protocols()):
@@ -462,6 +470,11 @@ class Broker:
         self._timers.append(self.scheduler.schedule_periodic(
             max(10, int(self.config["strom.log.dir.check.interval.ms"])), self.replica_manager.check_log_dirs,
             name="log-dir-checker"))
+        lag_ms = int(self.config["strom.event.loop.lag.sample.ms"])
+        if lag_ms > 0 and isinstance(self.scheduler, AsyncioScheduler):
+            self.loop_lag = LoopLagMonitor(asyncio.get_running_loop().time, lag_ms / 1000)
+            self._timers.append(self.scheduler.schedule_periodic(lag_ms, self.loop_lag.tick, name="loop-lag"))
+            self.loop_lag.start()
         self._timers.extend(start_log_tasks(self))
         if self.quorum is not None:  # Kafka's isr-expiration task
             self._timers.append(self.scheduler.schedule_periodic(
@@ -582,6 +595,8 @@ class Broker:
         await self.producer_ids.close()
         if self.quorum is not None:
             await self.quorum.stop()
+        if self.roll_flusher is not None:
+            self.roll_flusher.close()  # the queued flushes finish; the logs' close syncs the rest
         self.replica_manager.shutdown()
         if self.http is not None:
             await self.http.stop()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..config_schema import BROKER_CONFIGS
 from ..log.cleaner import NO_THROTTLE, CleanerAborted, LogCleaner
 from ..log.errors import KafkaStorageError
-from ..scheduler import TaskHandle
+from ..scheduler import AsyncioScheduler, TaskHandle
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -242,7 +242,11 @@ def start_log_tasks(broker: Broker) -> list[TaskHandle]:
     retention_ms = max(1, int(_conf(broker, "log.retention.check.interval.ms", int)))
     tasks: list[TaskHandle] = [
         sched.schedule_periodic(retention_ms, lambda: run_retention(broker), name="log-retention"),
-        sched.schedule_periodic(lambda: _deleter_interval_ms(broker), lambda: run_deleter(broker),
+        # unlinking a large segment can take milliseconds: off the event loop, as Kafka's
+        # scheduler threads do it (the next round is scheduled once this one is done)
+        sched.schedule_periodic(lambda: _deleter_interval_ms(broker),
+                                (lambda: asyncio.to_thread(run_deleter, broker))
+                                if isinstance(sched, AsyncioScheduler) else (lambda: run_deleter(broker)),
                                 name="log-segment-deleter"),
     ]
     if _conf(broker, "log.cleaner.enable", bool):

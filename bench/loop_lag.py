@@ -1,0 +1,141 @@
+"""Event-loop stalls of a strom broker under load while its logs roll, expire and compact (issue 17).
+
+One real ``strom serve`` (data on disk, a temporary dir) with small segments so that the
+background work happens many times a minute, and three loads at once for ``--duration`` s:
+
+* ``rolls``: ``rdkafka_performance -P -r RATE`` (1 KiB records, acks=1) into a topic with
+  ``segment.bytes`` = ``--segment-mb`` MiB and ``retention.bytes`` = ``--retention-mb`` MiB: its
+  active segment rolls every few seconds and the retention task deletes the oldest segments;
+* ``compact``: the same producer with a key (``-k``) at ``--compact-rate`` msg/s into a compacted
+  topic (``cleanup.policy=compact``, small segments, ``min.cleanable.dirty.ratio`` 0.01): the
+  cleaner compacts and swaps segments all the time;
+* ``consume``: ``rdkafka_performance -C`` reading the ``rolls`` topic from the start (fetches).
+
+The broker's own loop-lag monitor (``strom.event.loop.lag.sample.ms``, 10 ms by default) is read
+from ``/metrics`` before and after: the figures are the histogram of how late its timer ran during
+the run (how long the event loop was blocked), the number of stalls over 5 ms and the largest.
+Goal (issue 17): no stall over 5 ms.
+
+    PYTHONPATH=src python bench/loop_lag.py [--duration 60] [--rate 50000] [--runs 1]
+        [--override KEY=VALUE ...]      # broker configs, e.g. to compare a change
+
+A machine shared with other work shows its own CPU contention here too (a runnable broker that
+waits for a core is "late" as well): run it on an idle machine, and compare runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+from _common import Variant, compat_home, median, strom_broker
+
+SAMPLE_RE = re.compile(r'^strom_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+MAX_RE = re.compile(r"^strom_event_loop_lag_max_seconds ([0-9.e+-]+)$", re.M)
+COUNT_RE = re.compile(r"^strom_event_loop_lag_seconds_count ([0-9.e+]+)$", re.M)
+
+
+def scrape(url: str) -> tuple[dict[str, float], float, float]:
+    """(cumulative bucket counts by le, sample count, max lag since start)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    buckets = {le: float(n) for le, n in SAMPLE_RE.findall(text)}
+    count = float(COUNT_RE.search(text).group(1)) if COUNT_RE.search(text) else 0.0
+    mx = float(MAX_RE.search(text).group(1)) if MAX_RE.search(text) else float("nan")
+    if not buckets:
+        raise SystemExit("the broker exposes no strom_event_loop_lag_seconds "
+                         "(strom.event.loop.lag.sample.ms=0?)")
+    return buckets, count, mx
+
+
+def create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config=configs)]).values():
+        f.result(30)
+
+
+def one_run(a: argparse.Namespace, perf: str) -> dict[str, Any]:
+    seg = str(a.segment_mb << 20)
+    overrides = [f"log.retention.check.interval.ms={a.retention_check_ms}",
+                 "log.cleaner.backoff.ms=1000", *a.override]
+    with strom_broker(Variant("loop-lag", overrides, dict(x.split("=", 1) for x in a.env))) as b:
+        rolls, compact = f"lag-rolls-{uuid.uuid4().hex[:6]}", f"lag-compact-{uuid.uuid4().hex[:6]}"
+        create(b.bootstrap, rolls, {"segment.bytes": seg, "retention.bytes": str(a.retention_mb << 20)})
+        create(b.bootstrap, compact, {"cleanup.policy": "compact",
+                                      "segment.bytes": str(max(1, a.segment_mb // 4) << 20),
+                                      "min.cleanable.dirty.ratio": "0.01", "segment.ms": "5000"})
+        before, n0, _ = scrape(b.http_url)
+        t0 = time.monotonic()
+        procs = [
+            subprocess.Popen([perf, "-P", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-s", "1024",
+                              "-r", str(a.rate), "-c", str(a.rate * a.duration), "-X", "linger.ms=5"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+            subprocess.Popen([perf, "-P", "-b", b.bootstrap, "-t", compact, "-p", "0", "-s", "200", "-k", "k",
+                              "-r", str(a.compact_rate), "-c", str(a.compact_rate * a.duration)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        ]
+        consumer = subprocess.Popen(
+            [perf, "-C", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-o", "beginning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for p in procs:
+            p.wait(timeout=a.duration * 3 + 60)
+        consumer.terminate()
+        consumer.wait(timeout=30)
+        wall = time.monotonic() - t0
+        after, n1, mx = scrape(b.http_url)
+        segs = len(list((b.data_dir / f"{rolls}-0").glob("*.log")))
+    hist = {le: after[le] - before.get(le, 0.0) for le in after}
+    total = n1 - n0
+    over5 = total - hist.get("0.005", 0.0)
+    prev, top = 0.0, "0"
+    for le, n in hist.items():
+        if n > prev:
+            top = le
+        prev = n
+    return {"hist": hist, "samples": total, "over_5ms": over5, "max_s": mx, "top_bucket": top, "wall_s": wall,
+            "segments_left": segs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=60, help="seconds of load (default 60)")
+    ap.add_argument("--rate", type=int, default=50_000, help="1 KiB msgs/s into the rolling topic (50 MB/s)")
+    ap.add_argument("--compact-rate", type=int, default=5_000,
+                    help="keyed 200 B msgs/s into the compacted topic")
+    ap.add_argument("--segment-mb", type=int, default=64, help="segment.bytes of the rolling topic, MiB")
+    ap.add_argument("--retention-mb", type=int, default=256, help="retention.bytes of the rolling topic, MiB")
+    ap.add_argument("--retention-check-ms", type=int, default=2000, help="log.retention.check.interval.ms")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="broker environment")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="broker config")
+    a = ap.parse_args()
+    perf = str(compat_home() / "bin" / "rdkafka_performance")
+    results = []
+    for i in range(a.runs):
+        r = one_run(a, perf)
+        results.append(r)
+        print(f"[run {i + 1}/{a.runs}] {r['samples']:.0f} samples in {r['wall_s']:.1f} s: "
+              f"{r['over_5ms']:.0f} over 5 ms, the largest in the bucket <= {r['top_bucket']} s "
+              f"(max since the broker started {1000 * r['max_s']:.1f} ms)", flush=True)
+    last = results[-1]["hist"]
+    print(f"\n== event-loop lag, {a.duration} s at {a.rate} x 1 KiB/s (segment {a.segment_mb} MiB, "
+          f"retention {a.retention_mb} MiB) + {a.compact_rate} keyed msgs/s compacted + a consumer; "
+          "last run's histogram")
+    prev = 0.0
+    for le, n in last.items():
+        print(f"  <= {le:>8} s: {n - prev:8.0f}")
+        prev = n
+    print(f"median over runs: stalls over 5 ms {median([r['over_5ms'] for r in results]):.0f}, "
+          f"max lag {1000 * (median([r['max_s'] for r in results]) or 0):.1f} ms "
+          f"(overrides: {', '.join(a.override) or 'none'})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

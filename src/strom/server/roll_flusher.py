@@ -1,0 +1,85 @@
+"""The flush a segment roll leaves behind, done off the event loop (Kafka's ``flush-log`` task).
+
+A roll used to fsync the segment it closed (up to ``segment.bytes`` of page cache, often still
+dirty), that segment's indexes, the producer snapshot and the directory on the event loop: a
+stall of tens to hundreds of milliseconds for every client at every roll. Kafka's
+``UnifiedLog.roll`` only creates the new segment and schedules the flush on its scheduler's
+threads; the recovery point moves when that flush is done. :class:`RollFlusher` does the same:
+installed with :func:`strom.log.partition_log.set_roll_flusher`, it runs each
+:class:`~strom.log.partition_log.RollFlush` on one worker thread, in roll order (so the recovery
+point never passes a segment that is not yet durable), and hands the result back to the loop
+(:meth:`PartitionLog.finish_roll_flush`). A roll outside the event loop's thread (none today)
+flushes inline.
+
+Until the flush is done a crash only costs recovery time: the recovery point on disk still
+lies below the rolled segment, which the next start re-reads and checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ..log import partition_log
+from ..log.errors import KafkaStorageError
+from ..log.partition_log import PartitionLog, RollFlush, set_roll_flusher
+
+log = logging.getLogger("strom.server")
+
+__all__ = ["RollFlusher"]
+
+
+class RollFlusher:
+    """One worker thread for the rolls of every log of one event loop (see the module docstring).
+    ``on_error(log, exc)``: a flush failed (the log's directory is then treated as failing)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 on_error: Callable[[PartitionLog, BaseException], None]) -> None:
+        self.loop = loop
+        self.on_error = on_error
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-roll-flush")
+        self._loop_thread = threading.get_ident()
+        self.pending = 0
+        self.done = 0
+        self.closed = False
+
+    def install(self) -> None:
+        set_roll_flusher(self)
+
+    def __call__(self, plog: PartitionLog, job: RollFlush) -> None:
+        if self.closed or threading.get_ident() != self._loop_thread:
+            job.sync()  # raises KafkaStorageError to the roll's caller, as an inline roll would
+            plog.finish_roll_flush(job)
+            return
+        self.pending += 1
+        fut = self._executor.submit(job.sync)
+        fut.add_done_callback(lambda f: self._done_threadsafe(plog, job, f))
+
+    def _done_threadsafe(self, plog: PartitionLog, job: RollFlush, fut: Future[None]) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop (shutdown): the logs' close synced
+            self.loop.call_soon_threadsafe(self._done, plog, job, fut)
+
+    def _done(self, plog: PartitionLog, job: RollFlush, fut: Future[None]) -> None:
+        self.pending -= 1
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.on_error(plog, exc)
+            return
+        self.done += 1
+        try:
+            plog.finish_roll_flush(job)
+        except (KafkaStorageError, OSError) as e:
+            self.on_error(plog, e)
+
+    def close(self) -> None:
+        """Stop taking jobs (later rolls flush inline) and wait for the ones queued."""
+        self.closed = True
+        if partition_log._roll_flusher is self:
+            set_roll_flusher(None)
+        self._executor.shutdown(wait=True)
