@@ -33,6 +33,41 @@ def test_frames_split_across_reads_are_reassembled() -> None:
     assert dec.buffered == 0
 
 
+def test_large_frames_come_whole_however_the_bytes_are_split() -> None:
+    """Frames of at least 64 KiB are kept as the chunks they arrive in and joined once; mixed
+    with small frames, split anywhere, from bytes or from a reused bytearray, they come out
+    unchanged, and buffered/pending_frame_size follow the partial frame."""
+    import random
+
+    rnd = random.Random(7)
+    sizes = [10, 70_000, 5, 300_000, 65_536, 1, 200_000, 64 * 1024 - 1]
+    payloads = [bytes([i]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    for reuse in (False, True):
+        dec = FrameDecoder(1 << 20)
+        got: list[bytes] = []
+        pos = 0
+        scratch = bytearray(80_000)
+        while pos < len(stream):
+            n = rnd.choice([1, 3, 4, 7, 1000, 65_536, 80_000])
+            chunk = stream[pos : pos + n]
+            if reuse:  # the caller's buffer is overwritten after each feed
+                view = memoryview(scratch)[: len(chunk)]
+                view[:] = chunk
+                frames = dec.feed(view)
+                scratch[:] = b"\xff" * len(scratch)
+            else:
+                frames = dec.feed(chunk)
+            got += [bytes(f) for f in frames]
+            pos += len(chunk)
+            done = sum(4 + len(p) for p in payloads[: len(got)])
+            assert dec.buffered == pos - done
+            if pos - done >= 4:
+                assert dec.pending_frame_size == len(payloads[len(got)])
+        assert got == payloads
+        assert dec.buffered == 0 and dec.pending_frame_size == 0
+
+
 def test_oversized_frame_is_refused_before_buffering() -> None:
     dec = FrameDecoder(100)
     with pytest.raises(ProtocolError, match=r"socket\.request\.max\.bytes"):

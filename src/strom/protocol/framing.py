@@ -34,10 +34,12 @@ class FrameDecoder:
     """Accumulates bytes and yields complete frames; the buffer is bounded by ``max_frame_size``.
     ``limit_name`` is the config key that limit comes from, named in the error.
 
-    Memory: bytes are appended to one buffer as they arrive (a partial frame costs what has
-    arrived, never its declared size). Small frames are copied out; a frame of at least
-    ``_HANDOVER`` bytes that starts the buffer is handed over as the buffer itself (no copy), so
-    a 50 MB request costs 50 MB, not twice that."""
+    Memory: a partial frame costs what has arrived, never its declared size. Small frames are
+    assembled in one buffer and copied out. A frame of at least ``_HANDOVER`` bytes is kept as
+    the chunks it arrived in (``bytes`` objects are kept as they are, no copy) and joined once,
+    into a buffer of exactly its size, when its last byte arrives: one copy per byte, where
+    growing a buffer chunk by chunk cost up to two and a half (each growth of a bytearray past its
+    allocation is a ``realloc`` that copies it whole)."""
 
     _HANDOVER = 64 * 1024
 
@@ -45,10 +47,34 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self.limit_name = limit_name
         self._buf = bytearray()
+        # a large frame in progress: its chunks so far (size prefix excluded), bytes still due,
+        # and its declared size
+        self._parts: list[bytes | memoryview] | None = None
+        self._need = 0
+        self._held = 0
+        self._big_size = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
-        self._buf += data
         frames: list[memoryview] = []
+        if self._parts is not None:
+            if not isinstance(data, bytes):
+                data = bytes(data)  # the caller may reuse its buffer: keep a copy
+            n = len(data)
+            if n < self._need:
+                self._parts.append(data)
+                self._need -= n
+                self._held += n
+                return frames
+            need = self._need
+            parts = self._parts
+            parts.append(memoryview(data)[:need] if n > need else data)
+            frames.append(memoryview(bytearray().join(parts)))
+            self._parts = None
+            self._held = self._need = self._big_size = 0
+            if n == need:
+                return frames
+            data = memoryview(data)[need:]
+        self._buf += data
         buf = self._buf
         pos = 0
         end = len(buf)
@@ -61,6 +87,13 @@ class FrameDecoder:
                     f"frame of {size} bytes exceeds {self.limit_name} ({self.max_frame_size})"
                 )
             if end - pos - 4 < size:
+                if size >= self._HANDOVER:  # the rest of it goes to chunks, not to the buffer
+                    arrived = bytes(buf[pos + 4 : end])
+                    self._parts = [arrived]
+                    self._held = 4 + len(arrived)  # (its size prefix counts as read)
+                    self._need = size - len(arrived)
+                    self._big_size = size
+                    pos = end
                 break
             if size >= self._HANDOVER:
                 if pos:
@@ -82,11 +115,13 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._held
 
     @property
     def pending_frame_size(self) -> int:
         """Declared size of the frame being received (0 if none has started)."""
+        if self._parts is not None:
+            return self._big_size
         buf = self._buf
         if len(buf) < 4:
             return 0
