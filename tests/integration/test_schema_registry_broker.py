@@ -1,0 +1,177 @@
+"""The schema registry served by the broker's own HTTP listener under ``/schema-registry/``
+(``strom.http.schema.registry.enable``), driven by confluent-kafka's SchemaRegistryClient and
+serializers with the broker's URL (a URL with a path), with HTTP basic auth
+(``strom.http.schema.registry.basic.auth.file``, confluent-kafka's ``basic.auth.user.info``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastavro")
+pytest.importorskip("confluent_kafka.schema_registry")
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from strom.testing.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+USER = json.dumps(
+    {
+        "type": "record",
+        "name": "User",
+        "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}],
+    }
+)
+
+
+def wait_ready(url: str, auth: str | None = None, timeout: float = 60.0) -> None:
+    """The registry opens its store after the Kafka listener is up: 503 until then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        req = urllib.request.Request(url + "/subjects")
+        if auth:
+            req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read())
+            assert e.code == 503 and body["error_code"] == 50002, (e.code, body)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"registry at {url} not ready")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    d = tmp_path_factory.mktemp("sr-broker")
+    realm = d / "realm.properties"
+    realm.write_text("# user: password, roles\nalice: alice-secret, admin\nbob: bob-secret\n")
+    b = BrokerProcess(
+        d / "data",
+        overrides=[
+            "strom.http.schema.registry.enable=true",
+            f"strom.http.schema.registry.basic.auth.file={realm}",
+            "group.initial.rebalance.delay.ms=0",
+        ],
+    )
+    b.start()
+    try:
+        wait_ready(b.http_url + "/schema-registry", "alice:alice-secret")
+        yield b
+    finally:
+        b.stop()
+
+
+def registry_url(b: BrokerProcess) -> str:
+    return b.http_url + "/schema-registry"
+
+
+def test_confluent_client_and_serdes_against_the_brokers_url(broker: BrokerProcess) -> None:
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+    conf = {"url": registry_url(broker), "basic.auth.user.info": "alice:alice-secret"}
+    sr = SchemaRegistryClient(conf)
+    topic = f"users-{uuid.uuid4().hex[:8]}"
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    ser = AvroSerializer(sr, USER)
+    users = [{"name": f"u{i}", "age": i} for i in range(5)]
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for u in users:
+        p.produce(topic, value=ser(u, ctx))
+    assert p.flush(30) == 0
+    c = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
+    c.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(users) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    de = AvroDeserializer(SchemaRegistryClient(conf))
+    assert [de(v, ctx) for v in got] == users
+    assert f"{topic}-value" in sr.get_subjects()
+    latest = sr.get_latest_version(f"{topic}-value")
+    assert latest.version == 1 and json.loads(sr.get_schema(latest.schema_id).schema_str) == json.loads(USER)
+    bad = json.dumps({"type": "record", "name": "User", "fields": [{"name": "x", "type": "string"}]})
+    with pytest.raises(SchemaRegistryError) as e:
+        sr.register_schema(f"{topic}-value", Schema(bad, "AVRO"))
+    assert e.value.http_status_code == 409
+    # state is the broker's own _schemas topic (compacted, Confluent's record format)
+    c = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": f"g2-{topic}", "auto.offset.reset": "earliest"}
+    )
+    c.subscribe(["_schemas"])
+    keys: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(k.get("subject") == f"{topic}-value" for k in keys):
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            keys.append(json.loads(m.key()))
+    c.close()
+    assert {"keytype": "SCHEMA", "subject": f"{topic}-value", "version": 1, "magic": 1} in keys
+
+
+def test_basic_auth(broker: BrokerProcess) -> None:
+    url = registry_url(broker)
+    for user_info in (None, "alice:wrong", "carol:x"):
+        conf = {"url": url}
+        if user_info:
+            conf["basic.auth.user.info"] = user_info
+        with pytest.raises(SchemaRegistryError) as e:
+            SchemaRegistryClient(conf).get_subjects()
+        assert e.value.http_status_code == 401
+    req = urllib.request.Request(url + "/subjects")
+    with pytest.raises(urllib.error.HTTPError) as h:
+        urllib.request.urlopen(req, timeout=10)
+    assert h.value.code == 401 and h.value.headers["WWW-Authenticate"] == 'Basic realm="SchemaRegistry"'
+    assert json.loads(h.value.read()) == {"error_code": 401, "message": "Unauthorized"}
+    # bob (no role) is a user too; strom.serde's client speaks basic auth as well
+    from strom.serde import RegistryClient
+
+    assert isinstance(
+        SchemaRegistryClient({"url": url, "basic.auth.user.info": "bob:bob-secret"}).get_subjects(), list
+    )
+    sid = RegistryClient(url, user_info="bob:bob-secret").register("auth-check-value", '"string"', "AVRO")
+    assert (
+        SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:alice-secret"})
+        .get_schema(sid)
+        .schema_str
+        == '"string"'
+    )
+    # the rest of the listener is unchanged
+    with urllib.request.urlopen(broker.http_url + "/healthz", timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
+    realm = tmp_path / "realm"
+    realm.write_text("alice: MD5:0123456789abcdef\n")
+    b = BrokerProcess(
+        tmp_path / "data",
+        overrides=[
+            "strom.http.schema.registry.enable=true",
+            f"strom.http.schema.registry.basic.auth.file={realm}",
+        ],
+    )
+    with pytest.raises(Exception, match="only plain passwords"):
+        b.start()
+    b.stop()
