@@ -385,3 +385,49 @@ def test_option_errors(spark: Any, kbroker: BrokerProcess, registry: str) -> Non
     bad = spark.createDataFrame([(("x", 1, "extra"),)], "value struct<name:string,age:int,nick:string>")
     with pytest.raises(Exception, match="nick of the value column are not in the schema"):
         write(bad, kbroker.bootstrap, topic, valueFormat="avro", **{"schema.registry.url": registry})
+
+
+def test_streaming_avro_exactly_once(
+    spark: Any, kbroker: BrokerProcess, registry: str, tmp_path: Path
+) -> None:
+    """readStream with valueFormat=avro into writeStream with valueFormat=avro, exactlyOnce."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+    sr = SchemaRegistryClient({"url": registry})
+    src, dst = uniq("st-in"), uniq("st-out")
+    create_topic(kbroker.bootstrap, src, 2)
+    create_topic(kbroker.bootstrap, dst, 2)
+    ctx = SerializationContext(src, MessageField.VALUE)
+    ser = AvroSerializer(sr, USER)
+    produce(
+        kbroker.bootstrap, src, [(f"k{i}".encode(), ser({"name": f"n{i}", "age": i}, ctx)) for i in range(30)]
+    )
+    opts = {"schema.registry.url": registry}
+    df = (
+        spark.readStream.format("strom")
+        .option("kafka.bootstrap.servers", kbroker.bootstrap)
+        .option("subscribe", src)
+        .option("startingOffsets", "earliest")
+        .option("valueFormat", "avro")
+        .option("schema.registry.url", registry)
+        .load()
+    )
+    older = df.selectExpr("key", "named_struct('name', upper(value.name), 'age', value.age + 1) AS value")
+    q = (
+        older.writeStream.format("strom")
+        .option("kafka.bootstrap.servers", kbroker.bootstrap)
+        .option("topic", dst)
+        .option("exactlyOnce", "true")
+        .option("valueFormat", "avro")
+        .option("valueSchema", USER)
+        .option("schema.registry.url", opts["schema.registry.url"])
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(180)
+    assert q.exception() is None
+    de = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+    dctx = SerializationContext(dst, MessageField.VALUE)
+    got = sorted((m.key().decode(), de(m.value(), dctx)) for m in consume(kbroker.bootstrap, dst, 30))
+    assert [(k, v["name"], v["age"]) for k, v in got] == sorted((f"k{i}", f"N{i}", i + 1) for i in range(30))
