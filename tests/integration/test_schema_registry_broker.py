@@ -175,3 +175,86 @@ def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="only plain passwords"):
         b.start()
     b.stop()
+
+
+@pytest.mark.slow  # about 17 s; the broker-served registry's basic auth is checked above
+def test_standalone_registry_https_and_basic_auth(broker: BrokerProcess, tmp_path: Path) -> None:
+    """``strom schema-registry --basic-auth-file --ssl-certfile --ssl-keyfile``, with confluent-kafka's
+    client trusting the CA (``ssl.ca.location``) and sending ``basic.auth.user.info``."""
+    import os
+    import subprocess
+    import sys
+
+    trustme = pytest.importorskip("trustme")
+    from strom.testing.broker_process import free_port
+
+    ca = trustme.CA()
+    ca_pem, cert_pem, key_pem = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    issued.cert_chain_pems[0].write_to_path(str(cert_pem))
+    issued.private_key_pem.write_to_path(str(key_pem))
+    realm = tmp_path / "realm"
+    realm.write_text("carol: carol-secret\n")
+    port = free_port()
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    with open(tmp_path / "registry.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "strom",
+                "schema-registry",
+                "--bootstrap-server",
+                broker.bootstrap,
+                "--port",
+                str(port),
+                "--topic",
+                "_schemas_tls",
+                "--group-id",
+                "schema-registry-tls",
+                "--basic-auth-file",
+                str(realm),
+                "--ssl-certfile",
+                str(cert_pem),
+                "--ssl-keyfile",
+                str(key_pem),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=src),
+        )
+        try:
+            url = f"https://127.0.0.1:{port}"
+            conf = {
+                "url": url,
+                "ssl.ca.location": str(ca_pem),
+                "basic.auth.user.info": "carol:carol-secret",
+                "max.retries": 0,
+            }
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    SchemaRegistryClient(conf).get_subjects()
+                    break
+                except Exception:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError((tmp_path / "registry.log").read_text()) from None
+                    time.sleep(0.3)
+            sr = SchemaRegistryClient(conf)
+            sid = sr.register_schema("tls-value", Schema(USER, "AVRO"))
+            assert json.loads(sr.get_schema(sid).schema_str) == json.loads(USER)
+            with pytest.raises(SchemaRegistryError) as e:
+                SchemaRegistryClient({**conf, "basic.auth.user.info": "carol:nope"}).get_subjects()
+            assert e.value.http_status_code == 401
+            with pytest.raises(Exception):  # noqa: B017 (the CA is not trusted: TLS fails)
+                SchemaRegistryClient(
+                    {"url": url, "basic.auth.user.info": "carol:carol-secret", "max.retries": 0}
+                ).get_subjects()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

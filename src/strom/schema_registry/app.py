@@ -410,8 +410,8 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
     my_url = advertised_url or f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
     elector = LeaderElector(conf, topic, my_url, group_id)
     app = build_app(Registry(store), elector, users)
-    log.info("schema registry listening on http://%s:%d (state in %s, advertised as %s)",
-             host, port, topic, my_url)
+    log.info("schema registry listening on %s://%s:%d (state in %s, advertised as %s)",
+             "https" if ssl_certfile else "http", host, port, topic, my_url)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", ssl_certfile=ssl_certfile,
                     ssl_keyfile=ssl_keyfile)
