@@ -177,7 +177,6 @@ def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
     b.stop()
 
 
-@pytest.mark.slow  # about 17 s; the broker-served registry's basic auth is checked above
 def test_standalone_registry_https_and_basic_auth(broker: BrokerProcess, tmp_path: Path) -> None:
     """``strom schema-registry --basic-auth-file --ssl-certfile --ssl-keyfile``, with confluent-kafka's
     client trusting the CA (``ssl.ca.location``) and sending ``basic.auth.user.info``."""

@@ -413,8 +413,9 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
     log.info("schema registry listening on %s://%s:%d (state in %s, advertised as %s)",
              "https" if ssl_certfile else "http", host, port, topic, my_url)
     try:
+        # clients keep connections alive (confluent-kafka's does): a stop waits at most 3 s for them
         uvicorn.run(app, host=host, port=port, log_level="warning", ssl_certfile=ssl_certfile,
-                    ssl_keyfile=ssl_keyfile)
+                    ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=3)
     finally:
         elector.close()
         store.close()
