@@ -52,6 +52,8 @@ def wait_ready(url: str, auth: str | None = None, timeout: float = 60.0) -> None
         except urllib.error.HTTPError as e:
             body = json.loads(e.read())
             assert e.code == 503 and body["error_code"] == 50002, (e.code, body)
+        except OSError:  # not listening yet (a standalone instance starting)
+            pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"registry at {url} not ready")
         time.sleep(0.3)
@@ -250,6 +252,72 @@ def test_standalone_registry_https_and_basic_auth(broker: BrokerProcess, tmp_pat
                 SchemaRegistryClient(
                     {"url": url, "basic.auth.user.info": "carol:carol-secret", "max.retries": 0}
                 ).get_subjects()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_broker_instance_and_standalone_instance_share_the_state(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """A standalone ``strom schema-registry`` on the broker's ``_schemas`` joins the broker-served
+    instance's election: writes sent to either are written by the leader (the other forwards them,
+    the client's credentials with them) and both answer the same ids."""
+    import os
+    import subprocess
+    import sys
+
+    from strom.testing.broker_process import free_port
+
+    realm = tmp_path / "realm"
+    realm.write_text("alice: alice-secret\n")
+    port = free_port()
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    with open(tmp_path / "registry.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "strom",
+                "schema-registry",
+                "--bootstrap-server",
+                broker.bootstrap,
+                "--port",
+                str(port),
+                "--basic-auth-file",
+                str(realm),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=src),
+        )
+        try:
+            standalone = f"http://127.0.0.1:{port}"
+            wait_ready(standalone, "alice:alice-secret")
+            auth = {"basic.auth.user.info": "alice:alice-secret", "max.retries": 0}
+            mounted = SchemaRegistryClient({"url": registry_url(broker), **auth})
+            alone = SchemaRegistryClient({"url": standalone, **auth})
+            schemas = [
+                json.dumps({"type": "record", "name": f"R{i}", "fields": [{"name": "f", "type": "int"}]})
+                for i in range(4)
+            ]
+            ids = []
+            for i, text in enumerate(schemas):  # alternately to each instance
+                client = mounted if i % 2 else alone
+                ids.append(client.register_schema(f"shared-{i}-value", Schema(text, "AVRO")))
+            assert len(set(ids)) == 4
+            for client in (mounted, alone):
+                for i, sid in enumerate(ids):
+                    assert json.loads(client.get_schema(sid).schema_str) == json.loads(schemas[i])
+                    assert client.get_latest_version(f"shared-{i}-value").schema_id == sid
+            log_text = (tmp_path / "registry.log").read_text()
+            assert "schema registry election" in log_text
+            # one of the two is the follower and forwarded the writes sent to it
+            assert "to the leader" in log_text + broker.log()
         finally:
             proc.terminate()
             try:
