@@ -319,13 +319,13 @@ def test_undecodable_records_failfast_and_permissive(
     opts = {"schema.registry.url": registry, "valueFormat": "avro"}
     with pytest.raises(Exception, match=rf"Malformed records.*{topic}-0 offset 1.*unknown magic byte"):
         read(spark, kbroker.bootstrap, topic, **opts).collect()
-    df = read(spark, kbroker.bootstrap, topic, mode="PERMISSIVE", **opts)
-    assert df.columns[-1] == "valueError"
-    rows = sorted(tuple(r) for r in df.select("offset", "value.name", "valueError").collect())
-    assert rows[0] == (0, "ok", None)
-    assert rows[1][1] is None and "magic byte" in rows[1][2]
-    assert rows[2][1] is None and rows[2][2]
-    assert rows[3] == (3, None, None)  # a tombstone is a null value, not an error
+    df = read(spark, kbroker.bootstrap, topic, mode="PERMISSIVE", includeRaw="true", **opts)
+    assert df.columns[-2:] == ["valueError", "valueRaw"]
+    rows = sorted(tuple(r) for r in df.select("offset", "value.name", "valueError", "valueRaw").collect())
+    assert rows[0] == (0, "ok", None, good)
+    assert rows[1][1] is None and "magic byte" in rows[1][2] and rows[1][3] == b"not avro at all"
+    assert rows[2][1] is None and rows[2][2] and rows[2][3] == good[:7]
+    assert rows[3] == (3, None, None, None)  # a tombstone is a null value, not an error
 
 
 def test_string_and_json_formats(spark: Any, kbroker: BrokerProcess) -> None:

@@ -102,6 +102,7 @@ class FieldFormat:
     message: str | None = None  # Protobuf: full name of the message type
     message_indexes: tuple[int, ...] = ()
     permissive: bool = False
+    include_raw: bool = False  # the original bytes kept in keyRaw / valueRaw (read)
 
     @property
     def spark_type(self) -> DataType:
@@ -110,6 +111,10 @@ class FieldFormat:
     @property
     def error_column(self) -> str:
         return f"{self.column}Error"
+
+    @property
+    def raw_column(self) -> str:
+        return f"{self.column}Raw"
 
 
 def _type_from_json(raw: str) -> DataType:
@@ -152,8 +157,14 @@ def resolve_format(
     if fmt == "binary":
         return None
     permissive = permissive_option(opts)
+    raw_opt = (_opt(opts, "includeRaw") or "false").lower()
+    if raw_opt not in ("true", "false"):
+        raise StromOptionError(
+            f"Invalid value '{raw_opt}' for option 'includeRaw': must be 'true' or 'false'"
+        )
+    include_raw = raw_opt == "true" and not for_write
     if fmt == "string":
-        return FieldFormat(column, fmt, StringType().json(), permissive=permissive)
+        return FieldFormat(column, fmt, StringType().json(), permissive=permissive, include_raw=include_raw)
     given = _opt(opts, f"{column}Schema")
     if fmt == "json":
         if given is None:
@@ -171,7 +182,9 @@ def resolve_format(
         else:
             st = _json_schema_spark(doc)
             schema = given
-        return FieldFormat(column, fmt, st.json(), schema=schema, permissive=permissive)
+        return FieldFormat(
+            column, fmt, st.json(), schema=schema, permissive=permissive, include_raw=include_raw
+        )
 
     url = _opt(opts, "schema.registry.url")
     if url is None:
@@ -244,6 +257,7 @@ def resolve_format(
         message=message,
         message_indexes=indexes,
         permissive=permissive,
+        include_raw=include_raw,
     )
 
 

@@ -108,6 +108,9 @@ def kafka_schema(
     for fmt in (key_format, value_format):
         if fmt is not None and fmt.permissive:
             fields.append(StructField(fmt.error_column, StringType()))
+    for fmt in (key_format, value_format):
+        if fmt is not None and fmt.include_raw:
+            fields.append(StructField(fmt.raw_column, BinaryType()))
     return StructType(fields)
 
 
@@ -294,7 +297,7 @@ def apply_formats(
     batch: pa.RecordBatch, key_format: FieldFormat | None, value_format: FieldFormat | None
 ) -> pa.RecordBatch:
     """``batch`` (Spark's Kafka columns) with the key and/or value decoded (and the error
-    columns of PERMISSIVE mode appended)."""
+    columns of PERMISSIVE mode, then the raw columns of ``includeRaw``, appended)."""
     topic = batch.column(2)[0].as_py() if batch.num_rows else ""
     partition = batch.column(3)[0].as_py() if batch.num_rows else -1
     offsets = batch.column(4)
@@ -305,14 +308,17 @@ def apply_formats(
     columns = list(batch.columns)
     names = list(batch.schema.names)
     extra: list[tuple[str, pa.Array]] = []
+    raws: list[tuple[str, pa.Array]] = []
     for index, fmt in ((0, key_format), (1, value_format)):
         if fmt is None:
             continue
         col, errors = decode_column(fmt, batch.column(index), where)
+        if fmt.include_raw:
+            raws.append((fmt.raw_column, batch.column(index)))
         columns[index] = col
         if errors is not None:
             extra.append((fmt.error_column, errors))
-    for name, col in extra:
+    for name, col in extra + raws:
         names.append(name)
         columns.append(col)
     return pa.RecordBatch.from_arrays(columns, names=names)
