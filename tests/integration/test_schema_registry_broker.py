@@ -325,3 +325,45 @@ def test_broker_instance_and_standalone_instance_share_the_state(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def test_registry_over_the_brokers_https_listener(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    from strom.testing.broker_process import free_port
+
+    ca = trustme.CA()
+    ca_pem, server = tmp_path / "ca.pem", tmp_path / "server.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server))
+    port = free_port()
+    b = BrokerProcess(
+        tmp_path / "data",
+        overrides=[
+            f"strom.http.listener=https://127.0.0.1:{port}",
+            "strom.http.schema.registry.enable=true",
+            "listener.name.http.ssl.keystore.type=PEM",
+            f"listener.name.http.ssl.keystore.location={server}",
+            "group.initial.rebalance.delay.ms=0",
+        ],
+    )
+    b.start()
+    try:
+        sr = SchemaRegistryClient(
+            {
+                "url": f"https://127.0.0.1:{port}/schema-registry",
+                "ssl.ca.location": str(ca_pem),
+                "max.retries": 0,
+            }
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                sid = sr.register_schema("over-tls-value", Schema(USER, "AVRO"))
+                break
+            except SchemaRegistryError as e:
+                assert e.http_status_code == 503, e  # the store is opening
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+        assert sr.get_latest_version("over-tls-value").schema_id == sid
+    finally:
+        b.stop()
