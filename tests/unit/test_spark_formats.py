@@ -208,3 +208,15 @@ def test_protobuf_types_and_roundtrip() -> None:
     assert col.to_pylist() == rows.to_pylist()
     with pytest.raises(DecodeError, match="message indexes"):
         decode_column(f, pa.array([frame(5, b"", [0])], pa.binary()), where)
+
+
+def test_reader_schema_given_needs_no_subject() -> None:
+    """Reading several topics (no subject to derive) works when the reader schema is given."""
+    schema = json.dumps({"type": "record", "name": "P", "fields": [{"name": "a", "type": "long"}]})
+    opts = {"valueFormat": "avro", "schema.registry.url": "http://127.0.0.1:9", "valueSchema": schema}
+    f = resolve_format(opts, "value", None, for_write=False)
+    assert f is not None and f.subject is None and f.spark_type.simpleString() == "struct<a:bigint>"
+    with pytest.raises(StromOptionError, match="cannot be derived"):
+        resolve_format(opts, "value", None, for_write=True)  # on write it is registered: a subject
+    with pytest.raises(StromOptionError, match="at most one of"):
+        resolve_format({**opts, "valueSchemaVersion": "2"}, "value", "t", for_write=False)

@@ -191,19 +191,19 @@ def resolve_format(
         raise StromOptionError(f"{column}Format={fmt} needs the option 'schema.registry.url'")
     user_info = _opt(opts, "schema.registry.basic.auth.user.info")
     client = RegistryClient(url, user_info=user_info)
-    subject = _opt(opts, f"{column}Subject")
-    if subject is None:
-        if topic is None:
-            raise StromOptionError(
-                f"{column}Format={fmt}: the subject cannot be derived from a single topic (read from "
-                f"several topics or a pattern, or written with a 'topic' column): set '{column}Subject'"
-            )
-        subject = f"{topic}-{column}"
     stype = REGISTRY_FORMATS[fmt]
     sid_raw, version = _opt(opts, f"{column}SchemaId"), _opt(opts, f"{column}SchemaVersion")
     if sum(x is not None for x in (sid_raw, version, given)) > 1:
         raise StromOptionError(
             f"Set at most one of '{column}Schema', '{column}SchemaId' and '{column}SchemaVersion'"
+        )
+    subject = _opt(opts, f"{column}Subject") or (f"{topic}-{column}" if topic is not None else None)
+    # a subject is needed to look a version up, or to register valueSchema on write
+    if subject is None and sid_raw is None and (given is None or for_write):
+        raise StromOptionError(
+            f"{column}Format={fmt}: the subject cannot be derived from a single topic (read from "
+            f"several topics or a pattern, or written with a 'topic' column): set '{column}Subject'"
+            f" (or give the schema with '{column}Schema' / '{column}SchemaId' on read)"
         )
     wire = "serialized" if fmt == "protobuf" else None
     schema_id: int | None = None
@@ -220,6 +220,7 @@ def resolve_format(
             if fmt == "protobuf":
                 text = _proto_serialized(given, column)
             if for_write:  # registered as given (as confluent-kafka's serializers do)
+                assert subject is not None
                 schema_id = client.register(subject, given, stype)
         else:
             v = version or "latest"
@@ -227,6 +228,7 @@ def resolve_format(
                 raise StromOptionError(
                     f"Invalid value '{v}' for option '{column}SchemaVersion': a version number or latest"
                 )
+            assert subject is not None
             info = client.version(subject, v, wire)
             text, got_type, schema_id = info["schema"], info.get("schemaType", "AVRO"), int(info["id"])
     except SerdeError as e:
