@@ -489,6 +489,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # message searches: running at once (more get a 503 page), and how long one may run
     _c("strom.http.console.max.searches", _INT, 4, AtLeast(1)),
     _c("strom.http.console.search.timeout.ms", _LONG, 300000, AtLeast(100)),
+    # the schema registry (strom.schema_registry) served by the HTTP listener under /schema-registry/:
+    # its state in the _schemas topic (strom.http.schema.registry.topic) of
+    # strom.http.schema.registry.bootstrap.servers (empty: this broker's first PLAINTEXT listener),
+    # with the client settings of strom.http.schema.registry.command.config (a properties file, as
+    # `strom schema-registry --command-config`); the brokers (and standalone instances) sharing the
+    # topic elect a leader in the group strom.http.schema.registry.group.id; HTTP basic auth with a
+    # realm file of 'user: password[,role ...]' lines (Confluent's authentication.method=BASIC)
+    _c("strom.http.schema.registry.enable", _BOOL, False),
+    _c("strom.http.schema.registry.bootstrap.servers", _STR, ""),
+    _c("strom.http.schema.registry.command.config", _STR, ""),
+    _c("strom.http.schema.registry.topic", _STR, "_schemas"),
+    _c("strom.http.schema.registry.group.id", _STR, "schema-registry"),
+    _c("strom.http.schema.registry.basic.auth.file", _STR, ""),
     # SASL (security/sasl.py). Kafka's default sasl.enabled.mechanisms is GSSAPI, which strom cannot
     # offer: strom enables PLAIN and SCRAM. Per listener: listener.name.<listener>.sasl.enabled.mechanisms;
     # PLAIN users (user_<name>="<password>") from listener.name.<listener>.plain.sasl.jaas.config, else

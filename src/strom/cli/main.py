@@ -201,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument(
         "--command-config", metavar="FILE", help="properties file of client settings (security.protocol, ...)"
     )
+    registry.add_argument(
+        "--basic-auth-file",
+        metavar="FILE",
+        help="require HTTP basic auth: a realm file of 'user: password[,role ...]' lines "
+        "(Confluent's authentication.method=BASIC)",
+    )
+    registry.add_argument("--ssl-certfile", metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    registry.add_argument("--ssl-keyfile", metavar="PEM", help="the certificate's private key")
     cli_console.add_parser(sub, _add_bootstrap)
     return parser
 
@@ -385,6 +393,9 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.topic,
                 args.advertised_url,
                 args.group_id,
+                args.basic_auth_file,
+                args.ssl_certfile,
+                args.ssl_keyfile,
             )
         if args.command == "console":
             return cli_console.console(args)

@@ -99,17 +99,7 @@ class ConsoleMount:
         """The configured bootstrap servers, else this broker's first PLAINTEXT Kafka listener."""
         if self.configured:
             return self.configured
-        protocols = self.broker.config.security_protocol_map()
-        from ..metadata.quorum_config import parse_listener_names
-
-        controllers = set(parse_listener_names(self.broker.config.values.get("controller.listener.names")))
-        for srv in self.broker.servers:
-            if protocols.get(srv.name) == "PLAINTEXT" and srv.name not in controllers and srv.sockets:
-                host, port = srv.sockets[0].getsockname()[:2]
-                if host in ("0.0.0.0", "::", ""):
-                    host = "127.0.0.1"
-                return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        raise OSError(_NO_PLAINTEXT)
+        return own_plaintext_bootstrap(self.broker, _NO_PLAINTEXT)
 
     def _client(self) -> Client:
         from ..client.client import Client
@@ -126,6 +116,22 @@ class ConsoleMount:
             lifespan, self._lifespan = self._lifespan, None
             with contextlib.suppress(Exception):
                 await lifespan.__aexit__(None, None, None)
+
+
+def own_plaintext_bootstrap(broker: Broker, missing: str) -> str:
+    """``host:port`` of the broker's first bound PLAINTEXT (non-controller) Kafka listener;
+    OSError(``missing``) when there is none (yet)."""
+    protocols = broker.config.security_protocol_map()
+    from ..metadata.quorum_config import parse_listener_names
+
+    controllers = set(parse_listener_names(broker.config.values.get("controller.listener.names")))
+    for srv in broker.servers:
+        if protocols.get(srv.name) == "PLAINTEXT" and srv.name not in controllers and srv.sockets:
+            host, port = srv.sockets[0].getsockname()[:2]
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    raise OSError(missing)
 
 
 def _security(path: str) -> Any:
@@ -147,7 +153,7 @@ def _security(path: str) -> Any:
 
 async def serve_asgi(app: App, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                      method: str, target: str, head: bytes, tls: bool,
-                     server: tuple[str, int]) -> None:
+                     server: tuple[str, int], root_path: str = PREFIX) -> None:
     """Run one HTTP/1.1 request (its head already read) through an ASGI app and write the
     answer; the connection is closed after it by the caller."""
     from urllib.parse import unquote, urlsplit
@@ -188,7 +194,7 @@ async def serve_asgi(app: App, reader: asyncio.StreamReader, writer: asyncio.Str
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
         "method": method, "scheme": "https" if tls else "http",
-        "path": unquote(parts.path), "raw_path": parts.path.encode("latin-1"), "root_path": PREFIX,
+        "path": unquote(parts.path), "raw_path": parts.path.encode("latin-1"), "root_path": root_path,
         "query_string": parts.query.encode("latin-1"), "headers": headers,
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None, "server": server, "state": {},
     }

@@ -26,6 +26,7 @@ from prometheus_client.process_collector import ProcessCollector
 from ..config_schema import ConfigError
 from .collector import StromCollector, render
 from .console_mount import PREFIX, ConsoleMount, serve_asgi
+from .registry_mount import REGISTRY_PREFIX, RegistryMount
 
 if TYPE_CHECKING:
     from ..server.broker import Broker
@@ -86,6 +87,7 @@ class HttpListener:
         ProcessCollector(registry=self.process)  # process_cpu_seconds_total, resident memory ...
         self.server: asyncio.Server | None = None
         self.console: ConsoleMount | None = None
+        self.registry: RegistryMount | None = None
         self.routes: dict[str, Handler] = {
             "/metrics": self._metrics,
             "/healthz": self._healthz,
@@ -96,21 +98,26 @@ class HttpListener:
         if self.broker.config["strom.http.console.enable"]:
             # (bad settings: a ConfigError before binding)
             self.console = ConsoleMount(self.broker, lambda: self._metrics()[2])
+        if self.broker.config["strom.http.schema.registry.enable"]:
+            self.registry = RegistryMount(self.broker)  # bad settings: a ConfigError before binding
         self.server = await asyncio.start_server(
             self._serve, self.host, self.port, reuse_address=True, limit=_MAX_HEAD, ssl=self.tls
         )
         for s in self.server.sockets:
             addr = s.getsockname()
             self.port = addr[1]
-            log.info("HTTP listener on %s://%s:%d (/metrics /healthz /readyz%s)",
-                     "https" if self.tls else "http", addr[0], addr[1], " /console/" if self.console else "")
+            log.info("HTTP listener on %s://%s:%d (/metrics /healthz /readyz%s%s)",
+                     "https" if self.tls else "http", addr[0], addr[1], " /console/" if self.console else "",
+                     f" {REGISTRY_PREFIX}/" if self.registry else "")
+        if self.registry is not None:
+            await self.registry.start(self.url)
         if self.console is not None:
             self.console.http_url = self.url
             await self.console.start()
 
     @property
     def _not_found(self) -> bytes:
-        more = b", /console/" if self.console else b""
+        more = (b", /console/" if self.console else b"") + (b", /schema-registry/" if self.registry else b"")
         return b"not found: try /metrics, /healthz, /readyz" + more + b"\n"
 
     @property
@@ -127,6 +134,8 @@ class HttpListener:
         self.close()
         if self.console is not None:
             await self.console.stop()
+        if self.registry is not None:
+            await self.registry.stop()
 
     # ------------------------------------------------------------------ routes
     def _metrics(self) -> tuple[int, str, bytes]:
@@ -163,6 +172,16 @@ class HttpListener:
                 return
             method, target = fields[0], fields[1]
             path = urlsplit(target).path
+            reg = self.registry
+            if reg is not None and (path == REGISTRY_PREFIX or path.startswith(REGISTRY_PREFIX + "/")):
+                if reg.app is None:
+                    await self._answer(writer, 503, "application/vnd.schemaregistry.v1+json",
+                                       reg.unavailable(), method == "HEAD")
+                    return
+                await serve_asgi(reg.app, reader, writer, method=method, target=target, head=head,
+                                 tls=self.tls is not None, server=(self.host, self.port),
+                                 root_path=REGISTRY_PREFIX)
+                return
             if self.console is not None and (path == PREFIX or path.startswith(PREFIX + "/")):
                 if path == PREFIX:
                     await self._answer(writer, 308, "text/plain", b"", method == "HEAD",

@@ -64,10 +64,15 @@ def _forward(leader: str, request: Request, raw: bytes) -> Response:
     log.info("forwarding %s %s to the leader %s", request.method, request.url.path, leader)
     raw_path = request.scope.get("raw_path")  # as the client quoted it
     path = raw_path.decode("ascii") if raw_path else urllib.parse.quote(request.url.path)
+    root = str(request.scope.get("root_path", ""))  # mounted under a prefix (the broker's listener)
+    if root and path.startswith(root + "/"):
+        path = path[len(root):]
     url = leader.rstrip("/") + path + (f"?{request.url.query}" if request.url.query else "")
+    headers = {"Content-Type": CONTENT_TYPE, FORWARDED: "1"}
+    if "authorization" in request.headers:  # the leader checks the same credentials
+        headers["Authorization"] = request.headers["authorization"]
     req = urllib.request.Request(url, data=raw if request.method in ("POST", "PUT") else None,
-                                 method=request.method,
-                                 headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"})
+                                 method=request.method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return Response(resp.read(), status_code=resp.status, media_type=CONTENT_TYPE)
@@ -110,13 +115,58 @@ def _forward_to_leader(elector: LeaderElector | None, request: Request, raw: byt
             time.sleep(0.5)
 
 
-def build_app(registry: Registry, elector: LeaderElector | None = None) -> Starlette:
+def load_realm(path: str) -> dict[str, str]:
+    """Users of HTTP basic auth from a realm file as Confluent's ``authentication.method=BASIC``
+    takes it (Jetty's ``PropertyFileLoginModule`` format): ``user: password[,role ...]`` lines,
+    ``#`` comments; plain passwords only (no ``OBF:``/``MD5:``/``CRYPT:``). Raises ValueError or
+    OSError."""
+    users: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            user, sep, rest = line.partition(":")
+            password = rest.split(",", 1)[0].strip()
+            if not sep or not user.strip():
+                raise ValueError(f"{path}:{n}: expected 'user: password[,role ...]'")
+            if password.startswith(("OBF:", "MD5:", "CRYPT:")):
+                scheme = password.split(":")[0]
+                raise ValueError(f"{path}:{n}: only plain passwords are supported, not {scheme}:")
+            users[user.strip()] = password
+    if not users:
+        raise ValueError(f"{path}: no users")
+    return users
+
+
+def _authorized(request: Request, users: dict[str, str]) -> bool:
+    import base64
+    import hmac
+
+    kind, _, cred = request.headers.get("authorization", "").partition(" ")
+    if kind.lower() != "basic":
+        return False
+    try:
+        user, sep, password = base64.b64decode(cred.strip(), validate=True).decode("utf-8").partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    expected = users.get(user)
+    return bool(sep) and expected is not None and hmac.compare_digest(expected.encode(), password.encode())
+
+
+def build_app(registry: Registry, elector: LeaderElector | None = None,
+              users: dict[str, str] | None = None) -> Starlette:
+    """The REST API; ``users``: HTTP basic auth required (user -> password), else open."""
     Endpoint = Callable[[Request, dict[str, Any]], Any]
 
     def handler(fn: Endpoint, write: tuple[str, ...] = ()) -> Callable[[Request], Any]:
         async def wrapped(request: Request) -> Response:
             from starlette.concurrency import run_in_threadpool
 
+            if users is not None and not _authorized(request, users):
+                denied = _error(401, 401, "Unauthorized")
+                denied.headers["WWW-Authenticate"] = 'Basic realm="SchemaRegistry"'
+                return denied
             try:
                 if request.method in write and FORWARDED not in request.headers:
                     raw = await request.body()
@@ -328,7 +378,8 @@ def client_config(props: dict[str, str]) -> dict[str, str]:
 
 def serve(bootstrap: str, host: str, port: int, command_config: str | None = None,
           topic: str = "_schemas", advertised_url: str | None = None,
-          group_id: str = "schema-registry") -> int:
+          group_id: str = "schema-registry", basic_auth_file: str | None = None,
+          ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> int:
     import uvicorn
 
     from strom.schema_registry.store import KafkaStore
@@ -341,18 +392,30 @@ def serve(bootstrap: str, host: str, port: int, command_config: str | None = Non
         except (OSError, ValueError) as e:
             print(f"strom schema-registry: error: --command-config {command_config}: {e}", file=sys.stderr)
             return 2
+    users = None
+    if basic_auth_file:
+        try:
+            users = load_realm(basic_auth_file)
+        except (OSError, ValueError) as e:
+            print(f"strom schema-registry: error: --basic-auth-file: {e}", file=sys.stderr)
+            return 2
+    if bool(ssl_certfile) != bool(ssl_keyfile):
+        print("strom schema-registry: error: --ssl-certfile and --ssl-keyfile go together", file=sys.stderr)
+        return 2
     try:
         store = KafkaStore(conf, topic=topic)
     except StoreError as e:
         print(f"strom schema-registry: error: {e}", file=sys.stderr)
         return 1
-    my_url = advertised_url or f"http://{host}:{port}"
+    my_url = advertised_url or f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
     elector = LeaderElector(conf, topic, my_url, group_id)
-    app = build_app(Registry(store), elector)
-    log.info("schema registry listening on http://%s:%d (state in %s, advertised as %s)",
-             host, port, topic, my_url)
+    app = build_app(Registry(store), elector, users)
+    log.info("schema registry listening on %s://%s:%d (state in %s, advertised as %s)",
+             "https" if ssl_certfile else "http", host, port, topic, my_url)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # clients keep connections alive (confluent-kafka's does): a stop waits at most 3 s for them
+        uvicorn.run(app, host=host, port=port, log_level="warning", ssl_certfile=ssl_certfile,
+                    ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=3)
     finally:
         elector.close()
         store.close()

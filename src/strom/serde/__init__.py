@@ -78,16 +78,25 @@ def unframe(data: bytes, protobuf: bool = False) -> tuple[int, list[int] | None,
 class RegistryClient:
     """A minimal, caching client of the Schema Registry REST API (standard library only)."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, user_info: str | None = None) -> None:
+        """``user_info``: ``user:password`` for HTTP basic auth (confluent-kafka's
+        ``basic.auth.user.info``)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._by_id: dict[int, dict[str, Any]] = {}
+        self._auth: str | None = None
+        if user_info:
+            import base64
+
+            self._auth = "Basic " + base64.b64encode(user_info.encode()).decode()
+        self._by_id: dict[tuple[int, str | None], dict[str, Any]] = {}
         self._ids: dict[tuple[str, str, str], int] = {}
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE})
+        headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+        if self._auth:
+            headers["Authorization"] = self._auth
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read())
@@ -110,10 +119,20 @@ class RegistryClient:
             self._ids[k] = int(self._call("POST", f"/subjects/{quoted}/versions", body)["id"])
         return self._ids[k]
 
-    def schema(self, schema_id: int) -> dict[str, Any]:
-        if schema_id not in self._by_id:
-            self._by_id[schema_id] = self._call("GET", f"/schemas/ids/{schema_id}")
-        return self._by_id[schema_id]
+    def schema(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
+        """``GET /schemas/ids/{id}`` (``fmt="serialized"``: Protobuf as a base64 descriptor)."""
+        k = (schema_id, fmt)
+        if k not in self._by_id:
+            q = f"?format={fmt}" if fmt else ""
+            self._by_id[k] = self._call("GET", f"/schemas/ids/{schema_id}{q}")
+        return self._by_id[k]
+
+    def version(self, subject: str, version: str | int = "latest", fmt: str | None = None) -> dict[str, Any]:
+        """``GET /subjects/{s}/versions/{v}``: subject, version, id, schema, schemaType (not cached:
+        ``latest`` moves)."""
+        quoted = urllib.parse.quote(subject, safe="")
+        q = f"?format={fmt}" if fmt else ""
+        return dict(self._call("GET", f"/subjects/{quoted}/versions/{version}{q}"))
 
 
 def topic_subject(topic: str, is_key: bool = False) -> str:

@@ -114,6 +114,8 @@ class WriteOptions:
     include_headers: bool = True
     exactly_once: bool = False
     eos_id: str | None = None
+    key_format: Any = None  # strom.spark.formats.FieldFormat (settled by the sink, registry contacted)
+    value_format: Any = None
 
 
 # Spark's KafkaSourceProvider refuses these consumer settings with these explanations.

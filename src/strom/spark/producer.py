@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from strom.client import KafkaError
 from strom.client.client import now_ms
 from strom.client.partitioner import partition_for_key
 from strom.protocol import records as rec
+from strom.spark.formats import encode_column
 from strom.spark.kafka_io import KafkaSession, session
 from strom.spark.options import WriteOptions
 
@@ -102,12 +103,26 @@ class Producer:
     def add(self, rows: pa.RecordBatch) -> None:
         names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
         n = rows.num_rows
-        values = rows.column(names["value"]).to_pylist()
-        keys = rows.column(names["key"]).to_pylist() if "key" in names else [None] * n
         if self.opts.topic is not None:
             topics: list[Any] = [self.opts.topic] * n
         else:
             topics = rows.column(names["topic"]).to_pylist()
+
+        def where(i: int) -> str:
+            return f"row {i} of a batch for topic {topics[i]}"
+
+        values: Sequence[Any]
+        keys: Sequence[Any]
+        if self.opts.value_format is not None:
+            values = encode_column(self.opts.value_format, rows.column(names["value"]), where)
+        else:
+            values = rows.column(names["value"]).to_pylist()
+        if "key" not in names:
+            keys = [None] * n
+        elif self.opts.key_format is not None:
+            keys = encode_column(self.opts.key_format, rows.column(names["key"]), where)
+        else:
+            keys = rows.column(names["key"]).to_pylist()
         parts = rows.column(names["partition"]).to_pylist() if "partition" in names else [None] * n
         headers = rows.column(names["headers"]).to_pylist() if "headers" in names else None
         ts = now_ms()

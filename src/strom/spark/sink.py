@@ -16,6 +16,7 @@ broker failures raise :class:`strom.client.KafkaError` from the task (Spark retr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ from pyspark.sql.types import (
 
 from strom.client.partitioner import murmur2
 from strom.spark.eos import ExactlyOnceStreamWriter
+from strom.spark.formats import check_write_type, resolve_format
 from strom.spark.options import StromOptionError, WriteOptions, parse_write_options
 from strom.spark.producer import WriteCommit, write_rows
 
@@ -58,8 +60,14 @@ def _is(dt: DataType, *types: type[DataType]) -> bool:
 
 
 def validate_write_schema(schema: StructType, opts: WriteOptions) -> None:
-    """Spark's ``KafkaWriter.validateQuery`` checks, with its messages."""
+    """Spark's ``KafkaWriter.validateQuery`` checks, with its messages (the key and value
+    columns checked against their ``keyFormat``/``valueFormat`` when they have one)."""
     fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if opts.key_format is not None and "key" in fields:
+        check_write_type(opts.key_format, fields.pop("key"))
+    if opts.value_format is not None and "value" in fields:
+        check_write_type(opts.value_format, fields["value"])
+        fields["value"] = BinaryType()
     if opts.topic is None and "topic" not in fields:
         raise StromOptionError(
             "topic option required when no 'topic' attribute is present. Use the topic option for "
@@ -121,8 +129,18 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         pass
 
 
+def _with_formats(options: Mapping[str, str], opts: WriteOptions) -> WriteOptions:
+    """``keyFormat``/``valueFormat`` settled: schemas fetched (or registered) once, when the
+    query starts; the subjects follow the ``topic`` option."""
+    key = resolve_format(options, "key", opts.topic, for_write=True)
+    value = resolve_format(options, "value", opts.topic, for_write=True)
+    if key is None and value is None:
+        return opts
+    return dataclasses.replace(opts, key_format=key, value_format=value)
+
+
 def make_batch_writer(options: Mapping[str, str], schema: StructType) -> DataSourceWriter:
-    opts = parse_write_options(options)
+    opts = _with_formats(options, parse_write_options(options))
     validate_write_schema(schema, opts)
     if opts.exactly_once:
         raise StromOptionError("exactlyOnce is only available for streaming writes (writeStream)")
@@ -130,7 +148,7 @@ def make_batch_writer(options: Mapping[str, str], schema: StructType) -> DataSou
 
 
 def make_stream_writer(options: Mapping[str, str], schema: StructType) -> DataSourceStreamWriter:
-    opts = parse_write_options(options)
+    opts = _with_formats(options, parse_write_options(options))
     validate_write_schema(schema, opts)
     if opts.exactly_once:
         if opts.topic is None:

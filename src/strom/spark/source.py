@@ -58,6 +58,7 @@ from pyspark.sql.types import (
 
 from strom.client import KafkaError
 from strom.spark.arrow_decode import decode_to_arrow
+from strom.spark.formats import FieldFormat, decode_column, resolve_format, spark_type_of
 from strom.spark.kafka_io import KafkaSession, TopicPartition, session
 from strom.spark.options import (
     EARLIEST,
@@ -84,11 +85,17 @@ _OFFSET_OUT_OF_RANGE = 1
 Offsets = dict[TopicPartition, int]
 
 
-def kafka_schema(include_headers: bool = False) -> StructType:
-    """Spark's Kafka source schema (plus ``headers`` with ``includeHeaders``)."""
+def kafka_schema(
+    include_headers: bool = False,
+    key_format: FieldFormat | None = None,
+    value_format: FieldFormat | None = None,
+) -> StructType:
+    """Spark's Kafka source schema (plus ``headers`` with ``includeHeaders``); with a
+    ``keyFormat``/``valueFormat`` the column has the format's type, and in PERMISSIVE mode an
+    error column (``keyError``, ``valueError``) follows the others."""
     fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("key", spark_type_of(key_format)),
+        StructField("value", spark_type_of(value_format)),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
@@ -98,6 +105,12 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
+    for fmt in (key_format, value_format):
+        if fmt is not None and fmt.permissive:
+            fields.append(StructField(fmt.error_column, StringType()))
+    for fmt in (key_format, value_format):
+        if fmt is not None and fmt.include_raw:
+            fields.append(StructField(fmt.raw_column, BinaryType()))
     return StructType(fields)
 
 
@@ -153,6 +166,8 @@ class KafkaRange(InputPartition):
         until_offset: int,
         include_headers: bool,
         fail_on_data_loss: bool,
+        key_format: FieldFormat | None = None,
+        value_format: FieldFormat | None = None,
     ) -> None:
         super().__init__(None)
         self.client = client
@@ -162,12 +177,18 @@ class KafkaRange(InputPartition):
         self.until_offset = until_offset
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.key_format = key_format
+        self.value_format = value_format
 
     def __repr__(self) -> str:
         return f"KafkaRange({self.topic}-{self.partition} [{self.from_offset}, {self.until_offset}))"
 
 
-def plan_ranges(opts: ReadOptions, ranges: Sequence[tuple[TopicPartition, int, int]]) -> list[KafkaRange]:
+def plan_ranges(
+    opts: ReadOptions,
+    ranges: Sequence[tuple[TopicPartition, int, int]],
+    formats: tuple[FieldFormat | None, FieldFormat | None] = (None, None),
+) -> list[KafkaRange]:
     """Spark's KafkaOffsetRangeCalculator: one task per non-empty range, split further to reach
     ``minPartitions`` (proportionally to range sizes) and to respect ``maxRecordsPerPartition``."""
     pieces: list[tuple[TopicPartition, int, int]] = [r for r in ranges if r[2] > r[1]]
@@ -186,7 +207,7 @@ def plan_ranges(opts: ReadOptions, ranges: Sequence[tuple[TopicPartition, int, i
             split.extend(_split(tp, a, b, n))
         pieces = split
     return [
-        KafkaRange(opts.client, tp[0], tp[1], a, b, opts.include_headers, opts.fail_on_data_loss)
+        KafkaRange(opts.client, tp[0], tp[1], a, b, opts.include_headers, opts.fail_on_data_loss, *formats)
         for tp, a, b in pieces
     ]
 
@@ -246,7 +267,10 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
             aborted=f.aborted,
         )
         if chunk.batch is not None:
-            yield chunk.batch
+            if part.key_format is not None or part.value_format is not None:
+                yield apply_formats(chunk.batch, part.key_format, part.value_format)
+            else:
+                yield chunk.batch
         if chunk.next_offset is not None and chunk.next_offset > offset:
             offset = chunk.next_offset
             empty_polls = 0
@@ -267,6 +291,50 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
             if empty_polls > 20:
                 raise KafkaError(-1, f"no progress fetching {topic}-{partition} at offset {offset}")
         time.sleep(0.05 * empty_polls)
+
+
+def apply_formats(
+    batch: pa.RecordBatch, key_format: FieldFormat | None, value_format: FieldFormat | None
+) -> pa.RecordBatch:
+    """``batch`` (Spark's Kafka columns) with the key and/or value decoded (and the error
+    columns of PERMISSIVE mode, then the raw columns of ``includeRaw``, appended)."""
+    topic = batch.column(2)[0].as_py() if batch.num_rows else ""
+    partition = batch.column(3)[0].as_py() if batch.num_rows else -1
+    offsets = batch.column(4)
+
+    def where(i: int) -> str:
+        return f"{topic}-{partition} offset {offsets[i].as_py()}"
+
+    columns = list(batch.columns)
+    names = list(batch.schema.names)
+    extra: list[tuple[str, pa.Array]] = []
+    raws: list[tuple[str, pa.Array]] = []
+    for index, fmt in ((0, key_format), (1, value_format)):
+        if fmt is None:
+            continue
+        col, errors = decode_column(fmt, batch.column(index), where)
+        if fmt.include_raw:
+            raws.append((fmt.raw_column, batch.column(index)))
+        columns[index] = col
+        if errors is not None:
+            extra.append((fmt.error_column, errors))
+    for name, col in extra + raws:
+        names.append(name)
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def resolve_read_formats(
+    options: Mapping[str, str], opts: ReadOptions
+) -> tuple[FieldFormat | None, FieldFormat | None]:
+    """The ``keyFormat``/``valueFormat`` of a read, their schemas settled (planning time). The
+    subject's topic is the one topic read, if there is one."""
+    topics = set(opts.topics) | set(opts.assign)
+    topic = next(iter(topics)) if len(topics) == 1 and opts.pattern is None else None
+    return (
+        resolve_format(options, "key", topic, for_write=False),
+        resolve_format(options, "value", topic, for_write=False),
+    )
 
 
 # ---------------------------------------------------------------------- offset resolution
@@ -335,8 +403,11 @@ def _partitions_checked(sess: KafkaSession, opts: ReadOptions) -> list[TopicPart
 class StromBatchReader(DataSourceReader):
     """``spark.read.format("strom")``: reads ``[startingOffsets, endingOffsets)`` once."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(
+        self, opts: ReadOptions, formats: tuple[FieldFormat | None, FieldFormat | None] = (None, None)
+    ) -> None:
         self.opts = opts
+        self.formats = formats
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
@@ -352,7 +423,7 @@ class StromBatchReader(DataSourceReader):
                     f"The ending offset {b} of {tp[0]}-{tp[1]} is before its starting offset {a}"
                 )
             ranges.append((tp, a, b))
-        return plan_ranges(opts, ranges)
+        return plan_ranges(opts, ranges, self.formats)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         assert isinstance(partition, KafkaRange)
@@ -375,8 +446,11 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     data loss. Records that arrive after the start are read from batch 1 on, exactly once.
     """
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(
+        self, opts: ReadOptions, formats: tuple[FieldFormat | None, FieldFormat | None] = (None, None)
+    ) -> None:
         self.opts = opts
+        self.formats = formats
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read beyond this
         self._last_trigger = time.monotonic()
         self._initial: dict[str, Any] | None = None  # initialOffset(), resolved once
@@ -485,7 +559,7 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 continue
             ranges.append((tp, a, b))
-        return plan_ranges(opts, ranges)
+        return plan_ranges(opts, ranges, self.formats)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         assert isinstance(partition, KafkaRange)
@@ -533,13 +607,30 @@ class StromDataSource(DataSource):
 
     def schema(self) -> StructType:
         opts = parse_read_options(self.options, streaming=None)
-        return kafka_schema(opts.include_headers)
+        return kafka_schema(opts.include_headers, *resolve_read_formats(self.options, opts))
+
+    def _formats(
+        self, opts: ReadOptions, schema: StructType
+    ) -> tuple[FieldFormat | None, FieldFormat | None]:
+        """The formats again (executors need the schema texts); refused when a schema resolved
+        now gives other columns than those planned (a new latest version in between)."""
+        formats = resolve_read_formats(self.options, opts)
+        now = kafka_schema(opts.include_headers, *formats)
+        if schema is not None and now.simpleString() != schema.simpleString():
+            raise StromOptionError(
+                "The key/value schema changed between planning and reading (a new version was "
+                f"registered?): planned {schema.simpleString()}, now {now.simpleString()}. Define the "
+                "query again, or pin the schema with valueSchemaVersion / valueSchemaId."
+            )
+        return formats
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StromBatchReader(parse_read_options(self.options, streaming=False))
+        opts = parse_read_options(self.options, streaming=False)
+        return StromBatchReader(opts, self._formats(opts, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StromStreamReader(parse_read_options(self.options, streaming=True))
+        opts = parse_read_options(self.options, streaming=True)
+        return StromStreamReader(opts, self._formats(opts, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from strom.spark.sink import make_batch_writer
