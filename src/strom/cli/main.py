@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from strom.cli import acls as cli_acls
 from strom.cli import cluster_tools, commands, dump_log, storage
 from strom.cli import configs as cli_configs
+from strom.cli import connect as cli_connect
 from strom.cli import dev_cluster as cli_dev_cluster
 from strom.cli import groups as cli_groups
 from strom.cli import leader_election as cli_leader_election
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--command-config", metavar="FILE", help="properties file of client settings (security.protocol, ...)"
     )
     cli_console.add_parser(sub, _add_bootstrap)
+    cli_connect.add_parser(sub)
     return parser
 
 
@@ -386,6 +388,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.advertised_url,
                 args.group_id,
             )
+        if args.command == "connect":
+            return cli_connect.connect(args)
         if args.command == "console":
             return cli_console.console(args)
         if args.command == "dev-cluster":
