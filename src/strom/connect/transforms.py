@@ -188,7 +188,7 @@ class InsertField(_KeyOrValue):
         if schema is None:
             m = dict(require_map(value, "field insertion"))
             for name, v, _s in self._values(r, False):
-                if name not in m or v is not None:
+                if v is not None:  # Kafka inserts only the values it has
                     m[name] = v
             return self.with_(r, m, None)
         struct = require_struct(value, schema, "field insertion")
