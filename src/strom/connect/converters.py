@@ -883,7 +883,7 @@ class ProtobufConverter(_RegistryConverter):
                     "values": self._field_schema(v),
                     "optional": True,
                 }
-            elif f.label == 3:
+            elif _repeated(f):
                 fs = {"type": "array", "items": self._field_schema(f), "optional": True}
             else:
                 fs = self._field_schema(f)
@@ -937,6 +937,11 @@ class ProtobufConverter(_RegistryConverter):
         return frame(sid, msg.SerializeToString(), [0])
 
 
+def _repeated(f: Any) -> bool:
+    rep = getattr(f, "is_repeated", None)  # newer protobuf; older ones have label (3 = repeated)
+    return bool(rep) if rep is not None else bool(f.label == 3)
+
+
 def _msg_value(msg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in msg.DESCRIPTOR.fields:
@@ -944,7 +949,7 @@ def _msg_value(msg: Any) -> dict[str, Any]:
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             vf = f.message_type.fields_by_name["value"]
             out[f.name] = {k: (_msg_value(x) if vf.message_type is not None else x) for k, x in v.items()}
-        elif f.label == 3:
+        elif _repeated(f):
             out[f.name] = [
                 _msg_value(x)
                 if f.message_type is not None
