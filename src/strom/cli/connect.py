@@ -3,6 +3,7 @@
     strom connect run CONFIG.json|CONFIG.properties [--bootstrap-server B] [--state-dir DIR]
                       [--once] [--trigger-interval-ms 1000]
     strom connect validate CONFIG.json|CONFIG.properties
+    strom connect serve [--bootstrap-server B] [--port 8083] [--state-dir DIR]
 
 ``run`` runs one connector in the foreground until Ctrl-C/SIGTERM (``--once``: what is there
 now, then exit). Its Spark checkpoint lives in ``--state-dir`` (default ``./strom-connect``)
@@ -43,6 +44,18 @@ def add_parser(sub: Any) -> None:
     run.add_argument(
         "--trigger-interval-ms", type=int, default=1000, help="micro-batch interval (default 1000)"
     )
+    srv = csub.add_parser(
+        "serve", help="Kafka Connect's REST API; each connector a Spark query in this process"
+    )
+    srv.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,...]")
+    srv.add_argument("--port", type=int, default=8083, help="HTTP port (default 8083, Connect's)")
+    srv.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    srv.add_argument(
+        "--state-dir",
+        default="strom-connect",
+        metavar="DIR",
+        help="connector configs and checkpoints (default ./strom-connect)",
+    )
     val = csub.add_parser("validate", help="check a connector config and print it as Connect would store it")
     val.add_argument("config", metavar="CONFIG")
 
@@ -50,6 +63,11 @@ def add_parser(sub: Any) -> None:
 def connect(args: argparse.Namespace) -> int:
     from strom.connect.config import load_config
     from strom.connect.data import ConfigError
+
+    if args.connect_command == "serve":
+        from strom.connect.rest import serve
+
+        return serve(args.bootstrap_server, args.host, args.port, Path(args.state_dir))
 
     try:
         cfg = load_config(args.config)
