@@ -170,6 +170,14 @@ def test_file_sink_transforms_dlq_and_replay(spark: Any, kbroker: BrokerProcess,
     lines = out.read_text().splitlines()
     assert sorted(lines) == expected([0, 1, 2, 4, 5, 6, 7, 8, 9])
 
+    # the sink's offsets are also committed to its consumer group, as Connect's sinks keep them
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "group.id": "connect-sink"})
+    committed = c.committed([TopicPartition("orders", 0), TopicPartition("orders", 1)], timeout=15)
+    c.close()
+    assert [tp.offset for tp in committed] == [5, 5]
+
     dlq = consume_all(bs, "orders-dlq", 1)
     assert len(dlq) == 1
     m = dlq[0]
