@@ -160,3 +160,37 @@ def test_rest_api_and_run(kbroker: BrokerProcess, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr.decode()[-3000:]
     assert "6 records in, 6 out" in res.stdout.decode()
     assert out.read_text() == "a\nb\nc\nd\ne\nf\n"
+
+    # a record the converter cannot read with errors.tolerance=none: exit 1, one line, no traceback
+    from confluent_kafka import Producer
+
+    create_topic(bs, "rest-bad")
+    p = Producer({"bootstrap.servers": bs})
+    p.produce("rest-bad", value=b"{not json")
+    p.flush(10)
+    bad = tmp_path / "bad.properties"
+    bad.write_text(
+        f"name=bad\nconnector.class=FileStreamSink\nfile={tmp_path / 'bad.txt'}\ntopics=rest-bad\n"
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "strom",
+            "connect",
+            "run",
+            str(bad),
+            "--bootstrap-server",
+            bs,
+            "--state-dir",
+            str(tmp_path / "run"),
+            "--once",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    err = res.stderr.decode()
+    assert res.returncode == 1, err[-3000:]
+    assert "strom connect: connector bad failed: Tolerance exceeded in error handler" in err
+    assert "VALUE_CONVERTER" in err and "Traceback" not in err

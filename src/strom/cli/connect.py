@@ -87,6 +87,7 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
     from strom.connect.runtime import ConnectorRun, spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # it logs a failed foreachBatch's traceback
     if args.trigger_interval_ms < 1:
         print("strom connect: error: --trigger-interval-ms must be at least 1", file=sys.stderr)
         return 2
@@ -103,7 +104,10 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
         q = runner.start(spark, once=args.once, trigger_ms=args.trigger_interval_ms)
         print(f"connector {cfg.name} ({cfg.connector_class}) running", flush=True)
         while not stopping.is_set():
-            if q.awaitTermination(0.5):
+            try:
+                if q.awaitTermination(0.5):
+                    break
+            except Exception:  # the query failed: reported below, in one line
                 break
         runner.stop()
         exc = q.exception()

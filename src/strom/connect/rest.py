@@ -291,6 +291,7 @@ def serve(bootstrap: str, host: str, port: int, state_dir: Path) -> int:
     from strom.connect.runtime import spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     spark = spark_session("strom-connect-worker")
     worker = Worker(spark, bootstrap, state_dir)
     try:

@@ -64,7 +64,8 @@ def _complete_end(path: str, start: int, max_bytes: int) -> int:
     if cut < 0:
         return start
     if chunk[cut : cut + 1] == b"\r" and cut == len(chunk) - 1 and end < size:
-        cut -= 1  # a \r at the edge may be half of \r\n: leave it for the next batch
+        # a \r at the edge may be half of \r\n: end at the line before it
+        cut = max(chunk.rfind(b"\n", 0, cut), chunk.rfind(b"\r", 0, cut))
         if cut < 0:
             return start
     return start + cut + 1
@@ -606,5 +607,7 @@ def spark_session(app: str = "strom-connect") -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    # a failed connector is reported by strom in one line; Spark's own error log would add the
+    # JVM's and Python's stack traces
+    spark.sparkContext.setLogLevel(os.environ.get("STROM_CONNECT_SPARK_LOG_LEVEL", "FATAL"))
     return spark
