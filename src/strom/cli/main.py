@@ -1,7 +1,7 @@
 """The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
 ``records``, ``dump-log``, and the cluster tools ``metadata-quorum``, ``cluster``,
-``leader-election``, ``reassign-partitions``, ``dev-cluster``, and ``storage``
-(``kafka-storage.sh``).
+``leader-election``, ``reassign-partitions``, ``dev-cluster``, ``storage``
+(``kafka-storage.sh``), and ``connect`` (Kafka Connect's connectors on Spark).
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
 ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
