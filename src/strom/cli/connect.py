@@ -125,6 +125,11 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"strom connect: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # the broker unreachable, the file unreadable ...: one line, no traceback
+        print(
+            f"strom connect: connector {cfg.name} could not start: {type(e).__name__}: {e}", file=sys.stderr
+        )
+        return 1
     finally:
         runner.stop()
         spark.stop()
