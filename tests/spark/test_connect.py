@@ -253,3 +253,70 @@ def test_parquet_sink_and_tolerance_none(spark: Any, kbroker: BrokerProcess, tmp
         q.awaitTermination(120)
     assert runner.error is not None and "Tolerance exceeded in error handler" in runner.error
     assert "VALUE_CONVERTER" in runner.error
+
+
+def test_http_sink_batches_retries_and_dlq(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from confluent_kafka import Producer
+
+    got: list[tuple[str, str, bytes]] = []
+    calls = {"n": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            calls["n"] += 1
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if calls["n"] == 1:
+                self.send_response(503)  # retried
+            elif b'"id":3' in body:
+                self.send_response(400)  # not retried: its records go to the DLQ
+            else:
+                got.append((self.path, self.headers["X-Tenant"], body))
+                self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bs = kbroker.bootstrap
+        create_topic(bs, "http-in")
+        p = Producer({"bootstrap.servers": bs})
+        for i in range(5):
+            p.produce("http-in", value=json.dumps({"id": i}).encode())
+        p.flush(10)
+        cfg = {
+            "name": "http",
+            "config": {
+                "connector.class": "io.confluent.connect.http.HttpSinkConnector",
+                "topics": "http-in",
+                "http.api.url": f"http://127.0.0.1:{server.server_port}/ingest",
+                "request.method": "PUT",
+                "headers": "X-Tenant:acme",
+                "batch.max.size": "2",
+                "batch.prefix": "[",
+                "batch.suffix": "]",
+                "request.body.format": "json",
+                "retry.backoff.ms": "10",
+                "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+                "value.converter.schemas.enable": "false",
+                "errors.tolerance": "all",
+                "errors.deadletterqueue.topic.name": "http-dlq",
+                "errors.deadletterqueue.context.headers.enable": "true",
+            },
+        }
+        r = run_once(spark, cfg, bs, tmp_path / "state")
+        assert got == [("/ingest", "acme", b'[{"id":0},{"id":1}]'), ("/ingest", "acme", b'[{"id":4}]')]
+        assert calls["n"] == 4 and r.dead_lettered == 2
+        dlq = consume_all(bs, "http-dlq", 2)
+        assert [m.value() for m in dlq] == [b'{"id": 2}', b'{"id": 3}']
+        h = dict(dlq[0].headers())
+        assert h["__connect.errors.stage"] == b"TASK_PUT"
+        assert h["__connect.errors.class.name"] == b"io.confluent.connect.http.HttpSinkConnector"
+        assert b"answered 400" in h["__connect.errors.exception.message"]
+    finally:
+        server.shutdown()

@@ -144,6 +144,38 @@ def test_properties_syntax() -> None:
         ({"name": "a/b", "config": SINK}, "may not contain"),
         ({"name": "x", "config": {**SINK, "name": "y"}}, "doesn't match"),
         ({"name": "x", "config": {**SINK, "file": ["a"]}}, "expected a string"),
+        ({"name": "h", "config": {"connector.class": "HttpSink", "topics": "t"}}, "http.api.url"),
+        (
+            {
+                "name": "h",
+                "config": {"connector.class": "HttpSink", "topics": "t", "http.api.url": "ftp://x"},
+            },
+            "http(s)",
+        ),
+        (
+            {
+                "name": "h",
+                "config": {
+                    "connector.class": "HttpSink",
+                    "topics": "t",
+                    "http.api.url": "http://x",
+                    "request.method": "GET",
+                },
+            },
+            "request.method",
+        ),
+        (
+            {
+                "name": "h",
+                "config": {
+                    "connector.class": "HttpSink",
+                    "topics": "t",
+                    "http.api.url": "http://x",
+                    "batch.max.size": "0",
+                },
+            },
+            "at least 1",
+        ),
         ([1, 2], "JSON object"),
     ],
 )

@@ -40,11 +40,30 @@ class ConnectorSpec:
 FILE_SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
 FILE_SINK = "org.apache.kafka.connect.file.FileStreamSinkConnector"
 PARQUET_SINK = "strom.connect.ParquetSinkConnector"
+HTTP_SINK = "io.confluent.connect.http.HttpSinkConnector"
 
 CONNECTORS: dict[str, ConnectorSpec] = {
     FILE_SOURCE: ConnectorSpec(FILE_SOURCE, "source", {"file": "", "topic": None, "batch.size": "2000"}),
     FILE_SINK: ConnectorSpec(FILE_SINK, "sink", {"file": ""}),
     PARQUET_SINK: ConnectorSpec(PARQUET_SINK, "sink", {"path": None}),
+    HTTP_SINK: ConnectorSpec(
+        HTTP_SINK,
+        "sink",
+        {
+            "http.api.url": None,
+            "request.method": "POST",
+            "headers": "",
+            "header.separator": "|",
+            "batch.max.size": "1",
+            "batch.prefix": "",
+            "batch.suffix": "",
+            "batch.separator": ",",
+            "request.body.format": "string",
+            "max.retries": "10",
+            "retry.backoff.ms": "3000",
+            "http.request.timeout.ms": "30000",
+        },
+    ),
 }
 
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -159,6 +178,8 @@ _ALIASES = {
     "FileStreamSinkConnector": FILE_SINK,
     "ParquetSink": PARQUET_SINK,
     "ParquetSinkConnector": PARQUET_SINK,
+    "HttpSink": HTTP_SINK,
+    "HttpSinkConnector": HTTP_SINK,
 }
 
 
@@ -375,6 +396,24 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
     for key, default in spec.keys.items():
         if default is None and not props.get(key, "").strip():
             raise ConfigError(f'Missing required configuration "{key}" which has no default value.')
+    if cls == HTTP_SINK:
+        url = props["http.api.url"].strip()
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"Invalid value {url} for configuration http.api.url: not an http(s) URL")
+        method = props.get("request.method", "POST").strip().upper()
+        if method not in ("POST", "PUT", "PATCH", "DELETE"):
+            raise ConfigError(
+                f"Invalid value {method} for configuration request.method: String must be one of: "
+                "POST, PUT, PATCH, DELETE"
+            )
+        if props.get("request.body.format", "string").strip().lower() not in ("string", "json"):
+            raise ConfigError(
+                "Invalid value for configuration request.body.format: String must be one of: string, json"
+            )
+        _int(props, "batch.max.size", 1, minimum=1)
+        _int(props, "max.retries", 10, minimum=0)
+        _int(props, "retry.backoff.ms", 3000, minimum=0)
+        _int(props, "http.request.timeout.ms", 30000, minimum=1)
     if cls == FILE_SOURCE:
         _int(props, "batch.size", 2000, minimum=1)
         if "," in props["topic"]:
