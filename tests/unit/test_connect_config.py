@@ -150,7 +150,7 @@ def test_properties_syntax() -> None:
                 "name": "h",
                 "config": {"connector.class": "HttpSink", "topics": "t", "http.api.url": "ftp://x"},
             },
-            "http(s)",
+            "not an http",
         ),
         (
             {
