@@ -1,7 +1,7 @@
 """The ``strom`` command: ``serve``, ``topics``, ``produce``, ``consume``, ``configs``,
 ``records``, ``dump-log``, and the cluster tools ``metadata-quorum``, ``cluster``,
-``leader-election``, ``reassign-partitions``, ``dev-cluster``, and ``storage``
-(``kafka-storage.sh``).
+``leader-election``, ``reassign-partitions``, ``dev-cluster``, ``storage``
+(``kafka-storage.sh``), and ``connect`` (Kafka Connect's connectors on Spark).
 
 Flag names follow Apache Kafka's tools (``kafka-server-start.sh``, ``kafka-topics.sh``,
 ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``, ``kafka-configs.sh``,
@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from strom.cli import acls as cli_acls
 from strom.cli import cluster_tools, commands, dump_log, storage
 from strom.cli import configs as cli_configs
+from strom.cli import connect as cli_connect
 from strom.cli import dev_cluster as cli_dev_cluster
 from strom.cli import groups as cli_groups
 from strom.cli import leader_election as cli_leader_election
@@ -210,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("--ssl-certfile", metavar="PEM", help="serve HTTPS with this certificate (chain)")
     registry.add_argument("--ssl-keyfile", metavar="PEM", help="the certificate's private key")
     cli_console.add_parser(sub, _add_bootstrap)
+    cli_connect.add_parser(sub)
     return parser
 
 
@@ -397,6 +399,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.ssl_certfile,
                 args.ssl_keyfile,
             )
+        if args.command == "connect":
+            return cli_connect.connect(args)
         if args.command == "console":
             return cli_console.console(args)
         if args.command == "dev-cluster":
