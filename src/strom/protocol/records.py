@@ -341,7 +341,35 @@ def build_batch(
     body = bytearray()
     for i, (key, value, headers, ts) in enumerate(recs):
         _encode_record(body, i, ts - base_ts, key, value, headers)
-    payload = compress(compression, bytes(body))
+    return build_batch_from_records(
+        bytes(body), len(recs), base_ts, max_ts, base_offset=base_offset, compression=compression,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        transactional=transactional, control=control, timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def build_batch_from_records(
+    body: bytes,
+    count: int,
+    base_ts: int,
+    max_ts: int,
+    *,
+    base_offset: int = 0,
+    compression: int = COMPRESSION_NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch around ``body``, the ``count`` records already encoded (offset deltas
+    0..count-1, timestamps relative to ``base_ts``), e.g. by :mod:`strom.spark.arrow_encode`."""
+    if count <= 0:
+        raise ValueError("a record batch needs at least one record")
+    payload = compress(compression, body)
     attributes = compression & 0x07
     if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
         attributes |= _ATTR_TIMESTAMP_TYPE
@@ -358,13 +386,13 @@ def build_batch(
             2,
             0,
             attributes,
-            len(recs) - 1,
+            count - 1,
             base_ts,
             max_ts,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(recs),
+            count,
         )
     )
     buf += payload

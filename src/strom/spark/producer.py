@@ -20,13 +20,17 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import WriterCommitMessage
 
 from strom.client import KafkaError
 from strom.client.client import now_ms
 from strom.client.partitioner import partition_for_key
 from strom.protocol import records as rec
+from strom.spark.arrow_encode import encodable, encode_records, partitions_for_keys
 from strom.spark.formats import encode_column
 from strom.spark.kafka_io import KafkaSession, session
 from strom.spark.options import WriteOptions
@@ -90,7 +94,8 @@ class Producer:
         self.on_new_partition = on_new_partition
         self.send = send
         self.written = 0
-        self.ready: list[tuple[tuple[str, int], list[rec.RecordInput]]] = []
+        self.ready: list[tuple[tuple[str, int], list[rec.RecordInput] | Encoded]] = []
+        self.vectorised_rows = 0  # rows that took the Arrow path (strom.spark.arrow_encode)
 
     def partitions_of(self, topic: str) -> int:
         n = self.num_partitions.get(topic)
@@ -103,6 +108,10 @@ class Producer:
     def add(self, rows: pa.RecordBatch) -> None:
         names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
         n = rows.num_rows
+        if n and self._add_vectorised(rows, names):
+            if len(self.ready) >= _MAX_IN_FLIGHT:
+                self.send_ready()
+            return
         if self.opts.topic is not None:
             topics: list[Any] = [self.opts.topic] * n
         else:
@@ -164,6 +173,72 @@ class Producer:
         if len(self.ready) >= _MAX_IN_FLIGHT:
             self.send_ready()
 
+    def _add_vectorised(self, rows: pa.RecordBatch, names: dict[str, int]) -> bool:
+        """The common shapes of a batch (binary or string key and value, no headers, one topic,
+        partitions given for every row or for none, keys all null or none null) encoded
+        column-wise (:mod:`strom.spark.arrow_encode`): no Python object per row. False: the
+        batch takes the per-row path."""
+        opts = self.opts
+        if not (_plain(opts.value_format) and _plain(opts.key_format)):
+            return False
+        n = rows.num_rows
+        if "headers" in names and rows.column(names["headers"]).null_count != n:
+            return False
+        value = rows.column(names["value"])
+        key = rows.column(names["key"]) if "key" in names else None
+        if not (encodable(value) and encodable(key)):
+            return False
+        if opts.topic is not None:
+            topic = opts.topic
+        else:
+            tcol = rows.column(names["topic"])
+            first = tcol[0].as_py()
+            if first is None or tcol.null_count or not pc.all(pc.equal(tcol, first)).as_py():
+                return False
+            topic = str(first)
+        pcol = rows.column(names["partition"]) if "partition" in names else None
+        parts: npt.NDArray[np.int64] | None = None
+        if pcol is not None and pcol.null_count == 0:
+            parts = np.asarray(pcol.to_numpy(zero_copy_only=False), dtype=np.int64)
+        elif pcol is not None and pcol.null_count != n:
+            return False
+        elif key is not None and key.null_count == 0:
+            parts = partitions_for_keys(key, self.partitions_of(topic))
+        elif key is not None and key.null_count != n:
+            return False  # some keys null: their sticky partition is per row
+        ts = now_ms()
+        groups: list[tuple[int, npt.NDArray[np.int64] | None]]
+        if parts is None:  # no key, no partition: the sticky partition takes the whole batch
+            part = self.sticky.get(topic)
+            if part is None:
+                part = random.randrange(self.partitions_of(topic))
+            groups = [(part, None)]
+            self.sticky.pop(topic, None)
+        else:
+            order = np.argsort(parts, kind="stable")
+            sorted_parts = parts[order]
+            cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+            groups = [(int(parts[c[0]]), c) for c in np.split(order, cuts)]
+        sizes = pc.binary_length(_binary(value)).to_numpy(zero_copy_only=False)
+        sizes = np.nan_to_num(sizes.astype(np.float64), nan=0.0).astype(np.int64) + 16
+        if key is not None and key.null_count != n:
+            ksz = pc.binary_length(_binary(key)).to_numpy(zero_copy_only=False)
+            sizes += np.nan_to_num(ksz.astype(np.float64), nan=0.0).astype(np.int64)
+        limit = self.opts.client.batch_size
+        for part, idx in groups:
+            tp = (topic, part)
+            if tp in self.pending:  # rows of this partition from the per-row path go first
+                self.ready.append((tp, self.pending.pop(tp)))
+                self.pending_bytes.pop(tp, None)
+            rows_idx = np.arange(n) if idx is None else idx
+            for chunk in _chunks(rows_idx, sizes[rows_idx], _MAX_BATCH_RECORDS, limit):
+                take = pa.array(chunk)
+                body, _size = encode_records(
+                    None if key is None else key.take(take), value.take(take))
+                self.ready.append((tp, Encoded(body, len(chunk), ts)))
+        self.vectorised_rows += n
+        return True
+
     def flush(self) -> None:
         self.ready.extend(self.pending.items())
         self.pending.clear()
@@ -176,32 +251,41 @@ class Producer:
         ready, self.ready = self.ready, []
         self.sess.run(self._send_all(ready))
 
-    async def _send_all(self, ready: list[tuple[tuple[str, int], list[rec.RecordInput]]]) -> None:
+    async def _send_all(self, ready: list[tuple[tuple[str, int], list[rec.RecordInput] | Encoded]]) -> None:
         client = self.sess.client
         settings = self.opts.client
         # one batch per partition at a time keeps per-partition order (and sequence numbers)
-        by_tp: dict[tuple[str, int], list[list[rec.RecordInput]]] = {}
+        by_tp: dict[tuple[str, int], list[list[rec.RecordInput] | Encoded]] = {}
         for tp, records in ready:
             by_tp.setdefault(tp, []).append(records)
         if self.on_new_partition is not None:
             await self.on_new_partition([tp for tp in by_tp])
 
-        async def one(tp: tuple[str, int], batches: list[list[rec.RecordInput]]) -> None:
+        async def one(tp: tuple[str, int], batches: list[list[rec.RecordInput] | Encoded]) -> None:
             for records in batches:
+                count = records.count if isinstance(records, Encoded) else len(records)
                 seq = -1
                 if self.producer_id >= 0:
                     seq = self.sequences.get(tp, 0)
-                    self.sequences[tp] = seq + len(records)
-                batch = rec.build_batch(
-                    records,
-                    compression=settings.compression,
-                    producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch,
-                    base_sequence=seq,
-                    transactional=self.producer_id >= 0 and self.on_new_partition is not None,
-                )
+                    self.sequences[tp] = seq + count
+                transactional = self.producer_id >= 0 and self.on_new_partition is not None
+                if isinstance(records, Encoded):
+                    batch = rec.build_batch_from_records(
+                        records.body, count, records.timestamp, records.timestamp,
+                        compression=settings.compression, producer_id=self.producer_id,
+                        producer_epoch=self.producer_epoch, base_sequence=seq, transactional=transactional,
+                    )
+                else:
+                    batch = rec.build_batch(
+                        records,
+                        compression=settings.compression,
+                        producer_id=self.producer_id,
+                        producer_epoch=self.producer_epoch,
+                        base_sequence=seq,
+                        transactional=transactional,
+                    )
                 await self._produce(client, tp, batch, settings.acks)
-                self.written += len(records)
+                self.written += count
 
         await asyncio.gather(*(one(tp, b) for tp, b in by_tp.items()))
 
@@ -210,6 +294,38 @@ class Producer:
             await client.produce(tp[0], tp[1], batch, acks=acks)
         else:
             await self.send(tp, batch)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """The records of one batch already encoded column-wise (one timestamp for all)."""
+
+    body: bytes
+    count: int
+    timestamp: int
+
+
+def _plain(fmt: Any) -> bool:
+    """A key or value format whose bytes are the column's own (binary, or UTF-8 strings)."""
+    return fmt is None or getattr(fmt, "format", None) in ("binary", "string")
+
+
+def _binary(col: pa.Array) -> pa.Array:
+    return col if col.type == pa.binary() else col.cast(pa.binary())
+
+
+def _chunks(idx: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], max_records: int, max_bytes: int
+            ) -> Iterator[npt.NDArray[np.int64]]:
+    """``idx`` cut into runs of at most ``max_records`` rows and about ``max_bytes`` bytes (a run
+    ends at the row that reaches the limit; a single larger row is a run of its own)."""
+    start, n = 0, len(idx)
+    csum = np.cumsum(sizes)
+    while start < n:
+        base = csum[start - 1] if start else 0
+        end = int(np.searchsorted(csum, base + max_bytes, side="left")) + 1
+        end = max(start + 1, min(end, start + max_records, n))
+        yield idx[start:end]
+        start = end
 
 
 def write_rows(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
