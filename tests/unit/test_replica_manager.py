@@ -335,6 +335,19 @@ def _call(b: Broker, key: int, version: int, fields: dict[str, Any]) -> dict[str
     return result
 
 
+def _call_raw(b: Broker, key: int, version: int, fields: dict[str, Any]) -> Any:
+    """A handler that answers encoded bytes (Metadata): its answer decoded by kio."""
+    from strom.protocol import codec
+    from strom.server.context import RawResponse, RequestContext
+    from strom.server.handlers import load_all
+
+    ctx = RequestContext(key, version, 1, "client", "127.0.0.1", "c1", b)
+    result = asyncio.run(load_all()[key](ctx, codec.build(codec.request_type(key, version), fields)))
+    assert isinstance(result, RawResponse)
+    body = b"".join(bytes(p) for p in result.parts if not isinstance(p, tuple))
+    return codec._reader(codec.response_type(key, version))(memoryview(body), 0)[0]
+
+
 def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) -> None:
     follow(broker)
     produced = _call(broker, 0, 9, {
@@ -347,8 +360,8 @@ def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) ->
         "topics": [{"name": "t", "partitions": [{"partition_index": 1, "timestamp": LATEST}]}],
     })
     assert listed["topics"][0]["partitions"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
-    described = _call(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}],
-                                      "allow_auto_topic_creation": False})
-    part = described["topics"][0]["partitions"][0]
-    assert (part["error_code"], part["leader_id"], part["leader_epoch"]) == (0, 7, 4)
-    assert part["replica_nodes"] == part["isr_nodes"] == [7, 3]
+    described = _call_raw(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}],
+                                          "allow_auto_topic_creation": False})
+    part = described.topics[0].partitions[0]
+    assert (part.error_code, part.leader_id, part.leader_epoch) == (0, 7, 4)
+    assert part.replica_nodes == part.isr_nodes == (7, 3)
