@@ -32,7 +32,7 @@ from strom.server.handlers.metadata import (
     encode_existing_topic,
     encode_topic,
 )
-from strom.server.metadata_cache import ImageMetadataCache
+from strom.server.metadata_cache import ImageMetadataCache, RegistryMetadataCache
 from strom.server.network import _with_throttle
 
 
@@ -203,3 +203,33 @@ def test_kept_entries_follow_the_image_and_the_failed_dirs(tmp_path: Path) -> No
     assert [p.partition_index for p in decoded().partitions] == [0, 1, 2, 3, 4]
     # another API version, another listener: their own entries
     assert kept.get(_ctx(cache, 5), info, {}) != get()
+
+
+def _states_from_partition(cache: Any, info: TopicInfo) -> list[tuple[Any, ...]]:
+    out = []
+    for p in range(info.partitions):
+        pm = cache.partition(info.name, p)
+        if pm is not None:
+            out.append((p, pm.leader_id, pm.leader_epoch, pm.replicas, pm.isr, pm.offline_replicas))
+    return out
+
+
+def test_bulk_partition_states_agree_with_partition(tmp_path: Path) -> None:
+    cache, info, offline = _setup(tmp_path)
+    # an image without partition 2, a node-1 replica on a failed dir that 1 does not lead
+    parts = {k: v for k, v in PARTS.items() if k != 2}
+    parts[1] = PartitionRegistration(replicas=(2, 1), isr=(2, 1), leader=2, leader_epoch=5)
+    for image_parts in (PARTS, parts):
+        for failed in (set(), {("t", 3)}, {("t", 1), ("t", 3), ("other", 0)}):
+            offline.clear()
+            offline.update(failed)
+            cache.update(_image(image_parts, BROKERS))
+            assert cache.partition_states(info) == _states_from_partition(cache, info)
+    registry = RegistryMetadataCache(TopicRegistry(tmp_path / "r", persist=False), 4, "cid",
+                                     lambda _listener: ("h", 1), offline)
+    rinfo = registry._registry.create("t", 5, {})
+    for failed in (set(), {("t", 0), ("t", 4)}):
+        offline.clear()
+        offline.update(failed)
+        assert registry.partition_states(rinfo) == _states_from_partition(registry, rinfo)
+    assert cache.partition_states(TopicInfo("gone", uuid.UUID(int=1), 3)) == []

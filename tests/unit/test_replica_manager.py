@@ -11,10 +11,17 @@ from typing import Any
 import pytest
 
 from strom.config import BrokerConfig
+from strom.metadata.topics import TopicInfo
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.records import build_batch, build_control_batch
 from strom.server.broker import Broker
-from strom.server.metadata_cache import NO_LEADER, BrokerNode, PartitionMetadata, RegistryMetadataCache
+from strom.server.metadata_cache import (
+    NO_LEADER,
+    BrokerNode,
+    PartitionLeadership,
+    PartitionMetadata,
+    RegistryMetadataCache,
+)
 from strom.server.replica_manager import (
     EARLIEST,
     LATEST,
@@ -76,6 +83,11 @@ class OtherLeader(RegistryMetadataCache):
     def leader_id(self, topic: str, partition: int) -> int | None:
         pm = self.partition(topic, partition)
         return None if pm is None else pm.leader_id
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        pms = (self.partition(info.name, p) for p in range(info.partitions))
+        return [(pm.partition, pm.leader_id, pm.leader_epoch, pm.replicas, pm.isr, pm.offline_replicas)
+                for pm in pms if pm is not None]
 
     def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
         # broker 7 is alive too (Metadata gives only a leader alive on the client's listener)

@@ -81,6 +81,10 @@ class PartitionMetadata:
         return self.leader_id != NO_LEADER
 
 
+# (partition, leader, leader epoch, replicas, ISR, offline replicas): PartitionMetadata's values
+PartitionLeadership = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
 class MetadataCache(Protocol):
     """What a handler may ask about the cluster. Every method answers from memory."""
 
@@ -123,6 +127,11 @@ class MetadataCache(Protocol):
 
     def leader_id(self, topic: str, partition: int) -> int | None:
         """The partition's leader (NO_LEADER if none), None if it does not exist (hot path)."""
+        ...
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        """Every partition of the topic that :meth:`partition` knows, in order, as plain tuples
+        with the same values (the Metadata handler's bulk read: no object per partition)."""
         ...
 
     def topic_state(self, info: TopicInfo) -> Hashable:
@@ -222,6 +231,17 @@ class RegistryMetadataCache:
             return None
         offline = self._offline
         return NO_LEADER if offline and (topic, partition) in offline else self._node_id
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        name = info.name
+        known = self._registry.topics.get(name)
+        if known is None:
+            return []
+        r, nid, epoch, offline = self._replicas, self._node_id, self.LEADER_EPOCH, self._offline
+        return [
+            (p, NO_LEADER, epoch, r, r, r) if offline and (name, p) in offline else (p, nid, epoch, r, r, ())
+            for p in range(known.partitions)
+        ]
 
     def topic_state(self, info: TopicInfo) -> Hashable:
         # one replica, this node, at a fixed epoch: only the partition count (and the topic id,
@@ -361,6 +381,37 @@ class ImageMetadataCache:
         if leader == self._node_id and offline and (topic, partition) in offline:
             return NO_LEADER
         return leader
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        name = info.name
+        known = self._registry.topics.get(name)
+        if known is None:
+            return []
+        t = self._image.topics.topics_by_name.get(name)
+        if t is None or t.id != known.topic_id:
+            return []
+        brokers = self._image.cluster.brokers
+        here, offline_here = self._node_id, self._offline
+        down: dict[tuple[int, ...], tuple[int, ...]] = {}  # replicas -> those not alive (memo)
+        out: list[PartitionLeadership] = []
+        registrations = t.partitions
+        for p in range(known.partitions):
+            reg = registrations.get(p)
+            if reg is None:
+                continue
+            replicas = reg.replicas
+            offline = down.get(replicas)
+            if offline is None:
+                offline = down[replicas] = tuple(
+                    r for r in replicas if (b := brokers.get(r)) is None or b.fenced)
+            leader = reg.leader
+            if offline_here and (name, p) in offline_here:  # as partition() answers it
+                if here in replicas and here not in offline:
+                    offline = tuple(r for r in replicas if r in offline or r == here)
+                if leader == here:
+                    leader = NO_LEADER
+            out.append((p, leader, reg.leader_epoch, replicas, reg.isr, offline))
+        return out
 
     def topic_state(self, info: TopicInfo) -> Hashable:
         # images are immutable and share what a delta did not change: the topic's image (its

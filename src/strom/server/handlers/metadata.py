@@ -4,8 +4,9 @@ The answer for all topics of a broker with 10,000 partitions has 10,000 partitio
 as dicts and kio entities and encoded field by field on every request they cost 150-350 ms of
 the event loop. So
 
-* a topic's partitions are encoded straight from the metadata cache (:func:`encode_partitions`,
-  struct-packed rows, no per-partition dict or entity), its other fields by kio;
+* a topic's partitions are struct-packed by :func:`encode_partitions` from the metadata cache's
+  ``partition_states`` (plain tuples: no dict, entity or other object per partition), its other
+  fields encoded by kio (10,000 partitions: ~15 ms instead of 150-350);
 * each topic's entry is kept encoded (:class:`_EncodedTopics`), per API version and listener,
   while the metadata cache's ``topic_state`` of the topic (and its partitions on failed log
   dirs) stays equal: a Metadata request re-encodes only the topics whose leadership, ISR,
@@ -34,7 +35,7 @@ from ...protocol.errors import ErrorCode
 from ...security.authorizer import CLUSTER_NAME
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RawResponse, RequestContext
-from ..metadata_cache import MetadataCache
+from ..metadata_cache import NO_LEADER, MetadataCache
 from . import handler
 
 _NO_OPS = -2147483648  # topic/cluster_authorized_operations not asked for (Kafka's INT32_MIN)
@@ -51,25 +52,20 @@ def partition_rows(ctx: RequestContext, info: TopicInfo) -> list[PartitionRow]:
     # LISTENER_NOT_FOUND from v6 when it is alive on another listener, else LEADER_NOT_AVAILABLE
     cache = ctx.broker.metadata_cache
     listener = ctx.session.listener
-    alive: dict[int, bool] = {}  # leader -> alive on the listener (asked once per leader)
+    errors: dict[int, int] = {NO_LEADER: ErrorCode.LEADER_NOT_AVAILABLE}  # leader -> error (memo)
     out = []
-    name = info.name
-    for p in range(info.partitions):
-        pm = cache.partition(name, p)
-        if pm is None:  # a partition of the registry the image does not have (yet)
-            continue
-        leader, error = pm.leader_id, ErrorCode.NONE
-        if not pm.has_leader:
-            error = ErrorCode.LEADER_NOT_AVAILABLE
-        else:
-            here = alive.get(leader)
-            if here is None:
-                here = alive[leader] = cache.alive_broker(leader, listener) is not None
-            if not here:
-                elsewhere = ctx.api_version >= 6 and cache.alive_broker(leader) is not None
-                error = ErrorCode.LISTENER_NOT_FOUND if elsewhere else ErrorCode.LEADER_NOT_AVAILABLE
-                leader = -1
-        out.append((int(error), p, leader, pm.leader_epoch, pm.replicas, pm.isr, pm.offline_replicas))
+    for p, leader, epoch, replicas, isr, offline in cache.partition_states(info):
+        error = errors.get(leader)
+        if error is None:
+            if cache.alive_broker(leader, listener) is not None:
+                error = ErrorCode.NONE
+            elif ctx.api_version >= 6 and cache.alive_broker(leader) is not None:
+                error = ErrorCode.LISTENER_NOT_FOUND
+            else:
+                error = ErrorCode.LEADER_NOT_AVAILABLE
+            errors[leader] = error = int(error)
+        shown = leader if error == ErrorCode.NONE else NO_LEADER
+        out.append((error, p, shown, epoch, replicas, isr, offline))
     return out
 
 
@@ -99,16 +95,21 @@ def encode_partitions(version: int, rows: list[PartitionRow]) -> bytes:
     ~30 ms this way, ~250 ms through dicts and kio)."""
     flexible = version >= 9
     out = bytearray(_array_length(flexible, len(rows)))
+    tails: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], bytes] = {}  # (memo)
+    pack = _ROW.pack
     for error, index, leader, epoch, replicas, isr, offline in rows:
-        out += _ROW.pack(error, index, leader)
-        if version >= 7:
-            out += _I32.pack(epoch)
-        out += _int32s(flexible, replicas)
-        out += _int32s(flexible, isr)
-        if version >= 5:
-            out += _int32s(flexible, offline)
-        if flexible:
-            out.append(0)  # no tagged fields
+        out += pack(error, index, leader)
+        key = (epoch, replicas, isr, offline)
+        tail = tails.get(key)
+        if tail is None:
+            tail = _I32.pack(epoch) if version >= 7 else b""
+            tail += _int32s(flexible, replicas) + _int32s(flexible, isr)
+            if version >= 5:
+                tail += _int32s(flexible, offline)
+            if flexible:
+                tail += b"\0"  # no tagged fields
+            tails[key] = tail
+        out += tail
     return bytes(out)
 
 
