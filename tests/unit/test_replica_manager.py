@@ -367,11 +367,11 @@ def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) ->
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch(1)}]}],
     })
     assert produced["responses"][0]["partition_responses"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
-    listed = _call(broker, 2, 7, {
+    listed = _call_raw(broker, 2, 7, {
         "replica_id": -1, "isolation_level": 0,
         "topics": [{"name": "t", "partitions": [{"partition_index": 1, "timestamp": LATEST}]}],
     })
-    assert listed["topics"][0]["partitions"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
+    assert listed.topics[0].partitions[0].error_code == E.NOT_LEADER_OR_FOLLOWER
     described = _call_raw(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}],
                                           "allow_auto_topic_creation": False})
     part = described.topics[0].partitions[0]

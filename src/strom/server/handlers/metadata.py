@@ -69,20 +69,8 @@ def partition_rows(ctx: RequestContext, info: TopicInfo) -> list[PartitionRow]:
     return out
 
 
-def _array_length(flexible: bool, n: int) -> bytes:
-    if not flexible:
-        return n.to_bytes(4, "big", signed=True)
-    n += 1  # compact arrays: length + 1 as an unsigned varint
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _int32s(flexible: bool, values: tuple[int, ...]) -> bytes:
-    return _array_length(flexible, len(values)) + struct.pack(f">{len(values)}i", *values)
+    return codec.array_length(flexible, len(values)) + struct.pack(f">{len(values)}i", *values)
 
 
 _ROW = struct.Struct(">hii")  # error, index, leader
@@ -94,7 +82,7 @@ def encode_partitions(version: int, rows: list[PartitionRow]) -> bytes:
     every field of every version, without building kio entities (10,000 partitions are
     ~30 ms this way, ~250 ms through dicts and kio)."""
     flexible = version >= 9
-    out = bytearray(_array_length(flexible, len(rows)))
+    out = bytearray(codec.array_length(flexible, len(rows)))
     tails: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], bytes] = {}  # (memo)
     pack = _ROW.pack
     for error, index, leader, epoch, replicas, isr, offline in rows:
@@ -130,47 +118,17 @@ def encode_topic(version: int, entry: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-# the fixed-size fields that follow an array we put in place by hand
-_AFTER = {"cluster_authorized_operations": 4, "error_code": 2, "topic_authorized_operations": 4}
-
-
-@cache
-def _array_slot(entity: type, array: str) -> tuple[int, int]:
-    """Where the field ``array`` sits in the encoding of ``entity`` when it is empty: the
-    length of that empty array and of everything after it (fixed-size fields and, in flexible
-    versions, the empty tagged fields)."""
-    flexible = bool(getattr(entity, "__flexible__", False))
-    after = 0
-    seen = False
-    for spec in codec._fields(entity):
-        if spec.name == array:
-            seen = True
-        elif seen:
-            after += _AFTER[spec.name]  # (a new field after the array: KeyError, caught by the tests)
-    return (1 if flexible else 4), after + (1 if flexible else 0)
-
-
-def _around(entity: type, array: str, encoded_empty: bytes) -> tuple[bytes, bytes]:
-    """``encoded_empty`` (``entity`` encoded with ``array`` empty) cut around that array."""
-    empty, after = _array_slot(entity, array)
-    cut = len(encoded_empty) - after - empty
-    return encoded_empty[:cut], encoded_empty[len(encoded_empty) - after:]
-
-
 def encode_existing_topic(ctx: RequestContext, info: TopicInfo, ops: int = _NO_OPS) -> bytes:
     """The entry of a topic that exists: kio encodes its fields, :func:`encode_partitions` its
     partitions."""
     version = ctx.api_version
-    cls = _topic_type(version)
-    head = encode_topic(version, {
+    before, after = codec.encode_around(_topic_type(version), {
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": info.internal,
-        "partitions": (),
         "topic_authorized_operations": ops,
-    })
-    before, after = _around(cls, "partitions", head)
+    }, "partitions")
     return before + encode_partitions(version, partition_rows(ctx, info)) + after
 
 
@@ -221,11 +179,10 @@ def _answer(version: int, top: dict[str, Any], topics: list[bytes]) -> RawRespon
     """The whole answer: ``top`` (every field but the topics) encoded by kio with an empty topics
     array, and the encoded ``topics`` put in that array's place."""
     resp_type = codec.response_type(3, version)
-    empty = codec.encode_response(codec.build(resp_type, {**top, "topics": ()}))
-    before, after = _around(resp_type, "topics", empty)
+    before, after = codec.encode_around(resp_type, top, "topics")
     flexible = bool(getattr(resp_type, "__flexible__", False))
     parts: list[bytes | bytearray | memoryview | tuple[int, int, int]] = [
-        before, _array_length(flexible, len(topics)), *topics, after,
+        before, codec.array_length(flexible, len(topics)), *topics, after,
     ]
     return RawResponse(parts, sum(len(p) for p in parts), throttle_leads=version >= 3)  # type: ignore[arg-type]
 
