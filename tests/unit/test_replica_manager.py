@@ -11,10 +11,17 @@ from typing import Any
 import pytest
 
 from strom.config import BrokerConfig
+from strom.metadata.topics import TopicInfo
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.records import build_batch, build_control_batch
 from strom.server.broker import Broker
-from strom.server.metadata_cache import NO_LEADER, BrokerNode, PartitionMetadata, RegistryMetadataCache
+from strom.server.metadata_cache import (
+    NO_LEADER,
+    BrokerNode,
+    PartitionLeadership,
+    PartitionMetadata,
+    RegistryMetadataCache,
+)
 from strom.server.replica_manager import (
     EARLIEST,
     LATEST,
@@ -76,6 +83,11 @@ class OtherLeader(RegistryMetadataCache):
     def leader_id(self, topic: str, partition: int) -> int | None:
         pm = self.partition(topic, partition)
         return None if pm is None else pm.leader_id
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        pms = (self.partition(info.name, p) for p in range(info.partitions))
+        return [(pm.partition, pm.leader_id, pm.leader_epoch, pm.replicas, pm.isr, pm.offline_replicas)
+                for pm in pms if pm is not None]
 
     def alive_broker(self, node_id: int, listener: str | None = None) -> BrokerNode | None:
         # broker 7 is alive too (Metadata gives only a leader alive on the client's listener)
@@ -335,6 +347,19 @@ def _call(b: Broker, key: int, version: int, fields: dict[str, Any]) -> dict[str
     return result
 
 
+def _call_raw(b: Broker, key: int, version: int, fields: dict[str, Any]) -> Any:
+    """A handler that answers encoded bytes (Metadata): its answer decoded by kio."""
+    from strom.protocol import codec
+    from strom.server.context import RawResponse, RequestContext
+    from strom.server.handlers import load_all
+
+    ctx = RequestContext(key, version, 1, "client", "127.0.0.1", "c1", b)
+    result = asyncio.run(load_all()[key](ctx, codec.build(codec.request_type(key, version), fields)))
+    assert isinstance(result, RawResponse)
+    body = b"".join(bytes(p) for p in result.parts if not isinstance(p, tuple))
+    return codec._reader(codec.response_type(key, version))(memoryview(body), 0)[0]
+
+
 def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) -> None:
     follow(broker)
     produced = _call(broker, 0, 9, {
@@ -342,13 +367,13 @@ def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) ->
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch(1)}]}],
     })
     assert produced["responses"][0]["partition_responses"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
-    listed = _call(broker, 2, 7, {
+    listed = _call_raw(broker, 2, 7, {
         "replica_id": -1, "isolation_level": 0,
         "topics": [{"name": "t", "partitions": [{"partition_index": 1, "timestamp": LATEST}]}],
     })
-    assert listed["topics"][0]["partitions"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
-    described = _call(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}],
-                                      "allow_auto_topic_creation": False})
-    part = described["topics"][0]["partitions"][0]
-    assert (part["error_code"], part["leader_id"], part["leader_epoch"]) == (0, 7, 4)
-    assert part["replica_nodes"] == part["isr_nodes"] == [7, 3]
+    assert listed.topics[0].partitions[0].error_code == E.NOT_LEADER_OR_FOLLOWER
+    described = _call_raw(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}],
+                                          "allow_auto_topic_creation": False})
+    part = described.topics[0].partitions[0]
+    assert (part.error_code, part.leader_id, part.leader_epoch) == (0, 7, 4)
+    assert part.replica_nodes == part.isr_nodes == (7, 3)

@@ -100,6 +100,10 @@ class LocalLog:
         self.recovery_point = recovery_point
         self.log_end_offset = next_offset
         self.last_flush_ms = clock.monotonic_ms()
+        # what load() re-validated batch by batch (an unclean shutdown's tail): segments, bytes
+        self.recovered_segments = 0
+        self.recovered_bytes = 0
+        self.recovered_from = -1  # the base offset of the first segment recovered
 
     # ------------------------------------------------------------------ loading
 
@@ -148,10 +152,13 @@ class LocalLog:
         first_unflushed = len(bases) if clean_shutdown else max(0, bisect_right(bases, recovery_point) - 1)
         segments: list[LogSegment] = []
         recovered_any = False
+        recovered_segments = recovered_bytes = 0
         for i, base in enumerate(bases):
             seg = open_segment(base)
             if i >= first_unflushed:
                 recovered_any = True
+                recovered_segments += 1
+                recovered_bytes += seg.size
                 truncated = seg.recover()
                 segments.append(seg)
                 if truncated:
@@ -175,7 +182,9 @@ class LocalLog:
             segments[0].recover()
         next_offset = segments[-1].read_next_offset()
         log = cls(directory, config, clock, segments, min(recovery_point, next_offset), next_offset)
+        log.recovered_segments, log.recovered_bytes = recovered_segments, recovered_bytes
         if recovered_any:
+            log.recovered_from = bases[first_unflushed] if bases else log_start_offset
             # recovery read the data but did not make it durable: do that once, then trust it
             first_recovered = bases[first_unflushed]
             for seg in segments:

@@ -81,6 +81,57 @@ def encode_response(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+# --------------------------------------------------------------------------- arrays encoded by hand
+# Hot answers with thousands of entries (Metadata, ListOffsets) encode their big arrays by hand
+# and let kio encode everything else: the entity is encoded with the array empty and the
+# array's bytes put in its place. Only fixed-size fields may follow the array.
+
+_FIXED_SIZE = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+               "timedelta_i32": 4, "int64": 8, "timedelta_i64": 8, "float64": 8, "uuid": 16}
+
+
+def array_length(flexible: bool, n: int) -> bytes:
+    """An array's length prefix: int32, or in flexible versions the compact form (n + 1 as an
+    unsigned varint)."""
+    if not flexible:
+        return n.to_bytes(4, "big", signed=True)
+    n += 1
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@cache
+def _array_slot(cls: Any, array: str) -> tuple[int, int]:
+    flexible = bool(getattr(cls, "__flexible__", False))
+    after = 0
+    seen = False
+    for f in dataclasses.fields(cls):
+        if f.name == array:
+            seen = True
+        elif seen and "tag" not in f.metadata:
+            size = _FIXED_SIZE.get(f.metadata.get("kafka_type", ""))
+            if size is None or typing.get_origin(f.type) is tuple:
+                raise ValueError(f"{cls.__name__}.{f.name} after {array} is not of a fixed size")
+            after += size
+    if not seen:
+        raise ValueError(f"{cls.__name__} has no field {array}")
+    return (1 if flexible else 4), after + (1 if flexible else 0)
+
+
+def encode_around(cls: type, data: Mapping[str, Any], array: str) -> tuple[bytes, bytes]:
+    """Entity ``cls`` built from ``data`` and encoded with the array field ``array`` empty, cut
+    where that array goes: the caller writes ``before``, :func:`array_length` and its entries'
+    bytes, ``after``. The entity's tagged fields must have their default values."""
+    encoded = encode_response(build(cls, {**data, array: ()}))
+    empty, after = _array_slot(cls, array)
+    cut = len(encoded) - after - empty
+    return encoded[:cut], encoded[len(encoded) - after:]
+
+
 # --------------------------------------------------------------------------- dict -> entity
 
 

@@ -30,10 +30,13 @@ class RequestContext:
 @dataclass(slots=True)
 class RawResponse:
     """A response body a handler encoded itself (hot paths): byte strings and file regions,
-    written in order after the response header. File regions are ``(fd, position, length)``."""
+    written in order after the response header. File regions are ``(fd, position, length)``.
+    ``throttle_leads``: the body begins with its throttle_time_ms (Fetch's answer always does;
+    a hand-assembled Metadata answer of v3+ says so), which a request quota may raise."""
 
     parts: list[bytes | bytearray | memoryview | tuple[int, int, int]]
     size: int
+    throttle_leads: bool = False
 
 
 class NoResponse:

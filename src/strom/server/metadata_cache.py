@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,6 +79,10 @@ class PartitionMetadata:
     @property
     def has_leader(self) -> bool:
         return self.leader_id != NO_LEADER
+
+
+# (partition, leader, leader epoch, replicas, ISR, offline replicas): PartitionMetadata's values
+PartitionLeadership = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class MetadataCache(Protocol):
@@ -125,6 +129,22 @@ class MetadataCache(Protocol):
         """The partition's leader (NO_LEADER if none), None if it does not exist (hot path)."""
         ...
 
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        """Every partition of the topic that :meth:`partition` knows, in order, as plain tuples
+        with the same values (the Metadata handler's bulk read: no object per partition)."""
+        ...
+
+    def topic_state(self, info: TopicInfo) -> Hashable:
+        """A value equal between two calls (``==``) as long as what :meth:`partition` and
+        :meth:`alive_broker` answer for the topic's partitions did not change, failed log dirs
+        aside (:meth:`offline_by_topic`): the Metadata handler keeps each topic's encoded answer
+        while it stays equal. Cheap: no walk over the partitions."""
+        ...
+
+    def offline_by_topic(self) -> Mapping[str, frozenset[int]]:
+        """The partitions on this node's failed log dirs, by topic (empty while every dir is fine)."""
+        ...
+
 
 class RegistryMetadataCache:
     """:class:`MetadataCache` of a single node, over the topic registry.
@@ -143,7 +163,7 @@ class RegistryMetadataCache:
         node_id: int,
         cluster_id: str,
         endpoint: Callable[[str | None], tuple[str, int]],
-        offline_replicas: Container[TopicPartition] = frozenset(),
+        offline_replicas: Collection[TopicPartition] = frozenset(),
         rack: str | None = None,
     ) -> None:
         self._registry = registry
@@ -212,6 +232,25 @@ class RegistryMetadataCache:
         offline = self._offline
         return NO_LEADER if offline and (topic, partition) in offline else self._node_id
 
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        name = info.name
+        known = self._registry.topics.get(name)
+        if known is None:
+            return []
+        r, nid, epoch, offline = self._replicas, self._node_id, self.LEADER_EPOCH, self._offline
+        return [
+            (p, NO_LEADER, epoch, r, r, r) if offline and (name, p) in offline else (p, nid, epoch, r, r, ())
+            for p in range(known.partitions)
+        ]
+
+    def topic_state(self, info: TopicInfo) -> Hashable:
+        # one replica, this node, at a fixed epoch: only the partition count (and the topic id,
+        # should the name be created again) can change
+        return (info.topic_id, info.partitions)
+
+    def offline_by_topic(self) -> Mapping[str, frozenset[int]]:
+        return _by_topic(self._offline)
+
 
 class ImageMetadataCache:
     """:class:`MetadataCache` of a broker on the metadata quorum, over the applied image and the
@@ -228,7 +267,7 @@ class ImageMetadataCache:
         node_id: int,
         cluster_id: str,
         default_listener: str,
-        offline_replicas: Container[TopicPartition] = frozenset(),
+        offline_replicas: Collection[TopicPartition] = frozenset(),
         rng: random.Random | None = None,
     ) -> None:
         self._registry = registry
@@ -342,3 +381,53 @@ class ImageMetadataCache:
         if leader == self._node_id and offline and (topic, partition) in offline:
             return NO_LEADER
         return leader
+
+    def partition_states(self, info: TopicInfo) -> list[PartitionLeadership]:
+        name = info.name
+        known = self._registry.topics.get(name)
+        if known is None:
+            return []
+        t = self._image.topics.topics_by_name.get(name)
+        if t is None or t.id != known.topic_id:
+            return []
+        brokers = self._image.cluster.brokers
+        here, offline_here = self._node_id, self._offline
+        down: dict[tuple[int, ...], tuple[int, ...]] = {}  # replicas -> those not alive (memo)
+        out: list[PartitionLeadership] = []
+        registrations = t.partitions
+        for p in range(known.partitions):
+            reg = registrations.get(p)
+            if reg is None:
+                continue
+            replicas = reg.replicas
+            offline = down.get(replicas)
+            if offline is None:
+                offline = down[replicas] = tuple(
+                    r for r in replicas if (b := brokers.get(r)) is None or b.fenced)
+            leader = reg.leader
+            if offline_here and (name, p) in offline_here:  # as partition() answers it
+                if here in replicas and here not in offline:
+                    offline = tuple(r for r in replicas if r in offline or r == here)
+                if leader == here:
+                    leader = NO_LEADER
+            out.append((p, leader, reg.leader_epoch, replicas, reg.isr, offline))
+        return out
+
+    def topic_state(self, info: TopicInfo) -> Hashable:
+        # images are immutable and share what a delta did not change: the topic's image (its
+        # partitions' registrations) and the cluster image (which brokers are alive, at which
+        # endpoints) are the same objects until a record changes them, and compare cheaply
+        image = self._image
+        return (info.topic_id, info.partitions, image.topics.topics_by_name.get(info.name), image.cluster)
+
+    def offline_by_topic(self) -> Mapping[str, frozenset[int]]:
+        return _by_topic(self._offline)
+
+
+def _by_topic(offline: Collection[TopicPartition]) -> Mapping[str, frozenset[int]]:
+    if not offline:
+        return {}
+    groups: dict[str, set[int]] = {}
+    for topic, partition in offline:
+        groups.setdefault(topic, set()).add(partition)
+    return {t: frozenset(ps) for t, ps in groups.items()}

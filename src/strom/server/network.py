@@ -79,13 +79,14 @@ _I32 = struct.Struct(">i")
 def _with_throttle(key: int, out: Any, throttle: int) -> None:
     """The answer says to wait at least ``throttle`` ms (Kafka: the larger of the byte-rate and
     request quotas' throttles): a body still to be encoded, a Fetch answer encoded by hand (its
-    throttle_time_ms leads the body), or a Deferred answer (applied when it completes)."""
+    throttle_time_ms leads the body, as in a Metadata answer assembled by hand), or a Deferred
+    answer (applied when it completes)."""
     if isinstance(out, dict):
         if "throttle_time" in out:
             out["throttle_time"] = max(out["throttle_time"] or 0, throttle)
     elif isinstance(out, Deferred):
         out.throttle_ms = max(out.throttle_ms, throttle)
-    elif isinstance(out, RawResponse) and key == _FETCH_KEY and out.parts:
+    elif isinstance(out, RawResponse) and (key == _FETCH_KEY or out.throttle_leads) and out.parts:
         head = out.parts[0]
         if isinstance(head, bytes | bytearray) and len(head) >= 4 and _I32.unpack_from(head)[0] < throttle:
             out.parts[0] = _I32.pack(throttle) + bytes(head[4:])

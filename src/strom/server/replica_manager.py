@@ -1093,6 +1093,8 @@ class ReplicaManager:
                 found.current[tp] = path.parent
             else:
                 leftovers.append(path)
+        started = self.clock.monotonic_ms()
+        opened = len(self.logs)
         for info in topics:
             for p in range(info.partitions):
                 tp = (info.name, p)
@@ -1113,6 +1115,13 @@ class ReplicaManager:
                     if d == self.metadata_log_dir:
                         raise ConfigError(f"cannot open {info.name}-{p} in the first log dir: {e}") from e
                     self.mark_log_dir_offline(d, str(e))
+        loaded = [plog for tp, plog in self.logs.items() if tp[0] in known]
+        recovered = [plog for plog in loaded if plog.recovered_bytes]
+        log.info("loaded %d logs in %d ms; %d recovered after an unclean shutdown: %d segment(s), "
+                 "%d bytes re-read", len(self.logs) - opened, self.clock.monotonic_ms() - started,
+                 len(recovered),
+                 sum(plog.recovered_segments for plog in recovered),
+                 sum(plog.recovered_bytes for plog in recovered))
         for topic, p, path in resume:
             if (topic, p) in self.logs and path.parent not in self.offline_dirs:
                 self.mover.resume(topic, p, path)
