@@ -1,7 +1,8 @@
 """After kill -9 a broker re-reads only the unflushed tail of each log, as Kafka does: segments
-below the recovery point (checkpointed on every roll) are trusted, only the segment holding it
-and later ones are re-validated batch by batch. A real ``strom serve`` with small segments,
-killed with SIGKILL, restarted; its log says what recovery re-read, and every record is back."""
+below the recovery point (checkpointed once a roll's deferred flush is done) are trusted, only
+the segment holding it and later ones are re-validated batch by batch. A real ``strom serve``
+with small segments, killed with SIGKILL, restarted; its log says what recovery re-read, and
+every record is back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +60,13 @@ def _recovery_lines(b: BrokerProcess, topic: str) -> list[tuple[int, int, int, i
     return [tuple(map(int, m.groups())) for m in pat.finditer(text)]  # type: ignore[misc]
 
 
+def _checkpoint(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def test_kill_9_recovers_only_the_tail(tmp_path: Path) -> None:
     data = tmp_path / "data"
     b = BrokerProcess(data, overrides=["offsets.topic.num.partitions=1"])
@@ -73,6 +82,11 @@ def test_kill_9_recovers_only_the_tail(tmp_path: Path) -> None:
     assert len(segments) >= 5
     sizes = {int(p.name.split(".")[0]): p.stat().st_size for p in segments}
     active_base = max(sizes)
+    # a roll leaves the fsync of the segment it closed to a worker thread (as Kafka's roll leaves
+    # it to its flush-log task); the recovery point checkpoint moves to the new segment's base
+    # once that is done, which takes milliseconds: wait for it, then kill
+    wait_for("the recovery point checkpointed at the active segment's base",
+             lambda: _checkpoint(pdir / "recovery-point-offset-checkpoint") == active_base, timeout=10)
     b.kill()
 
     b.start()
