@@ -148,7 +148,7 @@ from strom.protocol.records import (
 
 __all__ = [
     "AppendInfo", "FetchData", "FileRegion", "FlushPlan", "PartitionLog", "RollFlush", "RollFlusher",
-    "SegmentInfo", "partition_dir", "set_roll_flusher", "sync_flush_plan",
+    "SegmentInfo", "flush_roll_inline", "partition_dir", "set_roll_flusher", "sync_flush_plan",
 ]
 
 log_recovery = logging.getLogger("strom.log.recovery")
@@ -872,19 +872,10 @@ class PartitionLog:
             pass
 
     def _roll(self) -> None:
+        """Kafka's roll: the new segment now; the old one (log, indexes, .txnindex), the
+        producer snapshot and the directory made durable by the roll flusher (inline without
+        one), after which the recovery point moves to the new base (:meth:`finish_roll_flush`)."""
         self._mark_dirty()
-        flusher = _roll_flusher
-        if flusher is None:
-            with self.lock:
-                active = self._txn_indexes.get(self._local.segments[-1].base_offset)
-                if active is not None:
-                    active.flush()
-                self._local.roll()
-            self.producer_state.take_snapshot()
-            self._write_checkpoints()
-            return
-        # Kafka's roll: the new segment now, the old one made durable by a flush that runs
-        # elsewhere (its "flush-log" task); the recovery point moves when that is done
         with self.lock:
             old = self._local.segments[-1]
             txn = self._txn_indexes.get(old.base_offset)
@@ -893,17 +884,18 @@ class PartitionLog:
             return
         snapshot = self.producer_state.take_snapshot(sync=False)
         self._write_checkpoints(sync=False)
-        flusher(self, RollFlush(new.base_offset, old, txn, snapshot, self.directory))
+        job = RollFlush(new.base_offset, old, txn, snapshot, self.directory)
+        (_roll_flusher or flush_roll_inline)(self, job)
 
-    def finish_roll_flush(self, job: RollFlush) -> None:
+    def finish_roll_flush(self, job: RollFlush, *, sync: bool = False) -> None:
         """:meth:`RollFlush.sync` succeeded: everything below ``job.upto`` is durable, the
         recovery point moves there (unless a flush meanwhile moved it further) and is
-        checkpointed."""
+        checkpointed (fsynced with ``sync``)."""
         if self.closed:
             return
         with self.lock:
             self._local.flush_done(job.upto)
-        self._write_checkpoints(sync=False)
+        self._write_checkpoints(sync)
 
     def roll(self) -> None:
         """Force a new active segment (Kafka's ``roll``), e.g. for tests and admin tools."""
@@ -1348,29 +1340,27 @@ class RollFlush:
     def sync(self) -> None:
         """fsync it all (any thread). Files deleted meanwhile (retention, truncation, the
         cleaner's swap, a deleted partition) are skipped: what replaced them was made durable
-        by whoever replaced them. Raises KafkaStorageError."""
-        try:
-            seg = self.segment
-            for f in (seg.log_file, seg.offset_index.file, seg.time_index.file):
-                try:
-                    f.flush()
-                except OSError:
-                    if f.closed or not self.directory.exists():
-                        continue
-                    raise
-            for path in ([self.txn_index.path] if self.txn_index is not None else []) + [self.snapshot]:
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
+        by whoever replaced them. Raises OSError (an inline roll's caller wraps it, as any
+        append's I/O error)."""
+        seg = self.segment
+        for f in (seg.log_file, seg.offset_index.file, seg.time_index.file):
+            try:
+                f.flush()
+            except OSError:
+                if f.closed or not self.directory.exists():
                     continue
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            if self.directory.exists():
-                fsync_dir(self.directory)
-        except OSError as e:
-            raise KafkaStorageError(f"flush after the roll at offset {self.upto} failed: {e}") from e
+                raise
+        for path in ([self.txn_index.path] if self.txn_index is not None else []) + [self.snapshot]:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self.directory.exists():
+            fsync_dir(self.directory)
 
 
 # The broker's deferred roll flush (strom.server.roll_flusher): called on the thread that rolled
@@ -1378,6 +1368,12 @@ class RollFlush:
 # PartitionLog.finish_roll_flush. None (tools, tests that open logs directly): a roll fsyncs inline.
 RollFlusher = Callable[["PartitionLog", RollFlush], None]
 _roll_flusher: RollFlusher | None = None
+
+
+def flush_roll_inline(plog: PartitionLog, job: RollFlush) -> None:
+    """A roll's flush done at once, on the rolling thread (no roll flusher installed)."""
+    job.sync()
+    plog.finish_roll_flush(job, sync=True)
 
 
 def set_roll_flusher(fn: RollFlusher | None) -> None:

@@ -27,7 +27,7 @@ from kio.serial import entity_reader, entity_writer
 
 from .api_versions import api_name
 from .errors import ProtocolError
-from .framing import skip_tagged_fields
+from .framing import skip_tagged_fields, write_uvarint
 from .request_bounds import check_request
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -95,13 +95,19 @@ def array_length(flexible: bool, n: int) -> bytes:
     unsigned varint)."""
     if not flexible:
         return n.to_bytes(4, "big", signed=True)
-    n += 1
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    write_uvarint(out, n + 1)
     return bytes(out)
+
+
+@cache
+def array_entry_type(cls: type, array: str) -> type:
+    """kio's entity for one entry of the array field ``array`` of entity ``cls`` (e.g. one topic
+    of a response)."""
+    for spec in _fields(cls):
+        if spec.name == array:
+            return spec.target  # type: ignore[no-any-return]
+    raise ValueError(f"{cls.__name__} has no array field {array}")
 
 
 @cache

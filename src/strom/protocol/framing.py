@@ -51,7 +51,6 @@ class FrameDecoder:
         # and its declared size
         self._parts: list[bytes | memoryview] | None = None
         self._need = 0
-        self._held = 0
         self._big_size = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
@@ -63,14 +62,13 @@ class FrameDecoder:
             if n < self._need:
                 self._parts.append(data)
                 self._need -= n
-                self._held += n
                 return frames
             need = self._need
             parts = self._parts
             parts.append(memoryview(data)[:need] if n > need else data)
             frames.append(memoryview(bytearray().join(parts)))
             self._parts = None
-            self._held = self._need = self._big_size = 0
+            self._need = self._big_size = 0
             if n == need:
                 return frames
             data = memoryview(data)[need:]
@@ -90,7 +88,6 @@ class FrameDecoder:
                 if size >= self._HANDOVER:  # the rest of it goes to chunks, not to the buffer
                     arrived = bytes(buf[pos + 4 : end])
                     self._parts = [arrived]
-                    self._held = 4 + len(arrived)  # (its size prefix counts as read)
                     self._need = size - len(arrived)
                     self._big_size = size
                     pos = end
@@ -115,7 +112,8 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) + self._held
+        held = 4 + self._big_size - self._need if self._parts is not None else 0  # (its size prefix too)
+        return len(self._buf) + held
 
     @property
     def pending_frame_size(self) -> int:

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..log import partition_log
 from ..log.errors import KafkaStorageError
-from ..log.partition_log import PartitionLog, RollFlush, set_roll_flusher
+from ..log.partition_log import PartitionLog, RollFlush, flush_roll_inline, set_roll_flusher
 
 log = logging.getLogger("strom.server")
 
@@ -52,8 +52,7 @@ class RollFlusher:
 
     def __call__(self, plog: PartitionLog, job: RollFlush) -> None:
         if self.closed or threading.get_ident() != self._loop_thread:
-            job.sync()  # raises KafkaStorageError to the roll's caller, as an inline roll would
-            plog.finish_roll_flush(job)
+            flush_roll_inline(plog, job)  # an error goes to the roll's caller, as without a flusher
             return
         self.pending += 1
         fut = self._executor.submit(job.sync)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["encodable", "encode_records", "murmur2", "partitions_for_keys", "varints"]
+__all__ = ["byte_lengths", "encodable", "encode_records", "murmur2", "partitions_for_keys", "varints"]
 
 _ATTRS_AND_TS_DELTA = pa.scalar(b"\x00\x00", pa.binary())  # attributes 0, timestamp delta 0
 _NO_HEADERS = pa.scalar(b"\x00", pa.binary())  # header count 0
@@ -70,16 +70,17 @@ def encodable(col: pa.Array | pa.ChunkedArray | None) -> bool:
                 or pa.types.is_large_string(t) or pa.types.is_null(t))
 
 
+def byte_lengths(col: pa.Array) -> npt.NDArray[np.int64]:
+    """Each item's length in bytes (UTF-8 for strings), -1 for a null (Kafka's null length)."""
+    return np.asarray(pc.binary_length(_as_binary(col)).fill_null(-1).to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
+
+
 def _length_and_bytes(col: pa.Array | None, n: int) -> tuple[pa.Array | pa.Scalar, pa.Array | pa.Scalar]:
     if col is None or col.null_count == n:
         return _NULL_LENGTH, _EMPTY
     col = _as_binary(col)
-    lengths = pc.binary_length(col).to_numpy(zero_copy_only=False)
-    if col.null_count:
-        valid = col.is_valid().to_numpy(zero_copy_only=False)
-        lengths = np.where(valid, np.nan_to_num(lengths, nan=0), -1)
-        col = col.fill_null(b"")
-    return varints(np.asarray(lengths, dtype=np.int64)), col
+    return varints(byte_lengths(col)), col.fill_null(b"") if col.null_count else col
 
 
 def encode_records(keys: pa.Array | None, values: pa.Array | None) -> tuple[bytes, int]:
@@ -101,7 +102,7 @@ def encode_records(keys: pa.Array | None, values: pa.Array | None) -> tuple[byte
     _validity, offsets, data = recs.buffers()
     offs = np.frombuffer(offsets, dtype=np.int32, count=n + 1, offset=recs.offset * 4)
     start, end = int(offs[0]), int(offs[-1])
-    return data.to_pybytes()[start:end] if start or end != data.size else data.to_pybytes(), end - start
+    return data.slice(start, end - start).to_pybytes(), end - start
 
 
 _M = np.uint32(0x5BD1E995)

@@ -30,7 +30,7 @@ from strom.client import KafkaError
 from strom.client.client import now_ms
 from strom.client.partitioner import partition_for_key
 from strom.protocol import records as rec
-from strom.spark.arrow_encode import encodable, encode_records, partitions_for_keys
+from strom.spark.arrow_encode import byte_lengths, encodable, encode_records, partitions_for_keys
 from strom.spark.formats import encode_column
 from strom.spark.kafka_io import KafkaSession, session
 from strom.spark.options import WriteOptions
@@ -219,11 +219,10 @@ class Producer:
             sorted_parts = parts[order]
             cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
             groups = [(int(parts[c[0]]), c) for c in np.split(order, cuts)]
-        sizes = pc.binary_length(_binary(value)).to_numpy(zero_copy_only=False)
-        sizes = np.nan_to_num(sizes.astype(np.float64), nan=0.0).astype(np.int64) + 16
+        # a row's size as the per-row path counts it: value + key + 16
+        sizes = np.maximum(byte_lengths(value), 0) + 16
         if key is not None and key.null_count != n:
-            ksz = pc.binary_length(_binary(key)).to_numpy(zero_copy_only=False)
-            sizes += np.nan_to_num(ksz.astype(np.float64), nan=0.0).astype(np.int64)
+            sizes += np.maximum(byte_lengths(key), 0)
         limit = self.opts.client.batch_size
         for part, idx in groups:
             tp = (topic, part)
@@ -232,9 +231,8 @@ class Producer:
                 self.pending_bytes.pop(tp, None)
             rows_idx = np.arange(n) if idx is None else idx
             for chunk in _chunks(rows_idx, sizes[rows_idx], _MAX_BATCH_RECORDS, limit):
-                take = pa.array(chunk)
-                body, _size = encode_records(
-                    None if key is None else key.take(take), value.take(take))
+                consecutive = idx is None
+                body, _size = encode_records(_pick(key, chunk, consecutive), _pick(value, chunk, consecutive))
                 self.ready.append((tp, Encoded(body, len(chunk), ts)))
         self.vectorised_rows += n
         return True
@@ -310,8 +308,11 @@ def _plain(fmt: Any) -> bool:
     return fmt is None or getattr(fmt, "format", None) in ("binary", "string")
 
 
-def _binary(col: pa.Array) -> pa.Array:
-    return col if col.type == pa.binary() else col.cast(pa.binary())
+def _pick(col: pa.Array | None, rows: npt.NDArray[np.int64], consecutive: bool) -> pa.Array | None:
+    """The ``rows`` of ``col``: a slice (no copy) when they are consecutive, else a take."""
+    if col is None:
+        return None
+    return col.slice(int(rows[0]), len(rows)) if consecutive else col.take(pa.array(rows))
 
 
 def _chunks(idx: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], max_records: int, max_bytes: int

@@ -31,12 +31,9 @@ def _row(version: int) -> tuple[struct.Struct, bytes]:
     return struct.Struct(">ihqqi" if version >= 4 else ">ihqq"), b"\0" if version >= 6 else b""
 
 
-@cache
 def _topic_type(version: int) -> type:
-    for spec in codec._fields(codec.response_type(2, version)):
-        if spec.name == "topics":
-            return spec.target  # type: ignore[no-any-return]
-    raise AssertionError("ListOffsetsResponse has no topics")
+    """kio's entity of one topic of the answer of ``version``."""
+    return codec.array_entry_type(codec.response_type(2, version), "topics")
 
 
 def encode_list_offsets(version: int, topics: list[tuple[str, list[OffsetRow]]]) -> RawResponse:

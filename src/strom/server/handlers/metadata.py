@@ -26,7 +26,6 @@ import struct
 import uuid
 import weakref
 from collections.abc import Callable, Hashable
-from functools import cache
 from typing import Any
 
 from ...metadata.topics import TopicError, TopicInfo, validate_topic_name
@@ -101,13 +100,9 @@ def encode_partitions(version: int, rows: list[PartitionRow]) -> bytes:
     return bytes(out)
 
 
-@cache
 def _topic_type(version: int) -> type:
-    """kio's entity of one topic of the Metadata answer of ``version``."""
-    for spec in codec._fields(codec.response_type(3, version)):
-        if spec.name == "topics":
-            return spec.target  # type: ignore[no-any-return]
-    raise AssertionError("MetadataResponse has no topics")
+    """kio's entity of one topic of the answer of ``version``."""
+    return codec.array_entry_type(codec.response_type(3, version), "topics")
 
 
 def encode_topic(version: int, entry: dict[str, Any]) -> bytes:
