@@ -5,13 +5,7 @@ confluent-kafka's own serializers and deserializers."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +19,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from strom.connect.converters import make_converter
 from strom.connect.data import DataException
-from strom.testing.broker_process import BrokerProcess, free_port
+from strom.testing.broker_process import BrokerProcess
+from strom.testing.registry_process import RegistryProcess
 
 pytestmark = pytest.mark.integration
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -48,42 +43,11 @@ def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     d = tmp_path_factory.mktemp("connect-sr")
     b = BrokerProcess(d / "data", overrides=["group.initial.rebalance.delay.ms=0"])
     b.start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(d / "registry.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "strom",
-            "schema-registry",
-            "--bootstrap-server",
-            b.bootstrap,
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ, PYTHONPATH=SRC),
-    )
+    reg = RegistryProcess(b.bootstrap, d / "registry.log")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (d / "registry.log").read_text()
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(url + "/", timeout=1).read()
-                break
-            assert time.monotonic() < deadline, "registry did not start"
-            time.sleep(0.2)
-        yield url
+        yield reg.start().url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        reg.stop()
         b.stop()
 
 

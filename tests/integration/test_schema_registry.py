@@ -8,10 +8,7 @@ format, two instances agree on ids).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -32,52 +29,11 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from strom.testing.broker_process import BrokerProcess, free_port
+from strom.testing.broker_process import BrokerProcess
+from strom.testing.registry_process import RegistryProcess
 
 pytestmark = pytest.mark.integration
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-class RegistryProcess:
-    def __init__(self, bootstrap: str, log_path: Path, *extra: str) -> None:
-        self.bootstrap = bootstrap
-        self.extra = list(extra)
-        self.port = free_port()
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> RegistryProcess:
-        import os
-
-        env = dict(os.environ, PYTHONPATH=SRC)
-        self.log = open(self.log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strom", "schema-registry", "--bootstrap-server", self.bootstrap,
-             "--port", str(self.port), *self.extra], stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"registry exited: {self.log_path.read_text()}")
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(self.url + "/", timeout=1).read()
-                return self
-            time.sleep(0.2)
-        self.stop()  # never leave it running
-        raise RuntimeError(f"registry did not start: {self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.registry_process import RegistryProcess
 
 pytestmark = pytest.mark.integration
 
@@ -182,12 +183,7 @@ def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
 def test_standalone_registry_https_and_basic_auth(broker: BrokerProcess, tmp_path: Path) -> None:
     """``strom schema-registry --basic-auth-file --ssl-certfile --ssl-keyfile``, with confluent-kafka's
     client trusting the CA (``ssl.ca.location``) and sending ``basic.auth.user.info``."""
-    import os
-    import subprocess
-    import sys
-
     trustme = pytest.importorskip("trustme")
-    from strom.testing.broker_process import free_port
 
     ca = trustme.CA()
     ca_pem, cert_pem, key_pem = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -197,68 +193,40 @@ def test_standalone_registry_https_and_basic_auth(broker: BrokerProcess, tmp_pat
     issued.private_key_pem.write_to_path(str(key_pem))
     realm = tmp_path / "realm"
     realm.write_text("carol: carol-secret\n")
-    port = free_port()
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    with open(tmp_path / "registry.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strom",
-                "schema-registry",
-                "--bootstrap-server",
-                broker.bootstrap,
-                "--port",
-                str(port),
-                "--topic",
-                "_schemas_tls",
-                "--group-id",
-                "schema-registry-tls",
-                "--basic-auth-file",
-                str(realm),
-                "--ssl-certfile",
-                str(cert_pem),
-                "--ssl-keyfile",
-                str(key_pem),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=src),
-        )
-        try:
-            url = f"https://127.0.0.1:{port}"
-            conf = {
-                "url": url,
-                "ssl.ca.location": str(ca_pem),
-                "basic.auth.user.info": "carol:carol-secret",
-                "max.retries": 0,
-            }
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    SchemaRegistryClient(conf).get_subjects()
-                    break
-                except Exception:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError((tmp_path / "registry.log").read_text()) from None
-                    time.sleep(0.3)
-            sr = SchemaRegistryClient(conf)
-            sid = sr.register_schema("tls-value", Schema(USER, "AVRO"))
-            assert json.loads(sr.get_schema(sid).schema_str) == json.loads(USER)
-            with pytest.raises(SchemaRegistryError) as e:
-                SchemaRegistryClient({**conf, "basic.auth.user.info": "carol:nope"}).get_subjects()
-            assert e.value.http_status_code == 401
-            with pytest.raises(Exception):  # noqa: B017 (the CA is not trusted: TLS fails)
-                SchemaRegistryClient(
-                    {"url": url, "basic.auth.user.info": "carol:carol-secret", "max.retries": 0}
-                ).get_subjects()
-        finally:
-            proc.terminate()
+    reg = RegistryProcess(
+        broker.bootstrap, tmp_path / "registry.log", "--topic", "_schemas_tls", "--group-id",
+        "schema-registry-tls", "--basic-auth-file", str(realm), "--ssl-certfile", str(cert_pem),
+        "--ssl-keyfile", str(key_pem), scheme="https",
+    ).start(60)
+    try:
+        url = reg.url
+        conf = {
+            "url": url,
+            "ssl.ca.location": str(ca_pem),
+            "basic.auth.user.info": "carol:carol-secret",
+            "max.retries": 0,
+        }
+        deadline = time.monotonic() + 60
+        while True:
             try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                SchemaRegistryClient(conf).get_subjects()
+                break
+            except Exception:
+                if reg.proc is None or reg.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp_path / "registry.log").read_text()) from None
+                time.sleep(0.3)
+        sr = SchemaRegistryClient(conf)
+        sid = sr.register_schema("tls-value", Schema(USER, "AVRO"))
+        assert json.loads(sr.get_schema(sid).schema_str) == json.loads(USER)
+        with pytest.raises(SchemaRegistryError) as e:
+            SchemaRegistryClient({**conf, "basic.auth.user.info": "carol:nope"}).get_subjects()
+        assert e.value.http_status_code == 401
+        with pytest.raises(Exception):  # noqa: B017 (the CA is not trusted: TLS fails)
+            SchemaRegistryClient(
+                {"url": url, "basic.auth.user.info": "carol:carol-secret", "max.retries": 0}
+            ).get_subjects()
+    finally:
+        reg.stop()
 
 
 def test_broker_instance_and_standalone_instance_share_the_state(
@@ -267,64 +235,35 @@ def test_broker_instance_and_standalone_instance_share_the_state(
     """A standalone ``strom schema-registry`` on the broker's ``_schemas`` joins the broker-served
     instance's election: writes sent to either are written by the leader (the other forwards them,
     the client's credentials with them) and both answer the same ids."""
-    import os
-    import subprocess
-    import sys
-
-    from strom.testing.broker_process import free_port
-
     realm = tmp_path / "realm"
     realm.write_text("alice: alice-secret\n")
-    port = free_port()
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    with open(tmp_path / "registry.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strom",
-                "schema-registry",
-                "--bootstrap-server",
-                broker.bootstrap,
-                "--port",
-                str(port),
-                "--basic-auth-file",
-                str(realm),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=src),
-        )
-        try:
-            standalone = f"http://127.0.0.1:{port}"
-            wait_ready(standalone, "alice:alice-secret")
-            auth = {"basic.auth.user.info": "alice:alice-secret", "max.retries": 0}
-            mounted = SchemaRegistryClient({"url": registry_url(broker), **auth})
-            alone = SchemaRegistryClient({"url": standalone, **auth})
-            schemas = [
-                json.dumps({"type": "record", "name": f"R{i}", "fields": [{"name": "f", "type": "int"}]})
-                for i in range(4)
-            ]
-            ids = []
-            for i, text in enumerate(schemas):  # alternately to each instance
-                client = mounted if i % 2 else alone
-                ids.append(client.register_schema(f"shared-{i}-value", Schema(text, "AVRO")))
-            assert len(set(ids)) == 4
-            for client in (mounted, alone):
-                for i, sid in enumerate(ids):
-                    assert json.loads(client.get_schema(sid).schema_str) == json.loads(schemas[i])
-                    assert client.get_latest_version(f"shared-{i}-value").schema_id == sid
-            log_text = (tmp_path / "registry.log").read_text()
-            assert "schema registry election" in log_text
-            # one of the two is the follower and forwarded the writes sent to it
-            assert "to the leader" in log_text + broker.log()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    reg = RegistryProcess(broker.bootstrap, tmp_path / "registry.log", "--basic-auth-file", str(realm))
+    reg.start(60)
+    try:
+        standalone = reg.url
+        wait_ready(standalone, "alice:alice-secret")
+        auth = {"basic.auth.user.info": "alice:alice-secret", "max.retries": 0}
+        mounted = SchemaRegistryClient({"url": registry_url(broker), **auth})
+        alone = SchemaRegistryClient({"url": standalone, **auth})
+        schemas = [
+            json.dumps({"type": "record", "name": f"R{i}", "fields": [{"name": "f", "type": "int"}]})
+            for i in range(4)
+        ]
+        ids = []
+        for i, text in enumerate(schemas):  # alternately to each instance
+            client = mounted if i % 2 else alone
+            ids.append(client.register_schema(f"shared-{i}-value", Schema(text, "AVRO")))
+        assert len(set(ids)) == 4
+        for client in (mounted, alone):
+            for i, sid in enumerate(ids):
+                assert json.loads(client.get_schema(sid).schema_str) == json.loads(schemas[i])
+                assert client.get_latest_version(f"shared-{i}-value").schema_id == sid
+        log_text = (tmp_path / "registry.log").read_text()
+        assert "schema registry election" in log_text
+        # one of the two is the follower and forwarded the writes sent to it
+        assert "to the leader" in log_text + broker.log()
+    finally:
+        reg.stop()
 
 
 def test_registry_over_the_brokers_https_listener(tmp_path: Path) -> None:

@@ -4,13 +4,8 @@ Avro, JSON Schema and Protobuf serializers and deserializers (unchanged)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +20,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from strom.testing.broker_process import BrokerProcess, free_port
+from strom.testing.broker_process import BrokerProcess
+from strom.testing.registry_process import RegistryProcess
 
 from .conftest import create_topic
 
@@ -58,42 +54,11 @@ ORDER = json.dumps(
 
 @pytest.fixture(scope="module")
 def registry(kbroker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("sr") / "registry.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "strom",
-            "schema-registry",
-            "--bootstrap-server",
-            kbroker.bootstrap,
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ, PYTHONPATH=SRC),
-    )
-    url = f"http://127.0.0.1:{port}"
+    reg = RegistryProcess(kbroker.bootstrap, tmp_path_factory.mktemp("sr") / "registry.log")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("schema registry did not start")
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(url + "/", timeout=1).read()
-                break
-            time.sleep(0.2)
-        yield url
+        yield reg.start(timeout=60).url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        reg.stop()
 
 
 def uniq(prefix: str) -> str:
