@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -239,33 +240,22 @@ def make_app(worker: Worker) -> Starlette:
             return name
         return JSONResponse([{"id": {"connector": name, "task": 0}, "config": worker.configs[name].props}])
 
-    def pause(request: Request) -> Response:
-        name = known(request)
-        if isinstance(name, JSONResponse):
-            return name
-        worker.pause(name)
-        return Response(status_code=202)
+    def action(do: Callable[[str], object], status: int) -> Callable[[Request], Response]:
+        """An endpoint doing ``do(name)`` to a known connector and answering ``status``."""
 
-    def resume(request: Request) -> Response:
-        name = known(request)
-        if isinstance(name, JSONResponse):
-            return name
-        worker.resume(name)
-        return Response(status_code=202)
+        def endpoint(request: Request) -> Response:
+            name = known(request)
+            if isinstance(name, JSONResponse):
+                return name
+            do(name)
+            return Response(status_code=status)
 
-    def restart(request: Request) -> Response:
-        name = known(request)
-        if isinstance(name, JSONResponse):
-            return name
-        worker.restart(name)
-        return Response(status_code=204)
+        return endpoint
 
-    def delete(request: Request) -> Response:
-        name = known(request)
-        if isinstance(name, JSONResponse):
-            return name
-        worker.delete(name)
-        return Response(status_code=204)
+    pause = action(worker.pause, 202)
+    resume = action(worker.resume, 202)
+    restart = action(worker.restart, 204)
+    delete = action(worker.delete, 204)
 
     routes = [
         Route("/", root),
