@@ -234,10 +234,10 @@ def forgotten_keys(request: Any, version: int) -> list[PartitionKey]:
 def _read_partitions(
     ctx: RequestContext, request: Any, groups: Groups, budget: int, version: int,
     told: dict[PartitionKey, CachedPartition] | None = None,
-) -> tuple[list[TopicResult], int, bool]:
-    """One pass over the partitions of ``groups``. Returns (results, bytes, answer_now):
-    answer_now when a partition has an error, a diverging epoch, a preferred read replica
-    (KIP-392) or, for a follower, a HW it has not been told yet.
+) -> tuple[list[TopicResult], int, bool, bool]:
+    """One pass over the partitions of ``groups``. Returns (results, bytes, answer_now,
+    hw_news): answer_now when a partition has an error, a diverging epoch or a preferred read
+    replica (KIP-392); hw_news when a follower is owed a HW it has not been told yet.
 
     ``told`` (a consumer's incremental session): what each partition's client was last told; a
     partition whose log still ends where the client reads and whose offsets did not move is not
@@ -249,6 +249,7 @@ def _read_partitions(
     results: list[TopicResult] = []
     total = 0
     any_error = False
+    hw_news = False
     first_data = True
     isolation = getattr(request, "isolation_level", 0)
     fds_held = 0
@@ -324,7 +325,7 @@ def _read_partitions(
             pr.log_start_offset = r.log_start_offset
             pr.aborted = r.aborted
             if r.high_watermark_news:
-                any_error = True
+                hw_news = True
             if r.preferred_read_replica >= 0:
                 pr.preferred_read_replica = r.preferred_read_replica
                 any_error = True  # Kafka answers at once, without records
@@ -357,8 +358,11 @@ def _read_partitions(
             pr.size = data.size
             total += data.size
             first_data = False
-    return results, total, any_error
+    return results, total, any_error, hw_news
 
+
+# how long a follower's fetch owed only a new HW waits for data to carry it (ms)
+HW_NEWS_LINGER_MS = 5
 
 _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 
@@ -403,11 +407,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
     rack = str(getattr(request, "rack_id", "") or "") if version >= 11 else ""
     if incremental and session is not None and not session.privileged and not rack:
         told = session.partitions
-    results, total, any_error = _read_partitions(ctx, request, groups, max_bytes, version, told)
+    results, total, any_error, hw_news = _read_partitions(ctx, request, groups, max_bytes, version, told)
     if total < min_bytes and not any_error and max_wait_ms > 0:
         purgatory = ctx.broker.replica_manager.purgatory
         clock = ctx.broker.clock
         deadline = clock.monotonic_ms() + max_wait_ms
+        if hw_news:
+            # a follower owed a new HW is answered soon, not after its whole long poll (it
+            # serves consumers up to its HW, KIP-392), but not at once: under load the next
+            # batch comes within a few ms and carries the HW with it; an empty answer at once
+            # cost each batch an extra round trip to one follower (see HW_NEWS_LINGER_MS)
+            deadline = min(deadline, clock.monotonic_ms() + HW_NEWS_LINGER_MS)
         tps = [(t.name, p.partition) for t in results for p in t.partitions]
         while True:
             remaining = deadline - clock.monotonic_ms()
@@ -417,7 +427,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
             await purgatory.wait(tps, remaining)
             ctx.waited_s += time.perf_counter() - t_wait
             _release(results)
-            results, total, any_error = _read_partitions(ctx, request, groups, max_bytes, version, told)
+            results, total, any_error, news = _read_partitions(ctx, request, groups, max_bytes, version, told)
+            if news and not hw_news:
+                hw_news = True
+                deadline = min(deadline, clock.monotonic_ms() + HW_NEWS_LINGER_MS)
             if total >= min_bytes or any_error:
                 break
     session_id = session.id if session is not None else 0
