@@ -189,7 +189,7 @@ def test_subject_name_strategy_option(spark: Any, kbroker: BrokerProcess, regist
     rows = read(spark, kbroker.bootstrap, dst, valueFormat="avro", valueSchema=USER, **opts).collect()
     assert rows[0]["value"]["name"] == "ann"
     # without a schema there is no record name to look the subject up by
-    with pytest.raises(Exception, match="valueSubjectNameStrategy.*record name comes from the schema"):
+    with pytest.raises(Exception, match=r"valueSubjectNameStrategy.*record name comes from the schema"):
         read(spark, kbroker.bootstrap, dst, valueFormat="avro", **opts).collect()
     with pytest.raises(Exception, match="unknown subject name strategy"):
         read(spark, kbroker.bootstrap, dst, valueFormat="avro", **{**opts, "valueSubjectNameStrategy": "X"})
