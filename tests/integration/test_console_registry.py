@@ -156,3 +156,52 @@ def test_registry_flags_are_checked(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "needs --schema-registry-url" in r.stderr
+
+
+def test_connect_converters_authenticate_to_the_registry(env: tuple[BrokerProcess, str]) -> None:
+    """The registry converters' basic.auth.credentials.source (USER_INFO, URL) against the same
+    registry: a developer registers; a readonly user is refused (403) and the converter says so."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    from strom.connect.converters import make_converter
+    from strom.connect.data import ConfigError, DataException
+
+    _b, url = env
+    schema = {
+        "type": "struct",
+        "name": "ex.Auth",
+        "optional": False,
+        "fields": [{"field": "n", "type": "int32", "optional": False}],
+    }
+    avro = "io.confluent.connect.avro.AvroConverter"
+    topic = f"conv-auth-{uuid.uuid4().hex[:6]}"
+    conv = make_converter(
+        avro,
+        {
+            "schema.registry.url": url,
+            "basic.auth.credentials.source": "USER_INFO",
+            "basic.auth.user.info": "writer:w-secret",
+        },
+        False,
+    )
+    data = conv.from_connect(topic, schema, {"n": 7})
+    sr = SchemaRegistryClient({"url": url, "basic.auth.user.info": "writer:w-secret"})
+    assert AvroDeserializer(sr)(data, SerializationContext(topic, MessageField.VALUE)) == {"n": 7}
+    # the URL's user info (the default source), read by the read-only user: decoding works ...
+    ro_url = url.replace("://", "://viewer:password@")
+    ro = make_converter(avro, {"schema.registry.url": ro_url}, False)
+    assert ro.to_connect(topic, data)[1] == {"n": 7}
+    # ... registering a new schema does not
+    with pytest.raises(DataException, match="denied operation Write"):
+        ro.from_connect(f"{topic}-2", schema, {"n": 1})
+    # without credentials: 401
+    with pytest.raises(DataException, match="Unauthorized"):
+        make_converter(avro, {"schema.registry.url": url}, False).to_connect(topic, data)
+    with pytest.raises(ConfigError, match=r"USER_INFO needs basic\.auth\.user\.info"):
+        make_converter(
+            avro, {"schema.registry.url": url, "basic.auth.credentials.source": "USER_INFO"}, False
+        )
+    with pytest.raises(ConfigError, match="SASL_INHERIT"):
+        make_converter(
+            avro, {"schema.registry.url": url, "basic.auth.credentials.source": "SASL_INHERIT"}, False
+        )

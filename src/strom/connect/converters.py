@@ -428,15 +428,42 @@ class _RegistryConverter(Converter):
             self.strategy = subject_strategy(p.props.get(f"{which}.subject.name.strategy"))
         except SerdeError as e:
             raise ConfigError(f"Invalid value for configuration {which}.subject.name.strategy: {e}") from None
-        if p.props.get("basic.auth.credentials.source"):
-            raise ConfigError("basic.auth.*: strom's registry converters do not authenticate to the registry")
         self.url = url.split(",")[0].strip()
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"Invalid value {url} for configuration schema.registry.url: not an http(s) URL"
             )
-        self.client = RegistryClient(self.url)
+        user_info = self._user_info(p.props)  # (takes user:password@ out of self.url)
+        self.client = RegistryClient(self.url, user_info=user_info)
         self.is_key = is_key
+
+    def _user_info(self, props: Mapping[str, str]) -> str | None:
+        """HTTP basic auth to the registry, as Confluent's ``basic.auth.credentials.source``:
+        ``USER_INFO`` takes ``basic.auth.user.info``; ``URL`` (the default) the URL's
+        ``user:password@``."""
+        import urllib.parse
+
+        source = props.get("basic.auth.credentials.source", "URL").strip().upper()
+        if source == "USER_INFO":
+            info = props.get("basic.auth.user.info", "")
+            if ":" not in info:
+                raise ConfigError(
+                    "basic.auth.credentials.source=USER_INFO needs basic.auth.user.info=user:password"
+                )
+            return info
+        if source != "URL":
+            raise ConfigError(
+                f"Invalid value {source} for configuration basic.auth.credentials.source: "
+                "String must be one of: URL, USER_INFO (SASL_INHERIT is not supported by strom)"
+            )
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.username is None:
+            return None
+        host = parts.hostname or ""
+        netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+        self.url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        user = urllib.parse.unquote(parts.username)
+        return f"{user}:{urllib.parse.unquote(parts.password or '')}"
 
     def _subject(self, topic: str, schema_text: str) -> str:
         """The subject under ``key.subject.name.strategy`` / ``value.subject.name.strategy``
