@@ -205,3 +205,45 @@ def test_connect_converters_authenticate_to_the_registry(env: tuple[BrokerProces
         make_converter(
             avro, {"schema.registry.url": url, "basic.auth.credentials.source": "SASL_INHERIT"}, False
         )
+
+
+def test_broker_served_console_decodes_through_the_brokers_registry(tmp_path: Path) -> None:
+    """strom.http.console.schema.registry.url (+ .basic.auth.user.info): the console a broker
+    serves decodes through a registry, here the same broker's own (/schema-registry)."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    realm = tmp_path / "realm"
+    realm.write_text("writer: w-secret, admin\nviewer: MD5:5f4dcc3b5aa765d61d8327deb882cf99, readonly\n")
+    b = BrokerProcess(tmp_path / "data", overrides=["group.initial.rebalance.delay.ms=0"])
+    b.overrides += [
+        "strom.http.console.enable=true",
+        "strom.http.schema.registry.enable=true",
+        f"strom.http.schema.registry.basic.auth.file={realm}",
+        f"strom.http.console.schema.registry.url={b.http_url}/schema-registry",
+        "strom.http.console.schema.registry.basic.auth.user.info=viewer:password",
+    ]
+    b.start()
+    try:
+        import time
+
+        sr = SchemaRegistryClient(
+            {"url": f"{b.http_url}/schema-registry", "basic.auth.user.info": "writer:w-secret"}
+        )
+        topic = f"own-{uuid.uuid4().hex[:6]}"
+        deadline = time.monotonic() + 30
+        while True:  # the broker's registry answers 503 until its store is open
+            try:
+                ser = AvroSerializer(sr, USER)
+                data = ser({"name": "cy", "age": 9}, SerializationContext(topic, MessageField.VALUE))
+                break
+            except Exception:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap})
+        p.produce(topic, data, partition=0)
+        assert p.flush(30) == 0
+        with urllib.request.urlopen(f"{b.http_url}/console/topics/{topic}/messages", timeout=30) as r:
+            ((kind, text),) = rows(r.read().decode())
+        assert kind.startswith("avro #") and json.loads(text) == {"name": "cy", "age": 9}
+    finally:
+        b.stop()
