@@ -1,4 +1,5 @@
-"""strom connect throughput: FileStreamSource (file -> topic) and ParquetSink (topic -> Parquet),
+"""strom connect throughput: FileStreamSource (file -> topic), ParquetSink (topic -> Parquet) and
+DeltaSink (topic -> Delta table),
 each one `--once` run of the connector on a local Spark (local[2]) against a strom broker started
 here. Prints rows/s for each, wall time from the query's start to its end (Spark's start-up of
 the query included, the SparkSession's not).
@@ -9,6 +10,7 @@ the query included, the SparkSession's not).
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +40,9 @@ def main() -> None:
             ("topic -> Parquet (ParquetSink)", {"name": "bench-pq", "config": {
                 "connector.class": "strom.connect.ParquetSinkConnector", "topics": "bench",
                 "path": str(d / "pq"), **conv}}),
+            ("topic -> Delta (DeltaSink)", {"name": "bench-delta", "config": {
+                "connector.class": "strom.connect.DeltaSinkConnector", "topics": "bench",
+                "table.path": str(d / "delta"), **conv}}),
         ]
         for label, cfg in runs:
             run = ConnectorRun(parse_config(cfg), b.bootstrap, d / cfg["name"])  # type: ignore[index]
@@ -53,6 +58,7 @@ def main() -> None:
     finally:
         spark.stop()
         b.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

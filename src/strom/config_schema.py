@@ -489,6 +489,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # message searches: running at once (more get a 503 page), and how long one may run
     _c("strom.http.console.max.searches", _INT, 4, AtLeast(1)),
     _c("strom.http.console.search.timeout.ms", _LONG, 300000, AtLeast(100)),
+    # keys/values in Confluent's wire format shown decoded through this schema registry (as
+    # `strom console --schema-registry-url` / `--schema-registry-user-info`); empty: raw
+    _c("strom.http.console.schema.registry.url", _STR, ""),
+    _c("strom.http.console.schema.registry.basic.auth.user.info", _PW, ""),
     # the schema registry (strom.schema_registry) served by the HTTP listener under /schema-registry/:
     # its state in the _schemas topic (strom.http.schema.registry.topic) of
     # strom.http.schema.registry.bootstrap.servers (empty: this broker's first PLAINTEXT listener),

@@ -155,3 +155,133 @@ def test_protobuf_converter_both_ways(registry_url: str) -> None:
     assert sr.get_latest_version("items-out-value").schema.schema_type == "PROTOBUF"
     got = ProtobufDeserializer(item, {"use.deprecated.format": False})(data, ctx("items-out"))
     assert (got.sku, got.qty, list(got.tags)) == ("s2", 5, ["c"])
+
+
+STRATEGIES = [
+    ("RecordNameStrategy", lambda topic, rec: rec),
+    ("TopicRecordNameStrategy", lambda topic, rec: f"{topic}-{rec}"),
+    ("TopicNameStrategy", lambda topic, rec: f"{topic}-value"),
+]
+
+
+def _subjects_of(url: str, schema_id: int) -> list[str]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}/versions", timeout=30) as r:
+        return sorted(v["subject"] for v in json.loads(r.read()))
+
+
+@pytest.mark.parametrize(("strategy", "expect"), STRATEGIES, ids=[s for s, _ in STRATEGIES])
+def test_subject_name_strategies_as_confluent(registry_url: str, strategy: str, expect: object) -> None:
+    """key/value.subject.name.strategy with Confluent's class names: confluent-kafka's serializers
+    configured with the same strategy, strom's serdes and strom's converters register under the
+    same subject, and each reads the other's bytes."""
+    import json
+
+    import confluent_kafka.schema_registry as csr
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from strom.serde import AvroSerde, JsonSerde, ProtobufSerde, RegistryClient, unframe
+
+    subject_of = expect  # (topic, record name) -> subject
+    assert callable(subject_of)
+    func = {
+        "RecordNameStrategy": csr.record_subject_name_strategy,
+        "TopicRecordNameStrategy": csr.topic_record_subject_name_strategy,
+        "TopicNameStrategy": csr.topic_subject_name_strategy,
+    }[strategy]
+    cls_name = f"io.confluent.kafka.serializers.subject.{strategy}"
+    sr = SchemaRegistryClient({"url": registry_url})
+    client = RegistryClient(registry_url)
+    conv_props = {"schema.registry.url": registry_url, "value.subject.name.strategy": cls_name}
+    value = {"v": 2.5, "tag": "t"}
+
+    def reading(ns: str) -> dict[str, object]:
+        fields = [
+            {"field": "v", "type": "float64", "optional": False},
+            {"field": "tag", "type": "string", "optional": False},
+        ]
+        return {"type": "struct", "name": f"{ns}.Reading", "optional": False, "fields": fields}
+
+    # Avro (the record name is namespace.name)
+    topic, ns = f"strat-avro-{strategy}", f"avro{strategy}"
+    rec = f"{ns}.Reading"
+    avro = json.dumps(
+        {
+            "type": "record",
+            "name": "Reading",
+            "namespace": ns,
+            "fields": [{"name": "v", "type": "double"}, {"name": "tag", "type": "string"}],
+        }
+    )
+    theirs = AvroSerializer(sr, avro, conf={"subject.name.strategy": func})(value, ctx(topic))
+    assert _subjects_of(registry_url, unframe(theirs)[0]) == [subject_of(topic, rec)]
+    ours = AvroSerde(client, avro, subject_name_strategy=cls_name).serialize(topic, value)
+    assert ours == theirs  # same subject, so the same id; the same Avro bytes
+    conv = make_converter("io.confluent.connect.avro.AvroConverter", conv_props, False)
+    data = conv.from_connect(topic, reading(ns), value)
+    assert data is not None and subject_of(topic, rec) in _subjects_of(registry_url, unframe(data)[0])
+    assert AvroDeserializer(sr)(data, ctx(topic)) == value
+
+    # JSON Schema (the record name is the title)
+    topic, ns = f"strat-json-{strategy}", f"json{strategy}"
+    rec = f"{ns}.Reading"
+    js = json.dumps(
+        {
+            "title": rec,
+            "type": "object",
+            "properties": {"v": {"type": "number"}, "tag": {"type": "string"}},
+            "required": ["v", "tag"],
+            "additionalProperties": False,  # closed, as the converter's schema of a struct
+        }
+    )
+    theirs = JSONSerializer(js, sr, conf={"subject.name.strategy": func})(value, ctx(topic))
+    sid = unframe(theirs)[0]
+    assert _subjects_of(registry_url, sid) == [subject_of(topic, rec)]
+    ours = JsonSerde(client, js, subject_name_strategy=cls_name).serialize(topic, value)
+    assert unframe(ours)[0] == sid
+    conv = make_converter("io.confluent.connect.json.JsonSchemaConverter", conv_props, False)
+    data = conv.from_connect(topic, reading(ns), value)
+    assert data is not None and subject_of(topic, rec) in _subjects_of(registry_url, unframe(data)[0])
+    assert JSONDeserializer(None, schema_registry_client=sr)(data, ctx(topic)) == value
+
+    # Protobuf (the record name is the message's full name)
+    topic, ns = f"strat-pb-{strategy}", f"pb{strategy}"
+    rec = f"{ns}.Reading"
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"reading-{strategy}.proto", package=ns, syntax="proto3")
+    m = fdp.message_type.add(name="Reading")
+    f = descriptor_pb2.FieldDescriptorProto
+    m.field.add(name="v", number=1, type=f.TYPE_DOUBLE, label=f.LABEL_OPTIONAL)
+    m.field.add(name="tag", number=2, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    msg_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(rec))
+    theirs = ProtobufSerializer(msg_cls, sr, {"use.deprecated.format": False, "subject.name.strategy": func})(
+        msg_cls(v=2.5, tag="t"), ctx(topic)
+    )
+    assert _subjects_of(registry_url, unframe(theirs, True)[0]) == [subject_of(topic, rec)]
+    ours = ProtobufSerde(client, msg_cls, subject_name_strategy=cls_name).serialize(
+        topic, msg_cls(v=2.5, tag="t")
+    )
+    assert _subjects_of(registry_url, unframe(ours, True)[0]) == [subject_of(topic, rec)]
+    conv = make_converter("io.confluent.connect.protobuf.ProtobufConverter", conv_props, False)
+    data = conv.from_connect(topic, reading(ns), value)
+    assert data is not None
+    assert subject_of(topic, rec) in _subjects_of(registry_url, unframe(data, True)[0])
+    got = ProtobufDeserializer(msg_cls, {"use.deprecated.format": False})(data, ctx(topic))
+    assert (got.v, got.tag) == (2.5, "t")
+
+
+def test_unknown_subject_name_strategy() -> None:
+    from strom.connect.data import ConfigError
+
+    with pytest.raises(ConfigError, match=r"value\.subject\.name\.strategy.*RecordNameStrategy"):
+        make_converter(
+            "io.confluent.connect.avro.AvroConverter",
+            {"schema.registry.url": "http://127.0.0.1:1", "value.subject.name.strategy": "com.x.MyStrategy"},
+            False,
+        )

@@ -64,7 +64,13 @@ def wait_ready(url: str, auth: str | None = None, timeout: float = 60.0) -> None
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     d = tmp_path_factory.mktemp("sr-broker")
     realm = d / "realm.properties"
-    realm.write_text("# user: password, roles\nalice: alice-secret, admin\nbob: bob-secret\n")
+    realm.write_text(
+        "# user: password, roles\nalice: alice-secret, admin\nbob: bob-secret\n"
+        # Jetty's forms of the password 'password' (org.eclipse.jetty.util.security.Password)
+        "carol: MD5:5f4dcc3b5aa765d61d8327deb882cf99, readonly\n"
+        "dave: OBF:1v2j1uum1xtv1zej1zer1xtn1uvk1v1v, user\n"
+        "erin: CRYPT:usjRS48E8ZADM, developer\n"
+    )
     b = BrokerProcess(
         d / "data",
         overrides=[
@@ -165,9 +171,46 @@ def test_basic_auth(broker: BrokerProcess) -> None:
         assert resp.status == 200
 
 
+def test_roles_and_hashed_passwords(broker: BrokerProcess) -> None:
+    """Jetty's MD5:/OBF:/CRYPT: passwords authenticate; a read-only role reads (lookups and
+    compatibility checks included) but every write is 403 (40301); admin/developer write."""
+    url = registry_url(broker)
+    subject = f"roles-{uuid.uuid4().hex[:8]}-value"
+    v1 = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "string"}]})
+
+    def client(user: str, password: str = "password") -> SchemaRegistryClient:
+        conf = {"url": url, "basic.auth.user.info": f"{user}:{password}", "max.retries": 0}
+        return SchemaRegistryClient(conf)
+
+    for user in ("carol", "dave", "erin"):  # the hashed forms check; a wrong password does not
+        assert isinstance(client(user).get_subjects(), list)
+        with pytest.raises(SchemaRegistryError) as e:
+            client(user, "passwore").get_subjects()
+        assert e.value.http_status_code == 401
+    sid = client("erin").register_schema(subject, Schema(v1, "AVRO"))  # developer writes
+    ro = client("carol")
+    assert json.loads(ro.get_schema(sid).schema_str) == json.loads(v1)
+    assert ro.lookup_schema(subject, Schema(v1, "AVRO")).schema_id == sid  # POST, but a read
+    assert ro.test_compatibility(subject, Schema(v1, "AVRO")) is True
+    writes = [
+        lambda c: c.register_schema(subject, Schema('"string"', "AVRO")),
+        lambda c: c.delete_version(subject, 1),
+        lambda c: c.delete_subject(subject),
+        lambda c: c.set_compatibility(subject_name=subject, level="NONE"),
+    ]
+    for write in writes:
+        for user in ("carol", "dave"):  # readonly; 'user' is no write role either
+            with pytest.raises(SchemaRegistryError) as e:
+                write(client(user))
+            assert (e.value.http_status_code, e.value.error_code) == (403, 40301)
+            assert f"User {user} is denied operation Write" in e.value.error_message
+    assert client("alice", "alice-secret").get_latest_version(subject).schema_id == sid  # nothing changed
+    assert client("bob", "bob-secret").delete_subject(subject) == [1]  # no role: reads and writes
+
+
 def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
     realm = tmp_path / "realm"
-    realm.write_text("alice: MD5:0123456789abcdef\n")
+    realm.write_text("alice: MD5:0123456789abcdef, admin\n")
     b = BrokerProcess(
         tmp_path / "data",
         overrides=[
@@ -175,7 +218,7 @@ def test_bad_realm_file_is_a_config_error(tmp_path: Path) -> None:
             f"strom.http.schema.registry.basic.auth.file={realm}",
         ],
     )
-    with pytest.raises(Exception, match="only plain passwords"):
+    with pytest.raises(Exception, match="MD5: needs 32 hex digits"):
         b.start()
     b.stop()
 

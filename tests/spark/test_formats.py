@@ -165,6 +165,36 @@ def test_avro_both_ways_with_confluent_serdes(spark: Any, kbroker: BrokerProcess
     assert msgs[0].value() == AvroSerializer(sr, USER)(de(msgs[0].value(), dctx), dctx)
 
 
+def test_subject_name_strategy_option(spark: Any, kbroker: BrokerProcess, registry: str) -> None:
+    """valueSubjectNameStrategy=TopicRecordNameStrategy: the sink registers under
+    <topic>-<record name>, as confluent-kafka's serializer with the same strategy (same bytes)."""
+    import confluent_kafka.schema_registry as csr
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    sr = SchemaRegistryClient({"url": registry})
+    dst = uniq("avro-strat")
+    create_topic(kbroker.bootstrap, dst, 1)
+    df = spark.createDataFrame(
+        [("k1", ("ann", 31, ["a"], None))],
+        "key string, value struct<name:string,age:int,tags:array<string>,email:string>",
+    )
+    strategy = "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"
+    opts = {"schema.registry.url": registry, "valueSubjectNameStrategy": strategy}
+    write(df, kbroker.bootstrap, dst, valueFormat="avro", keyFormat="string", valueSchema=USER, **opts)
+    (m,) = consume(kbroker.bootstrap, dst, 1)
+    assert sr.get_latest_version(f"{dst}-ex.User").schema_id == int.from_bytes(m.value()[1:5], "big")
+    ctx = SerializationContext(dst, MessageField.VALUE)
+    theirs = AvroSerializer(sr, USER, conf={"subject.name.strategy": csr.topic_record_subject_name_strategy})
+    assert m.value() == theirs({"name": "ann", "age": 31, "tags": ["a"], "email": None}, ctx)
+    rows = read(spark, kbroker.bootstrap, dst, valueFormat="avro", valueSchema=USER, **opts).collect()
+    assert rows[0]["value"]["name"] == "ann"
+    # without a schema there is no record name to look the subject up by
+    with pytest.raises(Exception, match=r"valueSubjectNameStrategy.*record name comes from the schema"):
+        read(spark, kbroker.bootstrap, dst, valueFormat="avro", **opts).collect()
+    with pytest.raises(Exception, match="unknown subject name strategy"):
+        read(spark, kbroker.bootstrap, dst, valueFormat="avro", **{**opts, "valueSubjectNameStrategy": "X"})
+
+
 def test_avro_evolution_reader_schema_and_version(spark: Any, kbroker: BrokerProcess, registry: str) -> None:
     """Records of several writer schemas are read with the one reader schema (Avro resolution)."""
     from confluent_kafka.schema_registry.avro import AvroSerializer

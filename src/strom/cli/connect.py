@@ -69,6 +69,9 @@ def connect(args: argparse.Namespace) -> int:
 
         return serve(args.bootstrap_server, args.host, args.port, Path(args.state_dir))
 
+    if args.connect_command == "validate":
+        # the unknown keys are printed below as warnings, once, instead of logged
+        logging.getLogger("strom.connect").setLevel(logging.ERROR)
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
@@ -77,6 +80,8 @@ def connect(args: argparse.Namespace) -> int:
     if args.connect_command == "validate":
         import json
 
+        for w in cfg.warnings:
+            print(f"strom connect: warning: {w}", file=sys.stderr)
         print(json.dumps({"name": cfg.name, "config": cfg.props, "type": cfg.kind}, indent=2))
         return 0
     return _run(cfg, args)

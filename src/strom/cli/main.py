@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--basic-auth-file",
         metavar="FILE",
         help="require HTTP basic auth: a realm file of 'user: password[,role ...]' lines "
-        "(Confluent's authentication.method=BASIC)",
+        "(Confluent's authentication.method=BASIC; passwords plain or Jetty's OBF:/MD5:/CRYPT:; "
+        "roles admin/developer write, other roles read only)",
     )
     registry.add_argument("--ssl-certfile", metavar="PEM", help="serve HTTPS with this certificate (chain)")
     registry.add_argument("--ssl-keyfile", metavar="PEM", help="the certificate's private key")

@@ -5,22 +5,37 @@
 :func:`parse_config` validates everything up front (connector class, its keys, ``tasks.max``,
 ``topics``/``topics.regex``, ``transforms.*``, ``predicates.*``, ``errors.*``, the converters
 and their ``*.converter.*`` keys) and raises :class:`~strom.connect.data.ConfigError` with one
-line naming the problem. Unlike Connect, a key no connector, transform or converter reads is
-refused too: strom knows every plugin it runs, so an unknown key is a typo.
+line naming the problem. As in Connect, a key no connector, transform or converter reads is not
+an error (the plugin ignores it): it is logged as a warning naming the key and listed in
+:attr:`ConnectorConfig.warnings` (``strom connect validate`` prints them).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from strom.connect.data import ConfigError
-from strom.connect.transforms import Predicate, Transformation, TransformChain, make_predicate, make_transform
+from strom.connect.delta import DELTA_KEYS, DELTA_SINK
+from strom.connect.delta import validate_props as validate_delta_props
+from strom.connect.transforms import (
+    UNKNOWN_KEYS,
+    Predicate,
+    Transformation,
+    TransformChain,
+    make_predicate,
+    make_transform,
+    plugin_keys,
+)
+
+log = logging.getLogger("strom.connect")
 
 __all__ = [
+    "DELTA_SINK",
     "ConfigError",
     "ConnectorConfig",
     "ConnectorSpec",
@@ -46,6 +61,7 @@ CONNECTORS: dict[str, ConnectorSpec] = {
     FILE_SOURCE: ConnectorSpec(FILE_SOURCE, "source", {"file": "", "topic": None, "batch.size": "2000"}),
     FILE_SINK: ConnectorSpec(FILE_SINK, "sink", {"file": ""}),
     PARQUET_SINK: ConnectorSpec(PARQUET_SINK, "sink", {"path": None}),
+    DELTA_SINK: ConnectorSpec(DELTA_SINK, "sink", DELTA_KEYS),
     HTTP_SINK: ConnectorSpec(
         HTTP_SINK,
         "sink",
@@ -138,6 +154,7 @@ class ConnectorConfig:
     value_converter: tuple[str, dict[str, str]] = (JSON_CONVERTER, {})
     transforms: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     predicates: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # keys supplied but not known
 
     def connector_props(self) -> dict[str, str]:
         """The connector's own keys with their defaults."""
@@ -145,7 +162,10 @@ class ConnectorConfig:
         return {k: self.props.get(k, d if d is not None else "") for k, d in spec.keys.items()}
 
     def transform_chain(self) -> TransformChain:
-        preds: dict[str, Predicate] = {a: make_predicate(c, p) for a, (c, p) in self.predicates.items()}
+        preds: dict[str, Predicate] = {}
+        for a, (c, p) in self.predicates.items():
+            with plugin_keys(f"predicates.{a}."):
+                preds[a] = make_predicate(c, p)
         steps: list[tuple[str, Transformation, Predicate | None, bool]] = []
         for alias, cls, props in self.transforms:
             props = dict(props)
@@ -164,7 +184,8 @@ class ConnectorConfig:
             if pname is None and negate_s == "true":
                 raise ConfigError(f"transforms.{alias}.negate is set but transforms.{alias}.predicate is not")
             try:
-                t = make_transform(cls, props)
+                with plugin_keys(f"transforms.{alias}."):
+                    t = make_transform(cls, props)
             except ConfigError as e:
                 raise ConfigError(f"transforms.{alias}: {e}") from None
             steps.append((alias, t, preds[pname] if pname else None, negate_s == "true"))
@@ -179,6 +200,8 @@ _ALIASES = {
     "ParquetSink": PARQUET_SINK,
     "ParquetSinkConnector": PARQUET_SINK,
     "HttpSink": HTTP_SINK,
+    "DeltaSink": DELTA_SINK,
+    "DeltaSinkConnector": DELTA_SINK,
     "HttpSinkConnector": HTTP_SINK,
 }
 
@@ -267,7 +290,17 @@ def parse_config(doc: dict[str, Any], name: str | None = None) -> ConnectorConfi
                 f"in the URL ({name})"
             )
         props["name"] = name
-    return _validate(props)
+    unknown: list[str] = []
+    token = UNKNOWN_KEYS.set(unknown)
+    try:
+        cfg = _validate(props)
+    finally:
+        UNKNOWN_KEYS.reset(token)
+    for key in unknown:
+        cfg.warnings.append(f"The configuration '{key}' was supplied but isn't a known config.")
+    for w in cfg.warnings:
+        log.warning("connector %s: %s", cfg.name, w)
+    return cfg
 
 
 def _validate(props: dict[str, str]) -> ConnectorConfig:
@@ -339,7 +372,8 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
             cls_name = JSON_CONVERTER
         conv = (cls_name or JSON_CONVERTER, sub)
         try:
-            make_converter(conv[0], conv[1], is_key=which == "key")
+            with plugin_keys(f"{which}.converter."):
+                make_converter(conv[0], conv[1], is_key=which == "key")
         except ConfigError as e:
             raise ConfigError(f"{which}.converter: {e}") from None
         if which == "key":
@@ -380,18 +414,25 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
     for key in props:
         if key in COMMON_KEYS or key in spec.keys or key.startswith(PASS_PREFIXES):
             if spec.kind == "source" and key in SINK_ONLY:
-                raise ConfigError(f"{key} is a sink connector config; {cls} is a source connector")
+                cfg.warnings.append(
+                    f"The configuration '{key}' was supplied but isn't a known config "
+                    f"({key} is a sink connector config; {cls} is a source connector)."
+                )
             continue
         if key.startswith(("key.converter.", "value.converter.")):
             continue
         m = re.match(r"(transforms|predicates)\.([^.]+)\.", key)
         if m:
             if m.group(2) not in (t_aliases if m.group(1) == "transforms" else p_aliases):
-                raise ConfigError(f"config {key!r}: {m.group(2)!r} is not listed in {m.group(1)}")
+                cfg.warnings.append(
+                    f"The configuration '{key}' was supplied but isn't a known config "
+                    f"({m.group(2)!r} is not listed in {m.group(1)})."
+                )
             continue
-        raise ConfigError(
-            f"Unknown configuration {key!r} for {cls.rsplit('.', 1)[-1]} (its keys: "
-            f"{', '.join(spec.keys)}; plus Connect's common keys)"
+        cfg.warnings.append(
+            f"The configuration '{key}' was supplied but isn't a known config "
+            f"(not a key of {cls.rsplit('.', 1)[-1]}: {', '.join(spec.keys)}; "
+            "nor one of Connect's common keys)."
         )
     for key, default in spec.keys.items():
         if default is None and not props.get(key, "").strip():
@@ -414,6 +455,8 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
         _int(props, "max.retries", 10, minimum=0)
         _int(props, "retry.backoff.ms", 3000, minimum=0)
         _int(props, "http.request.timeout.ms", 30000, minimum=1)
+    if cls == DELTA_SINK:
+        validate_delta_props(props)
     if cls == FILE_SOURCE:
         _int(props, "batch.size", 2000, minimum=1)
         if "," in props["topic"]:

@@ -421,23 +421,57 @@ class _RegistryConverter(Converter):
         for k in _REGISTRY_PASSIVE:
             p.get(k)
         p.done()
-        strategy = p.props.get(f"{'key' if is_key else 'value'}.subject.name.strategy", "")
-        if strategy and not strategy.endswith("TopicNameStrategy"):
-            raise ConfigError(f"{strategy}: strom's registry converters use TopicNameStrategy only")
-        if p.props.get("basic.auth.credentials.source"):
-            raise ConfigError("basic.auth.*: strom's registry converters do not authenticate to the registry")
+        from strom.serde import SerdeError, subject_strategy
+
+        which = "key" if is_key else "value"
+        try:
+            self.strategy = subject_strategy(p.props.get(f"{which}.subject.name.strategy"))
+        except SerdeError as e:
+            raise ConfigError(f"Invalid value for configuration {which}.subject.name.strategy: {e}") from None
         self.url = url.split(",")[0].strip()
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"Invalid value {url} for configuration schema.registry.url: not an http(s) URL"
             )
-        self.client = RegistryClient(self.url)
+        user_info = self._user_info(p.props)  # (takes user:password@ out of self.url)
+        self.client = RegistryClient(self.url, user_info=user_info)
         self.is_key = is_key
 
-    def _subject(self, topic: str) -> str:
-        from strom.serde import topic_subject
+    def _user_info(self, props: Mapping[str, str]) -> str | None:
+        """HTTP basic auth to the registry, as Confluent's ``basic.auth.credentials.source``:
+        ``USER_INFO`` takes ``basic.auth.user.info``; ``URL`` (the default) the URL's
+        ``user:password@``."""
+        import urllib.parse
 
-        return topic_subject(topic, self.is_key)
+        source = props.get("basic.auth.credentials.source", "URL").strip().upper()
+        if source == "USER_INFO":
+            info = props.get("basic.auth.user.info", "")
+            if ":" not in info:
+                raise ConfigError(
+                    "basic.auth.credentials.source=USER_INFO needs basic.auth.user.info=user:password"
+                )
+            return info
+        if source != "URL":
+            raise ConfigError(
+                f"Invalid value {source} for configuration basic.auth.credentials.source: "
+                "String must be one of: URL, USER_INFO (SASL_INHERIT is not supported by strom)"
+            )
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.username is None:
+            return None
+        host = parts.hostname or ""
+        netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+        self.url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        user = urllib.parse.unquote(parts.username)
+        return f"{user}:{urllib.parse.unquote(parts.password or '')}"
+
+    def _subject(self, topic: str, schema_text: str) -> str:
+        """The subject under ``key.subject.name.strategy`` / ``value.subject.name.strategy``
+        (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy as Confluent's)."""
+        from strom.serde import record_name, subject_name
+
+        rec = record_name(schema_text, self.schema_type) if self.strategy != "TopicNameStrategy" else None
+        return subject_name(self.strategy, topic, self.is_key, rec)
 
     def _register(self, topic: str, schema_text: str) -> int:
         import urllib.parse
@@ -446,14 +480,14 @@ class _RegistryConverter(Converter):
 
         try:
             if self.use_latest or not self.auto_register:
-                subject = urllib.parse.quote(self._subject(topic), safe="")
+                subject = urllib.parse.quote(self._subject(topic, schema_text), safe="")
                 if self.use_latest:
                     return int(self.client._call("GET", f"/subjects/{subject}/versions/latest")["id"])
                 body: dict[str, Any] = {"schema": schema_text}
                 if self.schema_type != "AVRO":
                     body["schemaType"] = self.schema_type
                 return int(self.client._call("POST", f"/subjects/{subject}", body)["id"])
-            return self.client.register(self._subject(topic), schema_text, self.schema_type)
+            return self.client.register(self._subject(topic, schema_text), schema_text, self.schema_type)
         except SerdeError as e:
             raise DataException(
                 f"Failed to access {self.schema_type} schema for topic {topic}: {e}"
@@ -844,7 +878,7 @@ class ProtobufConverter(_RegistryConverter):
         from google.protobuf import descriptor_pb2  # noqa: F401 - fail at config time when it is missing
 
         self._classes: dict[tuple[int, tuple[int, ...]], tuple[Any, Schema]] = {}
-        self._written: dict[str, tuple[int, Any]] = {}
+        self._written: dict[tuple[str, str], tuple[int, Any]] = {}  # (topic, proto text)
 
     def _message(self, sid: int, indexes: list[int]) -> tuple[Any, Schema]:
         key = (sid, tuple(indexes))
@@ -924,11 +958,11 @@ class ProtobufConverter(_RegistryConverter):
             raise DataException("strom's ProtobufConverter writes structs (data with a schema) only")
         validate_value(schema, value)
         text = proto_text(schema)
-        if text not in self._written:
+        if (topic, text) not in self._written:
             sid = self._register(topic, text)
             cls, _ = self._message(sid, [0])
-            self._written[text] = (sid, cls)
-        sid, cls = self._written[text]
+            self._written[(topic, text)] = (sid, cls)
+        sid, cls = self._written[(topic, text)]
         msg = cls()
         try:
             _fill(msg, schema, value)
@@ -966,9 +1000,11 @@ def _msg_value(msg: Any) -> dict[str, Any]:
 
 
 def proto_text(schema: Schema) -> str:
-    """A proto3 file for a Connect struct (nested structs as nested messages)."""
-    name = (schema.get("name") or "ConnectDefault1").rsplit(".", 1)[-1]
-    return "\n".join(['syntax = "proto3";', "", *_proto_message(name, schema, "")]) + "\n"
+    """A proto3 file for a Connect struct (nested structs as nested messages; the namespace of
+    the struct's name is the package)."""
+    pkg, _, name = (schema.get("name") or "ConnectDefault1").rpartition(".")
+    head = ['syntax = "proto3";', ""] + ([f"package {pkg};", ""] if pkg else [])  # as ProtobufData
+    return "\n".join([*head, *_proto_message(name, schema, "")]) + "\n"
 
 
 def _proto_message(name: str, schema: Schema, indent: str) -> list[str]:

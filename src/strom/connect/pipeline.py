@@ -14,7 +14,7 @@ from strom.connect.config import ConnectorConfig
 from strom.connect.converters import Converter, make_converter
 from strom.connect.data import ConnectRecord
 from strom.connect.errors import ErrorHandler, RawRecord
-from strom.connect.transforms import TransformChain
+from strom.connect.transforms import UNKNOWN_KEYS, TransformChain
 
 
 @dataclass
@@ -32,9 +32,13 @@ class Produced:
 class Pipeline:
     def __init__(self, cfg: ConnectorConfig, task_id: int = 0) -> None:
         self.cfg = cfg
-        self.key_conv: Converter = make_converter(*cfg.key_converter, is_key=True)
-        self.value_conv: Converter = make_converter(*cfg.value_converter, is_key=False)
-        self.chain: TransformChain = cfg.transform_chain()
+        token = UNKNOWN_KEYS.set([])  # parse_config warned about the unknown keys already
+        try:
+            self.key_conv: Converter = make_converter(*cfg.key_converter, is_key=True)
+            self.value_conv: Converter = make_converter(*cfg.value_converter, is_key=False)
+            self.chain: TransformChain = cfg.transform_chain()
+        finally:
+            UNKNOWN_KEYS.reset(token)
         self.errors = ErrorHandler(cfg, task_id)
         self.filtered = 0
 

@@ -147,12 +147,16 @@ class Worker:
             return {"name": name, "connector": state, "tasks": [{"id": 0, **state}], "type": cfg.kind}
         return run.status()
 
+    def task_ids(self, name: str) -> list[int]:
+        run = self.runs.get(name)
+        return [t.task_id for t in run.tasks] if run is not None and run.tasks else [0]
+
     def info(self, name: str) -> dict[str, Any]:
         cfg = self.configs[name]
         return {
             "name": name,
             "config": cfg.props,
-            "tasks": [{"connector": name, "task": 0}],
+            "tasks": [{"connector": name, "task": i} for i in self.task_ids(name)],
             "type": cfg.kind,
         }
 
@@ -238,7 +242,9 @@ def make_app(worker: Worker) -> Starlette:
         name = known(request)
         if isinstance(name, JSONResponse):
             return name
-        return JSONResponse([{"id": {"connector": name, "task": 0}, "config": worker.configs[name].props}])
+        props = worker.configs[name].props
+        ids = worker.task_ids(name)
+        return JSONResponse([{"id": {"connector": name, "task": i}, "config": props} for i in ids])
 
     def action(do: Callable[[str], object], status: int) -> Callable[[Request], Response]:
         """An endpoint doing ``do(name)`` to a known connector and answering ``status``."""

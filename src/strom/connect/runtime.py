@@ -180,6 +180,16 @@ def ensure_topic(
             raise
 
 
+def _partitions(bootstrap: str, topic: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    md = AdminClient(_client_conf(bootstrap)).list_topics(topic, timeout=15)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return []
+    return sorted(t.partitions)
+
+
 def offset_key(name: str, path: str) -> bytes:
     return json.dumps([name, {"filename": path}], separators=(",", ":")).encode()
 
@@ -244,14 +254,82 @@ def _ms(row: Any) -> int | None:
 # -- connectors ----------------------------------------------------------------------------------
 
 
-class ConnectorRun:
-    """One connector's Spark query and its counters (what ``/status`` shows)."""
+def task_groups(items: Sequence[Any], n: int) -> list[list[Any]]:
+    """``items`` in at most ``n`` contiguous groups of near-equal size, as Kafka's
+    ``ConnectorUtils.groupPartitions`` divides a connector's work among its tasks."""
+    n = max(1, min(n, len(items)))
+    per, extra = divmod(len(items), n)
+    out, i = [], 0
+    for g in range(n):
+        size = per + (1 if g < extra else 0)
+        out.append(list(items[i : i + size]))
+        i += size
+    return out
 
-    def __init__(self, cfg: C.ConnectorConfig, bootstrap: str, state_dir: Path) -> None:
+
+# sinks whose tasks may write side by side (each task its own files / Delta commits / requests);
+# the file sink appends to one file, so it keeps one task
+SPLITTABLE_SINKS = (C.PARQUET_SINK, C.DELTA_SINK, C.HTTP_SINK)
+
+
+class TaskGroup:
+    """A connector's task queries seen as one query (``awaitTermination``, ``exception``,
+    ``isActive``, ``stop``), for the callers that run a connector as a whole."""
+
+    def __init__(self, queries: list[Any]) -> None:
+        self.queries = queries
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for q in self.queries:
+            if deadline is None:
+                q.awaitTermination()
+            elif not q.awaitTermination(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def exception(self) -> Any:
+        for q in self.queries:
+            exc = q.exception()
+            if exc is not None:
+                return exc
+        return None
+
+    @property
+    def isActive(self) -> bool:
+        return any(q.isActive for q in self.queries)
+
+    def stop(self) -> None:
+        for q in self.queries:
+            q.stop()
+
+
+class ConnectorRun:
+    """One connector's Spark query (one per task) and its counters (what ``/status`` shows).
+
+    ``tasks.max`` > 1 on a sink reading a ``topics`` list splits the topic partitions among the
+    tasks as Connect does (contiguous groups, at most one task per partition): each task is a
+    child run with its own Spark query (``assign`` of its partitions), checkpoint
+    (``<state>/task-<i>``), pipeline and ``task.id`` (as in the DLQ headers). A task started
+    without a checkpoint starts at the offsets committed to the group ``connect-<name>`` (the
+    Delta sink: at its table's). Sources run one task: a FileStreamSource reads one file, as
+    Kafka's (which also returns a single task config whatever ``tasks.max``)."""
+
+    def __init__(
+        self,
+        cfg: C.ConnectorConfig,
+        bootstrap: str,
+        state_dir: Path,
+        task_id: int = 0,
+        assignment: dict[str, list[int]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.bootstrap = bootstrap
         self.state_dir = state_dir
-        self.pipeline = Pipeline(cfg)
+        self.task_id = task_id
+        self.assignment = assignment
+        self.tasks: list[ConnectorRun] = []  # the task runs when split
+        self.pipeline = Pipeline(cfg, task_id)
         self.query: Any = None
         self.records_in = 0
         self.records_out = 0
@@ -382,10 +460,16 @@ class ConnectorRun:
             .option("includeHeaders", "true")
             .option("failOnDataLoss", "false")
         )
-        if self.cfg.topics_regex:
+        if self.assignment is not None:
+            reader = reader.option("assign", json.dumps(self.assignment))
+        elif self.cfg.topics_regex:
             reader = reader.option("subscribePattern", self.cfg.topics_regex)
         else:
             reader = reader.option("subscribe", ",".join(self.cfg.topics))
+        if self.cfg.connector_class == C.DELTA_SINK:
+            reader = self._delta_start(reader)
+        elif self.assignment is not None and not (Path(self.checkpoint) / "commits").exists():
+            reader = reader.option("startingOffsets", json.dumps(self._group_offsets(self.assignment)))
         df = reader.load().selectExpr(
             "key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts", "headers"
         )
@@ -406,6 +490,8 @@ class ConnectorRun:
             return self._start(df, self._file_sink_batch, once, trigger_ms)
         if self.cfg.connector_class == C.HTTP_SINK:
             return self._start(df, self._http_sink_batch, once, trigger_ms)
+        if self.cfg.connector_class == C.DELTA_SINK:
+            return self._start(df, self._delta_sink_batch, once, trigger_ms)
         self._out = Path(os.path.abspath(props["path"]))
         self._out.mkdir(parents=True, exist_ok=True)
         return self._start(df, self._parquet_sink_batch, once, trigger_ms)
@@ -448,6 +534,21 @@ class ConnectorRun:
         self.batches += 1
         self.records_in += len(rows)
         self.records_out += written
+
+    def _group_offsets(self, assignment: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+        """The offsets of the group ``connect-<name>`` for ``assignment`` (-2: none committed)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer(_client_conf(self.bootstrap, {"group.id": f"connect-{self.cfg.name}"}))
+        try:
+            tps = [TopicPartition(t, p) for t, ps in assignment.items() for p in ps]
+            got = c.committed(tps, timeout=15)
+        finally:
+            c.close()
+        out: dict[str, dict[str, int]] = {t: {} for t in assignment}
+        for tp in got:
+            out[tp.topic][str(tp.partition)] = tp.offset if tp.offset >= 0 else -2
+        return out
 
     def _commit_group(self, rows: list[Any]) -> None:
         if not rows:
@@ -523,6 +624,29 @@ class ConnectorRun:
             os.replace(tmp, target)
         self._after_sink_batch(rows, len(recs))
 
+    def _delta_start(self, reader: Any) -> Any:
+        """Without a checkpoint, the Delta sink starts at the offsets its tables committed."""
+        from strom.connect.delta import DeltaWriter, table_path
+
+        self._delta = DeltaWriter(self.cfg.name, self.cfg.connector_props())
+        if self.cfg.topics_regex or (Path(self.checkpoint) / "commits").exists():
+            return reader
+        starting: dict[str, dict[str, int]] = {}
+        assignment = self.assignment or {t: _partitions(self.bootstrap, t) for t in self.cfg.topics}
+        for topic, parts in assignment.items():
+            done = self._delta.committed(table_path(self._delta.template, topic), topic, parts)
+            starting[topic] = {str(p): done.get(p, -2) for p in parts}
+        if self.assignment is not None or any(o >= 0 for ps in starting.values() for o in ps.values()):
+            log.info("connector %s: resuming from the Delta table's offsets %s", self.cfg.name, starting)
+            reader = reader.option("startingOffsets", json.dumps(starting))
+        return reader
+
+    def _delta_sink_batch(self, df: Any, batch_id: int) -> None:
+        rows, recs = self._sink_records(df)
+        items = [(raw.topic or "", raw.partition or 0, raw.offset or 0, rec) for raw, rec in recs]
+        written = self._delta.write(items) if items else 0
+        self._after_sink_batch(rows, written)
+
     def _http_sink_batch(self, df: Any, batch_id: int) -> None:
         rows, recs = self._sink_records(df)
         props = self.cfg.connector_props()
@@ -550,18 +674,57 @@ class ConnectorRun:
                 raise
 
         w = df.writeStream.foreachBatch(guarded).option("checkpointLocation", self.checkpoint)
-        w = w.queryName(f"connect-{self.cfg.name}")
+        qname = f"connect-{self.cfg.name}" + (f"-{self.task_id}" if self.assignment is not None else "")
+        w = w.queryName(qname)
         w = w.trigger(availableNow=True) if once else w.trigger(processingTime=f"{trigger_ms} milliseconds")
         self.query = w.start()
         return self.query
+
+    def task_assignments(self) -> list[dict[str, list[int]]]:
+        """The topic partitions of each task (one task, no split: ``[]``)."""
+        cfg = self.cfg
+        if cfg.kind != "sink" or cfg.tasks_max < 2 or cfg.topics_regex:
+            return []
+        if cfg.connector_class not in SPLITTABLE_SINKS:
+            log.info(
+                "connector %s: %s runs one task (tasks.max=%d)",
+                cfg.name,
+                cfg.connector_class.rsplit(".", 1)[-1],
+                cfg.tasks_max,
+            )
+            return []
+        parts = [(t, p) for t in cfg.topics for p in _partitions(self.bootstrap, t)]
+        groups = task_groups(parts, cfg.tasks_max)
+        if len(groups) < 2:
+            return []
+        out = []
+        for g in groups:
+            a: dict[str, list[int]] = {}
+            for t, p in g:
+                a.setdefault(t, []).append(p)
+            out.append(a)
+        return out
 
     def start(self, spark: Any, once: bool = False, trigger_ms: int = 1000) -> Any:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.cfg.kind == "source":
             return self._start_file_source(spark, once, trigger_ms)
+        if self.assignment is None:
+            groups = self.task_assignments()
+            if groups:
+                self.tasks = [
+                    ConnectorRun(self.cfg, self.bootstrap, self.state_dir / f"task-{i}", i, g)
+                    for i, g in enumerate(groups)
+                ]
+                for t in self.tasks:
+                    t.start(spark, once, trigger_ms)
+                self.query = TaskGroup([t.query for t in self.tasks])
+                return self.query
         return self._start_sink(spark, once, trigger_ms)
 
     def stop(self) -> None:
+        for t in self.tasks:
+            t.stop()
         if self.query is not None:
             try:
                 self.query.stop()
@@ -571,7 +734,7 @@ class ConnectorRun:
             self._producer.flush(10)
             self._producer = None  # librdkafka's threads go with it
 
-    def status(self) -> dict[str, Any]:
+    def _task_status(self) -> dict[str, Any]:
         q = self.query
         state = "UNASSIGNED"
         trace = None
@@ -583,22 +746,42 @@ class ConnectorRun:
                 state = "RUNNING"
             else:
                 state = "STOPPED"
-        task: dict[str, Any] = {"id": 0, "state": state, "worker_id": "strom-connect"}
+        task: dict[str, Any] = {"id": self.task_id, "state": state, "worker_id": "strom-connect"}
         if trace:
             task["trace"] = trace
+        if self.assignment is not None:
+            task["strom"] = {
+                "assignment": [{"topic": t, "partition": p} for t, ps in self.assignment.items() for p in ps],
+                **self.counters(),
+            }
+        return task
+
+    def counters(self) -> dict[str, int]:
+        runs = self.tasks or [self]
+        return {
+            "batches": sum(r.batches for r in runs),
+            "records_in": sum(r.records_in for r in runs),
+            "records_out": sum(r.records_out for r in runs),
+            "failed_records": sum(r.pipeline.errors.failed for r in runs),
+            "dead_lettered": sum(r.dead_lettered for r in runs),
+            "filtered": sum(r.pipeline.filtered for r in runs),
+        }
+
+    def status(self) -> dict[str, Any]:
+        tasks = [t._task_status() for t in self.tasks] if self.tasks else [self._task_status()]
+        states = {t["state"] for t in tasks}
+        # the connector (its Connector instance, not its tasks) runs while any task exists
+        state = tasks[0]["state"]
+        if "RUNNING" in states:
+            state = "RUNNING"
+        if self.query is None:
+            state = "UNASSIGNED"
         return {
             "name": self.cfg.name,
             "connector": {"state": state, "worker_id": "strom-connect"},
-            "tasks": [task],
+            "tasks": tasks,
             "type": self.cfg.kind,
-            "strom": {
-                "batches": self.batches,
-                "records_in": self.records_in,
-                "records_out": self.records_out,
-                "failed_records": self.pipeline.errors.failed,
-                "dead_lettered": self.dead_lettered,
-                "filtered": self.pipeline.filtered,
-            },
+            "strom": self.counters(),
         }
 
 

@@ -14,8 +14,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from strom.connect import timefmt
@@ -38,6 +41,8 @@ from strom.connect.data import (
     strip_field,
 )
 
+log = logging.getLogger("strom.connect")
+
 PKG = "org.apache.kafka.connect.transforms."
 PRED_PKG = PKG + "predicates."
 
@@ -47,8 +52,31 @@ def split_list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()] if v.strip() else []
 
 
+UNKNOWN_KEYS: ContextVar[list[str] | None] = ContextVar("strom_connect_unknown_keys", default=None)
+
+
+@contextmanager
+def plugin_keys(prefix: str) -> Iterator[None]:
+    """The unknown keys reported while building one plugin, named with its config prefix
+    (``transforms.<alias>.``, ``value.converter.`` ...)."""
+    outer = UNKNOWN_KEYS.get()
+    mine: list[str] = []
+    token = UNKNOWN_KEYS.set(mine)
+    try:
+        yield
+    finally:
+        UNKNOWN_KEYS.reset(token)
+        for key in mine:
+            if outer is not None:
+                outer.append(prefix + key)
+            else:
+                log.warning("The configuration '%s%s' was supplied but isn't a known config", prefix, key)
+
+
 class Props:
-    """A transform's config: typed getters; unknown keys are refused by :meth:`done`."""
+    """A transform's (or converter's) config: typed getters; :meth:`done` reports the keys no
+    getter read. As in Kafka Connect (``AbstractConfig.logUnused``) they are not an error: each is
+    logged as a warning and collected in :data:`UNKNOWN_KEYS` when a caller set it."""
 
     def __init__(self, owner: str, props: Mapping[str, str]) -> None:
         self.owner, self.props = owner, dict(props)
@@ -94,9 +122,14 @@ class Props:
         )
 
     def done(self) -> None:
-        extra = sorted(set(self.props) - self.used)
-        if extra:
-            raise ConfigError(f"Unknown configuration {extra[0]!r} for {self.owner}")
+        sink = UNKNOWN_KEYS.get()
+        for key in sorted(set(self.props) - self.used):
+            if sink is not None:
+                sink.append(key)
+            else:
+                log.warning(
+                    "The configuration '%s' was supplied but isn't a known config (%s)", key, self.owner
+                )
 
 
 class Transformation:

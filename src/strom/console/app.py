@@ -79,6 +79,7 @@ class ConsoleSettings:
     read_only: bool = False
     client_factory: Callable[[], Client] | None = None
     basic_auth: dict[str, str] | None = None  # user -> password
+    registry: Any = None  # a registry_view.RegistryView: framed keys/values decoded through it
     scan_cap: int = DEFAULT_SCAN_CAP
     metrics_urls: tuple[str, ...] = ()  # brokers' /metrics, sampled for the metrics page
     metrics_interval_s: float = 10.0
@@ -474,7 +475,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         progress = [_Progress(pp.partition, pp.start, pp.end, max(0, min(pp.end - pp.start, plan.cap)))
                     for pp in plan.parts]
         if plan.matcher is None and not plan.every:  # plain browsing stops after `limit` records
-            ctx = await _scan(c, plan, progress, lambda: None, 0.0)
+            ctx = await _scan(c, plan, progress, lambda: None, 0.0, keep_raw=settings.registry is not None)
+            await registry_decode(name, ctx)
             return page("messages.html", request, **ctx)
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -490,6 +492,11 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         await asyncio.wait({job.task}, timeout=settings.search_wait_s)
         return show_job(request, job, fragment=False)
 
+    async def registry_decode(topic: str, ctx: dict[str, Any]) -> None:
+        """Framed keys and values shown decoded through the registry (``--schema-registry-url``)."""
+        if settings.registry is not None and ctx.get("rows"):
+            await asyncio.to_thread(settings.registry.decode_rows, topic, ctx["rows"], MAX_SHOWN_BYTES)
+
     async def run_job(c: Client, job: _SearchJob) -> None:
         loop = asyncio.get_running_loop()
 
@@ -504,7 +511,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return None
 
         try:
-            job.result = await _scan(c, job.plan, job.progress, stop, settings.scan_pause_s)
+            job.result = await _scan(c, job.plan, job.progress, stop, settings.scan_pause_s,
+                                     keep_raw=settings.registry is not None)
+            await registry_decode(job.plan.topic, job.result)
             if job.result["stopped"] == "abandoned":
                 jobs.pop(job.id, None)
         except asyncio.CancelledError:
@@ -631,6 +640,11 @@ def build_app(settings: ConsoleSettings) -> Starlette:
                 for r in res.records:
                     _, key, _ = render_value(r.key, 256)
                     kind, value, cut = render_value(r.value)
+                    if settings.registry is not None:
+                        row: dict[str, Any] = {"key": key, "key_kind": "", "value": value, "value_kind": kind,
+                                               "truncated": cut, "_raw": (r.key, r.value)}
+                        await asyncio.to_thread(settings.registry.decode_rows, name, [row], MAX_SHOWN_BYTES)
+                        key, kind, value, cut = row["key"], row["value_kind"], row["value"], row["truncated"]
                     yield "data: " + json.dumps({"offset": r.offset, "timestamp": r.timestamp, "key": key,
                                                  "value": value, "kind": kind, "truncated": cut}) + "\n\n"
                 if res.next_offset is not None and res.next_offset > pos:
@@ -949,7 +963,7 @@ async def _scan_partition(c: Client, plan: _Plan, pp: _PartPlan, progress: _Prog
 
 
 async def _scan(c: Client, plan: _Plan, progress: list[_Progress], stop: Callable[[], str | None],
-                pause_s: float) -> dict[str, Any]:
+                pause_s: float, keep_raw: bool = False) -> dict[str, Any]:
     """Scan the plan's partitions (SCAN_PARALLEL at once); returns the messages page's context:
     the rows (newest or oldest first; across partitions by timestamp) and, per partition, what
     was scanned and the query that continues a capped or stopped scan."""
@@ -991,6 +1005,8 @@ async def _scan(c: Client, plan: _Plan, progress: list[_Progress], stop: Callabl
                      "key_kind": kkind, "value": vtext, "value_kind": vkind, "truncated": cut,
                      "size": len(r.value) if r.value is not None else 0,
                      "headers": [(h, (v or b"").decode("utf-8", errors="replace")) for h, v in r.headers]})
+        if keep_raw:  # for the registry view (decoded in a worker thread, then dropped)
+            rows[-1]["_raw"] = (r.key, r.value)
     one_part = summaries[0]
     return plan.view | {
         "rows": rows, "scans": summaries, "scanned": sum(s["scanned"] for s in summaries),

@@ -19,6 +19,11 @@ def add_parser(sub: Any, add_bootstrap: Callable[[argparse.ArgumentParser], None
     p.add_argument("--read-only", action="store_true", help="no mutating action is offered or accepted")
     p.add_argument("--basic-auth-file", metavar="FILE",
                    help="require HTTP basic auth; FILE holds user:password lines")
+    p.add_argument("--schema-registry-url", metavar="URL",
+                   help="decode keys/values in Confluent's wire format (Avro, JSON Schema, Protobuf) "
+                        "through this schema registry")
+    p.add_argument("--schema-registry-user-info", metavar="USER:PASSWORD",
+                   help="HTTP basic auth to the schema registry (basic.auth.user.info)")
     p.add_argument("--scan-cap", type=int, default=10_000,
                    help="records a message search scans at most (default 10000)")
     p.add_argument("--max-searches", type=int, default=4, metavar="N",
@@ -65,9 +70,21 @@ def console(args: argparse.Namespace) -> int:
             raise CommandError(f"cannot read --basic-auth-file {args.basic_auth_file}: {why}", 2) from None
         except ValueError as e:
             raise CommandError(str(e), 2) from None
+    registry = None
+    if args.schema_registry_url:
+        if not args.schema_registry_url.startswith(("http://", "https://")):
+            raise CommandError(
+                f"--schema-registry-url {args.schema_registry_url}: expected http(s)://host:port", 2
+            )
+        from .registry_view import RegistryView
+
+        registry = RegistryView(args.schema_registry_url, args.schema_registry_user_info)
+    elif args.schema_registry_user_info:
+        raise CommandError("--schema-registry-user-info needs --schema-registry-url", 2)
     client = _client(args)  # validates --bootstrap-server and --command-config now
     settings = ConsoleSettings(args.bootstrap_server, read_only=args.read_only, client_factory=lambda: client,
-                               basic_auth=users, scan_cap=args.scan_cap, metrics_urls=tuple(args.metrics_url),
+                               basic_auth=users, registry=registry, scan_cap=args.scan_cap,
+                               metrics_urls=tuple(args.metrics_url),
                                metrics_interval_s=args.metrics_interval, max_searches=args.max_searches,
                                search_timeout_s=args.search_timeout,
                                metrics_url_for=None if port is None else (

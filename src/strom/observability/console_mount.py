@@ -58,6 +58,17 @@ class ConsoleMount:
                                   f"{e.strerror or e}") from None
             except ValueError as e:
                 raise ConfigError(f"strom.http.console.basic.auth.file: {e}") from None
+        registry = None
+        registry_url = str(cfg["strom.http.console.schema.registry.url"]).strip()
+        if registry_url:
+            if not registry_url.startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"strom.http.console.schema.registry.url {registry_url}: not an http(s) URL"
+                )
+            from ..console.registry_view import RegistryView
+
+            info = cfg["strom.http.console.schema.registry.basic.auth.user.info"]
+            registry = RegistryView(registry_url, str(getattr(info, "value", info) or "").strip() or None)
         self.security = _security(str(cfg["strom.http.console.command.config"]).strip())
         self.configured = str(cfg["strom.http.console.bootstrap.servers"]).strip()
         if not self.configured:
@@ -88,7 +99,8 @@ class ConsoleMount:
 
         self.settings = ConsoleSettings(
             self.configured or "this broker", read_only=bool(cfg["strom.http.console.read.only"]),
-            client_factory=self._client, basic_auth=users, prefix=PREFIX, metrics_url_for=metrics_url,
+            client_factory=self._client, basic_auth=users, registry=registry, prefix=PREFIX,
+            metrics_url_for=metrics_url,
             metrics_interval_s=int(cfg["strom.http.console.metrics.interval.ms"]) / 1000, metrics_fetch=fetch,
             max_searches=int(cfg["strom.http.console.max.searches"]),
             search_timeout_s=int(cfg["strom.http.console.search.timeout.ms"]) / 1000)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..config_schema import ConfigError
 
 if TYPE_CHECKING:
+    from ..schema_registry.auth import Credential
     from ..server.broker import Broker
 
 __all__ = ["REGISTRY_PREFIX", "RegistryMount"]
@@ -42,7 +43,8 @@ class RegistryMount:
     """One broker's schema registry instance (store, leader election, REST application)."""
 
     def __init__(self, broker: Broker) -> None:
-        from ..schema_registry.app import client_config, load_properties, load_realm
+        from ..schema_registry.app import client_config, load_properties
+        from ..schema_registry.auth import load_realm
 
         cfg = broker.config
         self.broker = broker
@@ -58,7 +60,7 @@ class RegistryMount:
                 raise ConfigError(
                     f"strom.http.schema.registry.command.config {command_config}: {e}"
                 ) from None
-        self.users: dict[str, str] | None = None
+        self.users: dict[str, Credential] | None = None
         realm = str(cfg["strom.http.schema.registry.basic.auth.file"]).strip()
         if realm:
             try:

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from strom.schema_registry import protobuf_schema
+from strom.schema_registry.auth import WRITE_ROLES, Credential, authenticate, load_realm
 from strom.schema_registry.election import LeaderElector
 from strom.schema_registry.registry import Registry, RegistryError, schema_not_found
 from strom.schema_registry.store import StoreError
@@ -115,58 +116,29 @@ def _forward_to_leader(elector: LeaderElector | None, request: Request, raw: byt
             time.sleep(0.5)
 
 
-def load_realm(path: str) -> dict[str, str]:
-    """Users of HTTP basic auth from a realm file as Confluent's ``authentication.method=BASIC``
-    takes it (Jetty's ``PropertyFileLoginModule`` format): ``user: password[,role ...]`` lines,
-    ``#`` comments; plain passwords only (no ``OBF:``/``MD5:``/``CRYPT:``). Raises ValueError or
-    OSError."""
-    users: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            user, sep, rest = line.partition(":")
-            password = rest.split(",", 1)[0].strip()
-            if not sep or not user.strip():
-                raise ValueError(f"{path}:{n}: expected 'user: password[,role ...]'")
-            if password.startswith(("OBF:", "MD5:", "CRYPT:")):
-                scheme = password.split(":")[0]
-                raise ValueError(f"{path}:{n}: only plain passwords are supported, not {scheme}:")
-            users[user.strip()] = password
-    if not users:
-        raise ValueError(f"{path}: no users")
-    return users
-
-
-def _authorized(request: Request, users: dict[str, str]) -> bool:
-    import base64
-    import hmac
-
-    kind, _, cred = request.headers.get("authorization", "").partition(" ")
-    if kind.lower() != "basic":
-        return False
-    try:
-        user, sep, password = base64.b64decode(cred.strip(), validate=True).decode("utf-8").partition(":")
-    except (ValueError, UnicodeDecodeError):
-        return False
-    expected = users.get(user)
-    return bool(sep) and expected is not None and hmac.compare_digest(expected.encode(), password.encode())
-
-
 def build_app(registry: Registry, elector: LeaderElector | None = None,
-              users: dict[str, str] | None = None) -> Starlette:
-    """The REST API; ``users``: HTTP basic auth required (user -> password), else open."""
+              users: dict[str, Credential] | None = None) -> Starlette:
+    """The REST API; ``users``: HTTP basic auth required (user -> credential and roles, see
+    :mod:`strom.schema_registry.auth`), else open."""
     Endpoint = Callable[[Request, dict[str, Any]], Any]
 
     def handler(fn: Endpoint, write: tuple[str, ...] = ()) -> Callable[[Request], Any]:
         async def wrapped(request: Request) -> Response:
             from starlette.concurrency import run_in_threadpool
 
-            if users is not None and not _authorized(request, users):
-                denied = _error(401, 401, "Unauthorized")
-                denied.headers["WWW-Authenticate"] = 'Basic realm="SchemaRegistry"'
-                return denied
+            if users is not None:
+                who = authenticate(request.headers.get("authorization", ""), users)
+                if who is None:
+                    denied = _error(401, 401, "Unauthorized")
+                    denied.headers["WWW-Authenticate"] = 'Basic realm="SchemaRegistry"'
+                    return denied
+                if request.method in write and not who.may_write:
+                    return _error(
+                        403,
+                        40301,
+                        f"User {who.user} is denied operation Write on {request.url.path} (roles: "
+                        f"{', '.join(who.roles)}; writes need the role {' or '.join(sorted(WRITE_ROLES))})",
+                    )
             try:
                 if request.method in write and FORWARDED not in request.headers:
                     raw = await request.body()

@@ -140,14 +140,98 @@ def topic_subject(topic: str, is_key: bool = False) -> str:
     return f"{topic}-{'key' if is_key else 'value'}"
 
 
+# Confluent's subject name strategies (io.confluent.kafka.serializers.subject.*), by simple name
+SUBJECT_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+STRATEGY_PACKAGE = "io.confluent.kafka.serializers.subject."
+
+
+def subject_strategy(name: str | None) -> str:
+    """The simple name of a ``key.subject.name.strategy`` / ``value.subject.name.strategy``
+    value (Confluent's class name, or the simple name); empty: TopicNameStrategy."""
+    if name is None or not name.strip():
+        return "TopicNameStrategy"
+    simple = name.strip().rsplit(".", 1)[-1]
+    if simple not in SUBJECT_STRATEGIES:
+        raise SerdeError(
+            f"unknown subject name strategy {name.strip()!r}: one of "
+            + ", ".join(STRATEGY_PACKAGE + s for s in SUBJECT_STRATEGIES)
+        )
+    return simple
+
+
+def record_name(schema: str, schema_type: str = "AVRO") -> str:
+    """The record name RecordNameStrategy uses for a schema, as Confluent's serializers take it:
+    an Avro named type's full name (``namespace.name``; a primitive's type name), a JSON Schema's
+    ``title``, a Protobuf schema's first message (``package.Message``)."""
+    if schema_type == "AVRO":
+        try:
+            doc = json.loads(schema)
+        except ValueError as e:
+            raise SerdeError(f"Avro schema is not JSON: {e}") from None
+        if isinstance(doc, str):
+            return doc
+        if isinstance(doc, dict):
+            name = doc.get("name")
+            if isinstance(name, str) and doc.get("type") in ("record", "enum", "fixed"):
+                ns = doc.get("namespace")
+                return name if "." in name or not ns else f"{ns}.{name}"
+            if isinstance(doc.get("type"), str):
+                return str(doc["type"])
+        raise SerdeError("RecordNameStrategy: an Avro union has no record name")
+    if schema_type == "JSON":
+        try:
+            doc = json.loads(schema)
+        except ValueError as e:
+            raise SerdeError(f"JSON Schema is not JSON: {e}") from None
+        title = doc.get("title") if isinstance(doc, dict) else None
+        if not isinstance(title, str) or not title:
+            raise SerdeError("RecordNameStrategy: the JSON Schema has no 'title' (its record name)")
+        return title
+    import re
+
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", schema, flags=re.S)
+    m = re.search(r"\bmessage\s+([A-Za-z_][A-Za-z0-9_]*)", text)
+    if m is None and "{" not in text:  # a serialized FileDescriptorProto (base64)
+        import base64
+        import binascii
+
+        from google.protobuf import descriptor_pb2
+        from google.protobuf.message import DecodeError
+
+        fd = descriptor_pb2.FileDescriptorProto()
+        try:
+            fd.ParseFromString(base64.b64decode(text, validate=True))
+        except (binascii.Error, DecodeError, ValueError):
+            fd.Clear()
+        if fd.message_type:
+            return f"{fd.package}.{fd.message_type[0].name}" if fd.package else fd.message_type[0].name
+    if m is None:
+        raise SerdeError("RecordNameStrategy: the Protobuf schema has no message")
+    pkg = re.search(r"\bpackage\s+([A-Za-z_][A-Za-z0-9_.]*)\s*;", text)
+    return f"{pkg.group(1)}.{m.group(1)}" if pkg else m.group(1)
+
+
+def subject_name(strategy: str, topic: str, is_key: bool, record: str | None) -> str:
+    """The subject for ``topic``'s key or value under ``strategy`` (a simple name from
+    :func:`subject_strategy`); ``record``: the record name (record strategies only)."""
+    if strategy == "TopicNameStrategy":
+        return topic_subject(topic, is_key)
+    if record is None:
+        raise SerdeError(f"{strategy} needs the record's name")
+    return record if strategy == "RecordNameStrategy" else f"{topic}-{record}"
+
+
 class AvroSerde:
     """Avro records (dicts) <-> wire format; reads with the writer's schema (by id)."""
 
-    def __init__(self, client: RegistryClient, schema: str | None = None) -> None:
+    def __init__(
+        self, client: RegistryClient, schema: str | None = None, subject_name_strategy: str | None = None
+    ) -> None:
         import fastavro
 
         self.client = client
         self.schema = schema
+        self.strategy = subject_strategy(subject_name_strategy)
         self._parsed = fastavro.parse_schema(json.loads(schema)) if schema else None
         self._readers: dict[int, Any] = {}
 
@@ -156,7 +240,8 @@ class AvroSerde:
 
         if self.schema is None:
             raise SerdeError("AvroSerde needs a schema to serialize")
-        sid = self.client.register(topic_subject(topic, is_key), self.schema)
+        rec = record_name(self.schema) if self.strategy != "TopicNameStrategy" else None
+        sid = self.client.register(subject_name(self.strategy, topic, is_key, rec), self.schema)
         buf = io.BytesIO()
         assert self._parsed is not None
         fastavro.schemaless_writer(buf, self._parsed, record)
@@ -174,15 +259,23 @@ class AvroSerde:
 class JsonSerde:
     """JSON documents <-> wire format, validated against the JSON Schema."""
 
-    def __init__(self, client: RegistryClient, schema: str | None = None, validate: bool = True) -> None:
+    def __init__(
+        self,
+        client: RegistryClient,
+        schema: str | None = None,
+        validate: bool = True,
+        subject_name_strategy: str | None = None,
+    ) -> None:
         self.client, self.schema, self.validate = client, schema, validate
+        self.strategy = subject_strategy(subject_name_strategy)
 
     def serialize(self, topic: str, doc: Any, is_key: bool = False) -> bytes:
         if self.schema is None:
             raise SerdeError("JsonSerde needs a schema to serialize")
         if self.validate:
             self._check(json.loads(self.schema), doc)
-        sid = self.client.register(topic_subject(topic, is_key), self.schema, "JSON")
+        rec = record_name(self.schema, "JSON") if self.strategy != "TopicNameStrategy" else None
+        sid = self.client.register(subject_name(self.strategy, topic, is_key, rec), self.schema, "JSON")
         return frame(sid, json.dumps(doc, separators=(",", ":")).encode())
 
     def deserialize(self, data: bytes) -> Any:
@@ -205,10 +298,13 @@ class JsonSerde:
 class ProtobufSerde:
     """Protobuf messages of one generated class <-> wire format (message indexes of that class)."""
 
-    def __init__(self, client: RegistryClient, message_class: Any) -> None:
+    def __init__(
+        self, client: RegistryClient, message_class: Any, subject_name_strategy: str | None = None
+    ) -> None:
         import base64
 
         self.client, self.cls = client, message_class
+        self.strategy = subject_strategy(subject_name_strategy)
         desc = message_class.DESCRIPTOR
         self.schema = base64.b64encode(desc.file.serialized_pb).decode()
         # the message's path among the file's (nested) message types
@@ -221,7 +317,9 @@ class ProtobufSerde:
         self.indexes = path
 
     def serialize(self, topic: str, message: Any, is_key: bool = False) -> bytes:
-        sid = self.client.register(topic_subject(topic, is_key), self.schema, "PROTOBUF")
+        # the record name of a message class: its full name (confluent-kafka's too)
+        subject = subject_name(self.strategy, topic, is_key, self.cls.DESCRIPTOR.full_name)
+        sid = self.client.register(subject, self.schema, "PROTOBUF")
         return frame(sid, message.SerializeToString(), self.indexes)
 
     def deserialize(self, data: bytes) -> Any:

@@ -7,7 +7,8 @@ Theory of operation
 At planning time (the driver) :func:`resolve_format` settles *one* schema per column: the one
 given by ``valueSchemaId``, else ``valueSchema`` (registered under the subject on write, the
 reader schema on read), else version ``valueSchemaVersion`` (default ``latest``) of the subject
-(Confluent's TopicNameStrategy ``<topic>-value`` / ``<topic>-key``, or ``valueSubject``). The
+(Confluent's TopicNameStrategy ``<topic>-value`` / ``<topic>-key``; RecordNameStrategy or
+TopicRecordNameStrategy with ``valueSubjectNameStrategy``; or ``valueSubject``). The
 column's Spark type is derived from that schema, so a DataFrame's schema is known before any
 record is read and does not change while a streaming query runs:
 
@@ -147,6 +148,35 @@ def permissive_option(opts: Mapping[str, str]) -> bool:
     return raw == "PERMISSIVE"
 
 
+def _strategy_subject(
+    opts: Mapping[str, str], column: str, topic: str | None, given: str | None, stype: str
+) -> str | None:
+    """The subject under ``keySubjectNameStrategy`` / ``valueSubjectNameStrategy`` (Confluent's
+    TopicNameStrategy (default), RecordNameStrategy, TopicRecordNameStrategy; class or simple
+    name); the record strategies take the record name from ``keySchema`` / ``valueSchema``."""
+    from strom.serde import record_name, subject_name, subject_strategy
+
+    raw = _opt(opts, f"{column}SubjectNameStrategy")
+    try:
+        strategy = subject_strategy(raw)
+    except SerdeError as e:
+        raise StromOptionError(f"Invalid value for option '{column}SubjectNameStrategy': {e}") from None
+    if strategy == "TopicNameStrategy":
+        return f"{topic}-{column}" if topic is not None else None
+    if given is None:
+        raise StromOptionError(
+            f"{column}SubjectNameStrategy={raw}: the record name comes from the schema: set "
+            f"'{column}Schema' (or name the subject with '{column}Subject')"
+        )
+    try:
+        rec = record_name(given, stype)
+    except SerdeError as e:
+        raise StromOptionError(f"{column}SubjectNameStrategy={raw}: {e}") from None
+    if strategy == "TopicRecordNameStrategy" and topic is None:
+        return None
+    return subject_name(strategy, topic or "", column == "key", rec)
+
+
 def resolve_format(
     options: Mapping[str, str], column: str, topic: str | None, *, for_write: bool
 ) -> FieldFormat | None:
@@ -197,7 +227,7 @@ def resolve_format(
         raise StromOptionError(
             f"Set at most one of '{column}Schema', '{column}SchemaId' and '{column}SchemaVersion'"
         )
-    subject = _opt(opts, f"{column}Subject") or (f"{topic}-{column}" if topic is not None else None)
+    subject = _opt(opts, f"{column}Subject") or _strategy_subject(opts, column, topic, given, stype)
     # a subject is needed to look a version up, or to register valueSchema on write
     if subject is None and sid_raw is None and (given is None or for_write):
         raise StromOptionError(
