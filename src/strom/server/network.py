@@ -625,6 +625,14 @@ class KafkaProtocol(asyncio.Protocol):
                     if transport.is_closing():  # that write failed: the client is gone
                         self._left_mid_response(correlation_id, None)
                         return
+                    try:
+                        sent = _sendfile_now(transport, fd, pos, length)
+                    except OSError as e:
+                        self._left_mid_response(correlation_id, e)
+                        return
+                    if sent == length:
+                        continue
+                    pos, length = pos + sent, length - sent
                     with os.fdopen(fd, "rb", buffering=0) as f:
                         regions.remove(p)  # the file object owns the descriptor now
                         try:
@@ -652,6 +660,31 @@ class KafkaProtocol(asyncio.Protocol):
             exc or "write failed",
         )
         self.close()
+
+
+def _sendfile_now(transport: asyncio.Transport, fd: int, pos: int, length: int) -> int:
+    """As much of a file region as the socket takes now, sent from this callback: the bytes
+    sent (0 if the transport still holds earlier bytes, which must go first). The rest goes
+    through ``loop.sendfile``, which waits for the socket; sending at once spares a fetch
+    answer the loop iterations (and the pause/resume of reading, a writer registered and
+    removed) that ``loop.sendfile`` takes even when the socket took everything at once, and
+    so its tail and the next answer go out without waiting behind other connections' work."""
+    if transport.get_write_buffer_size():
+        return 0
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    out = sock.fileno()
+    sent = 0
+    while sent < length:
+        try:
+            n = os.sendfile(out, fd, pos + sent, length - sent)
+        except (BlockingIOError, InterruptedError):
+            break
+        if n == 0:  # the file ends before the region (truncated meanwhile): loop.sendfile decides
+            break
+        sent += n
+    return sent
 
 
 # one traceback per (API, exception type) a minute: a client repeating a request that trips a bug
