@@ -93,3 +93,41 @@ def test_small_windows_use_small_steps() -> None:
     assert PAGE_CACHE.step == MIB  # at least a MiB between two system calls
     set_page_cache_window(-1)
     assert PAGE_CACHE.window == 0
+
+
+def test_the_releaser_advises_off_the_callers_thread(tmp_path: Path) -> None:
+    """With a PageCacheReleaser installed (the broker's), the advice runs on its worker thread
+    on a duplicate descriptor: the same pages go, the appending thread never calls fadvise,
+    and the segment may be closed and deleted while advice is queued."""
+    import threading
+
+    from strom.server.page_cache_releaser import PageCacheReleaser
+
+    set_page_cache_window(4 * MIB)
+    releaser = PageCacheReleaser()
+    releaser.install()
+    callers: set[int] = set()
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, advice: int) -> None:
+        callers.add(threading.get_ident())
+        real(fd, offset, length, advice)
+
+    os.posix_fadvise = spy  # type: ignore[assignment]
+    try:
+        path, res = write_log(tmp_path / "bg", 16 * MIB)
+        releaser.close()  # the queued advice is done
+    finally:
+        os.posix_fadvise = real  # type: ignore[assignment]
+        releaser.close()
+    assert PAGE_CACHE.releaser is None
+    assert releaser.submitted >= 8  # a range every MiB past the first 4
+    assert callers and threading.get_ident() not in callers
+    if res is not None:
+        # advised later than inline, so a step or two more may still be cached at the count
+        assert res <= 8 * MIB, res
+    # after close, advice is inline again, and a descriptor that is gone is no error
+    fd = os.open(path, os.O_RDONLY)
+    os.close(fd)
+    releaser(fd, 0, MIB)
+    path.unlink()

@@ -90,6 +90,7 @@ from .fetch_session import FetchSessionCache
 from .kraft import QUORUM_ENABLE, BrokerQuorum
 from .malloc_tuning import tune_malloc
 from .metadata_cache import ImageMetadataCache, RegistryMetadataCache
+from .page_cache_releaser import PageCacheReleaser
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .roll_flusher import RollFlusher
@@ -253,6 +254,7 @@ class Broker:
         )
         self.http: HttpListener | None = None
         self.roll_flusher: RollFlusher | None = None  # see start()
+        self.page_cache_releaser: PageCacheReleaser | None = None  # see start()
         self.loop_lag: LoopLagMonitor | None = None  # started by start() (strom.event.loop.lag.sample.ms)
         self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
@@ -393,6 +395,8 @@ class Broker:
             rm = self.replica_manager
             self.roll_flusher = RollFlusher(asyncio.get_running_loop(), rm.note_storage_error)
             self.roll_flusher.install()
+            self.page_cache_releaser = PageCacheReleaser()
+            self.page_cache_releaser.install()
         if listen:  # first: /healthz answers and /readyz says why not ready while the logs load
             await self._start_http()
         if any(proto.startswith("SASL_") for _n, proto, _h, _p in self.config.listener_protocols()):
@@ -597,6 +601,8 @@ class Broker:
             await self.quorum.stop()
         if self.roll_flusher is not None:
             self.roll_flusher.close()  # the queued flushes finish; the logs' close syncs the rest
+        if self.page_cache_releaser is not None:
+            self.page_cache_releaser.close()
         self.replica_manager.shutdown()
         if self.http is not None:
             await self.http.stop()
