@@ -33,6 +33,7 @@ from strom.client.errors import KafkaError as StromKafkaError
 from strom.client.security import SecurityConfig
 from strom.client.transactions import describe_transaction
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 pytestmark = pytest.mark.integration
 
@@ -607,22 +608,13 @@ def java_properties(b: BrokerProcess, p: str, tmp: Any) -> str:
 def test_java_principal_matrix(broker: BrokerProcess, tmp_path: Any) -> None:
     """The same matrix with Java kafka-clients 4.x (AdminClient, producer, consumer;
     clients/AclProbe.java), one JVM per principal."""
-    import os
-    import shutil
     import subprocess
     from pathlib import Path
 
-    home = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-    libs = home / "java" / "libs"
-    if shutil.which("javac") is None or not list(libs.glob("kafka-clients-*.jar")):
-        pytest.skip(f"no JDK or no Java kafka-clients in {libs} (../shared/compat/setup.sh)")
-    src = Path(__file__).parent / "clients" / "AclProbe.java"
-    r = subprocess.run(["javac", "-cp", f"{libs}/*", "-d", str(tmp_path), str(src)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    cp = compile_java(Path(__file__).parent / "clients" / "AclProbe.java", tmp_path)
     got: dict[str, dict[str, str]] = {api: {} for api in JAVA_EXPECTED}
     for p in PRINCIPALS:
-        r = subprocess.run(["java", "-cp", f"{libs}/*:{tmp_path}", "AclProbe", p, TOPIC],
+        r = subprocess.run(["java", "-cp", cp, "AclProbe", p, TOPIC],
                            input=java_properties(broker, p, tmp_path), capture_output=True, text=True,
                            timeout=300)
         cells = [line.split("\t") for line in r.stdout.splitlines() if line.startswith("CELL\t")]

@@ -24,6 +24,7 @@ import pytest
 from strom.client.client import Client
 from strom.client.security import SecurityConfig
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import JAVA_LIBS
 
 pytestmark = pytest.mark.integration
 
@@ -933,9 +934,6 @@ def test_cli_configs_quotas(broker: BrokerProcess, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ Java
-JAVA_LIBS = (
-    Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat")) / "java" / "libs"
-)
 JAVA_SOURCE = r"""
 import java.util.*;
 import org.apache.kafka.clients.admin.*;

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import COMPAT_HOME, compile_java
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +34,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CLIENTS = HERE / "clients"
 COMPAT_DIR = Path(os.environ.get("STROM_COMPAT_DIR", REPO.parent / "shared" / "compat"))
-COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 NODE_MODULES = COMPAT_HOME / "node" / "node_modules"
 
 TS0 = 1_700_000_000_000
@@ -549,15 +548,7 @@ def test_kcat_metadata_and_offsets_query(shared_broker: BrokerProcess, kcat: str
 
 @pytest.fixture(scope="module")
 def java_cp(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac/java) on PATH")
-    if not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip(f"Java kafka-clients not found in {JAVA_LIBS} (run ../shared/compat/setup.sh)")
-    out = tmp_path_factory.mktemp("java")
-    r = subprocess.run(["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(CLIENTS / "RoundTrip.java")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return f"{JAVA_LIBS}/*:{out}"
+    return compile_java(CLIENTS / "RoundTrip.java", tmp_path_factory.mktemp("java"))
 
 
 def java(cp: str, *args: str, stdin: str = "") -> str:

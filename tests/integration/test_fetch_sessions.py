@@ -6,9 +6,7 @@ broker's /metrics showing that their fetches were incremental."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -24,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from strom.client.connection import KafkaConnection
 from strom.protocol.errors import ErrorCode
 from strom.testing.broker_process import BrokerProcess, free_port
+from strom.testing.java_clients import compile_java
 
 pytestmark = pytest.mark.integration
 
@@ -206,18 +205,11 @@ def test_java_consumer_reads_many_partitions_incrementally(broker: BrokerProcess
                                                           tmp_path: Path) -> None:
     """Java's consumer (clients/RoundTrip.java, assign() of every partition) opens a session and
     fetches incrementally, as against Kafka."""
-    home = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-    libs = home / "java" / "libs"
-    if shutil.which("javac") is None or not list(libs.glob("kafka-clients-*.jar")):
-        pytest.skip(f"no JDK or no Java kafka-clients in {libs} (../shared/compat/setup.sh)")
-    src = Path(__file__).parent / "clients" / "RoundTrip.java"
-    r = subprocess.run(["javac", "-cp", f"{libs}/*", "-d", str(tmp_path), str(src)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    cp = compile_java(Path(__file__).parent / "clients" / "RoundTrip.java", tmp_path)
     n = 300
     topic = make_topic(broker, n, records_each=2)
     before = metrics(broker)
-    r = subprocess.run(["java", "-cp", f"{libs}/*:{tmp_path}", "RoundTrip", "consume", broker.bootstrap,
+    r = subprocess.run(["java", "-cp", cp, "RoundTrip", "consume", broker.bootstrap,
                         topic, str(n), str(2 * n)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     values = [bytes.fromhex(line.split("\t")[6]).decode() for line in r.stdout.splitlines()

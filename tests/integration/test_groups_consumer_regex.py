@@ -7,7 +7,6 @@ empty group between the classic and consumer protocols, keeping its committed of
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 import uuid
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -24,7 +24,6 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-JAVA_LIBS = Path.home() / ".cache" / "strom-compat" / "java" / "libs"
 
 REGEX_JAVA = r"""
 import java.nio.file.*;
@@ -78,18 +77,7 @@ public class RegexConsume {
 
 @pytest.fixture(scope="module")
 def regex_cp(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac/java) on PATH")
-    if not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip(f"no kafka-clients jar in {JAVA_LIBS}")
-    out = tmp_path_factory.mktemp("java-regex")
-    src = out / "RegexConsume.java"
-    src.write_text(REGEX_JAVA)
-    r = subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(src)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    return f"{out}:{JAVA_LIBS}/*"
+    return compile_java(REGEX_JAVA, tmp_path_factory.mktemp("java-regex"), "RegexConsume")
 
 
 @pytest.fixture

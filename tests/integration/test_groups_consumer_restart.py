@@ -4,7 +4,6 @@ broker (the group is persisted in ``__consumer_offsets``), and consume every rec
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -21,7 +21,6 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 pytestmark = pytest.mark.integration
 
-JAVA_LIBS = Path.home() / ".cache" / "strom-compat" / "java" / "libs"
 
 GROUP_RESTART_JAVA = r"""
 import java.nio.file.*;
@@ -106,18 +105,7 @@ public class GroupRestart {
 
 @pytest.fixture(scope="module")
 def group_restart_cp(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac/java) on PATH")
-    if not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip(f"no kafka-clients jar in {JAVA_LIBS}")
-    out = tmp_path_factory.mktemp("java-group-restart")
-    src = out / "GroupRestart.java"
-    src.write_text(GROUP_RESTART_JAVA)
-    r = subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(src)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    return f"{out}:{JAVA_LIBS}/*"
+    return compile_java(GROUP_RESTART_JAVA, tmp_path_factory.mktemp("java-group-restart"), "GroupRestart")
 
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str) -> None:

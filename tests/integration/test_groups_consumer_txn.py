@@ -8,9 +8,7 @@ unusable by an answer Kafka would not give."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import time
 import uuid
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -26,8 +25,6 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 SRC = Path(__file__).parent / "clients" / "TxnGroupChurn.java"
 
 INPUTS = {"in-a": 12, "in-b": 16}
@@ -67,16 +64,7 @@ GROUP_TOPICS = {g: t.split("+") for _n, g, _a, t, *_ in SPECS}
 
 @pytest.fixture(scope="module")
 def churn_cp(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac/java) on PATH")
-    if not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip(f"no kafka-clients jar in {JAVA_LIBS} (run ../shared/compat/setup.sh)")
-    out = tmp_path_factory.mktemp("java-txn-churn")
-    r = subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(SRC)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    return f"{out}:{JAVA_LIBS}/*"
+    return compile_java(SRC, tmp_path_factory.mktemp("java-txn-churn"))
 
 
 def lag(bs: str, ends: dict[tuple[str, int], int]) -> dict[str, list[tuple[str, int, int]]]:

@@ -8,8 +8,6 @@ config resource. Skipped without a JDK or the client jars."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -19,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import JAVA_LIBS, compile_java
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 SOURCE = Path(__file__).parent / "clients" / "ShareClient.java"
 # Kafka's lower bound for share.record.lock.duration.ms is group.share.min.record.lock.duration.ms
 # (15 s by default); the tests lower it to time locks out quickly.
@@ -32,13 +29,8 @@ OVERRIDES = ["group.share.min.record.lock.duration.ms=1000"]
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("java") is None or shutil.which("javac") is None or not JAVA_LIBS.is_dir():
-        pytest.skip("no JDK or Kafka client jars")
     out = tmp_path_factory.mktemp("shareclient")
-    r = subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(SOURCE)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
+    compile_java(SOURCE, out)
     return out
 
 

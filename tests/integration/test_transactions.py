@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 pytestmark = pytest.mark.integration
 
@@ -253,20 +252,12 @@ def test_consume_transform_produce_survives_broker_kill9(broker: BrokerProcess) 
     _check_exactly_once(bs, 2000)
 
 
-COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 
 
 @pytest.fixture(scope="module")
 def txn_java(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip("no JDK or Java kafka-clients (run ../shared/compat/setup.sh)")
-    out = tmp_path_factory.mktemp("txnjava")
     src = Path(__file__).parent / "clients" / "TxnRoundTrip.java"
-    subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(src)], check=True, capture_output=True
-    )
-    return f"{out}:{JAVA_LIBS}/*"
+    return compile_java(src, tmp_path_factory.mktemp("txnjava"))
 
 
 def _java(cp: str, *args: str) -> list[str]:

@@ -10,8 +10,6 @@ does not implement version 2 (EndTxn v1, AddPartitionsToTxn v0): it keeps the cl
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,23 +20,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.testing.broker_process import BrokerProcess
+from strom.testing.java_clients import compile_java
 
 pytestmark = pytest.mark.integration
 
-COMPAT_HOME = Path(os.environ.get("STROM_COMPAT_HOME", Path.home() / ".cache" / "strom-compat"))
-JAVA_LIBS = COMPAT_HOME / "java" / "libs"
 
 
 @pytest.fixture(scope="module")
 def txn_v2_java(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None or not list(JAVA_LIBS.glob("kafka-clients-*.jar")):
-        pytest.skip("no JDK or Java kafka-clients (run ../shared/compat/setup.sh)")
-    out = tmp_path_factory.mktemp("txnv2java")
-    src = Path(__file__).parent / "clients" / "TxnV2.java"
-    subprocess.run(
-        ["javac", "-cp", f"{JAVA_LIBS}/*", "-d", str(out), str(src)], check=True, capture_output=True
-    )
-    return f"{out}:{JAVA_LIBS}/*"
+    return compile_java(Path(__file__).parent / "clients" / "TxnV2.java", tmp_path_factory.mktemp("txnv2"))
 
 
 def _broker(tmp: Path, *overrides: str) -> Iterator[BrokerProcess]:
