@@ -168,6 +168,11 @@ class Flow:
         self.bytes = 0
         self.batches = 0
         self.skipped = 0
+        self.first_batch_at: float | None = None  # perf_counter() at the first batch's start
+        self.last_batch_end = 0.0
+        self.collect_s = 0.0  # seconds spent: Spark -> Arrow on the driver
+        self.produce_s = 0.0  # building and producing the records
+        self.commit_s = 0.0  # flush, offsets, commit
         self.error: str | None = None
         self._producer: Any = None
         self._sync_producer: Any = None
@@ -433,7 +438,13 @@ class Flow:
 
         def guarded(batch_df: Any, batch_id: int) -> None:
             try:
-                self.mirror_batch(batch_df.toArrow(), batch_id)
+                t0 = time.perf_counter()
+                if self.first_batch_at is None:
+                    self.first_batch_at = t0
+                table = batch_df.toArrow()
+                self.collect_s += time.perf_counter() - t0
+                self.mirror_batch(table, batch_id)
+                self.last_batch_end = time.perf_counter()
             except Exception as e:
                 self.error = f"{type(e).__name__}: {e}"
                 log.error("flow %s: batch %d failed: %s", self.cfg.name, batch_id, e)
@@ -490,6 +501,7 @@ class Flow:
         written = 0
         last: dict[tuple[str, int], int] = {}
         prod.begin_transaction()
+        t0 = time.perf_counter()
         try:
             for t, p, s, e in spans:
                 done = self.committed.get((t, p), -1)
@@ -530,6 +542,8 @@ class Flow:
                     written += 1
                 if e > first:
                     last[(t, p)] = offsets[e - 1]
+            t1 = time.perf_counter()
+            self.produce_s += t1 - t0
             left = prod.flush(120)
             if left:
                 raise RuntimeError(f"{left} records were not acknowledged by {self.target_alias}")
@@ -544,6 +558,7 @@ class Flow:
                     value=json.dumps({"offset": off}, separators=(",", ":")).encode(),
                 )
             prod.commit_transaction(120)
+            self.commit_s += time.perf_counter() - t1
         except BaseException:
             try:
                 prod.abort_transaction(60)
