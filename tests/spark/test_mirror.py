@@ -335,3 +335,61 @@ def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, caps
     # at most offset.lag.max (100) records per partition are read again on B
     assert len(reread) <= 2 * 100, len(reread)
     print(f"failover: {len(got)} records read on B, {len(reread)} of them already read on A")
+
+
+def wait_for(cond: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.mark.slow
+def test_continuous_flow_picks_up_new_topics(spark: Any, clusters: Any, tmp_path: Path) -> None:
+    """The flow running continuously: a topic created on A later is created on B (with its
+    partitions) and mirrored; heartbeats, checkpoints and the group sync run on their intervals."""
+    a, b = clusters
+    create(a.bootstrap, "live-1", 1)
+    produce(a.bootstrap, "live-1", records("l1", 10, 1))
+    props = mm2(
+        a,
+        b,
+        "A->B",
+        **{
+            "A->B.topics": "live-.*",
+            "refresh.topics.interval.seconds": "1",
+            "emit.checkpoints.interval.seconds": "1",
+            "sync.group.offsets.enabled": "true",
+            "sync.group.offsets.interval.seconds": "1",
+            "A->B.groups": "live-group",
+        },
+    )
+    mm = MirrorMaker(parse_mm2(props), tmp_path)
+    mm.start(spark, trigger_ms=300)
+    try:
+        wait_for(lambda: len(consume_all(b.bootstrap, "A.live-1", 5)) == 10)
+        create(a.bootstrap, "live-2", 3)
+        produce(a.bootstrap, "live-2", records("l2", 30, 3))
+        wait_for(lambda: topics_of(b.bootstrap).get("A.live-2") == 3)
+        wait_for(lambda: len(consume_all(b.bootstrap, "A.live-2", 5)) == 30)
+        c = Consumer(
+            {"bootstrap.servers": a.bootstrap, "group.id": "live-group", "enable.auto.commit": False}
+        )
+        c.commit(offsets=[TopicPartition("live-2", 0, 10)], asynchronous=False)
+        c.close()
+
+        def synced() -> bool:
+            from confluent_kafka import ConsumerGroupTopicPartitions
+
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live-group")])
+            res = fut["live-group"].result(10)
+            return any(tp.topic == "A.live-2" and tp.offset >= 0 for tp in res.topic_partitions)
+
+        wait_for(synced)
+        assert len(consume_all(b.bootstrap, "heartbeats", 5)) >= 2
+        assert mm.failed() is None
+    finally:
+        mm.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,35 @@ def test_identity_policy_from_config() -> None:
     f = parse_mm2(props).flows[0]
     assert f.policy().identity
     assert f.policy().format_remote_topic("A", "orders") == "orders"
+
+
+# -- the CLI's config handling (no brokers needed)
+
+
+def test_cli_validate_and_errors(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from strom.cli.main import run
+
+    good = tmp_path / "mm2.properties"
+    good.write_text(
+        "# two clusters\nclusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n"
+        "A->B.enabled = true\nA->B.topics = orders\n"
+    )
+    assert run(["mirror", "validate", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("A->B: policy=org.apache.kafka.connect.mirror.DefaultReplicationPolicy pattern=")
+    bad = tmp_path / "bad.properties"
+    bad.write_text("clusters = A, B\nA.bootstrap.servers = a:9092\nA->B.enabled = true\n")
+    for argv in (
+        ["mirror", "validate", str(bad)],
+        ["mirror", "run", str(bad)],
+        ["mirror", "run", str(tmp_path / "missing.properties")],
+        ["mirror", "run", str(good), "--clusters", "C"],
+    ):
+        assert run(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("strom mirror: error: ") and err.count("\n") == 1, err
+        assert "Traceback" not in err
+    off = tmp_path / "off.properties"
+    off.write_text("clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n")
+    assert run(["mirror", "run", str(off)]) == 2
+    assert "no enabled flows" in capsys.readouterr().err
