@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from strom.cli.main import run as cli_run
@@ -247,6 +247,19 @@ def test_active_active_without_loops(spark: Any, clusters: Any, tmp_path: Path) 
         MirrorMaker(parse_mm2(props), tmp_path).run_once(spark)
     ta, tb = topics_of(a.bootstrap), topics_of(b.bootstrap)
     assert "B.aa-east" in ta and "A.aa-west" in tb
+    # internal topics stay home (__consumer_offsets, offset syncs, checkpoints, mm2-offsets): the
+    # only topics named after the other cluster are its data, its heartbeats and the checkpoints
+    # topic MM2 names after the source cluster
+    for here, other in ((ta, "B."), (tb, "A.")):
+        assert other + "checkpoints.internal" in here
+        leaked = {
+            t
+            for t in here
+            if t.startswith(other)
+            and t != other + "checkpoints.internal"
+            and (t.endswith(".internal") or t[2:].startswith("__"))
+        }
+        assert not leaked, leaked
     for t in list(ta) + list(tb):
         assert not t.startswith(("A.B.", "B.A.")), t
     assert len(consume_all(b.bootstrap, "A.aa-west")) == 20
@@ -270,14 +283,39 @@ def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, caps
     c.commit(offsets=[TopicPartition("pay", 0, 130), TopicPartition("pay", 1, 70)], asynchronous=False)
     c.close()
 
+    # another group is active on B (a member holds its partitions): MM2 leaves its offsets alone
+    create(b.bootstrap, "A.pay", 2)
+    busy_a = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "busy", "enable.auto.commit": False})
+    busy_a.commit(offsets=[TopicPartition("pay", 0, 50)], asynchronous=False)
+    busy_a.close()
+    busy_b = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "busy",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    busy_b.subscribe(["A.pay"])
+    wait_for(lambda: busy_b.consume(1, 0.5) is not None and bool(busy_b.assignment()))
+
     props = mm2(
-        a, b, "A->B", **{"A->B.topics": "pay", "sync.group.offsets.enabled": "true", "A->B.groups": "billing"}
+        a,
+        b,
+        "A->B",
+        **{"A->B.topics": "pay", "sync.group.offsets.enabled": "true", "A->B.groups": "billing, busy"},
     )
     mm = MirrorMaker(parse_mm2(props), tmp_path)
     mm.run_once(spark)
     cps = [Checkpoint.decode(m.key(), m.value()) for m in consume_all(b.bootstrap, "A.checkpoints.internal")]
     mine = {(cp.topic, cp.partition): cp for cp in cps if cp.group == "billing"}
     assert {k: v.upstream_offset for k, v in mine.items()} == {("A.pay", 0): 130, ("A.pay", 1): 70}
+
+    assert ("A.pay", 0) in {(cp.topic, cp.partition) for cp in cps if cp.group == "busy"}
+    admin_b = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = admin_b.list_consumer_group_offsets([ConsumerGroupTopicPartitions("busy")])["busy"].result(10)
+    assert all(tp.offset < 0 for tp in res.topic_partitions or []), res.topic_partitions
+    busy_b.close()
 
     # RemoteClusterUtils-style translation from the CLI
     assert (
@@ -300,9 +338,6 @@ def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, caps
     assert {(t, int(p)): int(o) for t, p, o in rows} == {k: cp.downstream_offset for k, cp in mine.items()}
 
     # the group is not active on B, so its translated offsets were committed there
-    admin_b = AdminClient({"bootstrap.servers": b.bootstrap})
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     res = admin_b.list_consumer_group_offsets([ConsumerGroupTopicPartitions("billing")])["billing"].result(10)
     assert {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions} == {
         k: cp.downstream_offset for k, cp in mine.items()
@@ -381,8 +416,6 @@ def test_continuous_flow_picks_up_new_topics(spark: Any, clusters: Any, tmp_path
         c.close()
 
         def synced() -> bool:
-            from confluent_kafka import ConsumerGroupTopicPartitions
-
             admin = AdminClient({"bootstrap.servers": b.bootstrap})
             fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live-group")])
             res = fut["live-group"].result(10)
