@@ -426,3 +426,42 @@ def test_continuous_flow_picks_up_new_topics(spark: Any, clusters: Any, tmp_path
         assert mm.failed() is None
     finally:
         mm.stop()
+
+
+@pytest.mark.slow
+def test_multi_node_cluster_on_either_side(spark: Any, clusters: Any, tmp_path: Path) -> None:
+    """A three-node strom cluster C as a source (C->B) and as a target (A->C, remote topics with
+    replication factor 3), beside the single-node brokers."""
+    from strom.testing.cluster_process import ClusterProcess
+
+    a, b = clusters
+    with ClusterProcess(tmp_path / "dc", 3) as c:  # started by __enter__
+        c.wait_ready()
+        create_rf(c.bootstrap, "multi", 3, 3)
+        produce(c.bootstrap, "multi", records("m", 90, 3))
+        create(a.bootstrap, "to-c", 2)
+        produce(a.bootstrap, "to-c", records("t", 40, 2))
+        props = {
+            "clusters": "A, B, C",
+            "A.bootstrap.servers": a.bootstrap,
+            "B.bootstrap.servers": b.bootstrap,
+            "C.bootstrap.servers": c.bootstrap,
+            **RF1,
+            "C->B.enabled": "true",
+            "C->B.topics": "multi",
+            "A->C.enabled": "true",
+            "A->C.topics": "to-c",
+            "A->C.replication.factor": "3",
+        }
+        MirrorMaker(parse_mm2(props), tmp_path / "state").run_once(spark)
+        got = [shape(m) for m in consume_all(b.bootstrap, "C.multi")]
+        assert by_partition(got) == by_partition(expected(records("m", 90, 3)))
+        got = [shape(m) for m in consume_all(c.bootstrap, "A.to-c")]
+        assert by_partition(got) == by_partition(expected(records("t", 40, 2)))
+        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics("A.to-c", timeout=10)
+        assert {len(p.replicas) for p in md.topics["A.to-c"].partitions.values()} == {3}
+
+
+def create_rf(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
