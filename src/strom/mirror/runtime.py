@@ -403,6 +403,8 @@ class Flow:
 
     def prepare(self) -> None:
         """Internal topics, the committed offsets, the remote topics, the transactional producer."""
+        if self.cfg.get_bool("sync.topic.acls.enabled"):
+            log.info("%s: sync.topic.acls.enabled is set, but strom mirror does not copy ACLs", self.cfg.name)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.create_internal_topics()
         self.load_committed()
