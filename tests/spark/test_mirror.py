@@ -217,7 +217,21 @@ def test_identity_policy(spark: Any, clusters: Any, tmp_path: Path) -> None:
     recs = records("i", 40, 2)
     for r in recs:
         r["value"] = r["value"] or b"x"
-    produce(a.bootstrap, "ident.events", recs)
+    # transactions on the source: an aborted one is never mirrored (read_committed), a committed
+    # one is; their markers leave gaps in the upstream offsets, which force offset syncs
+    txn = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "ident-writer"})
+    txn.init_transactions(30)
+    for commit, chunk in ((False, recs[:10]), (True, recs[10:20])):
+        txn.begin_transaction()
+        for r in chunk:
+            txn.produce("ident.events", **r)
+        txn.flush(30)
+        if commit:
+            txn.commit_transaction(30)
+        else:
+            txn.abort_transaction(30)
+    produce(a.bootstrap, "ident.events", recs[20:])
+    recs = recs[10:]
     props = mm2(
         a,
         b,
@@ -234,6 +248,16 @@ def test_identity_policy(spark: Any, clusters: Any, tmp_path: Path) -> None:
     assert by_partition(got) == by_partition(expected(recs))
     entries = topic_configs(b.bootstrap, "ident.events")
     assert entries["cleanup.policy"].value == "compact"
+    syncs = [
+        OffsetSync.decode(m.key(), m.value()) for m in consume_all(a.bootstrap, "mm2-offset-syncs.B.internal")
+    ]
+    mine = [sy for sy in syncs if sy.topic == "ident.events"]
+    # per partition: 5 aborted records and a marker, 5 committed and a marker, then 10 plain ones:
+    # the first mirrored record (upstream 6) is synced, the gap after the commit marker (11 -> 12)
+    # is synced, and so is the last record (21)
+    for part in (0, 1):
+        ups = sorted(sy.upstream_offset for sy in mine if sy.partition == part)
+        assert ups == [6, 12, 21], (part, ups)
 
 
 def test_active_active_without_loops(spark: Any, clusters: Any, tmp_path: Path) -> None:
