@@ -260,7 +260,7 @@ def test_identity_policy(spark: Any, clusters: Any, tmp_path: Path) -> None:
         assert ups == [6, 12, 21], (part, ups)
 
 
-def test_active_active_without_loops(spark: Any, clusters: Any, tmp_path: Path) -> None:
+def test_active_active_without_loops(spark: Any, clusters: Any, tmp_path: Path, capsys: Any) -> None:
     a, b = clusters
     create(a.bootstrap, "aa-west", 1)
     create(b.bootstrap, "aa-east", 1)
@@ -295,6 +295,9 @@ def test_active_active_without_loops(spark: Any, clusters: Any, tmp_path: Path) 
         for m in consume_all(b.bootstrap, "A.heartbeats")
     }
     assert beats == {"B"}  # B->A's heartbeats, written on A, mirrored back to B once
+    assert cli_run(["mirror", "upstream-clusters", "--bootstrap-server", b.bootstrap]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["A", "1"]]
 
 
 def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, capsys: Any) -> None:

@@ -141,6 +141,17 @@ def test_subscribe_pattern_agrees_with_the_filter(
         assert (rx.fullmatch(name) is not None) == f.should_replicate(name), (name, f.subscribe_pattern())
 
 
+def test_hops_and_upstream_clusters() -> None:
+    assert DEFAULT.count_hops("A.orders", "A") == 1
+    assert DEFAULT.count_hops("B.A.orders", "A") == 2
+    assert DEFAULT.count_hops("B.A.orders", "C") == -1
+    assert DEFAULT.count_hops("orders", "A") == -1
+    topics = ["heartbeats", "A.heartbeats", "B.A.heartbeats", "C.heartbeats", "A.orders", "x"]
+    assert DEFAULT.upstream_clusters(topics) == {"A": 1, "B": 1, "C": 1}
+    assert DEFAULT.upstream_clusters(["B.A.heartbeats"]) == {"A": 2, "B": 1}
+    assert DEFAULT.upstream_clusters(["orders", "heartbeats"]) == {}
+
+
 def test_default_filter_decisions() -> None:
     f = TopicFilter((".*",), (r".*[\-\.]internal", r".*\.replica", "__.*"), DEFAULT, "B")
     assert f.should_replicate("orders")

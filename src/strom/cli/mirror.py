@@ -5,12 +5,14 @@
     strom mirror validate mm2.properties
     strom mirror translate-offsets --bootstrap-server TARGET --source-alias A --group G
                      [--separator .]
+    strom mirror upstream-clusters --bootstrap-server CLUSTER [--separator .]
 
 ``run`` is ``connect-mirror-maker.sh mm2.properties [--clusters ...]``: every enabled flow (or only
 those into the named target clusters) as a Spark query, until Ctrl-C/SIGTERM (``--once``: mirror
 what is there now, run the checkpoint/heartbeat/group-sync tasks once, exit). ``translate-offsets``
 is RemoteClusterUtils.translateOffsets: a group's offsets on the target cluster, from the
-checkpoints of source ``A``. A bad config is one line on stderr and exit code 2.
+checkpoints of source ``A``; ``upstream-clusters`` is upstreamClusters/replicationHops, from the
+cluster's heartbeats topics. A bad config is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -63,11 +65,28 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--group", required=True)
     tr.add_argument("--separator", default=".", help="replication.policy.separator (default .)")
     tr.add_argument("--timeout-ms", type=int, default=15000)
+    up = msub.add_parser(
+        "upstream-clusters", help="clusters replicating into this one and their hops (RemoteClusterUtils)"
+    )
+    up.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    up.add_argument("--separator", default=".", help="replication.policy.separator (default .)")
 
 
 def mirror(args: argparse.Namespace) -> int:
     from strom.mirror.config import MirrorConfigError, load_mm2
 
+    if args.mirror_command == "upstream-clusters":
+        from strom.mirror.runtime import upstream_clusters
+
+        try:
+            hops = upstream_clusters({"bootstrap.servers": args.bootstrap_server}, args.separator)
+        except Exception as e:
+            print(f"strom mirror: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        print(f"{'CLUSTER':<30} {'HOPS':>4}")
+        for alias, n in sorted(hops.items()):
+            print(f"{alias:<30} {n:>4}")
+        return 0
     if args.mirror_command == "translate-offsets":
         from strom.mirror.runtime import translate_offsets
 

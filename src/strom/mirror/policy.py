@@ -127,6 +127,46 @@ class ReplicationPolicy:
             topic = up
         return False
 
+    def count_hops(self, topic: str, source_alias: str) -> int:
+        """MirrorClient.countHopsForTopic: replication hops from ``source_alias`` to here, -1 if
+        the topic did not come from it."""
+        hops, seen = 0, set()
+        while topic not in seen:
+            seen.add(topic)
+            hops += 1
+            source = self.topic_source(topic)
+            if source is None:
+                return -1
+            if source == source_alias:
+                return hops
+            up = self.upstream_topic(topic)
+            if up is None or up == topic:
+                return -1
+            topic = up
+        return -1
+
+    def upstream_clusters(self, topics: list[str]) -> dict[str, int]:
+        """MirrorClient.upstreamClusters + replicationHops: every cluster whose heartbeats reach
+        this one (found in the names of its heartbeats topics), with the fewest hops from it."""
+        out: dict[str, int] = {}
+        for t in topics:
+            if not self.is_heartbeats_topic(t):
+                continue
+            walk, seen = t, set()
+            while walk not in seen:
+                seen.add(walk)
+                source = self.topic_source(walk)
+                if source is None:
+                    break
+                hops = self.count_hops(t, source)
+                if hops > 0:
+                    out[source] = min(out.get(source, hops), hops)
+                up = self.upstream_topic(walk)
+                if up is None or up == walk:
+                    break
+                walk = up
+        return out
+
     # -- regular expressions for the same rules (the Spark source's subscribePattern)
 
     def _remote_chain_rx(self) -> str:

@@ -138,6 +138,17 @@ def translate_offsets(
     return out
 
 
+def upstream_clusters(client: dict[str, str], separator: str = ".") -> dict[str, int]:
+    """RemoteClusterUtils.upstreamClusters/replicationHops: the clusters replicating into this
+    one (directly or through others), from its heartbeats topics, with their hop counts."""
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    from strom.mirror.policy import ReplicationPolicy
+
+    md = AdminClient(_conf(client)).list_topics(timeout=15)
+    return ReplicationPolicy(separator=separator).upstream_clusters(list(md.topics))
+
+
 class Flow:
     """One replication flow ``source->target``: its Spark query and its periodic tasks."""
 
