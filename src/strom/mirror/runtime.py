@@ -509,10 +509,22 @@ class Flow:
                 self.sync_topics({t: max(counts.get(t, 0), m) for t, m in need.items()}, configs=False)
         self._init_producer()
         prod = self._producer
-        downstream: dict[tuple[str, int], list[int]] = {}
+        # delivery reports come in order within a partition (idempotent producer), so the
+        # downstream offsets of (remote topic, partition) line up with the upstream ones
+        delivered: dict[tuple[str, int], list[int]] = {}
+        failures: list[str] = []
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                delivered[(msg.topic(), msg.partition())].append(msg.offset())
+            else:
+                failures.append(str(err))
+
+        upstream: dict[tuple[str, int], tuple[str, list[int]]] = {}
         nbytes = 0
         written = 0
         last: dict[tuple[str, int], int] = {}
+        produce = prod.produce
         prod.begin_transaction()
         t0 = time.perf_counter()
         try:
@@ -521,45 +533,51 @@ class Flow:
                 if not self.filter.should_replicate(t):
                     continue
                 remote = self.policy.format_remote_topic(self.source_alias, t)
-                slot: list[int] = []
-                downstream[(t, p)] = slot
                 first = s
                 while first < e and offsets[first] <= done:
                     first += 1
                 self.skipped += first - s
+                if first == e:
+                    continue
+                delivered[(remote, p)] = []
+                upstream[(t, p)] = (remote, offsets[first:e])
                 for r in range(first, e):
                     h = headers[r]
                     hs = [(x["key"], x["value"]) for x in h] if h else None
                     k, v = keys[r], values[r]
                     nbytes += (len(k) if k else 0) + (len(v) if v else 0)
-
-                    def cb(err: Any, msg: Any, slot: list[int] = slot, up: int = offsets[r]) -> None:
-                        if err is None:
-                            slot.append(up)
-                            slot.append(msg.offset())
-
                     while True:
                         try:
-                            prod.produce(
+                            produce(
                                 remote,
                                 value=v,
                                 key=k,
                                 partition=p,
                                 timestamp=tss[r] or 0,
                                 headers=hs,
-                                on_delivery=cb,
+                                on_delivery=on_delivery,
                             )
                             break
                         except BufferError:
                             prod.poll(0.05)
                     written += 1
-                if e > first:
-                    last[(t, p)] = offsets[e - 1]
+                last[(t, p)] = offsets[e - 1]
             t1 = time.perf_counter()
             self.produce_s += t1 - t0
             left = prod.flush(120)
-            if left:
-                raise RuntimeError(f"{left} records were not acknowledged by {self.target_alias}")
+            if left or failures:
+                raise RuntimeError(
+                    f"{left or len(failures)} records were not written to {self.target_alias}"
+                    + (f": {failures[0]}" if failures else "")
+                )
+            downstream: dict[tuple[str, int], list[int]] = {}
+            for tp, (remote, ups) in upstream.items():
+                downs = delivered[(remote, tp[1])]
+                if len(downs) != len(ups):
+                    raise RuntimeError(f"{len(downs)} delivery reports for {len(ups)} records of {remote}")
+                pairs = [0] * (2 * len(ups))
+                pairs[0::2], pairs[1::2] = ups, downs
+                downstream[tp] = pairs
             syncs = self._offset_syncs(downstream) if self.emit_syncs else []
             for sync in syncs:
                 if self.syncs_on_target:
