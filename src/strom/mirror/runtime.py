@@ -20,8 +20,10 @@ the replay writes it again.
 
 After the commit the batch's offset syncs go to ``mm2-offset-syncs.B.internal`` (on ``A``, MM2's
 default ``offset-syncs.topic.location=source``; inside the transaction when the location is
-``target``): one sync per partition for its last record, the point where MM2 promotes its delayed
-syncs (the offset commit). Checkpoints (``A.checkpoints.internal`` on ``B``), heartbeats
+``target``): the records MM2's rule syncs (a partition's first record, a gap in upstream offsets,
+the downstream drifting ``offset.lag.max`` past the last sync, a truncation) plus each partition's
+last record, since the batch's commit is where MM2 promotes its delayed sync (the offset commit).
+Checkpoints (``A.checkpoints.internal`` on ``B``), heartbeats
 (``heartbeats`` on ``B``), topic creation/partition growth/config sync and the consumer-group
 offset sync are periodic driver tasks with MM2's intervals.
 """
