@@ -330,10 +330,20 @@ def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, caps
         a,
         b,
         "A->B",
-        **{"A->B.topics": "pay", "sync.group.offsets.enabled": "true", "A->B.groups": "billing, busy"},
+        **{
+            "A->B.topics": "pay",
+            "sync.group.offsets.enabled": "true",
+            "A->B.groups": "billing, busy",
+            # the offset syncs on the target, written in the batches' transactions
+            "A->B.offset-syncs.topic.location": "target",
+        },
     )
     mm = MirrorMaker(parse_mm2(props), tmp_path)
     mm.run_once(spark)
+    syncs = [
+        OffsetSync.decode(m.key(), m.value()) for m in consume_all(b.bootstrap, "mm2-offset-syncs.A.internal")
+    ]
+    assert {(sy.topic, sy.partition) for sy in syncs} == {("pay", 0), ("pay", 1)}
     cps = [Checkpoint.decode(m.key(), m.value()) for m in consume_all(b.bootstrap, "A.checkpoints.internal")]
     mine = {(cp.topic, cp.partition): cp for cp in cps if cp.group == "billing"}
     assert {k: v.upstream_offset for k, v in mine.items()} == {("A.pay", 0): 130, ("A.pay", 1): 70}
