@@ -31,6 +31,7 @@ from strom.cli import connect as cli_connect
 from strom.cli import dev_cluster as cli_dev_cluster
 from strom.cli import groups as cli_groups
 from strom.cli import leader_election as cli_leader_election
+from strom.cli import mirror as cli_mirror
 from strom.cli import reassign as cli_reassign
 from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("--ssl-keyfile", metavar="PEM", help="the certificate's private key")
     cli_console.add_parser(sub, _add_bootstrap)
     cli_connect.add_parser(sub)
+    cli_mirror.add_parser(sub)
     return parser
 
 
@@ -402,6 +404,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "connect":
             return cli_connect.connect(args)
+        if args.command == "mirror":
+            return cli_mirror.mirror(args)
         if args.command == "console":
             return cli_console.console(args)
         if args.command == "dev-cluster":
