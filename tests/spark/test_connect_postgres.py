@@ -397,6 +397,7 @@ def test_cdc_snapshot_then_stream_debezium_envelope(
     assert slot and slot[0][0] != "0/0"
 
 
+@pytest.mark.slow
 def test_cdc_schemaless_json_converter(
     spark: Any, kbroker: BrokerProcess, pg: PostgresProcess, tmp_path: Path
 ) -> None:

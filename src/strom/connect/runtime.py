@@ -168,7 +168,7 @@ def pg_reader(kind: str, props: dict[str, str], db: str) -> Any:
 
 def _register_pg_source(spark: Any) -> None:
     """``strom-connect-postgres``: the JDBC source's offsets are ``{"tables": {partition: offset}}``,
-    the CDC source's ``{"lsn": N}``; each row is one pickled :class:`SourceEvent`."""
+    the CDC source's ``{"lsn": N}``; each row is a pickled list of :class:`SourceEvent`."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
@@ -240,10 +240,12 @@ def _register_pg_source(spark: Any) -> None:
                     events = r.read(conn, int(partition.start["lsn"]), int(partition.end["lsn"]))
             finally:
                 conn.close()
+            # pickled in chunks: the events of a table share their schemas, pickled once per chunk
+            chunks = [events[i : i + 20_000] for i in range(0, len(events), 20_000)]
             batch = pa.RecordBatch.from_arrays(
                 [
-                    pa.array(range(len(events)), pa.int64()),
-                    pa.array([pickle.dumps(e) for e in events], pa.binary()),
+                    pa.array(range(len(chunks)), pa.int64()),
+                    pa.array([pickle.dumps(c, protocol=5) for c in chunks], pa.binary()),
                 ],
                 names=["seq", "rec"],
             )
@@ -262,7 +264,7 @@ def _register_pg_source(spark: Any) -> None:
             return PG_FORMAT
 
         def schema(self) -> str:
-            return "seq LONG, rec BINARY"
+            return "seq LONG, rec BINARY"  # rec: a pickled list of SourceEvents
 
         def streamReader(self, schema: Any) -> DataSourceStreamReader:
             return PgReader(dict(self.options))
@@ -607,7 +609,7 @@ class ConnectorRun:
         import pickle
 
         rows = sorted(_arrow_rows(df), key=lambda r: r["seq"])
-        events = [pickle.loads(r["rec"]) for r in rows]
+        events = [e for r in rows for e in pickle.loads(r["rec"])]
         if not events:
             return
         fresh = []
