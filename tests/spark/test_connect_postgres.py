@@ -262,6 +262,41 @@ def test_jdbc_sink_insert_and_upsert_auto_create(
     run_once(spark, ins, bs, tmp_path / "ins")
     assert sql(pg, "SELECT count(*) FROM people_log") == [(6,)]
 
+    # a record the table cannot take (a new required field, auto.evolve off) fails alone at
+    # TASK_PUT and goes to the dead letter queue; the others of its batch are written
+    extra = dict(
+        ROW_SCHEMA, fields=[*ROW_SCHEMA["fields"], {"field": "x", "type": "int32", "optional": False}]
+    )
+    _produce_json(
+        bs,
+        "people-more",
+        [
+            (None, _row(7, "p7")),
+            (None, {"schema": extra, "payload": dict(_row(8, "p8")["payload"], x=1)}),
+            (None, _row(9, "p9")),
+        ],
+    )
+    dlq = {
+        "name": "sink-dlq",
+        "config": dict(
+            base,
+            **{
+                "topics": "people-more",
+                "table.name.format": "people_log",
+                "errors.tolerance": "all",
+                "errors.deadletterqueue.topic.name": "people-dlq",
+                "errors.deadletterqueue.context.headers.enable": "true",
+            },
+        ),
+    }
+    run_once(spark, dlq, bs, tmp_path / "dlq")
+    assert sql(pg, "SELECT id FROM people_log WHERE id > 6 ORDER BY id") == [(7,), (9,)]
+    dead = consume_all(bs, "people-dlq", 1)
+    assert len(dead) == 1 and json.loads(dead[0].value())["payload"]["id"] == 8
+    headers = dict(dead[0].headers() or [])
+    assert headers["__connect.errors.stage"] == b"TASK_PUT"
+    assert b"auto.evolve is disabled" in headers["__connect.errors.exception.message"]
+
 
 CDC_BASE = {
     "connector.class": "io.debezium.connector.postgresql.PostgresConnector",

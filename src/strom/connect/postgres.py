@@ -760,14 +760,13 @@ class JdbcSinkWriter:
                 conn.execute(f"ALTER TABLE {q} ADD COLUMN {qident(n)} {sql_type(s)}")
                 self._known[key].add(n)
 
-    def write(
-        self, recs: list[Any], ends: dict[tuple[str, int], int]
-    ) -> tuple[int, list[tuple[Any, Exception]]]:
+    def write(self, recs: list[Any], ends: dict[tuple[str, int], int], on_fail: Any) -> int:
         """Writes ``recs`` (ConnectRecords) and the next offsets ``ends`` in one transaction,
-        skipping records at or below the offsets already stored (a replay). Returns the number
-        written and the records that failed (for the error handler)."""
+        skipping records at or below the offsets already stored (a replay). A record the
+        database refuses is rolled back alone (a savepoint) and handed to ``on_fail(rec, exc)``
+        inside the transaction: if that raises (``errors.tolerance=none``), nothing of the batch
+        is committed. Returns the number of records written."""
         conn = self._conn()
-        failed: list[tuple[Any, Exception]] = []
         written = 0
         try:
             with conn.transaction():
@@ -788,12 +787,12 @@ class JdbcSinkWriter:
                             self._write_one(conn, rec)
                         written += 1
                     except (ValueError, RuntimeError) as e:
-                        failed.append((rec, e))
+                        on_fail(rec, e)
                     except Exception as e:
                         if type(e).__module__.startswith("psycopg") and not isinstance(
                             e, _connection_errors()
                         ):
-                            failed.append((rec, RuntimeError(" ".join(str(e).split()))))
+                            on_fail(rec, RuntimeError(" ".join(str(e).split())))
                         else:
                             raise
                 for (topic, part), nxt in ends.items():
@@ -806,7 +805,7 @@ class JdbcSinkWriter:
         except Exception:
             self.close()
             raise
-        return written, failed
+        return written
 
     def _write_one(self, conn: Any, rec: Any) -> None:
         schema, table = self.table_of(rec.topic)

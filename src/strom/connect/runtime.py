@@ -873,9 +873,11 @@ class ConnectorRun:
             k = (r["topic"], r["partition"])
             ends[k] = max(ends.get(k, 0), r["offset"] + 1)
         by_id = {id(rec): raw for raw, rec in recs}
-        written, failed = self._jdbc.write([rec for _raw, rec in recs], ends)
-        for rec, e in failed:
+
+        def failed(rec: Any, e: Exception) -> None:
             self.pipeline.errors.report("TASK_PUT", C.JDBC_SINK, e, by_id[id(rec)])
+
+        written = self._jdbc.write([rec for _raw, rec in recs], ends, failed)
         self._after_sink_batch(rows, written)
 
     # the query
