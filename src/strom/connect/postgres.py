@@ -1330,6 +1330,14 @@ class CdcReader:
                 pending = []
         return out
 
+    def drop_slot(self) -> None:
+        conn = connect(self.dsn)
+        try:
+            if self.slot_exists(conn):
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        finally:
+            conn.close()
+
     def advance(self, lsn: int) -> None:
         conn = connect(self.dsn)
         try:

@@ -594,6 +594,8 @@ class ConnectorRun:
                 self._pg_produce(events, {cdc.part_key: end_off}, force=True)
                 mine = end_off
             start = {"lsn": int(mine["lsn"])}
+        if self.cfg.props.get("poll.interval.ms", "").strip():
+            trigger_ms = int(self.cfg.props["poll.interval.ms"])  # the connector's own poll interval
         _register_pg_source(spark)
         df = (
             spark.readStream.format(PG_FORMAT)
@@ -917,6 +919,12 @@ class ConnectorRun:
         if self._jdbc is not None:
             self._jdbc.close()
             self._jdbc = None
+        cdc = getattr(self, "_cdc", None)
+        if cdc is not None and cdc.props["slot.drop.on.stop"].strip().lower() == "true":
+            try:
+                cdc.drop_slot()
+            except Exception as e:  # the database gone: its slot with it
+                log.warning("connector %s: could not drop slot %s: %s", self.cfg.name, cdc.slot, e)
 
     def status(self) -> dict[str, Any]:
         q = self.query
