@@ -457,7 +457,7 @@ def test_cdc_schemaless_json_converter(
         ),
     }
     run_once(spark, cfg, bs, tmp_path / "s")
-    sql(pg, "UPDATE plain SET v = 'y' WHERE id = 1")
+    sql(pg, "ALTER TABLE plain REPLICA IDENTITY FULL", "UPDATE plain SET v = 'y' WHERE id = 1")
     assert sql(pg, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'plain_slot'") == [(1,)]
     cfg["config"]["slot.drop.on.stop"] = "true"  # type: ignore[index]
     run_once(spark, cfg, bs, tmp_path / "s")
@@ -465,6 +465,7 @@ def test_cdc_schemaless_json_converter(
     evs = [_env(m) for m in consume_all(bs, "srv.public.plain", 2)]
     assert [k for k, _ in evs] == [{"id": 1}, {"id": 1}]
     assert [(v["op"], v["after"]) for _, v in evs] == [("r", {"id": 1, "v": "x"}), ("u", {"id": 1, "v": "y"})]
+    assert evs[1][1]["before"] == {"id": 1, "v": "x"}  # REPLICA IDENTITY FULL: the old row
     assert set(evs[1][1]) == {"before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"}
 
 

@@ -992,12 +992,14 @@ class DebeziumEvents:
         self.decimal_mode = props["decimal.handling.mode"].strip().lower()
         self.tombstones = props["tombstones.on.delete"].strip().lower() == "true"
         self._nullable: dict[tuple[str, str], dict[str, bool]] = {}
+        self._pk: dict[tuple[str, str], set[str]] = {}
         self._schemas: dict[tuple[str, str, tuple[tuple[str, int, int], ...]], tuple[Any, ...]] = {}
 
     def set_catalog(self, conn: Any, tables: list[tuple[str, str]]) -> None:
         for s, t in tables:
             cols = table_columns(conn, s, t)
             self._nullable[(s, t)] = {c.name: c.nullable for c in cols}
+            self._pk[(s, t)] = {c.name for c in cols if c.key}
 
     def _schemas_of(self, rel: Relation) -> tuple[Any, ...]:
         sig = tuple((c.name, c.oid, c.typmod) for c in rel.columns)
@@ -1005,11 +1007,14 @@ class DebeziumEvents:
         if k in self._schemas:
             return self._schemas[k]
         nullable = self._nullable.get((rel.schema, rel.table), {})
+        # the key is the primary key (the relation message flags the replica identity's columns,
+        # which is every column under REPLICA IDENTITY FULL)
+        pk = self._pk.get((rel.schema, rel.table))
         base = f"{self.prefix}.{rel.schema}.{rel.table}"
-        cols = [
-            Column(c.name, c.oid, c.typmod, nullable.get(c.name, not c.key) and not c.key, c.key)
-            for c in rel.columns
-        ]
+        cols = []
+        for c in rel.columns:
+            key = c.name in pk if pk is not None else c.key
+            cols.append(Column(c.name, c.oid, c.typmod, nullable.get(c.name, not key) and not key, key))
         col_schemas = [column_schema(c, "debezium", self.decimal_mode) for c in cols]
         value: Schema = {
             "type": "struct",
