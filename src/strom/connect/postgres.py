@@ -1013,8 +1013,10 @@ class DebeziumEvents:
         base = f"{self.prefix}.{rel.schema}.{rel.table}"
         cols = []
         for c in rel.columns:
-            key = c.name in pk if pk is not None else c.key
-            cols.append(Column(c.name, c.oid, c.typmod, nullable.get(c.name, not key) and not key, key))
+            is_key = c.name in pk if pk is not None else c.key
+            cols.append(
+                Column(c.name, c.oid, c.typmod, nullable.get(c.name, not is_key) and not is_key, is_key)
+            )
         col_schemas = [column_schema(c, "debezium", self.decimal_mode) for c in cols]
         value: Schema = {
             "type": "struct",
