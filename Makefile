@@ -14,13 +14,14 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# kcat and a JDK for the real-client tests, chromium for the console's browser tests (Debian
-# packages), installed only where missing.
+# kcat and a JDK for the real-client tests, chromium for the console's browser tests, the
+# PostgreSQL server for strom connect's JDBC/CDC tests (Debian packages), installed only where missing.
 sysdeps:
 	@missing=""; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	[ -f /usr/share/doc/librdkafka-dev/examples/rdkafka_performance.c ] || missing="$$missing librdkafka-dev"; \
 	if [ -n "$$missing" ]; then \

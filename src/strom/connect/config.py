@@ -22,6 +22,7 @@ from typing import Any
 from strom.connect.data import ConfigError
 from strom.connect.delta import DELTA_KEYS, DELTA_SINK
 from strom.connect.delta import validate_props as validate_delta_props
+from strom.connect.postgres import JDBC_SINK, JDBC_SOURCE, PG_CDC
 from strom.connect.transforms import (
     UNKNOWN_KEYS,
     Predicate,
@@ -36,6 +37,9 @@ log = logging.getLogger("strom.connect")
 
 __all__ = [
     "DELTA_SINK",
+    "JDBC_SINK",
+    "JDBC_SOURCE",
+    "PG_CDC",
     "ConfigError",
     "ConnectorConfig",
     "ConnectorSpec",
@@ -78,6 +82,88 @@ CONNECTORS: dict[str, ConnectorSpec] = {
             "max.retries": "10",
             "retry.backoff.ms": "3000",
             "http.request.timeout.ms": "30000",
+        },
+    ),
+    JDBC_SOURCE: ConnectorSpec(
+        JDBC_SOURCE,
+        "source",
+        {
+            "connection.url": None,
+            "connection.user": "",
+            "connection.password": "",
+            "connection.attempts": "3",
+            "connection.backoff.ms": "10000",
+            "mode": None,
+            "incrementing.column.name": "",
+            "timestamp.column.name": "",
+            "table.whitelist": "",
+            "table.include.list": "",
+            "table.blacklist": "",
+            "table.exclude.list": "",
+            "schema.pattern": "",
+            "catalog.pattern": "",
+            "table.types": "TABLE",
+            "topic.prefix": "",
+            "poll.interval.ms": "5000",
+            "batch.max.rows": "100",
+            "timestamp.delay.interval.ms": "0",
+            "numeric.mapping": "none",
+            "db.timezone": "UTC",
+            "validate.non.null": "true",
+            "dialect.name": "",
+        },
+    ),
+    JDBC_SINK: ConnectorSpec(
+        JDBC_SINK,
+        "sink",
+        {
+            "connection.url": None,
+            "connection.user": "",
+            "connection.password": "",
+            "connection.attempts": "3",
+            "connection.backoff.ms": "10000",
+            "insert.mode": "insert",
+            "batch.size": "3000",
+            "delete.enabled": "false",
+            "table.name.format": "${topic}",
+            "pk.mode": "none",
+            "pk.fields": "",
+            "fields.whitelist": "",
+            "auto.create": "false",
+            "auto.evolve": "false",
+            "db.timezone": "UTC",
+            "quote.sql.identifiers": "ALWAYS",
+            "max.retries": "10",
+            "retry.backoff.ms": "3000",
+            "dialect.name": "",
+        },
+    ),
+    PG_CDC: ConnectorSpec(
+        PG_CDC,
+        "source",
+        {
+            "database.hostname": None,
+            "database.port": "5432",
+            "database.user": None,
+            "database.password": "",
+            "database.dbname": None,
+            "topic.prefix": None,
+            "table.include.list": "",
+            "table.exclude.list": "",
+            "schema.include.list": "",
+            "plugin.name": "pgoutput",
+            "slot.name": "debezium",
+            "slot.drop.on.stop": "false",
+            "publication.name": "dbz_publication",
+            "publication.autocreate.mode": "all_tables",
+            "snapshot.mode": "initial",
+            "tombstones.on.delete": "true",
+            "decimal.handling.mode": "precise",
+            "time.precision.mode": "adaptive",
+            "poll.interval.ms": "500",
+            "max.batch.size": "2048",
+            "max.queue.size": "8192",
+            "heartbeat.interval.ms": "0",
         },
     ),
 }
@@ -203,6 +289,9 @@ _ALIASES = {
     "DeltaSink": DELTA_SINK,
     "DeltaSinkConnector": DELTA_SINK,
     "HttpSinkConnector": HTTP_SINK,
+    "JdbcSourceConnector": JDBC_SOURCE,
+    "JdbcSinkConnector": JDBC_SINK,
+    "PostgresConnector": PG_CDC,
 }
 
 
@@ -457,6 +546,8 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
         _int(props, "http.request.timeout.ms", 30000, minimum=1)
     if cls == DELTA_SINK:
         validate_delta_props(props)
+    if cls in (JDBC_SOURCE, JDBC_SINK, PG_CDC):
+        _validate_postgres(cls, props)
     if cls == FILE_SOURCE:
         _int(props, "batch.size", 2000, minimum=1)
         if "," in props["topic"]:
@@ -464,6 +555,92 @@ def _validate(props: dict[str, str]) -> ConnectorConfig:
                 "'topic' in FileStreamSourceConnector configuration requires definition of a single topic."
             )
     return cfg
+
+
+def _one_of(props: dict[str, str], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    v = props.get(key, default).strip().lower()
+    if v not in allowed:
+        raise ConfigError(
+            f"Invalid value {props.get(key)} for configuration {key}: String must be one of: "
+            f"{', '.join(allowed)}"
+        )
+    return v
+
+
+def _validate_postgres(cls: str, props: dict[str, str]) -> None:
+    from strom.connect import postgres as pg
+
+    if cls in (JDBC_SOURCE, JDBC_SINK):
+        pg.parse_jdbc_url(props["connection.url"])
+        _int(props, "connection.attempts", 3, minimum=1)
+    if cls == JDBC_SOURCE:
+        mode = props["mode"].strip().lower()
+        if mode in ("bulk",) or props.get("query", ""):
+            raise ConfigError(
+                f"mode {mode}: strom's JDBC source supports incrementing, timestamp and "
+                "timestamp+incrementing"
+            )
+        mode = _one_of(props, "mode", "", ("incrementing", "timestamp", "timestamp+incrementing"))
+        props["mode"] = mode
+        if "incrementing" in mode and not props.get("incrementing.column.name", "").strip():
+            raise ConfigError(
+                f"mode {mode} needs incrementing.column.name (the strictly increasing id column)"
+            )
+        if "timestamp" in mode and not props.get("timestamp.column.name", "").strip():
+            raise ConfigError(f"mode {mode} needs timestamp.column.name (the last-modified timestamp column)")
+        for key in (
+            "table.whitelist",
+            "table.include.list",
+            "table.blacklist",
+            "table.exclude.list",
+            "schema.pattern",
+        ):
+            pg.check_regexes(key, pg.split_list(props.get(key, "")))
+        if props.get("table.whitelist", "").strip() and props.get("table.include.list", "").strip():
+            raise ConfigError("table.whitelist and table.include.list are the same setting: set one")
+        _int(props, "poll.interval.ms", 5000, minimum=1)
+        _int(props, "batch.max.rows", 100, minimum=1)
+        _int(props, "timestamp.delay.interval.ms", 0, minimum=0)
+        _one_of(
+            props, "numeric.mapping", "none", ("none", "precision_only", "best_fit", "best_fit_eager_double")
+        )
+    if cls == JDBC_SINK:
+        _one_of(props, "insert.mode", "insert", ("insert", "upsert", "update"))
+        pk_mode = _one_of(props, "pk.mode", "none", ("none", "kafka", "record_key", "record_value"))
+        if props.get("insert.mode", "insert").strip().lower() in ("upsert", "update") and pk_mode == "none":
+            raise ConfigError(
+                f"insert.mode={props['insert.mode']} needs a primary key: set pk.mode (record_key, "
+                "record_value or kafka)"
+            )
+        if _bool(props, "delete.enabled", False) and pk_mode != "record_key":
+            raise ConfigError("delete.enabled=true requires pk.mode=record_key")
+        _bool(props, "auto.create", False)
+        _bool(props, "auto.evolve", False)
+        _int(props, "batch.size", 3000, minimum=1)
+    if cls == PG_CDC:
+        _int(props, "database.port", 5432, minimum=1)
+        plugin = props.get("plugin.name", "pgoutput").strip().lower()
+        if plugin != "pgoutput":
+            raise ConfigError(
+                f"Invalid value {plugin} for configuration plugin.name: strom decodes the pgoutput "
+                "plugin only "
+                "(decoderbufs needs a server extension)"
+            )
+        _one_of(props, "snapshot.mode", "initial", ("initial", "always", "when_needed", "no_data", "never"))
+        _one_of(props, "publication.autocreate.mode", "all_tables", ("all_tables", "filtered", "disabled"))
+        _one_of(props, "decimal.handling.mode", "precise", ("precise", "double", "string"))
+        _one_of(props, "time.precision.mode", "adaptive", ("adaptive",))
+        _bool(props, "tombstones.on.delete", True)
+        _bool(props, "slot.drop.on.stop", False)
+        _int(props, "poll.interval.ms", 500, minimum=1)
+        slot = props.get("slot.name", "debezium")
+        if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
+            raise ConfigError(
+                f"Invalid value {slot} for configuration slot.name: lower-case letters, digits and "
+                "underscores only"
+            )
+        for key in ("table.include.list", "table.exclude.list", "schema.include.list"):
+            pg.check_regexes(key, pg.split_list(props.get(key, "")))
 
 
 def unescape_properties_value(s: str) -> str:

@@ -153,6 +153,125 @@ def _register_file_source(spark: Any) -> None:
     spark.dataSource.register(FileLinesSource)
 
 
+# -- the PostgreSQL sources' Spark data source --------------------------------------------------
+
+PG_FORMAT = "strom-connect-postgres"
+
+
+def pg_reader(kind: str, props: dict[str, str], db: str) -> Any:
+    from strom.connect import postgres as pg
+
+    if kind == "jdbc":
+        return pg.JdbcSourceReader(props, db)
+    return pg.CdcReader(props)
+
+
+def _register_pg_source(spark: Any) -> None:
+    """``strom-connect-postgres``: the JDBC source's offsets are ``{"tables": {partition: offset}}``,
+    the CDC source's ``{"lsn": N}``; each row is a pickled list of :class:`SourceEvent`."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+    class Range(InputPartition):
+        def __init__(self, start: dict[str, Any], end: dict[str, Any]) -> None:
+            self.start, self.end = start, end
+
+    class PgReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: dict[str, str]) -> None:
+            opts = {k.lower(): v for k, v in options.items()}
+            self.kind = opts["kind"]
+            self.props = json.loads(opts["props"])
+            self.db = opts["db"]
+            self.start_offset = json.loads(opts["startoffset"])
+            self._conn: Any = None
+            self._target: dict[str, Any] | None = None
+
+        def _c(self) -> Any:
+            from strom.connect import postgres as pg
+
+            if self._conn is None or self._conn.closed:
+                r = pg_reader(self.kind, self.props, self.db)
+                self._conn = pg.connect(r.dsn)
+            return self._conn
+
+        def _latest(self, start: dict[str, Any]) -> dict[str, Any]:
+            r = pg_reader(self.kind, self.props, self.db)
+            try:
+                if self.kind == "jdbc":
+                    return {"tables": r.latest(self._c(), dict(start.get("tables", {})))}
+                return {"lsn": max(int(start["lsn"]), r.latest(self._c()))}
+            except Exception:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                raise
+
+        def initialOffset(self) -> dict[str, Any]:
+            return dict(self.start_offset)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            if self.kind == "cdc":
+                self._target = self._latest(self.start_offset)
+
+        def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
+            if self._target is not None:
+                return {"lsn": max(int(start["lsn"]), int(self._target["lsn"]))}
+            return self._latest(start)
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+            return [Range(start, end)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+            import pickle
+
+            import pyarrow as pa
+
+            from strom.connect import postgres as pg
+
+            assert isinstance(partition, Range)
+            if partition.start == partition.end:
+                return iter(())
+            r = pg_reader(self.kind, self.props, self.db)
+            conn = pg.connect(r.dsn)
+            try:
+                if self.kind == "jdbc":
+                    events = r.read(conn, partition.start.get("tables", {}), partition.end["tables"])
+                else:
+                    events = r.read(conn, int(partition.start["lsn"]), int(partition.end["lsn"]))
+            finally:
+                conn.close()
+            # pickled in chunks: the events of a table share their schemas, pickled once per chunk
+            chunks = [events[i : i + 20_000] for i in range(0, len(events), 20_000)]
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array(range(len(chunks)), pa.int64()),
+                    pa.array([pickle.dumps(c, protocol=5) for c in chunks], pa.binary()),
+                ],
+                names=["seq", "rec"],
+            )
+            return iter([batch])
+
+        def commit(self, end: dict[str, Any]) -> None:
+            pass
+
+        def stop(self) -> None:
+            if self._conn is not None:
+                self._conn.close()
+
+    class PgSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return PG_FORMAT
+
+        def schema(self) -> str:
+            return "seq LONG, rec BINARY"  # rec: a pickled list of SourceEvents
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return PgReader(dict(self.options))
+
+    spark.dataSource.register(PgSource)
+
+
 # -- Kafka helpers (confluent-kafka on the driver) ------------------------------------------------
 
 
@@ -196,6 +315,14 @@ def offset_key(name: str, path: str) -> bytes:
 
 def read_source_offset(bootstrap: str, topic: str, key: bytes, timeout_s: float = 15.0) -> int | None:
     """The last committed ``position`` under ``key`` in the offsets topic (read_committed)."""
+    v = read_source_offsets(bootstrap, topic, lambda k: k == key, timeout_s).get(key)
+    return None if v is None else int(v.get("position", 0))
+
+
+def read_source_offsets(
+    bootstrap: str, topic: str, wanted: Any, timeout_s: float = 15.0
+) -> dict[bytes, dict[str, Any] | None]:
+    """The last committed value (JSON) of each key ``wanted(key)`` accepts in the offsets topic."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer(
@@ -211,14 +338,14 @@ def read_source_offset(bootstrap: str, topic: str, key: bytes, timeout_s: float 
     try:
         md = c.list_topics(topic, timeout=timeout_s)
         if topic not in md.topics or md.topics[topic].error is not None:
-            return None
+            return {}
         tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions]
         ends = {}
         for tp in tps:
             _lo, hi = c.get_watermark_offsets(tp, timeout=timeout_s)
             ends[tp.partition] = hi
         c.assign(tps)
-        pos: int | None = None
+        found: dict[bytes, dict[str, Any] | None] = {}
         pending = {p for p, hi in ends.items() if hi > 0}
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -230,13 +357,14 @@ def read_source_offset(bootstrap: str, topic: str, key: bytes, timeout_s: float 
                 continue
             if m.error():
                 continue
-            if m.key() == key:
+            k = m.key()
+            if k is not None and wanted(k):
                 v = m.value()
-                pos = None if v is None else int(json.loads(v).get("position", 0))
+                found[k] = None if v is None else json.loads(v)
             mp, mo = m.partition(), m.offset()
             if mp is not None and mo is not None and mo + 1 >= ends[mp]:
                 pending.discard(mp)
-        return pos
+        return {k: v for k, v in found.items() if v is not None}
     finally:
         c.close()
 
@@ -339,6 +467,8 @@ class ConnectorRun:
         self._producer: Any = None
         self._committed: int | None = None
         self._offsets_topic = cfg.props.get("offsets.storage.topic", "").strip() or "connect-offsets"
+        self._topics_seen: set[str] = set()
+        self._jdbc: Any = None
 
     @property
     def checkpoint(self) -> str:
@@ -447,6 +577,200 @@ class ConnectorRun:
         self.records_in += len(rows)
         self.records_out += len(produced)
 
+    # PostgreSQL sources (JDBC source, Debezium CDC)
+
+    def _init_tx_producer(self) -> None:
+        from confluent_kafka import Producer
+
+        ensure_topic(self.bootstrap, self._offsets_topic, 1, {"cleanup.policy": "compact"})
+        self._producer = Producer(
+            _client_conf(
+                self.bootstrap,
+                {
+                    "transactional.id": f"connect-{self.cfg.name}",
+                    "linger.ms": 5,
+                    "partitioner": "murmur2_random",
+                },
+            )
+        )
+        self._producer.init_transactions(30)
+
+    def _pg_offset_key(self, part_key: str) -> bytes:
+        return json.dumps([self.cfg.name, json.loads(part_key)], separators=(",", ":")).encode()
+
+    def _pg_order(self, off: dict[str, Any]) -> tuple[int, ...]:
+        from strom.connect import postgres as pg
+
+        if self._pg_kind == "jdbc":
+            return pg.jdbc_order(self._pg_props["mode"], off)
+        return (int(off["lsn"]),)
+
+    def _start_pg_source(self, spark: Any, once: bool, trigger_ms: int) -> Any:
+        from strom.connect import postgres as pg
+
+        props = self.cfg.connector_props()
+        self._pg_props = props
+        self._pg_kind = "jdbc" if self.cfg.connector_class == C.JDBC_SOURCE else "cdc"
+        self._init_tx_producer()
+        prefix = json.dumps(self.cfg.name)
+        stored = read_source_offsets(
+            self.bootstrap, self._offsets_topic, lambda k: k.startswith(b"[" + prefix.encode() + b",")
+        )
+        # the committed offset of each source partition, by its partition key (Connect's map, as JSON)
+        self._pg_committed: dict[str, dict[str, Any]] = {}
+        for k, v in stored.items():
+            if v is not None:
+                self._pg_committed[json.dumps(json.loads(k)[1], separators=(",", ":"))] = v
+        if self._pg_kind == "jdbc":
+            dsn = pg.parse_jdbc_url(
+                props["connection.url"], props["connection.user"], props["connection.password"]
+            )
+            conn = pg.connect(dsn)
+            try:
+                db = conn.execute("SELECT current_database()").fetchone()[0]
+                reader = pg.JdbcSourceReader(props, db)
+                if not reader.tables(conn):
+                    log.warning("connector %s: no table matches the table include list (yet)", self.cfg.name)
+            finally:
+                conn.close()
+            start: dict[str, Any] = {"tables": dict(self._pg_committed)}
+        else:
+            db = props["database.dbname"]
+            cdc = pg.CdcReader(props)
+            self._cdc = cdc
+            mine = self._pg_committed.get(cdc.part_key)
+            conn = pg.connect(cdc.dsn)
+            try:
+                slot_ok = cdc.slot_exists(conn)
+                if slot_ok:
+                    cdc.ensure_publication(conn)
+            finally:
+                conn.close()
+            mode = props["snapshot.mode"].strip().lower()
+            if mine is not None and not slot_ok and mode not in ("always", "when_needed"):
+                raise RuntimeError(
+                    f"replication slot {cdc.slot} is gone but connector {self.cfg.name} has a stored "
+                    "position "
+                    f"(LSN {pg.lsn_str(int(mine['lsn']))}): changes after it may be lost; set "
+                    "snapshot.mode=when_needed (or always) to take a new snapshot"
+                )
+            if mine is None or not slot_ok or mode == "always":
+                point, events = cdc.create_slot_and_snapshot(with_data=mode not in ("no_data", "never"))
+                log.info(
+                    "connector %s: slot %s at %s, %d snapshot events",
+                    self.cfg.name,
+                    cdc.slot,
+                    pg.lsn_str(point),
+                    len(events),
+                )
+                end_off: dict[str, Any] = {
+                    "lsn": point,
+                    "txId": None,
+                    "ts_usec": int(time.time() * 1e6),
+                    "last_snapshot_record": True,
+                }
+                self._pg_produce(events, {cdc.part_key: end_off}, force=True)
+                mine = end_off
+            start = {"lsn": int(mine["lsn"])}
+        if self.cfg.props.get("poll.interval.ms", "").strip():
+            trigger_ms = int(self.cfg.props["poll.interval.ms"])  # the connector's own poll interval
+        _register_pg_source(spark)
+        df = (
+            spark.readStream.format(PG_FORMAT)
+            .option("kind", self._pg_kind)
+            .option("props", json.dumps(props))
+            .option("db", db)
+            .option("startOffset", json.dumps(start))
+            .load()
+        )
+        return self._start(df, self._pg_source_batch, once, trigger_ms)
+
+    def _pg_source_batch(self, df: Any, batch_id: int) -> None:
+        import pickle
+
+        rows = sorted(_arrow_rows(df), key=lambda r: r["seq"])
+        events = [e for r in rows for e in pickle.loads(r["rec"])]
+        if not events:
+            return
+        fresh = []
+        for e in events:
+            done = self._pg_committed.get(e.part_key)
+            if done is not None and e.order <= self._pg_order(done):
+                continue
+            fresh.append(e)
+        if not fresh:
+            log.info("connector %s: batch %d was already produced", self.cfg.name, batch_id)
+            return
+        ends: dict[str, dict[str, Any]] = {}
+        for e in fresh:
+            ends[e.part_key] = e.offset
+        self._pg_produce(fresh, ends)
+        if self._pg_kind == "cdc":
+            self._cdc.advance(max(int(o["lsn"]) for o in ends.values()))
+
+    def _pg_produce(self, events: list[Any], ends: dict[str, dict[str, Any]], force: bool = False) -> None:
+        """``events`` through the transforms and converters and into Kafka in one transaction,
+        with the source offsets ``ends``."""
+        recs = []
+        for e in events:
+            raw = RawRecord(
+                topic=None,
+                partition=None,
+                offset=None,
+                timestamp=e.timestamp,
+                key=None,
+                value=None,
+                source_ref=f"{e.part_key} offset={json.dumps(e.offset, separators=(',', ':'))}",
+            )
+            recs.append(
+                (
+                    ConnectRecord(
+                        topic=e.topic,
+                        key=e.key,
+                        key_schema=e.key_schema,
+                        value=e.value,
+                        value_schema=e.value_schema,
+                        timestamp=e.timestamp,
+                    ),
+                    raw,
+                )
+            )
+        produced = self.pipeline.source_records(recs)
+        if not produced and not force and not ends:
+            return
+        p = self._producer
+        created: set[str] = set()
+        p.begin_transaction()
+        try:
+            for rec in produced:
+                if rec.topic not in created and rec.topic not in self._topics_seen:
+                    ensure_topic(self.bootstrap, rec.topic)
+                    created.add(rec.topic)
+                kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "headers": rec.headers or None}
+                if rec.partition is not None:
+                    kwargs["partition"] = rec.partition
+                if rec.timestamp is not None:
+                    kwargs["timestamp"] = rec.timestamp
+                p.produce(rec.topic, **kwargs)
+                p.poll(0)
+            for part_key, off in ends.items():
+                p.produce(
+                    self._offsets_topic,
+                    key=self._pg_offset_key(part_key),
+                    value=json.dumps(off, separators=(",", ":")).encode(),
+                )
+            p.commit_transaction(60)
+        except BaseException:
+            try:
+                p.abort_transaction(30)
+            finally:
+                raise
+        self._topics_seen |= created
+        self._pg_committed.update(ends)
+        self.batches += 1
+        self.records_in += len(events)
+        self.records_out += len(produced)
+
     # sinks
 
     def _start_sink(self, spark: Any, once: bool, trigger_ms: int) -> Any:
@@ -492,6 +816,12 @@ class ConnectorRun:
             return self._start(df, self._http_sink_batch, once, trigger_ms)
         if self.cfg.connector_class == C.DELTA_SINK:
             return self._start(df, self._delta_sink_batch, once, trigger_ms)
+        if self.cfg.connector_class == C.JDBC_SINK:
+            from strom.connect import postgres as pg
+
+            self._jdbc = pg.JdbcSinkWriter(props, self.cfg.name)
+            self._jdbc._conn()  # fails now, in one line, if the database is unreachable
+            return self._start(df, self._jdbc_sink_batch, once, trigger_ms)
         self._out = Path(os.path.abspath(props["path"]))
         self._out.mkdir(parents=True, exist_ok=True)
         return self._start(df, self._parquet_sink_batch, once, trigger_ms)
@@ -662,6 +992,20 @@ class ConnectorRun:
                     self.pipeline.errors.report("TASK_PUT", C.HTTP_SINK, e, raw)
         self._after_sink_batch(rows, written)
 
+    def _jdbc_sink_batch(self, df: Any, batch_id: int) -> None:
+        rows, recs = self._sink_records(df)
+        ends: dict[tuple[str, int], int] = {}
+        for r in rows:
+            k = (r["topic"], r["partition"])
+            ends[k] = max(ends.get(k, 0), r["offset"] + 1)
+        by_id = {id(rec): raw for raw, rec in recs}
+
+        def failed(rec: Any, e: Exception) -> None:
+            self.pipeline.errors.report("TASK_PUT", C.JDBC_SINK, e, by_id[id(rec)])
+
+        written = self._jdbc.write([rec for _raw, rec in recs], ends, failed)
+        self._after_sink_batch(rows, written)
+
     # the query
 
     def _start(self, df: Any, fn: Any, once: bool, trigger_ms: int) -> Any:
@@ -707,6 +1051,8 @@ class ConnectorRun:
 
     def start(self, spark: Any, once: bool = False, trigger_ms: int = 1000) -> Any:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.cfg.connector_class in (C.JDBC_SOURCE, C.PG_CDC):
+            return self._start_pg_source(spark, once, trigger_ms)
         if self.cfg.kind == "source":
             return self._start_file_source(spark, once, trigger_ms)
         if self.assignment is None:
@@ -733,6 +1079,15 @@ class ConnectorRun:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None  # librdkafka's threads go with it
+        if self._jdbc is not None:
+            self._jdbc.close()
+            self._jdbc = None
+        cdc = getattr(self, "_cdc", None)
+        if cdc is not None and cdc.props["slot.drop.on.stop"].strip().lower() == "true":
+            try:
+                cdc.drop_slot()
+            except Exception as e:  # the database gone: its slot with it
+                log.warning("connector %s: could not drop slot %s: %s", self.cfg.name, cdc.slot, e)
 
     def _task_status(self) -> dict[str, Any]:
         q = self.query
