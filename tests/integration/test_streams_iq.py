@@ -155,7 +155,9 @@ def produce(broker: BrokerProcess, ref: Reference, topic: str, wtopic: str, rng:
     assert p.flush(30) == 0
 
 
-def check_answer(ref: Reference, key: str, status: int, body: dict[str, Any], headers: dict[str, str]) -> bool:
+def check_answer(
+    ref: Reference, key: str, status: int, body: dict[str, Any], headers: dict[str, str]
+) -> bool:
     """Asserts the answer is right as of the position it names (or a clear 503); returns whether
     it was an answer (200/404)."""
     if status == 503:
@@ -181,7 +183,7 @@ def converge(ref: Reference, urls: list[str], keys: list[str], timeout: float = 
     stats = {"answers": 0, "unavailable": 0, "forwarded": 0, "standby": 0}
     pending = {(u, k) for u in urls for k in keys}
     while pending:
-        assert time.monotonic() < deadline, f"{len(pending)} (instance, key) pairs not converged: {sorted(pending)[:5]}"
+        assert time.monotonic() < deadline, f"{len(pending)} pairs not converged: {sorted(pending)[:5]}"
         for u, k in sorted(pending):
             status, body, headers = get(f"{u}/tables/t/keys/{k}")
             if status == 0:
@@ -198,6 +200,23 @@ def converge(ref: Reference, urls: list[str], keys: list[str], timeout: float = 
     return stats
 
 
+def wait_owners(insts: list[Instance], timeout: float = 60.0) -> None:
+    """Until the group is stable with every instance owning partitions (range assignor: each of
+    2 or 3 members gets some of the 6)."""
+    want = {i.server for i in insts}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        owners = set()
+        for p in range(PARTS):
+            key = next(k for k in keyspace(500) if partition_for_key(k.encode(), PARTS) == p)
+            status, body, _ = get(f"{insts[0].url}/metadata/t/{key}")
+            owners.add(body.get("active_host") if status == 200 else None)
+        if owners == want:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"group never assigned partitions to all of {want}")
+
+
 def keyspace(n: int) -> list[str]:
     return [f"k{i:04d}" for i in range(n)]
 
@@ -211,6 +230,7 @@ def test_two_instances_lookup_range_windows(broker: BrokerProcess, tmp_path: Pat
     insts = [Instance(broker, "iq2", topic, wtopic, tmp_path) for _ in range(2)]
     try:
         urls = [i.url for i in insts]
+        wait_owners(insts)
         stats = converge(ref, urls, keyspace(200))
         assert stats["forwarded"] > 0, stats  # half the keys live on the other instance
         final = ref.final()
@@ -262,6 +282,7 @@ def test_three_instances_kill_one_rebalance(broker: BrokerProcess, tmp_path: Pat
     produce(broker, ref, topic, wtopic, rng, 3000, 150)
     insts = [Instance(broker, "iq3", topic, wtopic, tmp_path) for _ in range(3)]
     try:
+        wait_owners(insts)
         converge(ref, [i.url for i in insts], keyspace(150))
         insts[1].kill()
         survivors = [insts[0].url, insts[2].url]
@@ -290,6 +311,7 @@ def test_standby_answers_flagged_when_owner_dies(broker: BrokerProcess, tmp_path
     extra = ("--num-standby-replicas", "1", "--session-timeout-ms", "45000")
     insts = [Instance(broker, "iqs", topic, wtopic, tmp_path, *extra) for _ in range(2)]
     try:
+        wait_owners(insts)
         converge(ref, [i.url for i in insts], keyspace(100))
         dead_owned = [k for k in keyspace(100)
                       if get(f"{insts[0].url}/metadata/t/{k}")[1]["active_host"] == insts[1].server]
