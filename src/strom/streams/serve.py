@@ -36,8 +36,8 @@ standby copy when ``--num-standby-replicas`` ≥ 1 (``"standby": true``), else w
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
-import http.client
 import json
 import logging
 import signal
@@ -46,7 +46,6 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from strom.streams.iq_store import (
@@ -268,27 +267,41 @@ class Directory:
 
 
 class _Forwarder:
-    """Keep-alive HTTP connections to the other instances, one set per thread."""
+    """Keep-alive HTTP/1.1 connections to the other instances (asyncio; a pool per instance)."""
 
-    def __init__(self) -> None:
-        self.local = threading.local()
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+        self.idle: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
-    def get(self, server: str, path: str, timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
-        conns: dict[str, http.client.HTTPConnection] = self.local.__dict__.setdefault("conns", {})
+    async def get(self, server: str, path: str) -> tuple[int, dict[str, Any]]:
+        return await asyncio.wait_for(self._get(server, path), self.timeout)
+
+    async def _get(self, server: str, path: str) -> tuple[int, dict[str, Any]]:
+        pool = self.idle.setdefault(server, [])
         for attempt in (0, 1):
-            conn = conns.get(server)
-            if conn is None:
+            fresh = not pool
+            if fresh:
                 host, _, port = server.rpartition(":")
-                conn = conns[server] = http.client.HTTPConnection(host, int(port), timeout=timeout)
+                reader, writer = await asyncio.open_connection(host, int(port))
+            else:
+                reader, writer = pool.pop()
             try:
-                conn.request("GET", path, headers={FORWARDED_HEADER: "1"})
-                resp = conn.getresponse()
-                body = resp.read()
-                return resp.status, json.loads(body)
-            except (OSError, http.client.HTTPException, ValueError):
-                conn.close()
-                conns.pop(server, None)
-                if attempt:
+                req = f"GET {path} HTTP/1.1\r\nHost: {server}\r\n{FORWARDED_HEADER}: 1\r\n\r\n"
+                writer.write(req.encode())
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                status = int(lines[0].split(" ", 2)[1])
+                length = 0
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                pool.append((reader, writer))
+                return status, json.loads(body)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError):
+                writer.close()
+                if fresh or attempt:  # a pooled connection may have been closed by the peer: retry once
                     raise
         raise AssertionError("unreachable")
 
@@ -393,7 +406,7 @@ class StateServer:
     def _position(self, replica: Replica, s: PartitionStore) -> dict[str, Any]:
         return {"topic": s.topic, "partition": s.partition, "offset": s.position}
 
-    def _route(
+    async def _route(
         self, tp: TP, path: str, forwarded: bool, build: Callable[[Replica, PartitionStore], dict[str, Any]]
     ) -> Answer:
         """Answer from the active store here, else forward to the owner, else the standby copy,
@@ -405,12 +418,12 @@ class StateServer:
         owner = self.directory.owner(tp)
         if owner is not None and owner != self.me and not forwarded:
             try:
-                status, body = self.forwarder.get(owner, path)
+                status, body = await self.forwarder.get(owner, path)
                 if status != 503:
                     body["forwarded_by"] = self.me
                     return status, body
-            except (OSError, http.client.HTTPException, ValueError) as e:
-                log.info("forwarding to %s failed: %s", owner, e)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as e:
+                log.info("forwarding to %s failed: %r", owner, e)
         if self.standby is not None:
             with self.standby.lock:
                 s = self.standby.ready_store(tp)
@@ -418,7 +431,7 @@ class StateServer:
                     return 200, {**build(self.standby, s), "served_by": self.me, "standby": True}
         raise Unavailable(self._why_unavailable(tp))
 
-    def lookup(self, table: str, key_text: str, path: str, forwarded: bool) -> Answer:
+    async def lookup(self, table: str, key_text: str, path: str, forwarded: bool) -> Answer:
         t = self._table(table)
         if t.windowed:
             raise ValueError(f"table {table!r} is windowed: use /tables/{table}/windows/{{key}}")
@@ -434,12 +447,12 @@ class StateServer:
                 body["record_offset"] = hit[1]
             return body
 
-        status, body = self._route(tp, path, forwarded, build)
+        status, body = await self._route(tp, path, forwarded, build)
         if status == 200 and not body.get("found"):
             status = 404
         return status, body
 
-    def windows(self, table: str, key_text: str, t_from: int | None, t_to: int | None, path: str,
+    async def windows(self, table: str, key_text: str, t_from: int | None, t_to: int | None, path: str,
                 forwarded: bool) -> Answer:
         t = self._table(table)
         if not t.windowed:
@@ -457,9 +470,9 @@ class StateServer:
             return {"table": t.name, "key": render(key, t.key_format), "from": t_from, "to": t_to,
                     "windows": rows, "position": self._position(r, s)}
 
-        return self._route(tp, path, forwarded, build)
+        return await self._route(tp, path, forwarded, build)
 
-    def range(self, table: str, lo_text: str | None, hi_text: str | None,
+    async def range(self, table: str, lo_text: str | None, hi_text: str | None,
               only: list[int] | None, forwarded: bool) -> Answer:
         t = self._table(table)
         if t.windowed:
@@ -487,18 +500,20 @@ class StateServer:
             else:
                 missing.append(p)
         out: list[dict[str, Any]] = []
-        for server, parts in remote.items():
+        async def ask(server: str, parts: list[int]) -> tuple[list[int], int, dict[str, Any]]:
             q = {"partitions": ",".join(map(str, parts))}
             if lo_text is not None:
                 q["from"] = lo_text
             if hi_text is not None:
                 q["to"] = hi_text
+            path = f"/tables/{urllib.parse.quote(table)}/range?{urllib.parse.urlencode(q)}"
             try:
-                status, body = self.forwarder.get(
-                    server, f"/tables/{urllib.parse.quote(table)}/range?{urllib.parse.urlencode(q)}")
-            except (OSError, http.client.HTTPException, ValueError):
-                missing += parts
-                continue
+                status, body = await self.forwarder.get(server, path)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+                return parts, 0, {}
+            return parts, status, body
+
+        for parts, status, body in await asyncio.gather(*(ask(s_, ps) for s_, ps in remote.items())):
             if status != 200:
                 missing += body.get("unavailable_partitions", parts)
                 continue
@@ -569,60 +584,98 @@ def _int_param(q: dict[str, list[str]], name: str) -> int | None:
         raise ValueError(f"?{name}= must be an integer (epoch milliseconds), got {q[name][0]!r}") from None
 
 
-def make_handler(server: StateServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+async def dispatch(
+    server: StateServer, target: str, forwarded: bool
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """One GET: (status, JSON body, extra headers)."""
+    url = urllib.parse.urlsplit(target)
+    segs = [urllib.parse.unquote(s) for s in url.path.strip("/").split("/")]
+    q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+    try:
+        if segs == ["tables"]:
+            status, body = server.list_tables()
+        elif len(segs) == 4 and segs[0] == "tables" and segs[2] == "keys":
+            status, body = await server.lookup(segs[1], segs[3], target, forwarded)
+        elif len(segs) == 4 and segs[0] == "tables" and segs[2] == "windows":
+            status, body = await server.windows(segs[1], segs[3], _int_param(q, "from"), _int_param(q, "to"),
+                                                target, forwarded)
+        elif len(segs) == 3 and segs[0] == "tables" and segs[2] == "range":
+            only = None
+            if "partitions" in q:
+                only = [int(x) for x in q["partitions"][0].split(",") if x]
+            status, body = await server.range(segs[1], q.get("from", [None])[0], q.get("to", [None])[0],
+                                              only, forwarded)
+        elif len(segs) == 3 and segs[0] == "metadata":
+            status, body = server.metadata(segs[1], segs[2])
+        else:
+            status, body = 404, {"error": f"no such endpoint {url.path}"}
+    except Unavailable as e:
+        return 503, {"error": str(e), "retry_after_s": RETRY_AFTER_S}, {"Retry-After": str(RETRY_AFTER_S)}
+    except LookupError as e:
+        status, body = 404, {"error": str(e).strip("'\"")}
+    except (SpecError, ValueError) as e:
+        status, body = 400, {"error": str(e)}
+    except Exception as e:  # a bug must not kill the connection without an answer
+        log.exception("GET %s", target)
+        status, body = 500, {"error": f"{type(e).__name__}: {e}"}
+    if status == 503:
+        return status, body, {"Retry-After": str(RETRY_AFTER_S)}
+    return status, body, {}
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug(fmt, *args)
 
-        def _send(self, status: int, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            500: "Internal Server Error", 503: "Service Unavailable"}
 
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            segs = [urllib.parse.unquote(s) for s in url.path.strip("/").split("/")]
-            q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-            fwd = self.headers.get(FORWARDED_HEADER) is not None
-            try:
-                if segs == ["tables"]:
-                    status, body = server.list_tables()
-                elif len(segs) == 4 and segs[0] == "tables" and segs[2] == "keys":
-                    status, body = server.lookup(segs[1], segs[3], self.path, fwd)
-                elif len(segs) == 4 and segs[0] == "tables" and segs[2] == "windows":
-                    status, body = server.windows(segs[1], segs[3], _int_param(q, "from"),
-                                                  _int_param(q, "to"), self.path, fwd)
-                elif len(segs) == 3 and segs[0] == "tables" and segs[2] == "range":
-                    only = None
-                    if "partitions" in q:
-                        only = [int(x) for x in q["partitions"][0].split(",") if x]
-                    status, body = server.range(segs[1], q.get("from", [None])[0], q.get("to", [None])[0],
-                                                only, fwd)
-                elif len(segs) == 3 and segs[0] == "metadata":
-                    status, body = server.metadata(segs[1], segs[2])
+
+async def serve_http(server: StateServer, host: str, port: int, stop: asyncio.Event) -> None:
+    """A small HTTP/1.1 server (keep-alive, GET only) on asyncio: the query path is dict look-ups
+    and at most one forward, so the event loop answers faster than a thread per request."""
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                parts = lines[0].split(" ")
+                headers = {}
+                for line in lines[1:]:
+                    name, sep, value = line.partition(":")
+                    if sep:
+                        headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length", "0") or 0)
+                if length:
+                    await reader.readexactly(length)
+                close = headers.get("connection", "").lower() == "close" or parts[-1] == "HTTP/1.0"
+                extra: dict[str, str] = {}
+                if len(parts) != 3:
+                    status, body = 400, {"error": "malformed request line"}
+                    close = True
+                elif parts[0] != "GET":
+                    status, body = 405, {"error": f"{parts[0]} not allowed: this API is GET only"}
                 else:
-                    status, body = 404, {"error": f"no such endpoint {url.path}"}
-            except Unavailable as e:
-                self._send(503, {"error": str(e), "retry_after_s": RETRY_AFTER_S},
-                           {"Retry-After": str(RETRY_AFTER_S)})
-                return
-            except LookupError as e:
-                status, body = 404, {"error": str(e).strip("'\"")}
-            except (SpecError, ValueError) as e:
-                status, body = 400, {"error": str(e)}
-            except Exception as e:  # a bug must not kill the connection without an answer
-                log.exception("GET %s", self.path)
-                status, body = 500, {"error": f"{type(e).__name__}: {e}"}
-            self._send(status, body)
+                    fwd = FORWARDED_HEADER.lower() in headers
+                    status, body, extra = await dispatch(server, parts[1], fwd)
+                data = json.dumps(body).encode()
+                out = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+                       "Content-Type: application/json", f"Content-Length: {len(data)}"]
+                out += [f"{k}: {v}" for k, v in extra.items()]
+                if close:
+                    out.append("Connection: close")
+                writer.write(("\r\n".join(out) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+                if close:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):  # ValueError: a bad length
+            return
+        finally:
+            writer.close()
 
-    return Handler
+    srv = await asyncio.start_server(client, host, port, backlog=1024)
+    async with srv:
+        await stop.wait()
 
 
 # -- CLI -----------------------------------------------------------------------------------------
@@ -672,25 +725,25 @@ def run(args: argparse.Namespace) -> int:
                              args.num_standby_replicas, args.session_timeout_ms, args.metadata_refresh_ms,
                              extra)
         port = args.port if args.port is not None else int(args.application_server.rpartition(":")[2])
-        httpd = ThreadingHTTPServer((args.host, port), make_handler(server))
-        httpd.daemon_threads = True
         server.start()
-    except (SpecError, OSError) as e:
+    except SpecError as e:
         print(f"strom streams serve: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
 
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("serving %s on %s:%d as %s", sorted(server.tables), args.host, port, args.application_server)
+        await serve_http(server, args.host, port, stop)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    log.info("serving %s on %s:%d as %s", sorted(server.tables), args.host, port, args.application_server)
     try:
-        httpd.serve_forever(poll_interval=0.2)
+        asyncio.run(serve())
+    except OSError as e:
+        print(f"strom streams serve: cannot listen on {args.host}:{port}: {e}", file=sys.stderr)
+        return 2
     finally:
-        httpd.server_close()
         server.close()
     return 0
 
