@@ -335,10 +335,13 @@ def test_restoring_answers_are_503_or_right(broker: BrokerProcess, tmp_path: Pat
     create_topics(broker, (topic, PARTS), (wtopic, WPARTS))
     ref = Reference()
     produce(broker, ref, topic, wtopic, random.Random(5), 20000, 50)
-    inst = Instance(broker, "iqr", topic, wtopic, tmp_path)
+    # small fetches make the restore take a while, so queries arrive while it runs
+    inst = Instance(broker, "iqr", topic, wtopic, tmp_path,
+                    "--consumer-property", "max.partition.fetch.bytes=512")
     try:
         stats = converge(ref, [inst.url], keyspace(50))
         assert stats["answers"] >= 50
+        assert stats["unavailable"] > 0, stats  # the restore was seen and answered 503, not wrong
     finally:
         inst.stop()
 
@@ -351,3 +354,10 @@ def test_cli_bad_table_spec_is_a_clear_error(broker: BrokerProcess) -> None:
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
     assert r.returncode == 2
     assert "unknown value format 'yaml'" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "strom.streams.serve", "--bootstrap-server", broker.bootstrap,
+         "--application-id", "x", "--application-server", f"127.0.0.1:{free_port()}",
+         "--table", "t=no-such-topic", "--consumer-property", "fetch.max.bytes=10"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
+    assert r.returncode == 2 and "consumer configuration" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -40,13 +40,14 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from strom.streams.iq_store import (
     PartitionStore,
@@ -72,6 +73,24 @@ Answer = tuple[int, dict[str, Any]]
 
 class Unavailable(Exception):
     """A partition cannot be answered here now (rebalance/restoring): 503 + Retry-After."""
+
+
+def _die(kind: str) -> NoReturn:
+    """A consumer thread failed: its stores would freeze while still answering, so the process
+    ends (exit 70) and the group gives its partitions to the other instances."""
+    log.exception("the %s consumer failed; exiting", kind)
+    logging.shutdown()
+    os._exit(70)
+
+
+def _make_consumer(conf: dict[str, Any]) -> Any:
+    """A confluent-kafka consumer; a bad setting is a SpecError (exit 2), not a dead thread."""
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        return Consumer(conf)
+    except (KafkaException, ValueError, TypeError) as e:
+        raise SpecError(f"consumer configuration: {e}") from None
 
 
 class Replica:
@@ -130,13 +149,12 @@ class ActiveReplica(Replica):
         self.assigned: set[TP] = set()
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="iq-active", daemon=True)
+        consumer = _make_consumer(self.conf)
+        self.thread = threading.Thread(target=self._run, args=(consumer,), name="iq-active", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer
-
-        consumer = Consumer(self.conf)
+    def _run(self, consumer: Any) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
 
         def on_assign(c: Any, parts: list[Any]) -> None:
             stores = {}
@@ -159,11 +177,12 @@ class ActiveReplica(Replica):
             c.unassign()
             self.on_change()
 
-        consumer.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
         try:
+            consumer.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
             self._consume(consumer)
-        finally:
-            consumer.close()
+        except BaseException:
+            _die(self.kind)
+        consumer.close()
 
 
 class StandbyReplica(Replica):
@@ -176,21 +195,25 @@ class StandbyReplica(Replica):
 
     def start(self, tps: Iterable[TP]) -> None:
         self.pending = list(tps)
-        self.thread = threading.Thread(target=self._run, name="iq-standby", daemon=True)
+        consumer = _make_consumer(self.conf)
+        self.thread = threading.Thread(target=self._run, args=(consumer,), name="iq-standby", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    def _run(self, consumer: Any) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-        consumer = Consumer(self.conf)
-        stores = {tp: self._new_store(consumer, tp) for tp in self.pending}
+        try:
+            stores = {tp: self._new_store(consumer, tp) for tp in self.pending}
+        except BaseException:
+            _die(self.kind)
         with self.lock:
             self.stores = stores
-        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in self.pending])
         try:
+            consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in self.pending])
             self._consume(consumer)
-        finally:
-            consumer.close()
+        except BaseException:
+            _die(self.kind)
+        consumer.close()
 
 
 class Directory:
@@ -356,6 +379,7 @@ class StateServer:
         self.forwarder = _Forwarder()
 
     def start(self) -> None:
+        _make_consumer(self.active.conf).close()  # a bad client setting fails here, before waiting
         counts = self.directory.load_partitions()
         self.directory.start()
         self.active.start()
