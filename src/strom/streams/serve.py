@@ -737,6 +737,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        import confluent_kafka  # noqa: F401 - the server's Kafka client
+    except ImportError:
+        print("strom streams serve: needs confluent-kafka (pip install 'strom[spark]' or confluent-kafka)",
+              file=sys.stderr)
+        return 2
+    try:
         specs = [parse_table_spec(s) for s in args.table]
         specs += [parse_table_spec(s, windowed=True) for s in args.windowed_table]
         extra = {}
