@@ -156,11 +156,23 @@ class ActiveReplica(Replica):
     def _run(self, consumer: Any) -> None:
         from confluent_kafka import OFFSET_BEGINNING
 
+        # stores of the partitions revoked by the rebalance under way: one that comes back to this
+        # instance continues from its position instead of restoring from the beginning (only
+        # across one rebalance, seconds; never long enough for compaction to drop a tombstone
+        # it has not seen, delete.retention.ms)
+        kept: dict[TP, PartitionStore] = {}
+
         def on_assign(c: Any, parts: list[Any]) -> None:
             stores = {}
             for p in parts:
-                p.offset = OFFSET_BEGINNING
-                stores[(p.topic, p.partition)] = self._new_store(c, (p.topic, p.partition))
+                tp = (p.topic, p.partition)
+                if tp in kept:
+                    stores[tp] = kept[tp]
+                    p.offset = kept[tp].position
+                else:
+                    p.offset = OFFSET_BEGINNING
+                    stores[tp] = self._new_store(c, tp)
+            kept.clear()
             with self.lock:
                 self.stores = stores
                 self.assigned = set(stores)
@@ -171,6 +183,7 @@ class ActiveReplica(Replica):
 
         def on_revoke(c: Any, parts: list[Any]) -> None:
             with self.lock:
+                kept.update(self.stores)
                 self.stores = {}
                 self.assigned = set()
                 self.generation += 1
