@@ -5,6 +5,7 @@ records: the final value, and for every answer the value *as of the offset it cl
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,6 +269,14 @@ def test_two_instances_lookup_range_windows(broker: BrokerProcess, tmp_path: Pat
         assert get(f"{urls[0]}/tables/w/keys/x")[0] == 400
         assert get(f"{urls[0]}/tables/w/windows/w01?from=abc")[0] == 400
         assert get(f"{urls[0]}/nothing")[0] == 404
+        conn = http.client.HTTPConnection("127.0.0.1", insts[0].port, timeout=10)
+        conn.request("POST", "/tables", body=b"{}")
+        resp = conn.getresponse()
+        assert resp.status == 405 and "GET only" in json.loads(resp.read())["error"]
+        conn.close()
+        # an absent key is a 404 that still names the position it is consistent with
+        status, body, _ = get(f"{urls[0]}/tables/t/keys/{urllib.parse.quote('no such/key', safe='')}")
+        assert status == 404 and body["found"] is False and "offset" in body["position"]
         status, body, _ = get(f"{urls[0]}/tables")
         assert status == 200 and {t["name"] for t in body["tables"]} == {"t", "w"}
     finally:

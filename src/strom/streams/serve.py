@@ -337,8 +337,12 @@ class _Forwarder:
                 return status, json.loads(body)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError):
                 writer.close()
-                if fresh or attempt:  # a pooled connection may have been closed by the peer: retry once
+                if fresh or attempt:
                     raise
+                # a pooled connection the peer closed (restarted?): drop the others, retry fresh
+                for _, w in pool:
+                    w.close()
+                pool.clear()
         raise AssertionError("unreachable")
 
 
