@@ -5,6 +5,7 @@ records: the final value, and for every answer the value *as of the offset it cl
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -229,7 +230,17 @@ def test_two_instances_lookup_range_windows(broker: BrokerProcess, tmp_path: Pat
     ref = Reference()
     rng = random.Random(2)
     produce(broker, ref, topic, wtopic, rng, 3000, 200)
-    insts = [Instance(broker, "iq2", topic, wtopic, tmp_path) for _ in range(2)]
+    # a bytes-keyed, bytes-valued table too (keys in the URL are base64url, values base64)
+    create_topics(broker, ("iq2-b", PARTS))
+    bref: dict[bytes, bytes] = {}
+    bp = Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
+    for _ in range(300):
+        k, v = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6))), rng.randbytes(10)
+        bref[k] = v
+        bp.produce("iq2-b", key=k, value=v)
+    assert bp.flush(30) == 0
+    insts = [Instance(broker, "iq2", topic, wtopic, tmp_path, "--table", "b=iq2-b:bytes:bytes")
+             for _ in range(2)]
     try:
         urls = [i.url for i in insts]
         wait_owners(insts)
@@ -261,6 +272,16 @@ def test_two_instances_lookup_range_windows(broker: BrokerProcess, tmp_path: Pat
             assert status == 200, body
             assert body["partition"] == partition_for_key(k.encode(), PARTS)
             assert body["active_host"] in {i.server for i in insts}
+        for u in urls:
+            for k, v in bref.items():
+                b64 = base64.urlsafe_b64encode(k).decode().rstrip("=")
+                deadline = time.monotonic() + 30
+                while (answer := get(f"{u}/tables/b/keys/{b64}"))[0] == 503 and time.monotonic() < deadline:
+                    time.sleep(0.1)  # its partitions may still be restoring
+                status, body, _ = answer
+                assert status == 200, body
+                assert base64.b64decode(body["value"]) == v and base64.b64decode(body["key"]) == k
+                assert body["position"]["partition"] == partition_for_key(k, PARTS)
         # live updates (and more tombstones) are reflected, consistently with their offsets
         produce(broker, ref, topic, wtopic, rng, 1000, 200)
         converge(ref, urls, keyspace(200))
@@ -278,7 +299,7 @@ def test_two_instances_lookup_range_windows(broker: BrokerProcess, tmp_path: Pat
         status, body, _ = get(f"{urls[0]}/tables/t/keys/{urllib.parse.quote('no such/key', safe='')}")
         assert status == 404 and body["found"] is False and "offset" in body["position"]
         status, body, _ = get(f"{urls[0]}/tables")
-        assert status == 200 and {t["name"] for t in body["tables"]} == {"t", "w"}
+        assert status == 200 and {t["name"] for t in body["tables"]} == {"t", "w", "b"}
     finally:
         for i in insts:
             i.stop()
