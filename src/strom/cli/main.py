@@ -37,6 +37,7 @@ from strom.cli import share_groups as cli_share_groups
 from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
 from strom.console import cli as cli_console
+from strom.streams import serve as streams_serve
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_console.add_parser(sub, _add_bootstrap)
     cli_connect.add_parser(sub)
     cli_mirror.add_parser(sub)
+    streams_serve.add_parser(sub)
     return parser
 
 
@@ -402,6 +404,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args.ssl_certfile,
                 args.ssl_keyfile,
             )
+        if args.command == "streams":
+            return streams_serve.run(args)
         if args.command == "connect":
             return cli_connect.connect(args)
         if args.command == "mirror":

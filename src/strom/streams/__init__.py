@@ -1,0 +1,1 @@
+"""strom.streams: Kafka Streams capabilities over strom topics."""
