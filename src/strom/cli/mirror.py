@@ -127,6 +127,9 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
 
     if not begin_run("strom mirror", args.trigger_interval_ms):
         return 2
+    if args.max_records_per_batch < 0:
+        print("strom mirror: error: --max-records-per-batch must be at least 0", file=sys.stderr)
+        return 2
     spark = spark_session("strom-mirror")
     mm = MirrorMaker(cfg, Path(args.state_dir), args.max_records_per_batch or None)
     stopping = stop_on_signals()
