@@ -284,6 +284,8 @@ def test_flows_are_disabled_by_default() -> None:
         ({"A->B.enabled": "yes"}, "Expected value to be either true or false"),
         ({"A->B.enabled": "true", "replication.policy.class": "com.x.Custom"}, "replication.policy.class"),
         ({"A->B.enabled": "true", "A->B.topics": "(unclosed"}, "bad regular expression"),
+        ({"A->B.enabled": "true", "groups.exclude": "g["}, "bad regular expression 'g[' in groups.exclude"),
+        ({"A->B.enabled": "true", "config.properties.exclude": "*x"}, "in config.properties.exclude"),
         ({"A->B.enabled": "true", "offset.lag.max": "lots"}, "Not a number"),
         ({"A->B.enabled": "true", "offset-syncs.topic.location": "middle"}, "offset-syncs.topic.location"),
     ],
