@@ -95,10 +95,6 @@ class ReplicationPolicy:
     def is_heartbeats_topic(self, topic: str) -> bool:
         return self.original_topic(topic) == HEARTBEATS_TOPIC
 
-    def is_checkpoints_topic(self, topic: str) -> bool:
-        s = self._internal_sep()
-        return topic.endswith(f"{s}checkpoints{s}internal")
-
     def is_mm2_internal_topic(self, topic: str) -> bool:
         return topic.endswith(self._internal_sep() + "internal")
 
