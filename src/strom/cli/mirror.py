@@ -89,6 +89,9 @@ def mirror(args: argparse.Namespace) -> int:
     if args.mirror_command == "translate-offsets":
         from strom.mirror.runtime import translate_offsets
 
+        if args.timeout_ms < 1:  # (a negative timeout is "wait forever" to librdkafka)
+            print("strom mirror: error: --timeout-ms must be at least 1", file=sys.stderr)
+            return 2
         try:
             got = translate_offsets(
                 {"bootstrap.servers": args.bootstrap_server},
