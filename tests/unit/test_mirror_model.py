@@ -340,7 +340,18 @@ def test_cli_validate_and_errors(tmp_path: Any, capsys: pytest.CaptureFixture[st
         ["mirror", "run", str(good), "--clusters", "C"],
         ["mirror", "run", str(good), "--trigger-interval-ms", "0"],  # refused before Spark starts
         ["mirror", "run", str(good), "--max-records-per-batch", "-1"],
-        "mirror translate-offsets --bootstrap-server a:1 --source-alias A --group g --timeout-ms -1".split(),
+        [
+            "mirror",
+            "translate-offsets",
+            "--bootstrap-server",
+            "a:1",
+            "--source-alias",
+            "A",
+            "--group",
+            "g",
+            "--timeout-ms",
+            "-1",
+        ],
     ):
         assert run(argv) == 2, argv
         err = capsys.readouterr().err
