@@ -11,16 +11,11 @@ from pathlib import Path
 
 from strom.config import BrokerConfig
 from strom.server.broker import Broker
+from strom.testing.inprocess import broker_config
 
 
 def _config(data: Path) -> BrokerConfig:
-    return BrokerConfig.from_sources(None, {
-        "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:19092",  # never opened: start(listen=False)
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.num.partitions": "1",
-        "log.cleaner.enable": "false",
+    return broker_config(data, {
         "strom.metadata.quorum.enable": "true",
         "metadata.log.max.record.bytes.between.snapshots": "2000",
     })

@@ -235,5 +235,7 @@ def test_cli_validate_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert run(["connect", "run", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("strom connect: error:") and "bad JSON" in err and "Traceback" not in err
+    assert run(["connect", "run", str(good), "--trigger-interval-ms", "0"]) == 2  # before Spark starts
+    assert capsys.readouterr().err == "strom connect: error: --trigger-interval-ms must be at least 1\n"
     assert run(["connect", "validate", str(tmp_path / "missing.json")]) == 2
     assert "cannot read connector config" in capsys.readouterr().err

@@ -4,48 +4,24 @@ the high watermark; concurrent commits share a flush; failures answer Kafka's er
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import threading
 import types
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from strom.clock import ManualClock
-from strom.config import BrokerConfig
 from strom.coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
 from strom.coordinator.partition_writer import CoordinatorWriteError, coordinator_error
 from strom.coordinator.storage import MemoryOffsetsStorage
 from strom.log.errors import KafkaStorageError
 from strom.protocol.errors import ErrorCode as E
 from strom.server import coordinator_writer
-from strom.server.broker import Broker
+from strom.testing.inprocess import started_broker
 from strom.testing.scheduler import ManualScheduler
-
-
-def _config(data: Path) -> BrokerConfig:
-    return BrokerConfig.from_sources(None, {
-        "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:19092",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.num.partitions": "1",
-        "log.cleaner.enable": "false",
-    })
-
-
-@contextlib.asynccontextmanager
-async def _started(data: Path) -> AsyncIterator[Broker]:
-    broker = Broker(_config(data))
-    await broker.start(listen=False)
-    try:
-        yield broker
-    finally:
-        await broker.stop()
 
 
 async def _commit(gc: GroupCoordinator, group: str, offset: int) -> dict[Any, int]:
@@ -69,7 +45,7 @@ def test_error_mapping_is_kafkas() -> None:
 
 def test_commits_are_answered_at_the_hw_which_follows_the_flush_thread(tmp_path: Path) -> None:
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             plog = broker.logs[("__consumer_offsets", 0)]
             flush_threads: list[str] = []
@@ -103,7 +79,7 @@ def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(
     the partition over is answered NOT_COORDINATOR."""
 
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             rm = broker.replica_manager
             if not rm.partitions:
                 pytest.skip("the registry path has no replication state")
@@ -141,7 +117,7 @@ def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(
 
 def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_path: Path) -> None:
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             real_sync = coordinator_writer.sync_flush_plan
 
@@ -163,7 +139,7 @@ def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_pa
 
 def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             writer = broker.coordinator_writer
             tp = ("__consumer_offsets", 0)
             broker.replica_manager.offline_partitions[tp] = broker.logs.pop(tp).directory.parent
@@ -177,7 +153,7 @@ def test_offline_partition_answers_not_coordinator(tmp_path: Path) -> None:
 
 def test_transaction_markers_are_written_in_one_flush_round(tmp_path: Path) -> None:
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             await broker.create_topic_async("d", 4)
             before = broker.coordinator_writer.rounds
             await broker.write_markers(5, 0, True, [("d", p) for p in range(4)])
@@ -299,7 +275,7 @@ def test_manual_scheduler_fires_in_due_order_and_repeats() -> None:
 
 def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path) -> None:
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             gc = broker.group_coordinator
             plog = broker.logs[("__consumer_offsets", 0)]
             r = await gc.txn_commit_offsets(

@@ -6,11 +6,9 @@ carries the HW with it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 import types
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,36 +16,14 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from strom.client.messages import decode_response
-from strom.config import BrokerConfig
 from strom.protocol.codec import build
 from strom.protocol.framing import response_header
-from strom.server.broker import Broker
 from strom.server.context import RawResponse, RequestContext
 from strom.server.handlers import fetch as fetch_handlers
+from strom.testing.inprocess import started_broker
 
 FETCH_V = 12
 LONG_POLL_MS = 2000
-
-
-def _config(data: Path) -> BrokerConfig:
-    return BrokerConfig.from_sources(None, {
-        "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:19092",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.num.partitions": "1",
-        "log.cleaner.enable": "false",
-    })
-
-
-@contextlib.asynccontextmanager
-async def _started(data: Path) -> AsyncIterator[Broker]:
-    broker = Broker(_config(data))
-    await broker.start(listen=False)
-    try:
-        yield broker
-    finally:
-        await broker.stop()
 
 
 def _fetch_request(replica: int, topic: str, partition: int, offset: int, epoch: int) -> Any:
@@ -74,7 +50,7 @@ def test_hw_news_waits_briefly_for_data_and_is_answered_before_the_long_poll(
     monkeypatch.setattr(fetch_handlers, "HW_NEWS_LINGER_MS", 300)
 
     async def go() -> None:
-        async with _started(tmp_path / "data") as broker:
+        async with started_broker(tmp_path / "data") as broker:
             rm = broker.replica_manager
             if not rm.partitions:
                 pytest.skip("the registry path has no replication state")

@@ -284,6 +284,8 @@ def test_flows_are_disabled_by_default() -> None:
         ({"A->B.enabled": "yes"}, "Expected value to be either true or false"),
         ({"A->B.enabled": "true", "replication.policy.class": "com.x.Custom"}, "replication.policy.class"),
         ({"A->B.enabled": "true", "A->B.topics": "(unclosed"}, "bad regular expression"),
+        ({"A->B.enabled": "true", "groups.exclude": "g["}, "bad regular expression 'g[' in groups.exclude"),
+        ({"A->B.enabled": "true", "config.properties.exclude": "*x"}, "in config.properties.exclude"),
         ({"A->B.enabled": "true", "offset.lag.max": "lots"}, "Not a number"),
         ({"A->B.enabled": "true", "offset-syncs.topic.location": "middle"}, "offset-syncs.topic.location"),
     ],
@@ -336,6 +338,20 @@ def test_cli_validate_and_errors(tmp_path: Any, capsys: pytest.CaptureFixture[st
         ["mirror", "run", str(bad)],
         ["mirror", "run", str(tmp_path / "missing.properties")],
         ["mirror", "run", str(good), "--clusters", "C"],
+        ["mirror", "run", str(good), "--trigger-interval-ms", "0"],  # refused before Spark starts
+        ["mirror", "run", str(good), "--max-records-per-batch", "-1"],
+        [
+            "mirror",
+            "translate-offsets",
+            "--bootstrap-server",
+            "a:1",
+            "--source-alias",
+            "A",
+            "--group",
+            "g",
+            "--timeout-ms",
+            "-1",
+        ],
     ):
         assert run(argv) == 2, argv
         err = capsys.readouterr().err

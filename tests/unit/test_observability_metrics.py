@@ -12,24 +12,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strom.client import groups
 from strom.clock import ManualClock
-from strom.config import BrokerConfig
 from strom.config_schema import ConfigError
 from strom.observability.collector import Family, StromCollector, render
 from strom.observability.http import parse_http_listener
 from strom.observability.metrics import Histogram
 from strom.server.broker import Broker
+from strom.testing.inprocess import broker_config
 from strom.testing.network import MemoryNetwork
 from strom.testing.scheduler import ManualScheduler
 
 
 def _broker(data: Path, clock: ManualClock, sched: ManualScheduler, per_partition: bool) -> Broker:
-    config = BrokerConfig.from_sources(None, {
-        "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:19092",  # never opened: start(listen=False)
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.num.partitions": "1",
-        "log.cleaner.enable": "false",
+    config = broker_config(data, {
         "controller.quorum.append.linger.ms": "0",
         "strom.metrics.partition.enable": str(per_partition).lower(),
     })

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
+
+from strom.cli.spark_run import begin_run, stop_on_signals
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -91,20 +91,11 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
     from strom.connect.data import ConfigError
     from strom.connect.runtime import ConnectorRun, spark_session
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # it logs a failed foreachBatch's traceback
-    if args.trigger_interval_ms < 1:
-        print("strom connect: error: --trigger-interval-ms must be at least 1", file=sys.stderr)
+    if not begin_run("strom connect", args.trigger_interval_ms):
         return 2
     spark = spark_session(f"strom-connect-{cfg.name}")
     runner = ConnectorRun(cfg, args.bootstrap_server, Path(args.state_dir) / cfg.name)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = stop_on_signals()
     try:
         q = runner.start(spark, once=args.once, trigger_ms=args.trigger_interval_ms)
         print(f"connector {cfg.name} ({cfg.connector_class}) running", flush=True)

@@ -18,13 +18,12 @@ cluster's heartbeats topics. A bad config is one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from strom.cli.spark_run import begin_run, stop_on_signals
 
 
 def add_parser(sub: Any) -> None:
@@ -90,6 +89,9 @@ def mirror(args: argparse.Namespace) -> int:
     if args.mirror_command == "translate-offsets":
         from strom.mirror.runtime import translate_offsets
 
+        if args.timeout_ms < 1:  # (a negative timeout is "wait forever" to librdkafka)
+            print("strom mirror: error: --timeout-ms must be at least 1", file=sys.stderr)
+            return 2
         try:
             got = translate_offsets(
                 {"bootstrap.servers": args.bootstrap_server},
@@ -126,20 +128,14 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
     from strom.connect.runtime import spark_session
     from strom.mirror.runtime import MirrorMaker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    if args.trigger_interval_ms < 1:
-        print("strom mirror: error: --trigger-interval-ms must be at least 1", file=sys.stderr)
+    if not begin_run("strom mirror", args.trigger_interval_ms):
+        return 2
+    if args.max_records_per_batch < 0:
+        print("strom mirror: error: --max-records-per-batch must be at least 0", file=sys.stderr)
         return 2
     spark = spark_session("strom-mirror")
     mm = MirrorMaker(cfg, Path(args.state_dir), args.max_records_per_batch or None)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = stop_on_signals()
     try:
         if args.once:
             mm.run_once(spark)

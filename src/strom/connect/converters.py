@@ -468,10 +468,9 @@ class _RegistryConverter(Converter):
     def _subject(self, topic: str, schema_text: str) -> str:
         """The subject under ``key.subject.name.strategy`` / ``value.subject.name.strategy``
         (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy as Confluent's)."""
-        from strom.serde import record_name, subject_name
+        from strom.serde import schema_subject
 
-        rec = record_name(schema_text, self.schema_type) if self.strategy != "TopicNameStrategy" else None
-        return subject_name(self.strategy, topic, self.is_key, rec)
+        return schema_subject(self.strategy, topic, self.is_key, schema_text, self.schema_type)
 
     def _register(self, topic: str, schema_text: str) -> int:
         import urllib.parse

@@ -20,7 +20,6 @@ twice, and the records not yet committed are written: nothing missed.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import logging
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -127,8 +126,6 @@ def _arrow_value(s: Schema | None, v: Any) -> Any:
         return (v.hour * 3600 + v.minute * 60 + v.second) * 1000 + v.microsecond // 1000
     if name == DATE and isinstance(v, dt.datetime):
         return v.date()
-    if name == DECIMAL and isinstance(v, decimal.Decimal):
-        return v
     if t == "struct" and isinstance(v, dict):
         return {f["field"]: _arrow_value(f, v.get(f["field"])) for f in s.get("fields") or []}
     if t == "array" and isinstance(v, list):
@@ -156,10 +153,7 @@ def to_table(recs: list[ConnectRecord]) -> Any:
     import pyarrow as pa
 
     schema0, _ = _row_shape(recs[0])
-    rows = []
-    for rec in recs:
-        _s, row = _row_shape(rec)
-        rows.append(row)
+    rows = [_row_shape(rec)[1] for rec in recs]
     if schema0 is None:
         try:
             return pa.Table.from_pylist(rows)
@@ -244,10 +238,14 @@ class DeltaWriter:
         written = 0
         for path, its in by_table.items():
             t = self._open(path)
+            versions: dict[tuple[str, int], int | None] = {}  # the table's, per source partition
             fresh = []
             for it in its:
-                v = None if t is None else t.transaction_version(app_id(self.connector, it[0], it[1]))
-                if v is not None and it[2] < int(v):
+                if (it[0], it[1]) not in versions:
+                    v = None if t is None else t.transaction_version(app_id(self.connector, it[0], it[1]))
+                    versions[(it[0], it[1])] = None if v is None else int(v)
+                v = versions[(it[0], it[1])]
+                if v is not None and it[2] < v:
                     self.skipped += 1
                     continue
                 fresh.append(it)

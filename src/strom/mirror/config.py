@@ -189,19 +189,21 @@ class FlowConfig:
                 f"{self.name}: bad regular expression in topics/topics.exclude: {e}"
             ) from None
 
-    def group_filter(self) -> GroupFilter:
-        inc, exc = tuple(parse_list(self.get("groups"))), tuple(parse_list(self.get("groups.exclude")))
-        for rx in inc + exc:
+    def _patterns(self, key: str) -> tuple[str, ...]:
+        """The regular expressions of a list config, each checked to compile."""
+        patterns = tuple(parse_list(self.get(key)))
+        for rx in patterns:
             try:
                 re.compile(rx)
             except re.error as e:
-                raise MirrorConfigError(
-                    f"{self.name}: bad regular expression {rx!r} in groups: {e}"
-                ) from None
-        return GroupFilter(inc, exc)
+                raise MirrorConfigError(f"{self.name}: bad regular expression {rx!r} in {key}: {e}") from None
+        return patterns
+
+    def group_filter(self) -> GroupFilter:
+        return GroupFilter(self._patterns("groups"), self._patterns("groups.exclude"))
 
     def config_excluded(self, name: str) -> bool:
-        return any(re.fullmatch(rx, name) for rx in parse_list(self.get("config.properties.exclude")))
+        return any(re.fullmatch(rx, name) for rx in self._patterns("config.properties.exclude"))
 
     def offset_syncs_on_target(self) -> bool:
         loc = self.get("offset-syncs.topic.location").strip().lower()
@@ -220,6 +222,7 @@ class FlowConfig:
         self.policy()
         self.topic_filter()
         self.group_filter()
+        self._patterns("config.properties.exclude")
         self.offset_syncs_on_target()
         for k in (
             "replication.factor",

@@ -95,10 +95,6 @@ class ReplicationPolicy:
     def is_heartbeats_topic(self, topic: str) -> bool:
         return self.original_topic(topic) == HEARTBEATS_TOPIC
 
-    def is_checkpoints_topic(self, topic: str) -> bool:
-        s = self._internal_sep()
-        return topic.endswith(f"{s}checkpoints{s}internal")
-
     def is_mm2_internal_topic(self, topic: str) -> bool:
         return topic.endswith(self._internal_sep() + "internal")
 
@@ -212,10 +208,11 @@ def parse_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",")]
 
 
-def java_regex(rx: str) -> str:
-    """A Java regex as Python's ``re`` reads it: the common syntax is shared; possessive
-    quantifiers and ``\\p{..}`` classes are not supported by ``re`` and are rejected there."""
-    return rx
+def _alternation(patterns: tuple[str, ...]) -> str | None:
+    """One regex matching what any of ``patterns`` matches; None for none. The patterns are
+    Java regexes read by Python's ``re`` as they are (the common syntax is shared; what ``re``
+    does not know is refused when the config is validated)."""
+    return "|".join(f"(?:{r})" for r in patterns) if patterns else None
 
 
 @dataclass(frozen=True)
@@ -229,13 +226,13 @@ class TopicFilter:
 
     def __post_init__(self) -> None:
         for rx in self.includes + self.excludes:
-            re.compile(java_regex(rx))
+            re.compile(rx)
 
     def _include_rx(self) -> str | None:
-        return "|".join(f"(?:{java_regex(r)})" for r in self.includes) if self.includes else None
+        return _alternation(self.includes)
 
     def _exclude_rx(self) -> str | None:
-        return "|".join(f"(?:{java_regex(r)})" for r in self.excludes) if self.excludes else None
+        return _alternation(self.excludes)
 
     def filter_topic(self, topic: str) -> bool:
         inc, exc = self._include_rx(), self._exclude_rx()
@@ -271,6 +268,6 @@ class GroupFilter:
     excludes: tuple[str, ...]
 
     def should_replicate(self, group: str) -> bool:
-        inc = any(re.fullmatch(java_regex(r), group) for r in self.includes)
-        exc = any(re.fullmatch(java_regex(r), group) for r in self.excludes)
+        inc = any(re.fullmatch(r, group) for r in self.includes)
+        exc = any(re.fullmatch(r, group) for r in self.excludes)
         return inc and not exc

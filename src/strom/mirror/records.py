@@ -23,6 +23,10 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
+# the fixed-width (non-flexible) Kafka struct reader of the coordinators' records; its
+# RecordFormatError is the one raised for bytes that are not the MM2 struct they were read as
+from strom.coordinator.records import RecordFormatError, _Reader
+
 __all__ = [
     "Checkpoint",
     "Heartbeat",
@@ -33,38 +37,11 @@ __all__ = [
 ]
 
 
-class RecordFormatError(ValueError):
-    """Bytes that are not the MM2 struct they were read as."""
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
-            raise RecordFormatError(f"truncated: needed {n} bytes at {self.pos} of {len(self.data)}")
-        b = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return b
-
-    def i16(self) -> int:
-        return int(struct.unpack(">h", self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(struct.unpack(">i", self.take(4))[0])
-
-    def i64(self) -> int:
-        return int(struct.unpack(">q", self.take(8))[0])
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0:
-            raise RecordFormatError("null STRING in a non-nullable field")
-        try:
-            return self.take(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"STRING is not UTF-8: {e}") from None
+def _version(v: _Reader, struct_name: str) -> None:
+    """The INT16 version header of an MM2 value: only version 0 is known."""
+    version = v.i16()
+    if version != 0:
+        raise RecordFormatError(f"unknown {struct_name} version {version}")
 
 
 def _string(s: str) -> bytes:
@@ -117,9 +94,7 @@ class Checkpoint:
     def decode(cls, key: bytes, value: bytes) -> Checkpoint:
         k, v = _Reader(key), _Reader(value)
         group, topic, partition = k.string(), k.string(), k.i32()
-        version = v.i16()
-        if version != 0:
-            raise RecordFormatError(f"unknown Checkpoint version {version}")
+        _version(v, "Checkpoint")
         return cls(group, topic, partition, v.i64(), v.i64(), v.string())
 
 
@@ -141,9 +116,7 @@ class Heartbeat:
     def decode(cls, key: bytes, value: bytes) -> Heartbeat:
         k, v = _Reader(key), _Reader(value)
         source, target = k.string(), k.string()
-        version = v.i16()
-        if version != 0:
-            raise RecordFormatError(f"unknown Heartbeat version {version}")
+        _version(v, "Heartbeat")
         return cls(source, target, v.i64())
 
 

@@ -52,10 +52,6 @@ def _conf(client: dict[str, str], extra: dict[str, Any] | None = None) -> dict[s
     return conf
 
 
-def _rf(v: int) -> int:
-    return v  # -1 = the broker's default.replication.factor (CreateTopics v4+)
-
-
 def read_topic(
     client: dict[str, str], topic: str, timeout_s: float = 15.0
 ) -> Iterable[tuple[bytes | None, bytes | None]]:
@@ -211,6 +207,8 @@ class Flow:
     # -- topics
 
     def ensure_topic(self, side: str, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
+        """Creates ``topic`` on the ``side`` cluster unless it exists; ``rf`` -1: the broker's
+        default.replication.factor (CreateTopics v4+)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
@@ -218,7 +216,7 @@ class Flow:
         md = admin.list_topics(topic, timeout=15)
         if topic in md.topics and md.topics[topic].error is None:
             return
-        fut = admin.create_topics([NewTopic(topic, partitions, _rf(rf), config=configs)])[topic]
+        fut = admin.create_topics([NewTopic(topic, partitions, rf, config=configs)])[topic]
         try:
             fut.result(30)
         except KafkaException as e:
@@ -311,9 +309,7 @@ class Flow:
                 else {}
             )
             new = [
-                NewTopic(
-                    remote[t], n, _rf(self.cfg.get_int("replication.factor")), config=src_configs.get(t, {})
-                )
+                NewTopic(remote[t], n, self.cfg.get_int("replication.factor"), config=src_configs.get(t, {}))
                 for t, n in topics.items()
                 if remote[t] not in existing
             ]

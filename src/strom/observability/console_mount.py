@@ -67,8 +67,8 @@ class ConsoleMount:
                 )
             from ..console.registry_view import RegistryView
 
-            info = cfg["strom.http.console.schema.registry.basic.auth.user.info"]
-            registry = RegistryView(registry_url, str(getattr(info, "value", info) or "").strip() or None)
+            info = str(cfg["strom.http.console.schema.registry.basic.auth.user.info"]).strip()
+            registry = RegistryView(registry_url, info or None)
         self.security = _security(str(cfg["strom.http.console.command.config"]).strip())
         self.configured = str(cfg["strom.http.console.bootstrap.servers"]).strip()
         if not self.configured:

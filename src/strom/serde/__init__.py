@@ -221,6 +221,13 @@ def subject_name(strategy: str, topic: str, is_key: bool, record: str | None) ->
     return record if strategy == "RecordNameStrategy" else f"{topic}-{record}"
 
 
+
+def schema_subject(strategy: str, topic: str, is_key: bool, schema: str, schema_type: str = "AVRO") -> str:
+    """The subject ``schema`` is registered under for ``topic``'s key or value: the record
+    strategies take the record name from the schema (:func:`record_name`)."""
+    rec = record_name(schema, schema_type) if strategy != "TopicNameStrategy" else None
+    return subject_name(strategy, topic, is_key, rec)
+
 class AvroSerde:
     """Avro records (dicts) <-> wire format; reads with the writer's schema (by id)."""
 
@@ -240,8 +247,7 @@ class AvroSerde:
 
         if self.schema is None:
             raise SerdeError("AvroSerde needs a schema to serialize")
-        rec = record_name(self.schema) if self.strategy != "TopicNameStrategy" else None
-        sid = self.client.register(subject_name(self.strategy, topic, is_key, rec), self.schema)
+        sid = self.client.register(schema_subject(self.strategy, topic, is_key, self.schema), self.schema)
         buf = io.BytesIO()
         assert self._parsed is not None
         fastavro.schemaless_writer(buf, self._parsed, record)
@@ -274,8 +280,8 @@ class JsonSerde:
             raise SerdeError("JsonSerde needs a schema to serialize")
         if self.validate:
             self._check(json.loads(self.schema), doc)
-        rec = record_name(self.schema, "JSON") if self.strategy != "TopicNameStrategy" else None
-        sid = self.client.register(subject_name(self.strategy, topic, is_key, rec), self.schema, "JSON")
+        subject = schema_subject(self.strategy, topic, is_key, self.schema, "JSON")
+        sid = self.client.register(subject, self.schema, "JSON")
         return frame(sid, json.dumps(doc, separators=(",", ":")).encode())
 
     def deserialize(self, data: bytes) -> Any:
