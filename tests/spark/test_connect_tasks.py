@@ -173,3 +173,16 @@ def test_rest_status_lists_tasks(spark: Any, kbroker: BrokerProcess, tmp_path: P
         server.should_exit = True
         th.join(30)
         worker.shutdown()
+
+
+def test_a_topic_that_does_not_exist_yet_keeps_one_task(kbroker: BrokerProcess, tmp_path: Path) -> None:
+    """A split assigns the partitions that exist when it starts: with a listed topic missing the
+    sink runs one task subscribed to its topics, which reads that topic once it appears."""
+    bs = kbroker.bootstrap
+    create_topic(bs, "split-present", 4)
+    cfg = {"name": "split-missing", "config": {
+        "connector.class": "ParquetSink", "topics": "split-present,split-later",
+        "path": str(tmp_path / "pq"), "tasks.max": "2"}}
+    assert ConnectorRun(parse_config(cfg), bs, tmp_path / "s1").task_assignments() == []
+    cfg["config"]["topics"] = "split-present"
+    assert len(ConnectorRun(parse_config(cfg), bs, tmp_path / "s2").task_assignments()) == 2

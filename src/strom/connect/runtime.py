@@ -302,7 +302,9 @@ def ensure_topic(
 def _partitions(bootstrap: str, topic: str) -> list[int]:
     from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-    md = AdminClient(_client_conf(bootstrap)).list_topics(topic, timeout=15)
+    # asking must not create it (a broker with auto.create.topics.enable would, with defaults)
+    admin = AdminClient(_client_conf(bootstrap, {"allow.auto.create.topics": False}))
+    md = admin.list_topics(topic, timeout=15)
     t = md.topics.get(topic)
     if t is None or t.error is not None:
         return []
@@ -1037,7 +1039,17 @@ class ConnectorRun:
                 cfg.tasks_max,
             )
             return []
-        parts = [(t, p) for t in cfg.topics for p in _partitions(self.bootstrap, t)]
+        by_topic = {t: _partitions(self.bootstrap, t) for t in cfg.topics}
+        missing = sorted(t for t, ps in by_topic.items() if not ps)
+        if missing:
+            # a split assigns the partitions that exist now: a topic created later would be in
+            # no task; one task subscribes to the topics and reads them whenever they appear
+            log.warning(
+                "connector %s: topic(s) %s do not exist yet: running one task instead of tasks.max=%d",
+                cfg.name, ", ".join(missing), cfg.tasks_max,
+            )
+            return []
+        parts = [(t, p) for t, ps in by_topic.items() for p in ps]
         groups = task_groups(parts, cfg.tasks_max)
         if len(groups) < 2:
             return []
