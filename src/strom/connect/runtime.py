@@ -966,6 +966,8 @@ class ConnectorRun:
         starting: dict[str, dict[str, int]] = {}
         assignment = self.assignment or {t: _partitions(self.bootstrap, t) for t in self.cfg.topics}
         for topic, parts in assignment.items():
+            if not parts:  # not created yet: nothing committed, read from its start when it is
+                continue
             done = self._delta.committed(table_path(self._delta.template, topic), topic, parts)
             starting[topic] = {str(p): done.get(p, -2) for p in parts}
         if self.assignment is not None or any(o >= 0 for ps in starting.values() for o in ps.values()):
