@@ -64,7 +64,6 @@ def produce(bootstrap: str, lines: Sequence[str]) -> int:
 def run(bootstrap: str, checkpoint: str, available_now: bool) -> None:
     from pyspark.sql import SparkSession
 
-    from strom import streams
     from strom.spark import StromDataSource
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -80,19 +79,7 @@ def run(bootstrap: str, checkpoint: str, available_now: bool) -> None:
     spark.dataSource.register(StromDataSource)
     trigger = {"availableNow": True} if available_now else {"processingTime": "1 second"}
     try:
-        q1 = (
-            streams.stream(spark, INPUT, bootstrap=bootstrap)
-            .flat_map(split_words)
-            .to(WORDS, os.path.join(checkpoint, "split"), trigger=trigger)
-        )
-        if available_now:
-            q1.awaitTermination()
-        q2 = (
-            streams.stream(spark, WORDS, bootstrap=bootstrap)
-            .group_by_key()
-            .count()
-            .to(COUNTS, os.path.join(checkpoint, "count"), value_serde="string", trigger=trigger)
-        )
+        q1, q2 = start(spark, bootstrap, checkpoint, trigger)
         if available_now:
             q2.awaitTermination()
         else:
@@ -105,6 +92,26 @@ def run(bootstrap: str, checkpoint: str, available_now: bool) -> None:
         pass
     finally:
         spark.stop()
+
+
+def start(spark: Any, bootstrap: str, checkpoint: str, trigger: dict[str, Any]) -> tuple[Any, Any]:
+    """Both queries (with ``availableNow`` the split runs to its end before the count starts)."""
+    from strom import streams
+
+    q1 = (
+        streams.stream(spark, INPUT, bootstrap=bootstrap)
+        .flat_map(split_words)
+        .to(WORDS, os.path.join(checkpoint, "split"), trigger=trigger)
+    )
+    if trigger.get("availableNow"):
+        q1.awaitTermination()
+    q2 = (
+        streams.stream(spark, WORDS, bootstrap=bootstrap)
+        .group_by_key()
+        .count()
+        .to(COUNTS, os.path.join(checkpoint, "count"), value_serde="string", trigger=trigger)
+    )
+    return q1, q2
 
 
 def counts(bootstrap: str, timeout: float = 30.0) -> dict[str, int]:
