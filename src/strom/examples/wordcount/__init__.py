@@ -1,0 +1,1 @@
+"""Word count on ``strom.streams`` (Kafka Streams' WordCountDemo): lines in, counts per word out."""

@@ -1,0 +1,3 @@
+from strom.examples.wordcount.cli import main
+
+raise SystemExit(main())
