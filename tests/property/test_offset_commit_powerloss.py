@@ -41,6 +41,13 @@ def _crash(broker: Broker) -> None:
     """Stop as a power cut would: no flush, no checkpoint, no clean-shutdown marker."""
     broker.scheduler.close()
     broker.coordinator_writer.close()  # waits for a flush in progress (the model is one thread's)
+    # the same for the segment rolls' deferred fsyncs (RollFlusher): one of them still running
+    # during the cut changed the model while it rebuilt the tree (under load, the CI saw
+    # acknowledged commits "lost" that way); the cut then falls after the queued ones
+    if broker.roll_flusher is not None:
+        broker.roll_flusher.close()
+    if broker.page_cache_releaser is not None:
+        broker.page_cache_releaser.close()
     broker.replica_manager.validation_executor.shutdown(wait=False, cancel_futures=True)
     for plog in broker.logs.values():
         with contextlib.suppress(Exception):

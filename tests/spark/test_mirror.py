@@ -343,7 +343,8 @@ def test_consumer_group_failover(spark: Any, clusters: Any, tmp_path: Path, caps
     syncs = [
         OffsetSync.decode(m.key(), m.value()) for m in consume_all(b.bootstrap, "mm2-offset-syncs.A.internal")
     ]
-    assert {(sy.topic, sy.partition) for sy in syncs} == {("pay", 0), ("pay", 1)}
+    # the module's target broker also holds other tests' syncs (and this flow mirrors heartbeats)
+    assert {(sy.topic, sy.partition) for sy in syncs if sy.topic == "pay"} == {("pay", 0), ("pay", 1)}
     cps = [Checkpoint.decode(m.key(), m.value()) for m in consume_all(b.bootstrap, "A.checkpoints.internal")]
     mine = {(cp.topic, cp.partition): cp for cp in cps if cp.group == "billing"}
     assert {k: v.upstream_offset for k, v in mine.items()} == {("A.pay", 0): 130, ("A.pay", 1): 70}
