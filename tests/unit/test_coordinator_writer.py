@@ -7,7 +7,6 @@ import asyncio
 import errno
 import os
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from strom.coordinator.storage import MemoryOffsetsStorage
 from strom.log.errors import KafkaStorageError
 from strom.protocol.errors import ErrorCode as E
 from strom.server import coordinator_writer
-from strom.testing.inprocess import started_broker
+from strom.testing.inprocess import lead_with_a_made_up_follower, replicas_of, started_broker
 from strom.testing.scheduler import ManualScheduler
 
 
@@ -84,16 +83,10 @@ def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(
             if not rm.partitions:
                 pytest.skip("the registry path has no replication state")
             tp = ("__consumer_offsets", 0)
-            me, other = broker.node_id, broker.node_id + 100
+            me = broker.node_id
+            other = lead_with_a_made_up_follower(broker, tp)
             p = rm.partitions[tp]
             plog = broker.logs[tp]
-
-            def reg(leader: int, epoch: int) -> Any:
-                return types.SimpleNamespace(replicas=(me, other), isr=(me, other), leader=leader,
-                                             leader_epoch=epoch, partition_epoch=epoch)
-
-            rm.fetcher_manager = None  # no fetcher to start towards the made-up broker
-            rm.apply_partition(*tp, reg(me, p.leader_epoch + 1))
             rm.read_for_follower(other, *tp, plog.log_end_offset, 1 << 20,
                                  current_leader_epoch=p.leader_epoch)
             gc = broker.group_coordinator
@@ -109,7 +102,7 @@ def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(
             commit = asyncio.ensure_future(_commit(gc, "g", 6))
             await asyncio.sleep(0.3)
             assert not commit.done()
-            rm.apply_partition(*tp, reg(other, p.leader_epoch + 1))
+            rm.apply_partition(*tp, replicas_of(me, other, other, p.leader_epoch + 1))
             assert await asyncio.wait_for(commit, 5) == {("t", 0): E.NOT_COORDINATOR}
 
     asyncio.run(go())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from strom.protocol.codec import build
 from strom.protocol.framing import response_header
 from strom.server.context import RawResponse, RequestContext
 from strom.server.handlers import fetch as fetch_handlers
-from strom.testing.inprocess import started_broker
+from strom.testing.inprocess import lead_with_a_made_up_follower, started_broker
 
 FETCH_V = 12
 LONG_POLL_MS = 2000
@@ -55,14 +54,9 @@ def test_hw_news_waits_briefly_for_data_and_is_answered_before_the_long_poll(
             if not rm.partitions:
                 pytest.skip("the registry path has no replication state")
             tp = ("__consumer_offsets", 0)
-            me, other = broker.node_id, broker.node_id + 100
-            p = rm.partitions[tp]
+            other = lead_with_a_made_up_follower(broker, tp)
             plog = broker.logs[tp]
-            reg = types.SimpleNamespace(replicas=(me, other), isr=(me, other), leader=me,
-                                        leader_epoch=p.leader_epoch + 1, partition_epoch=p.leader_epoch + 1)
-            rm.fetcher_manager = None  # no fetcher to start towards the made-up broker
-            rm.apply_partition(*tp, reg)
-            epoch = p.leader_epoch
+            epoch = rm.partitions[tp].leader_epoch
             ctx = RequestContext(1, FETCH_V, 1, "follower", "127.0.0.1", "c1", broker)
 
             async def follower_fetch(offset: int) -> tuple[Any, float]:

@@ -488,22 +488,9 @@ class ConnectorRun:
         path = os.path.abspath(path)
         self._path = path
         self._topic = props["topic"]
-        ensure_topic(self.bootstrap, self._offsets_topic, 1, {"cleanup.policy": "compact"})
         self._key = offset_key(self.cfg.name, path)
+        self._init_tx_producer()  # creates the offsets topic before it is read
         self._committed = read_source_offset(self.bootstrap, self._offsets_topic, self._key)
-        from confluent_kafka import Producer
-
-        self._producer = Producer(
-            _client_conf(
-                self.bootstrap,
-                {
-                    "transactional.id": f"connect-{self.cfg.name}",
-                    "linger.ms": 5,
-                    "partitioner": "murmur2_random",
-                },
-            )
-        )
-        self._producer.init_transactions(30)
         _register_file_source(spark)
         df = (
             spark.readStream.format(FILE_FORMAT)
@@ -582,6 +569,8 @@ class ConnectorRun:
     # PostgreSQL sources (JDBC source, Debezium CDC)
 
     def _init_tx_producer(self) -> None:
+        """The offsets topic and the source's transactional producer (file and PostgreSQL
+        sources: each micro-batch is one transaction with its source offset)."""
         from confluent_kafka import Producer
 
         ensure_topic(self.bootstrap, self._offsets_topic, 1, {"cleanup.policy": "compact"})

@@ -5,8 +5,10 @@ partition and the log cleaner is off, so it starts in well under a second."""
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from strom.config import BrokerConfig
 from strom.server.broker import Broker
@@ -34,3 +36,21 @@ async def started_broker(data: Path) -> AsyncIterator[Broker]:
         yield broker
     finally:
         await broker.stop()
+
+
+def replicas_of(me: int, follower: int, leader: int, epoch: int) -> Any:
+    """A partition registration (as the metadata image holds it) with replicas and ISR
+    ``(me, follower)``, led by ``leader`` at ``epoch``."""
+    return types.SimpleNamespace(replicas=(me, follower), isr=(me, follower), leader=leader,
+                                 leader_epoch=epoch, partition_epoch=epoch)
+
+
+def lead_with_a_made_up_follower(broker: Broker, tp: tuple[str, int]) -> int:
+    """Make ``broker`` lead ``tp`` (at the next epoch) with one more replica in the ISR, a
+    broker id that does not exist: a test plays that follower by calling the replica manager
+    (or the Fetch handler) itself. Returns the follower's id. No fetcher is started."""
+    rm = broker.replica_manager
+    me, follower = broker.node_id, broker.node_id + 100
+    rm.fetcher_manager = None  # no fetcher to start towards the made-up broker
+    rm.apply_partition(*tp, replicas_of(me, follower, me, rm.partitions[tp].leader_epoch + 1))
+    return follower
