@@ -107,7 +107,7 @@ class Lines:
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
-        self.err: list[str] = []
+        self.err: collections.deque[str] = collections.deque(maxlen=300)  # the last lines
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
         self._e = threading.Thread(target=self._read_err, daemon=True)
@@ -121,8 +121,7 @@ class Lines:
     def _read_err(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            if len(self.err) < 200:
-                self.err.append(line.rstrip("\n"))
+            self.err.append(line.rstrip("\n"))
 
     def tagged(self, tag: str) -> list[list[str]]:
         return [line.split("\t")[1:] for line in list(self.lines) if line.split("\t", 1)[0] == tag]
@@ -145,7 +144,7 @@ class Lines:
         self._e.join(10)
 
     def tail(self) -> str:
-        return "\n".join([*self.lines[-10:], *self.err[-20:]])
+        return "\n".join([*self.lines[-10:], *list(self.err)[-60:]])
 
 
 class Client:
@@ -365,7 +364,9 @@ class KcatClient(Client):
         # "key:value" lines (-K:): the keys spread the records over the partitions
         self.prod = Lines([self.kcat, "-b", self.bs, "-E", "-P", "-K:", "-t", self.topic, "-X", "acks=all",
                            "-X", "enable.idempotence=true", "-X", "linger.ms=5",
-                           "-X", "topic.metadata.refresh.interval.ms=1000", "-X", "log_level=0"], stdin=True)
+                           "-X", "topic.metadata.refresh.interval.ms=1000",
+                           # librdkafka's idempotence log (PID, epoch bumps, drains), kept for a failure
+                           "-X", "debug=eos", "-X", "log_level=7"], stdin=True)
 
         def feed() -> None:
             stdin = self.prod.proc.stdin
@@ -386,7 +387,11 @@ class KcatClient(Client):
 
     def wait_producer(self, timeout: float) -> None:
         self.feeder.join(timeout)
-        rc = self.prod.wait(timeout)
+        try:
+            rc = self.prod.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.prod.stop()
+            raise AssertionError(f"kcat -P did not finish in {timeout} s:\n{self.prod.tail()}") from None
         # kcat exits 1 with a "Delivery failed" line per record it gave up on; 0: every one delivered
         assert rc == 0, f"kcat -P exited with {rc}:\n{self.prod.tail()}"
         self.acked = {v: (-1, -1) for v in self.sent}
