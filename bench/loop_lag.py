@@ -36,21 +36,50 @@ from typing import Any
 
 from _common import Variant, compat_home, median, strom_broker
 
-SAMPLE_RE = re.compile(r'^strom_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
-MAX_RE = re.compile(r"^strom_event_loop_lag_max_seconds ([0-9.e+-]+)$", re.M)
-COUNT_RE = re.compile(r"^strom_event_loop_lag_seconds_count ([0-9.e+]+)$", re.M)
 
-
-def scrape(url: str) -> tuple[dict[str, float], float, float]:
-    """(cumulative bucket counts by le, sample count, max lag since start)."""
+def scrape(url: str, name: str = "lag") -> tuple[dict[str, float], float, float]:
+    """(cumulative bucket counts by le, sample count, max since start) of
+    ``strom_event_loop_<name>_seconds``: ``lag`` (how late the timer ran) or ``busy_lag`` (the part
+    of it the loop thread ran, i.e. not waiting for a core)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    buckets = {le: float(n) for le, n in SAMPLE_RE.findall(text)}
-    count = float(COUNT_RE.search(text).group(1)) if COUNT_RE.search(text) else 0.0
-    mx = float(MAX_RE.search(text).group(1)) if MAX_RE.search(text) else float("nan")
+    sample_re = re.compile(rf'^strom_event_loop_{name}_seconds_bucket\{{le="([^"]+)"\}} ([0-9.e+]+)$', re.M)
+    count_m = re.search(rf"^strom_event_loop_{name}_seconds_count ([0-9.e+]+)$", text, re.M)
+    max_m = re.search(rf"^strom_event_loop_{name}_max_seconds ([0-9.e+-]+)$", text, re.M)
+    buckets = {le: float(n) for le, n in sample_re.findall(text)}
     if not buckets:
-        raise SystemExit("the broker exposes no strom_event_loop_lag_seconds "
+        raise SystemExit(f"the broker exposes no strom_event_loop_{name}_seconds "
                          "(strom.event.loop.lag.sample.ms=0?)")
-    return buckets, count, mx
+    count = float(count_m.group(1)) if count_m else 0.0
+    return buckets, count, float(max_m.group(1)) if max_m else float("nan")
+
+
+def gc_pauses(url: str) -> dict[str, float]:
+    """Collections per generation that took over 5 ms (``strom_gc_pause_seconds``) and the longest."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for g in "012":
+        total = re.search(rf'^strom_gc_pause_seconds_count\{{generation="{g}"\}} ([0-9.e+]+)$', text, re.M)
+        upto5 = re.search(rf'^strom_gc_pause_seconds_bucket\{{generation="{g}",le="0.005"\}} ([0-9.e+]+)$',
+                          text, re.M)
+        if total and upto5:
+            out[f"gen{g}"] = float(total.group(1))
+            out[f"gen{g}_over_5ms"] = float(total.group(1)) - float(upto5.group(1))
+    mx = re.search(r"^strom_gc_pause_max_seconds ([0-9.e+-]+)$", text, re.M)
+    out["max_s"] = float(mx.group(1)) if mx else float("nan")
+    return out
+
+
+def summarise(before: tuple[dict[str, float], float, float],
+              after: tuple[dict[str, float], float, float]) -> dict[str, Any]:
+    hist = {le: after[0][le] - before[0].get(le, 0.0) for le in after[0]}
+    total = after[1] - before[1]
+    prev, top = 0.0, "0"
+    for le, n in hist.items():
+        if n > prev:
+            top = le
+        prev = n
+    return {"hist": hist, "samples": total, "over_5ms": total - hist.get("0.005", 0.0), "max_s": after[2],
+            "top_bucket": top}
 
 
 def create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
@@ -71,7 +100,9 @@ def one_run(a: argparse.Namespace, perf: str) -> dict[str, Any]:
         create(b.bootstrap, compact, {"cleanup.policy": "compact",
                                       "segment.bytes": str(max(1, a.segment_mb // 4) << 20),
                                       "min.cleanable.dirty.ratio": "0.01", "segment.ms": "5000"})
-        before, n0, _ = scrape(b.http_url)
+        url = b.http_url
+        before, busy_before, own_before = scrape(url), scrape(url, "busy_lag"), scrape(url, "own_lag")
+        gc_before = gc_pauses(url)
         t0 = time.monotonic()
         procs = [
             subprocess.Popen([perf, "-P", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-s", "1024",
@@ -89,17 +120,13 @@ def one_run(a: argparse.Namespace, perf: str) -> dict[str, Any]:
         consumer.terminate()
         consumer.wait(timeout=30)
         wall = time.monotonic() - t0
-        after, n1, mx = scrape(b.http_url)
+        after, busy_after, own_after = scrape(url), scrape(url, "busy_lag"), scrape(url, "own_lag")
+        gc_after = gc_pauses(url)
         segs = len(list((b.data_dir / f"{rolls}-0").glob("*.log")))
-    hist = {le: after[le] - before.get(le, 0.0) for le in after}
-    total = n1 - n0
-    over5 = total - hist.get("0.005", 0.0)
-    prev, top = 0.0, "0"
-    for le, n in hist.items():
-        if n > prev:
-            top = le
-        prev = n
-    return {"hist": hist, "samples": total, "over_5ms": over5, "max_s": mx, "top_bucket": top, "wall_s": wall,
+    gcs = {k: gc_after[k] - gc_before.get(k, 0.0) for k in gc_after if k != "max_s"}
+    gcs["max_s"] = gc_after["max_s"]
+    return {**summarise(before, after), "busy": summarise(busy_before, busy_after),
+            "own": summarise(own_before, own_after), "gc": gcs, "wall_s": wall,
             "segments_left": segs}
 
 
@@ -123,17 +150,31 @@ def main() -> None:
         results.append(r)
         print(f"[run {i + 1}/{a.runs}] {r['samples']:.0f} samples in {r['wall_s']:.1f} s: "
               f"{r['over_5ms']:.0f} over 5 ms, the largest in the bucket <= {r['top_bucket']} s "
-              f"(max since the broker started {1000 * r['max_s']:.1f} ms)", flush=True)
+              f"(max since the broker started {1000 * r['max_s']:.1f} ms); of the lag the loop thread "
+              f"itself ran: {r['own']['over_5ms']:.0f} to {r['busy']['over_5ms']:.0f} over 5 ms, max "
+              f"{1000 * r['own']['max_s']:.1f} to {1000 * r['busy']['max_s']:.1f} ms", flush=True)
+        g = r["gc"]
+        print("  garbage collections (over 5 ms): " + ", ".join(
+            f"gen{i} {g.get(f'gen{i}', 0):.0f} ({g.get(f'gen{i}_over_5ms', 0):.0f})" for i in range(3))
+            + f"; the longest since start {1000 * g['max_s']:.1f} ms", flush=True)
     last = results[-1]["hist"]
     print(f"\n== event-loop lag, {a.duration} s at {a.rate} x 1 KiB/s (segment {a.segment_mb} MiB, "
           f"retention {a.retention_mb} MiB) + {a.compact_rate} keyed msgs/s compacted + a consumer; "
           "last run's histogram")
-    prev = 0.0
+    busy, own = results[-1]["busy"]["hist"], results[-1]["own"]["hist"]
+    print(f"  {'<= le':>12}  {'lag':>8}  {'own lag':>8}  {'busy lag':>8}   (own <= the loop running <= busy)")
+    prev, prev_o, prev_b = 0.0, 0.0, 0.0
     for le, n in last.items():
-        print(f"  <= {le:>8} s: {n - prev:8.0f}")
-        prev = n
+        o, b = own.get(le, 0.0), busy.get(le, 0.0)
+        print(f"  <= {le:>8} s: {n - prev:8.0f}  {o - prev_o:8.0f}  {b - prev_b:8.0f}")
+        prev, prev_o, prev_b = n, o, b
     print(f"median over runs: stalls over 5 ms {median([r['over_5ms'] for r in results]):.0f}, "
-          f"max lag {1000 * (median([r['max_s'] for r in results]) or 0):.1f} ms "
+          f"max lag {1000 * (median([r['max_s'] for r in results]) or 0):.1f} ms; "
+          "the loop running (not waiting for a core): over 5 ms "
+          f"{median([r['own']['over_5ms'] for r in results]):.0f} (own) to "
+          f"{median([r['busy']['over_5ms'] for r in results]):.0f} (busy), max "
+          f"{1000 * (median([r['own']['max_s'] for r in results]) or 0):.1f} to "
+          f"{1000 * (median([r['busy']['max_s'] for r in results]) or 0):.1f} ms "
           f"(overrides: {', '.join(a.override) or 'none'})")
 
 

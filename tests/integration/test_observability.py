@@ -143,6 +143,14 @@ def test_produce_and_consume_move_the_counters(obs_broker: BrokerProcess) -> Non
     lag_count = after["strom_event_loop_lag_seconds_count"]
     assert after['strom_event_loop_lag_seconds_bucket{le="+Inf"}'] == lag_count
     assert 0 <= after["strom_event_loop_lag_max_seconds"] < 30
+    # the busy part of each lag: as many samples, never more than the lag itself
+    assert after["strom_event_loop_busy_lag_seconds_count"] == lag_count
+    assert 0 <= after["strom_event_loop_busy_lag_max_seconds"] <= after["strom_event_loop_lag_max_seconds"]
+    assert after["strom_event_loop_own_lag_seconds_count"] == lag_count
+    assert 0 <= after["strom_event_loop_own_lag_max_seconds"] <= after["strom_event_loop_lag_max_seconds"]
+    # the garbage collector ran while the broker started and served (generation 0 at least)
+    assert after['strom_gc_pause_seconds_count{generation="0"}'] > 0
+    assert 0 < after["strom_gc_pause_max_seconds"] < 30
 
 
 def _version(samples: dict[str, float], api: str) -> str:

@@ -166,3 +166,59 @@ def test_loop_lag_is_how_late_the_timer_ran(caplog: pytest.LogCaptureFixture) ->
     assert "blocked for 2.000 s" in lines[0]
     assert "1 more stalls" in lines[1]
     assert mon.max_lag_s == pytest.approx(60.99)
+
+
+def test_busy_lag_is_the_part_the_loop_thread_ran() -> None:
+    wall, cpu = _Clock(), _Clock()
+    mon = LoopLagMonitor(wall, 0.01, cpu=cpu)
+    mon.start()
+    # idle in epoll for the interval, then runnable but without a core for 30 ms: late, not busy
+    wall.t += 0.04
+    cpu.t += 0.0004
+    assert mon.tick() == pytest.approx(0.03)
+    # idle for the interval, then one 20 ms callback: all of the lag is the loop's own work
+    wall.t += 0.03
+    cpu.t += 0.02
+    assert mon.tick() == pytest.approx(0.02)
+    # busy the whole time (many callbacks, a GC pause): bounded by the lag itself
+    wall.t += 0.07
+    cpu.t += 0.07
+    mon.tick()
+    assert mon.busy_histogram is not None
+    got = dict(mon.busy_histogram.cumulative())
+    assert got["0.0005"] == 1 and got["0.025"] == 2 and got["0.1"] == 3
+    assert mon.max_busy_lag_s == pytest.approx(0.06)
+    assert mon.max_lag_s == pytest.approx(0.06)
+
+
+def test_busy_lag_is_off_without_a_cpu_clock() -> None:
+    mon = LoopLagMonitor(_Clock(), 0.01)
+    mon.start()
+    mon.tick()
+    assert mon.busy_histogram is None and mon.max_busy_lag_s == 0.0
+
+
+def test_own_lag_is_the_lag_less_the_wait_for_a_core() -> None:
+    wall, waited = _Clock(), _Clock()
+    mon = LoopLagMonitor(wall, 0.01, waited=waited)
+    mon.start()
+    wall.t += 0.04  # 30 ms late, 25 ms of it on a run queue: 5 ms the loop's own
+    waited.t += 0.025
+    assert mon.tick() == pytest.approx(0.03)
+    wall.t += 0.012  # 2 ms late, waited 4 ms (partly before the due time): no own lag
+    waited.t += 0.004
+    mon.tick()
+    assert mon.own_histogram is not None and mon.own_histogram.count == 2
+    assert dict(mon.own_histogram.cumulative())["0.00025"] == 1
+    assert mon.max_own_lag_s == pytest.approx(0.005)
+
+
+def test_runqueue_wait_clock_reads_this_threads_schedstat() -> None:
+    from strom.observability.loop_lag import runqueue_wait_clock
+
+    clock = runqueue_wait_clock()
+    if clock is None:
+        pytest.skip("no /proc/self/task/<tid>/schedstat here")
+    a = clock()
+    sum(range(200_000))
+    assert 0 <= a <= clock()

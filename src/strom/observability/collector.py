@@ -132,6 +132,27 @@ class StromCollector:
                                   (), {(): lag.histogram}))
             out.append(_gauge("strom_event_loop_lag_max_seconds", "the largest event-loop lag since start",
                               lag.max_lag_s))
+            if lag.busy_histogram is not None:
+                out.append(_histogram("strom_event_loop_busy_lag_seconds",
+                                      "the part of each event-loop lag the loop thread spent running "
+                                      "(at most its CPU time since the previous tick; the rest it "
+                                      "waited for a core)", (), {(): lag.busy_histogram}))
+                out.append(_gauge("strom_event_loop_busy_lag_max_seconds",
+                                  "the largest busy event-loop lag since start", lag.max_busy_lag_s))
+            if lag.own_histogram is not None:
+                out.append(_histogram("strom_event_loop_own_lag_seconds",
+                                      "each event-loop lag less the time the loop thread waited for a "
+                                      "core since the previous tick (at least the part the loop ran)",
+                                      (), {(): lag.own_histogram}))
+                out.append(_gauge("strom_event_loop_own_lag_max_seconds",
+                                  "the largest own event-loop lag since start", lag.max_own_lag_s))
+        gcp = b.gc_pauses
+        if gcp is not None:
+            out.append(_histogram("strom_gc_pause_seconds",
+                                  "how long each collection of the cyclic garbage collector took",
+                                  ("generation",), {(str(g),): h for g, h in gcp.histograms.items()}))
+            out.append(_gauge("strom_gc_pause_max_seconds", "the longest garbage-collector pause since start",
+                              gcp.max_pause_s))
         return out
 
     # ------------------------------------------------------------------ requests

@@ -8,19 +8,32 @@ the loop was busy with something else). It keeps a histogram (``strom_event_loop
 the largest lag seen (``strom_event_loop_lag_max_seconds``) and logs a WARN line for a stall of
 ``stall_log_s`` or more, at most once per ``log_interval_s`` (with how many more there were).
 
-Sans-IO: the clock is passed in; the broker wires :meth:`tick` to its scheduler.
+A late tick has two possible causes, and on a machine with few cores they look alike: the loop
+was busy (a long callback, many callbacks in one iteration, a GC pause), or the broker's thread
+was runnable but waiting for a core (the OS ran another process). With a ``cpu`` clock (the loop
+thread's CPU time, ``time.thread_time``) the monitor also records the *busy lag*, ``min(lag, CPU
+the loop thread used since the previous tick)``: an upper bound of the part of the lag the loop
+spent running its own work (``strom_event_loop_busy_lag_seconds``). A tick late while the thread
+hardly ran was the OS's doing, not the broker's. With a ``waited`` clock (how long the thread has
+waited on a run queue for a core, :func:`runqueue_wait_clock`: Linux's schedstat) it records the
+*own lag*, ``max(0, lag - wait since the previous tick)``: a lower bound of the same part
+(``strom_event_loop_own_lag_seconds``). From the moment the timer is due the loop either runs or
+waits for a core, so the loop's own stall lies between the two.
+
+Sans-IO: the clocks are passed in; the broker wires :meth:`tick` to its scheduler.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from .metrics import Histogram
 
 log = logging.getLogger("strom.observability")
 
-__all__ = ["LAG_BUCKETS", "LoopLagMonitor"]
+__all__ = ["LAG_BUCKETS", "LoopLagMonitor", "runqueue_wait_clock"]
 
 # seconds: 0.25 ms .. 10 s (the goal is no stall over 5 ms; a stall of seconds must still show)
 LAG_BUCKETS: tuple[float, ...] = (
@@ -28,12 +41,42 @@ LAG_BUCKETS: tuple[float, ...] = (
 )
 
 
+def runqueue_wait_clock() -> Callable[[], float] | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (the second field of
+    its ``/proc/self/task/<tid>/schedstat``), as a clock that can be read from any thread; None
+    where the kernel does not expose it."""
+    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+
+    def waited() -> float:
+        try:
+            with open(path, "rb") as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    try:
+        with open(path, "rb") as f:
+            int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return waited
+
+
 class LoopLagMonitor:
     """Lag of a periodic timer of ``interval_s`` (see the module docstring)."""
 
     def __init__(self, now: Callable[[], float], interval_s: float, *, stall_log_s: float = 1.0,
-                 log_interval_s: float = 60.0) -> None:
+                 log_interval_s: float = 60.0, cpu: Callable[[], float] | None = None,
+                 waited: Callable[[], float] | None = None) -> None:
         self.now = now
+        self.cpu = cpu
+        self.busy_histogram: Histogram | None = Histogram(LAG_BUCKETS) if cpu is not None else None
+        self.max_busy_lag_s = 0.0
+        self._cpu_at = 0.0
+        self.waited = waited
+        self.own_histogram: Histogram | None = Histogram(LAG_BUCKETS) if waited is not None else None
+        self.max_own_lag_s = 0.0
+        self._waited_at = 0.0
         self.interval_s = interval_s
         self.stall_log_s = stall_log_s
         self.log_interval_s = log_interval_s
@@ -46,6 +89,10 @@ class LoopLagMonitor:
     def start(self) -> None:
         """The timer was just scheduled: its first run is due one interval from now."""
         self._due = self.now() + self.interval_s
+        if self.cpu is not None:
+            self._cpu_at = self.cpu()
+        if self.waited is not None:
+            self._waited_at = self.waited()
 
     def tick(self) -> float:
         """The timer ran: record how late, schedule the next due time. Returns the lag (s)."""
@@ -58,6 +105,20 @@ class LoopLagMonitor:
         self.histogram.observe(lag)
         if lag > self.max_lag_s:
             self.max_lag_s = lag
+        if self.cpu is not None and self.busy_histogram is not None:
+            cpu_now = self.cpu()
+            busy = min(lag, max(0.0, cpu_now - self._cpu_at))
+            self._cpu_at = cpu_now
+            self.busy_histogram.observe(busy)
+            if busy > self.max_busy_lag_s:
+                self.max_busy_lag_s = busy
+        if self.waited is not None and self.own_histogram is not None:
+            waited_now = self.waited()
+            own = max(0.0, lag - (waited_now - self._waited_at))
+            self._waited_at = waited_now
+            self.own_histogram.observe(own)
+            if own > self.max_own_lag_s:
+                self.max_own_lag_s = own
         if lag >= self.stall_log_s:
             if now - self._last_log >= self.log_interval_s:
                 more = f" ({self._unlogged} more stalls over {self.stall_log_s:g} s since the last report)" \

@@ -52,6 +52,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -74,7 +75,8 @@ from ..metadata.configs import (
 from ..metadata.group_configs import GroupConfigStore, group_effective
 from ..metadata.migration import PRODUCER_IDS_FILE
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, TopicRegistry, validate_topic_name
-from ..observability.loop_lag import LoopLagMonitor
+from ..observability.gc_pauses import GcPauseMonitor
+from ..observability.loop_lag import LoopLagMonitor, runqueue_wait_clock
 from ..observability.metrics import BrokerMetrics
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.framing import RequestMemoryPool
@@ -256,6 +258,7 @@ class Broker:
         self.roll_flusher: RollFlusher | None = None  # see start()
         self.page_cache_releaser: PageCacheReleaser | None = None  # see start()
         self.loop_lag: LoopLagMonitor | None = None  # started by start() (strom.event.loop.lag.sample.ms)
+        self.gc_pauses: GcPauseMonitor | None = None  # with the loop-lag monitor
         self.ready = False  # start() finished: logs recovered, coordinators loaded, listeners up
         self.servers: list[Listener] = []
         self.request_pool = RequestMemoryPool(config["queued.max.request.bytes"])
@@ -476,9 +479,14 @@ class Broker:
             name="log-dir-checker"))
         lag_ms = int(self.config["strom.event.loop.lag.sample.ms"])
         if lag_ms > 0 and isinstance(self.scheduler, AsyncioScheduler):
-            self.loop_lag = LoopLagMonitor(asyncio.get_running_loop().time, lag_ms / 1000)
+            self.loop_lag = LoopLagMonitor(
+                asyncio.get_running_loop().time, lag_ms / 1000, cpu=time.thread_time,
+                waited=runqueue_wait_clock(),
+            )
             self._timers.append(self.scheduler.schedule_periodic(lag_ms, self.loop_lag.tick, name="loop-lag"))
             self.loop_lag.start()
+            self.gc_pauses = GcPauseMonitor()
+            self.gc_pauses.install()
         self._timers.extend(start_log_tasks(self))
         if self.quorum is not None:  # Kafka's isr-expiration task
             self._timers.append(self.scheduler.schedule_periodic(
@@ -603,6 +611,8 @@ class Broker:
             self.roll_flusher.close()  # the queued flushes finish; the logs' close syncs the rest
         if self.page_cache_releaser is not None:
             self.page_cache_releaser.close()
+        if self.gc_pauses is not None:
+            self.gc_pauses.close()
         self.replica_manager.shutdown()
         if self.http is not None:
             await self.http.stop()
