@@ -14,6 +14,7 @@ from test_log_support import T0, batch, offsets_of, open_log, read_all
 
 from strom.clock import ManualClock
 from strom.log.partition_log import PartitionLog, RollFlush, set_roll_flusher
+from strom.log.segment import LogSegment
 from strom.observability.loop_lag import LoopLagMonitor
 from strom.server.roll_flusher import RollFlusher
 
@@ -120,6 +121,57 @@ def test_the_broker_flusher_runs_off_the_loop_in_roll_order(tmp_path: Path) -> N
     assert rolls >= 3 and done == rolls and pending == 0 and not errors
     assert threading.get_ident() not in threads  # fsyncs ran on the worker thread
     assert log.recovery_point == log.segments[-1].base_offset
+
+
+def test_retention_renames_checkpoints_and_unlinks_off_the_loop(tmp_path: Path) -> None:
+    """With the broker's flusher installed, retention takes segments out of the log at once and
+    leaves their renames, the log-start checkpoint and the unlinks to the worker, in order; the
+    checkpoints of a finished roll flush are written there too."""
+    errors: list[BaseException] = []
+    renamers: set[int] = set()
+    writers: set[int] = set()
+    real_rename = LogSegment.rename_to_deleted
+    real_write = PartitionLog._write_checkpoints
+
+    def spy_rename(self: LogSegment) -> None:
+        renamers.add(threading.get_ident())
+        real_rename(self)
+
+    def spy_write(self: PartitionLog, sync: bool = True) -> None:
+        writers.add(threading.get_ident())
+        real_write(self, sync)
+
+    async def main() -> tuple[PartitionLog, list[Path], int]:
+        flusher = RollFlusher(asyncio.get_running_loop(), lambda _plog, e: errors.append(e))
+        LogSegment.rename_to_deleted = spy_rename  # type: ignore[method-assign]
+        PartitionLog._write_checkpoints = spy_write  # type: ignore[method-assign]
+        flusher.install()
+        try:
+            log = open_log(tmp_path / "t-0", segment_bytes=600, retention_bytes=700, file_delete_delay_ms=0)
+            writers.clear()  # the open's own checkpoints
+            fill(log, 12)
+            log.update_high_watermark(log.log_end_offset)
+            old = sorted((tmp_path / "t-0").glob("*.log"))
+            removed = log.delete_old_segments()
+            assert removed > 0 and log.log_start_offset == log.segments[0].base_offset
+            assert log.delete_expired_segments() == removed  # queued behind the renames
+            for _ in range(300):
+                if flusher.pending == 0:
+                    break
+                await asyncio.sleep(0.01)
+            return log, old[:removed], flusher.pending
+        finally:
+            LogSegment.rename_to_deleted = real_rename  # type: ignore[method-assign]
+            PartitionLog._write_checkpoints = real_write  # type: ignore[method-assign]
+            flusher.close()
+
+    log, gone, pending = asyncio.run(main())
+    assert pending == 0 and not errors
+    assert renamers and threading.get_ident() not in renamers
+    assert threading.get_ident() not in writers  # roll flushes' and retention's checkpoints
+    assert all(not p.exists() and not p.with_name(p.name + ".deleted").exists() for p in gone)
+    assert _checkpoint(tmp_path / "t-0" / "log-start-offset-checkpoint") == log.log_start_offset
+    assert offsets_of(read_all(log)) == list(range(log.log_start_offset, 36))
 
 
 def test_a_closed_flusher_flushes_inline(tmp_path: Path) -> None:

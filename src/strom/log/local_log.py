@@ -362,17 +362,20 @@ class LocalLog:
 
     # ------------------------------------------------------------------ retention / compaction
 
-    def remove_segments(self, doomed: list[LogSegment], *, sync: bool = True) -> None:
+    def remove_segments(self, doomed: list[LogSegment], *, sync: bool = True, rename: bool = True) -> None:
         """Take ``doomed`` (never the active segment) out of the log and rename their files to
         ``*.deleted``. The descriptors stay open: the caller closes and unlinks them later
         (:meth:`LogSegment.delete_renamed`) once no reader can still hold them. ``sync=False``:
         the renames are not made durable here (the next directory fsync does it; a crash before
-        it brings the segments back, and the next retention pass removes them again)."""
+        it brings the segments back, and the next retention pass removes them again).
+        ``rename=False``: only out of the list; the caller renames them (on another thread)."""
         ids = {id(s) for s in doomed}
         if id(self.active_segment) in ids:
             raise ValueError("the active segment cannot be removed")
         self.segments = [s for s in self.segments if id(s) not in ids]
         self._bases = [s.base_offset for s in self.segments]
+        if not rename:
+            return
         for seg in doomed:
             seg.rename_to_deleted()
         if sync:

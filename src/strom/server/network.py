@@ -65,6 +65,7 @@ log = logging.getLogger("strom.network")
 _conn_ids = itertools.count(1)
 _MAX_QUEUED = 16
 _MAX_DEFERRED = 16  # a connection's requests handled whose responses wait (acks=-1 produce)
+_STEP_BUDGET_S = 0.002  # a connection handles queued requests for this long before it yields
 # what an unauthenticated connection on a SASL listener may send
 _SASL_PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 # not counted against request_percentage (KIP-124; Kafka exempts inter-broker requests): SASL,
@@ -348,12 +349,19 @@ class KafkaProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if self.start_delay > 0:  # over max.connection.creation.rate: served after a delay (KIP-612)
             await asyncio.sleep(self.start_delay)
+        step_started = loop.time()
         try:
             while not self.closed:
                 if not self.queue:
                     self.wakeup.clear()
                     await self.wakeup.wait()
+                    step_started = loop.time()
                     continue
+                if loop.time() - step_started > _STEP_BUDGET_S:
+                    # pipelined requests are handled back to back without suspending: after a
+                    # while, let the other connections and the timers run (one loop iteration)
+                    await asyncio.sleep(0)
+                    step_started = loop.time()
                 if len(self.deferred) >= _MAX_DEFERRED:  # bounded: wait for the oldest
                     await asyncio.wait({self.deferred[0]})
                     continue
