@@ -516,7 +516,7 @@ Windows = P.TimeWindows | P.SessionWindows | P.SlidingWindows
 
 
 class KGroupedStream:
-    def __init__(self, stream: KStream, windows: Windows | None = None, name: str = "repartition") -> None:
+    def __init__(self, stream: KStream, windows: Windows | None = None, name: str = "groupby") -> None:
         self.stream, self.windows, self.name = stream, windows, name
 
     def windowed_by(self, windows: Windows) -> KGroupedStream:
@@ -651,12 +651,12 @@ class KStream:
     def filter(self, pred: Callable[[Any, Any], bool]) -> KStream:
         return self._then(lambda k, v: [(k, v)] if pred(k, v) else [], False)
 
-    def group_by_key(self, *, name: str = "repartition") -> KGroupedStream:
+    def group_by_key(self, *, name: str = "groupby") -> KGroupedStream:
         """Group by the current key; after a key change the records go through
         ``<app>-<name>-repartition`` first."""
         return KGroupedStream(self, None, name)
 
-    def group_by(self, selector: Callable[[Any, Any], Any], *, name: str = "repartition") -> KGroupedStream:
+    def group_by(self, selector: Callable[[Any, Any], Any], *, name: str = "groupby") -> KGroupedStream:
         """``select_key(selector).group_by_key()``: always repartitioned."""
         return self.select_key(selector).group_by_key(name=name)
 
