@@ -187,12 +187,13 @@ def test_table_table_outer_and_foreign_key_joins(spark: Any, kbroker: BrokerProc
 @pytest.mark.slow
 def test_global_table_join_and_stream_repartition(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
     """A stream of 2 partitions joined to a global table of 3 partitions by a field of the value
-    (every task sees the whole table); and ``group_by(field).count()`` on the stream, which goes
+    (every task sees the whole table); the same stream re-keyed and joined to the table as a
+    KTable (repartitioned to the table's 3 partitions); ``group_by(field).count()`` on the stream,
     through a repartition topic."""
     from strom import streams as S
 
     boot = kbroker.bootstrap
-    for t, n in (("gt-regions", 3), ("gt-clicks", 2), ("gt-out", 2), ("gt-counts", 2)):
+    for t, n in (("gt-regions", 3), ("gt-clicks", 2), ("gt-out", 2), ("gt-counts", 2), ("gt-joined", 2)):
         create_topic(boot, t, n)
     rng = random.Random(4)
     regions = [f"r{i}" for i in range(6)]
@@ -223,6 +224,25 @@ def test_global_table_join_and_stream_repartition(spark: Any, kbroker: BrokerPro
     )
     got = sorted((k.decode(), json.loads(v)) for _, k, v in read_committed(boot, "gt-out", 2) if k and v)
     assert got == want
+
+    # a re-keyed stream joined to a (non-global) table of 3 partitions: the stream goes through a
+    # repartition topic co-partitioned with the table; read directly it is refused
+    regions_table = S.table(spark, "gt-regions", bootstrap=boot, value_serde="json")
+    with pytest.raises(ValueError, match="co-partitioned"):
+        cl.join(regions_table, lambda c, r: c).to("gt-joined", str(tmp_path / "bad"))
+    by_region = cl.select_key(lambda k, v: v["region"])
+    q1 = by_region.join(
+        regions_table, lambda c, r: [c["i"], None if r is None else r["name"]], how="left"
+    ).to("gt-joined", str(tmp_path / "st"), trigger={"availableNow": True})
+    run_available_now(q1)
+    want_j = sorted(
+        (v["region"], [v["i"], table[v["region"]]["name"] if v["region"] in table else None])
+        for _, v, _ in clicks
+    )
+    got_j = sorted((k.decode(), json.loads(v)) for _, k, v in read_committed(boot, "gt-joined", 2) if k and v)
+    assert got_j == want_j
+    rep_j = read_committed(boot, "strom-gt-joined-join-repartition", 3)
+    assert len(rep_j) == 200 and all(p == part(k.decode(), 3) for p, k, _ in rep_j if k is not None)
 
     q2 = (
         cl.group_by(lambda k, v: v["region"])

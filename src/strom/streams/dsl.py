@@ -182,13 +182,19 @@ class _Plan:
         many = sum(1 for f in stage1 if f is not None) > 1
         direct = [s for s, f, b in zip(self.sources, stage1, broadcast, strict=True) if f is None and not b]
         sources, pre, queries = list(self.sources), list(self.pre) + [None] * len(self.sources), []
+        # co-partitioned with the side read directly (Kafka's co-partitioning), else the largest source
+        parts = (
+            _partition_count(direct[0].bootstrap, direct[0].topic)
+            if direct
+            else max(
+                _partition_count(s.bootstrap, s.topic) for s, f in zip(self.sources, stage1, strict=True) if f
+            )
+        )
         for i, (src, make) in enumerate(zip(self.sources, stage1, strict=True)):
             if make is None:
                 continue
             suffix = ("-left" if i == 0 else "-right") if many else ""
             rtopic = f"{app}-{self.name}{suffix}-repartition"
-            # co-partitioned with the side read directly (Kafka's co-partitioning), else as the source
-            parts = _partition_count(src.bootstrap, (direct[0] if direct else src).topic)
             _ensure_topic(src.bootstrap, rtopic, parts)
             first = _Plan([src], make, src.key_serde, "json", [pre[i]], internal_out=True)
             q = first._start(
@@ -258,6 +264,14 @@ class _Plan:
         if any(broadcast) and all(broadcast):
             raise ValueError("a broadcast (global) table needs a side that is not broadcast")
         main = broadcast.index(False)
+        direct = [s for s, b in zip(self.sources, broadcast, strict=True) if not b]
+        if len(direct) > 1:
+            counts = {s.topic: _partition_count(s.bootstrap, s.topic) for s in direct}
+            if len(set(counts.values())) > 1:
+                raise ValueError(
+                    "the inputs of a join must be co-partitioned (same partition count): "
+                    + ", ".join(f"{t} has {n}" for t, n in counts.items())
+                )
         tasks = None
         if any(broadcast):
             n = _partition_count(self.sources[main].bootstrap, self.sources[main].topic)
