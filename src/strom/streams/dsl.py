@@ -3,12 +3,13 @@ joins, and exactly-once output through the strom sink.
 
 Theory of operation
 -------------------
-A pipeline is one Spark Structured Streaming query. The input topic(s) are read with the strom
-source (``read_committed``); the rows are grouped by the input partition (a Kafka Streams task,
-so inputs of a join must be co-partitioned: same partition count, same keys in the same
-partition) and each task's micro-batch goes to ``applyInPandasWithState``, which runs the
-operator of :mod:`strom.streams.processors` on the records in offset order and keeps the task's
-state (stream time plus the per-key state, pickled) in Spark's state store, versioned with the
+A pipeline is one Spark Structured Streaming query (two when it repartitions, below). The input
+topic(s) are read with the strom source (``read_committed``); the rows are grouped by the input
+partition (a Kafka Streams task, so inputs of a join must be co-partitioned: same partition
+count, same keys in the same partition) and each task's micro-batch goes to
+``applyInPandasWithState``, which runs the operator of :mod:`strom.streams.processors` on the
+records in offset order and keeps the task's state (stream time plus the per-key state,
+pickled) in Spark's state store, versioned with the
 checkpoint. The output rows are appended to the strom sink with ``exactlyOnce=true`` (each
 micro-batch in Kafka transactions keyed by query and batch): a replayed batch restores the same
 state version, computes the same rows and is not written twice.
@@ -19,6 +20,34 @@ access (our first trial failed with state-store commit errors), while ``applyInP
 hands the state to Python with the data, works with the default store and runs the operator as a
 plain function. The cost: a task's state is one value, rewritten each micro-batch (fine for
 thousands of keys per partition; not for millions).
+
+Two sides in one query. A join's inputs are the union of both sources (a ``side`` column) grouped
+by partition, so one task sees both sides' records of its partition and merges them by timestamp
+(:func:`strom.streams.processors.merge_sides`). Inputs read directly must be co-partitioned (the
+query refuses to start otherwise, as Kafka Streams' topology check). A *broadcast* side is
+cross-joined (a stream-static join) with the task numbers ``0..n-1`` of the other side, so every
+task gets all of its records: that is a global table (``global_table`` joined with a
+``key_mapper``; no co-partitioning) and the right table of a foreign-key join (``KTable.join(
+other, fk_extractor, joiner)``), where Kafka Streams routes subscriptions and responses through
+two internal topics instead. ``n`` is the partition count of the other side when the query
+starts; each task keeps its own full copy of the broadcast table (memory: tasks x table).
+
+Repartitioning. After a key-changing step (``flat_map``, ``map``, ``select_key``, ``group_by``)
+a stateful operator (aggregation, windowing, a join with a table or stream) and every
+``KTable.group_by`` read their input back from a repartition topic
+``<application_id>-<name>-repartition``, as Kafka Streams does: :meth:`_Plan.to` starts a first
+query (the mapping, for ``KTable.group_by`` the stateful ``TableGroupByMap``, exactly-once) that
+writes the re-keyed records to that topic - created with the partition count of the join side
+read directly, else of the source, keys placed by Kafka's default partitioner (murmur2) so they
+line up with a co-partitioned table - and the main query reads it ``read_committed``. Two queries,
+not one: Spark's own shuffle (hash partitioning by Spark's Murmur3 of the row) neither matches
+Kafka's partitioner nor keeps Kafka's per-partition record order, and each stateful stage keeps
+its state per Kafka partition; a topic between the queries gives Kafka Streams' exact semantics,
+its own exactly-once transactions and restartability (each query its own checkpoint under
+``<checkpoint>/repartition-<side>`` and ``<checkpoint>/main``). :class:`StreamingQueries` handles
+both. The record timestamp travels in the repartition record's value (JSON ``[ts, value]``, bytes
+base64-tagged), because the sink stamps records with the time of writing; so values crossing a
+repartition topic must be JSON or bytes (tuples come back as lists).
 
 Serdes: ``bytes`` (as read), ``string`` (UTF-8) and ``json``; windowed keys are written as JSON
 ``{"key": k, "start": ms, "end": ms}``.

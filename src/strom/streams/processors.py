@@ -17,6 +17,14 @@ untilWindowCloses)``) emits a window once ``stream_time >= end + grace`` (sessio
 ``> end + grace``) and only then. Stream-stream joins drop a record older than
 ``stream_time - grace``.
 
+Tables: a table-table join (:class:`TableTableJoin`), a foreign-key join (:class:`ForeignKeyJoin`)
+and a table aggregation (:class:`TableGroupByMap` then :class:`TableAggregate`) emit the changelog of
+their result: the new value of every key whose result changed, a tombstone when a result goes away
+(only for a result that existed; Kafka Streams may also forward tombstones for results that never
+existed - the materialised table is the same). Sliding windows (:class:`SlidingAggregate`) follow
+KIP-450: a record at ``t`` is dropped when ``t + 1 + d <= stream_time - grace`` and windows accept
+it while ``end > stream_time - grace``.
+
 Error contract: user functions' exceptions propagate (the Spark task fails, Spark retries it).
 """
 
