@@ -277,12 +277,13 @@ def test_outer_stream_stream_join_and_sliding_count(
     spark: Any, kbroker: BrokerProcess, tmp_path: Path
 ) -> None:
     """Outer join within JoinWindows(before 300, after 500, grace 200) with out-of-order and late
-    records (unmatched records of both sides come out once window and grace have passed); sliding
+    records (unmatched records of both sides come out once window and grace have passed), also
+    with both sides re-keyed (through two repartition topics); sliding
     windows (100 ms, grace 300) counting, final results only."""
     from strom import streams as S
 
     boot = kbroker.bootstrap
-    for t in ("ssl", "ssr", "ss-out", "sl-in", "sl-out"):
+    for t in ("ssl", "ssr", "ss-out", "ss-out2", "sl-in", "sl-out"):
         create_topic(boot, t, 2)
     rng = random.Random(13)
     keys = [f"k{i}" for i in range(5)]
@@ -326,6 +327,25 @@ def test_outer_stream_stream_join_and_sliding_count(
     got = [(k.decode(), json.loads(v)) for _, k, v in read_committed(boot, "ss-out", 2) if k and v]
     assert sorted(got, key=repr) == sorted(want, key=repr)
     assert any(v[0] is None for _, v in got) and any(v[1] is None for _, v in got)
+
+    # both sides re-keyed (to the same keys): through -left/-right repartition topics, same result
+    q1 = (
+        S.stream(spark, "ssl", bootstrap=boot, value_serde="json")
+        .select_key(lambda k, v: k)
+        .join(
+            S.stream(spark, "ssr", bootstrap=boot, value_serde="json").map(lambda k, v: (k, v)),
+            lambda a, b: [None if a is None else a["i"], None if b is None else b["i"]],
+            S.JoinWindows(before=300, after=500, grace=200),
+            how="outer",
+        )
+        .to("ss-out2", str(tmp_path / "ss2"), trigger={"availableNow": True})
+    )
+    run_available_now(q1)
+    got2 = [(k.decode(), json.loads(v)) for _, k, v in read_committed(boot, "ss-out2", 2) if k and v]
+    assert sorted(got2, key=repr) == sorted(want, key=repr)
+    assert len(read_committed(boot, "strom-ss-out2-join-left-repartition", 2)) == sum(
+        1 for e in ev if e[0] == 0
+    )
 
     d, grace = 100, 300
     sl = [(k, ts) for _, k, _, ts in ev]
