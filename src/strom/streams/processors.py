@@ -30,6 +30,8 @@ Error contract: user functions' exceptions propagate (the Spark task fails, Spar
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -402,17 +404,24 @@ class SlidingAggregate(Operator):
     def __init__(self, windows: SlidingWindows, init: Callable[[], Any], adder: Adder, emit: str) -> None:
         super().__init__()
         self.windows, self.init, self.adder, self.final = windows, init, adder, emit == "final"
-        self.state["win"] = {}  # (key, start) -> agg
-        self.state["recs"] = {}  # key -> list[[ts, value]] in arrival order
+        self.state["win"] = {}  # key -> {start: agg}
+        self.state["recs"] = {}  # key -> list[[ts, value]] sorted by ts (ties: arrival order)
+        self.state["heap"] = []  # (start, repr(key), key) of every open window: closes in order
         self.state["dropped"] = 0
 
     def _fold(self, recs: list[list[Any]], lo: int, hi: int, extra: Any = _MISSING_SENTINEL) -> Any:
         agg = self.init()
-        for _, v in sorted((r for r in recs if lo <= r[0] <= hi), key=lambda r: r[0]):
+        i, j = bisect.bisect_left(recs, lo, key=_ts), bisect.bisect_right(recs, hi, key=_ts)
+        for _, v in recs[i:j]:
             agg = self.adder(agg, v)
         if extra is not _MISSING_SENTINEL:
             agg = self.adder(agg, extra)
         return agg
+
+    def _create(self, key: Any, start: int, agg: Any, emitted: list[tuple[int, Any]]) -> None:
+        self.state["win"].setdefault(key, {})[start] = agg
+        heapq.heappush(self.state["heap"], (start, repr(key), key))
+        emitted.append((start, agg))
 
     def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
         st = self.advance(ts)
@@ -423,45 +432,61 @@ class SlidingAggregate(Operator):
             if ts + 1 + d <= close:
                 self.state["dropped"] += 1
             else:
-                wins = self.state["win"]
+                wins = self.state["win"].get(key, {})
                 recs = self.state["recs"].setdefault(key, [])
                 emitted: list[tuple[int, Any]] = []
-                for s in sorted(w[1] for w in wins if w[0] == key and ts - d <= w[1] <= ts):
+                for s in sorted(s for s in wins if ts - d <= s <= ts):
                     if s + d > close:
-                        wins[(key, s)] = self.adder(wins[(key, s)], value)
-                        emitted.append((s, wins[(key, s)]))
-                prev = max((r[0] for r in recs if r[0] < ts), default=None)
-                if prev is not None and (key, prev + 1) not in wins and prev + 1 + d >= max(ts, close + 1):
-                    wins[(key, prev + 1)] = self._fold(recs, prev + 1, prev + 1 + d, value)
-                    emitted.append((prev + 1, wins[(key, prev + 1)]))
-                if (key, ts - d) not in wins and ts > close:
-                    wins[(key, ts - d)] = self._fold(recs, ts - d, ts, value)
-                    emitted.append((ts - d, wins[(key, ts - d)]))
-                if (key, ts + 1) not in wins and any(ts < r[0] <= ts + 1 + d for r in recs):
-                    wins[(key, ts + 1)] = self._fold(recs, ts + 1, ts + 1 + d)
-                    emitted.append((ts + 1, wins[(key, ts + 1)]))
-                recs.append([ts, value])
+                        wins[s] = self.adder(wins[s], value)
+                        emitted.append((s, wins[s]))
+                below = bisect.bisect_left(recs, ts, key=_ts)
+                prev = recs[below - 1][0] if below else None
+                if prev is not None and prev + 1 not in wins and prev + 1 + d >= max(ts, close + 1):
+                    self._create(key, prev + 1, self._fold(recs, prev + 1, prev + 1 + d, value), emitted)
+                if ts - d not in wins and ts > close:
+                    self._create(key, ts - d, self._fold(recs, ts - d, ts, value), emitted)
+                above = bisect.bisect_right(recs, ts, key=_ts)
+                if ts + 1 not in wins and above < len(recs) and recs[above][0] <= ts + 1 + d:
+                    self._create(key, ts + 1, self._fold(recs, ts + 1, ts + 1 + d), emitted)
+                recs.insert(above, [ts, value])
+                self._prune(key, close)
                 if not self.final:
                     out.extend((Windowed(key, s, s + d), agg) for s, agg in emitted)
         out.extend(self._close(st))
         return out
 
+    def _prune(self, key: Any, close: int) -> None:
+        """A record is needed while a window holding it can still be created (those end at most
+        at ``t + d``, and are created only with ``end > close``)."""
+        recs = self.state["recs"]
+        rs = recs.get(key)
+        if rs is None:
+            return
+        i = bisect.bisect_right(rs, close - self.windows.time_difference, key=_ts)
+        if i:
+            del rs[:i]
+        if not rs:
+            del recs[key]
+
     def _close(self, st: int) -> Out:
         d, grace = self.windows.time_difference, self.windows.grace
-        wins = self.state["win"]
-        closed = sorted(((s, k) for (k, s) in wins if s + d + grace <= st), key=lambda x: (x[0], repr(x[1])))
+        heap, wins = self.state["heap"], self.state["win"]
         out: Out = []
-        for s, k in closed:
-            agg = wins.pop((k, s))
+        while heap and heap[0][0] + d + grace <= st:
+            s, _, k = heapq.heappop(heap)
+            kw = wins[k]
+            agg = kw.pop(s)
+            if not kw:
+                del wins[k]
+                self._prune(k, st - grace)
             if self.final:
                 out.append((Windowed(k, s, s + d), agg))
-        # a record is needed while a window holding it can still be created: those end <= t + d
-        recs = self.state["recs"]
-        for k in list(recs):
-            recs[k] = [r for r in recs[k] if r[0] + d > st - grace]
-            if not recs[k]:
-                del recs[k]
         return out
+
+
+def _ts(r: list[Any]) -> int:
+    ts: int = r[0]
+    return ts
 
 
 class TableTableJoin(Operator):
