@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from strom.streams import processors as P
 
 
@@ -337,3 +339,17 @@ def test_new_operators_state_pickled_between_batches_equals_one_pass() -> None:
             state, out = P.run_task(make(), state, part)  # type: ignore[operator]
             cut.extend(out)
         assert cut == whole and len(whole) > 20, make
+
+
+def test_repartition_record_round_trip() -> None:
+    """A repartition topic's value carries the record timestamp and JSON or bytes values."""
+    pytest.importorskip("pyspark")
+    from strom.streams import dsl
+
+    for v in ({"a": [1, b"\x00\xff", None]}, b"raw", "text", None, {"o": {"n": 2}}):
+        assert dsl._unwire(dsl._wire(1_700_000_000_123, v), "t-0 offset 0") == (1_700_000_000_123, v)
+    assert dsl._unwire(dsl._wire(5, (1, 2)), "w") == (5, [1, 2])
+    with pytest.raises(ValueError, match="must be JSON"):
+        dsl._wire(1, object())
+    with pytest.raises(ValueError, match=r"t-1 offset 7 is not a strom\.streams repartition record"):
+        dsl._unwire(b"not json", "t-1 offset 7")
