@@ -399,7 +399,8 @@ class SlidingAggregate(Operator):
     over the accepted records inside it in timestamp order (Kafka builds it from a neighbouring
     window's aggregate; equal for commutative aggregations). ``emit="changes"`` emits every
     created or updated window, ``"final"`` each window once when ``end + grace <= stream_time``.
-    Windowed keys carry ``end = start + d`` (inclusive)."""
+    Windowed keys carry ``end = start + d`` (inclusive). Timestamps below ``d`` are not
+    special-cased (Kafka's ``processEarly`` folds them into ``[0, d]``)."""
 
     def __init__(self, windows: SlidingWindows, init: Callable[[], Any], adder: Adder, emit: str) -> None:
         super().__init__()
