@@ -362,7 +362,8 @@ class _Plan:
 
 class StreamingQueries:
     """The queries of one pipeline that goes through a repartition topic (first the
-    repartitioning queries, last the main one), handled as one."""
+    repartitioning queries, last the main one), handled as one; other attributes are the main
+    query's."""
 
     def __init__(self, queries: list[StreamingQuery]) -> None:
         self.queries = queries
@@ -387,6 +388,12 @@ class StreamingQueries:
     def processAllAvailable(self) -> None:
         for q in self.queries:
             q.processAllAvailable()
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else (``id``, ``lastProgress``, ``status``, ...) is the main query's."""
+        if name == "queries":
+            raise AttributeError(name)
+        return getattr(self.queries[-1], name)
 
 
 def _wire(ts: int, v: Any) -> bytes:
