@@ -13,8 +13,9 @@ from typing import Any
 
 _LAZY = {
     "KGroupedStream": "dsl", "KStream": "dsl", "KTable": "dsl", "stream": "dsl", "table": "dsl",
-    "JoinWindows": "processors", "SessionWindows": "processors", "TimeWindows": "processors",
-    "Windowed": "processors",
+    "GlobalKTable": "dsl", "KGroupedTable": "dsl", "StreamingQueries": "dsl", "global_table": "dsl",
+    "JoinWindows": "processors", "SessionWindows": "processors", "SlidingWindows": "processors",
+    "TimeWindows": "processors", "Windowed": "processors",
 }
 
 __all__ = sorted(_LAZY)

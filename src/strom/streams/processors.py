@@ -17,11 +17,21 @@ untilWindowCloses)``) emits a window once ``stream_time >= end + grace`` (sessio
 ``> end + grace``) and only then. Stream-stream joins drop a record older than
 ``stream_time - grace``.
 
+Tables: a table-table join (:class:`TableTableJoin`), a foreign-key join (:class:`ForeignKeyJoin`)
+and a table aggregation (:class:`TableGroupByMap` then :class:`TableAggregate`) emit the changelog of
+their result: the new value of every key whose result changed, a tombstone when a result goes away
+(only for a result that existed; Kafka Streams may also forward tombstones for results that never
+existed - the materialised table is the same). Sliding windows (:class:`SlidingAggregate`) follow
+KIP-450: a record at ``t`` is dropped when ``t + 1 + d <= stream_time - grace`` and windows accept
+it while ``end > stream_time - grace``.
+
 Error contract: user functions' exceptions propagate (the Spark task fails, Spark retries it).
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -30,18 +40,26 @@ from typing import Any
 
 __all__ = [
     "Aggregate",
+    "ForeignKeyJoin",
     "JoinWindows",
     "Record",
     "SessionAggregate",
     "SessionWindows",
+    "SlidingAggregate",
+    "SlidingWindows",
+    "StreamGlobalTableJoin",
     "StreamStreamJoin",
     "StreamTableJoin",
+    "TableAggregate",
+    "TableGroupByMap",
     "TableSource",
+    "TableTableJoin",
     "TimeWindows",
     "Windowed",
     "WindowedAggregate",
     "merge_sides",
     "run_task",
+    "run_task_ts",
 ]
 
 Record = tuple[int, Any, Any, int]  # side, key, value, timestamp
@@ -131,6 +149,7 @@ class Operator:
 
 
 Adder = Callable[[Any, Any], Any]
+_MISSING_SENTINEL: Any = object()
 
 
 class Aggregate(Operator):
@@ -301,11 +320,14 @@ class StreamStreamJoin(Operator):
     buffered records of its key within the window and is buffered itself; a record older than
     ``stream_time - grace`` is dropped. Left join: a left record that found no partner is emitted
     with ``None`` once no acceptable right record can match it any more
-    (``stream_time - grace > t + after``), as Kafka Streams (3.1+) holds back such results."""
+    (``stream_time - grace > t + after``), as Kafka Streams (3.1+) holds back such results.
+    Outer join (``outer=True``, implies left): a right record that found no partner is emitted as
+    ``joiner(None, right)`` once ``stream_time - grace > t + before``. The unmatched records that
+    expire on one record come out ordered by (timestamp, side, key)."""
 
-    def __init__(self, windows: JoinWindows, joiner: Joiner, left: bool) -> None:
+    def __init__(self, windows: JoinWindows, joiner: Joiner, left: bool, *, outer: bool = False) -> None:
         super().__init__()
-        self.w, self.joiner, self.left = windows, joiner, left
+        self.w, self.joiner, self.left, self.outer = windows, joiner, left or outer, outer
         self.state["buf"] = [{}, {}]  # side -> key -> list[[ts, value, matched]]
         self.state["dropped"] = 0
 
@@ -338,13 +360,338 @@ class StreamStreamJoin(Operator):
             for e in [e for e in entries if e[0] + w.after < horizon]:
                 entries.remove(e)
                 if self.left and not e[2]:
-                    expired.append((e[0], repr(key), key, e[1]))
-        for entries in rights.values():
-            entries[:] = [e for e in entries if e[0] + w.before >= horizon]
+                    expired.append((e[0], 0, repr(key), key, e[1]))
+        for key, entries in rights.items():
+            for e in [e for e in entries if e[0] + w.before < horizon]:
+                entries.remove(e)
+                if self.outer and not e[2]:
+                    expired.append((e[0], 1, repr(key), key, e[1]))
         self.state["buf"] = [{k: v for k, v in lefts.items() if v}, {k: v for k, v in rights.items() if v}]
-        expired.sort(key=lambda x: (x[0], x[1]))
-        out.extend((key, self.joiner(v, None)) for _, _, key, v in expired)
+        expired.sort(key=lambda x: (x[0], x[1], x[2]))
+        for _, side, _, key, v in expired:
+            out.append((key, self.joiner(v, None) if side == 0 else self.joiner(None, v)))
         return out
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Kafka Streams' sliding windows (KIP-450, ``SlidingWindows.ofTimeDifferenceAndGrace``):
+    windows ``[start, start + time_difference]`` (both ends inclusive) of one key, defined by the
+    records: each record at ``t`` has its *left* window ``[t - d, t]`` and, when a record falls in
+    ``[t + 1, t + 1 + d]``, its *right* window ``[t + 1, t + 1 + d]``. Every distinct non-empty set
+    of records at most ``d`` apart is one window; nothing is aligned to the epoch."""
+
+    time_difference: int
+    grace: int = 0
+
+    def __post_init__(self) -> None:
+        if self.time_difference <= 0 or self.grace < 0:
+            raise ValueError("SlidingWindows needs time_difference > 0 and grace >= 0")
+
+
+class SlidingAggregate(Operator):
+    """``windowedBy(SlidingWindows).aggregate`` with Kafka Streams' rules: a record at ``t`` is
+    dropped when ``t + 1 + d <= stream_time - grace``; otherwise it is added to every existing
+    window holding it whose end is ``> stream_time - grace`` and it creates (when missing) the
+    right window of the previous record if that window now holds it, its own left window (if
+    ``t > stream_time - grace``) and its own right window if a record falls in it (an
+    out-of-order record). A created window's aggregate is the adder folded, from ``init()``,
+    over the accepted records inside it in timestamp order (Kafka builds it from a neighbouring
+    window's aggregate; equal for commutative aggregations). ``emit="changes"`` emits every
+    created or updated window, ``"final"`` each window once when ``end + grace <= stream_time``.
+    Windowed keys carry ``end = start + d`` (inclusive). Timestamps below ``d`` are not
+    special-cased (Kafka's ``processEarly`` folds them into ``[0, d]``)."""
+
+    def __init__(self, windows: SlidingWindows, init: Callable[[], Any], adder: Adder, emit: str) -> None:
+        super().__init__()
+        self.windows, self.init, self.adder, self.final = windows, init, adder, emit == "final"
+        self.state["win"] = {}  # key -> {start: agg}
+        self.state["recs"] = {}  # key -> list[[ts, value]] sorted by ts (ties: arrival order)
+        self.state["heap"] = []  # (start, repr(key), key) of every open window: closes in order
+        self.state["dropped"] = 0
+
+    def _fold(self, recs: list[list[Any]], lo: int, hi: int, extra: Any = _MISSING_SENTINEL) -> Any:
+        agg = self.init()
+        i, j = bisect.bisect_left(recs, lo, key=_ts), bisect.bisect_right(recs, hi, key=_ts)
+        for _, v in recs[i:j]:
+            agg = self.adder(agg, v)
+        if extra is not _MISSING_SENTINEL:
+            agg = self.adder(agg, extra)
+        return agg
+
+    def _create(self, key: Any, start: int, agg: Any, emitted: list[tuple[int, Any]]) -> None:
+        self.state["win"].setdefault(key, {})[start] = agg
+        heapq.heappush(self.state["heap"], (start, repr(key), key))
+        emitted.append((start, agg))
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        st = self.advance(ts)
+        out: Out = []
+        d, grace = self.windows.time_difference, self.windows.grace
+        close = st - grace
+        if key is not None and value is not None:
+            if ts + 1 + d <= close:
+                self.state["dropped"] += 1
+            else:
+                wins = self.state["win"].get(key, {})
+                recs = self.state["recs"].setdefault(key, [])
+                emitted: list[tuple[int, Any]] = []
+                for s in sorted(s for s in wins if ts - d <= s <= ts):
+                    if s + d > close:
+                        wins[s] = self.adder(wins[s], value)
+                        emitted.append((s, wins[s]))
+                below = bisect.bisect_left(recs, ts, key=_ts)
+                prev = recs[below - 1][0] if below else None
+                if prev is not None and prev + 1 not in wins and prev + 1 + d >= max(ts, close + 1):
+                    self._create(key, prev + 1, self._fold(recs, prev + 1, prev + 1 + d, value), emitted)
+                if ts - d not in wins and ts > close:
+                    self._create(key, ts - d, self._fold(recs, ts - d, ts, value), emitted)
+                above = bisect.bisect_right(recs, ts, key=_ts)
+                if ts + 1 not in wins and above < len(recs) and recs[above][0] <= ts + 1 + d:
+                    self._create(key, ts + 1, self._fold(recs, ts + 1, ts + 1 + d), emitted)
+                recs.insert(above, [ts, value])
+                self._prune(key, close)
+                if not self.final:
+                    out.extend((Windowed(key, s, s + d), agg) for s, agg in emitted)
+        out.extend(self._close(st))
+        return out
+
+    def _prune(self, key: Any, close: int) -> None:
+        """A record is needed while a window holding it can still be created (those end at most
+        at ``t + d``, and are created only with ``end > close``)."""
+        recs = self.state["recs"]
+        rs = recs.get(key)
+        if rs is None:
+            return
+        i = bisect.bisect_right(rs, close - self.windows.time_difference, key=_ts)
+        if i:
+            del rs[:i]
+        if not rs:
+            del recs[key]
+
+    def _close(self, st: int) -> Out:
+        d, grace = self.windows.time_difference, self.windows.grace
+        heap, wins = self.state["heap"], self.state["win"]
+        out: Out = []
+        while heap and heap[0][0] + d + grace <= st:
+            s, _, k = heapq.heappop(heap)
+            kw = wins[k]
+            agg = kw.pop(s)
+            if not kw:
+                del wins[k]
+                self._prune(k, st - grace)
+            if self.final:
+                out.append((Windowed(k, s, s + d), agg))
+        return out
+
+
+def _ts(r: list[Any]) -> int:
+    ts: int = r[0]
+    return ts
+
+
+class TableTableJoin(Operator):
+    """KTable-KTable join on the key (side 0 = left table, side 1 = right table, co-partitioned).
+    ``how``: ``inner`` (a result while both sides have the key), ``left`` (while the left side
+    has it; right ``None`` when absent) or ``outer`` (while either has it). Every update of either
+    side emits the key's new result ``joiner(left, right)``; when the key's result goes away a
+    tombstone is emitted (only for a result that existed), so the output is the join result's
+    changelog, as Kafka Streams' ``KTable.join/leftJoin/outerJoin``."""
+
+    def __init__(self, joiner: Joiner, how: str) -> None:
+        super().__init__()
+        if how not in ("inner", "left", "outer"):
+            raise ValueError("how must be 'inner', 'left' or 'outer'")
+        self.joiner, self.how = joiner, how
+        self.state["t"] = [{}, {}]
+
+    def _present(self, key: Any) -> bool:
+        left, right = (key in t for t in self.state["t"])
+        return (left and right) if self.how == "inner" else left if self.how == "left" else (left or right)
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        self.advance(ts)
+        if key is None:
+            return []
+        table = self.state["t"][side]
+        if value is None and key not in table:
+            return []
+        before = self._present(key)
+        if value is None:
+            del table[key]
+        else:
+            table[key] = value
+        if self._present(key):
+            left, right = (t.get(key) for t in self.state["t"])
+            return [(key, self.joiner(left, right))]
+        return [(key, None)] if before else []
+
+
+class ForeignKeyJoin(Operator):
+    """KTable-KTable foreign-key join (KIP-213): side 0 the left table (its key is the result's
+    key), side 1 the right table keyed by the foreign key ``fk(left value)`` (hashable). The
+    result of a left key is ``joiner(left, right[fk(left)])``; inner: only while the right value
+    exists, left: always (``None`` right). A left update re-joins the key (a changed foreign key
+    replaces the result, or deletes it with a tombstone when the new key has no match in an
+    inner join); a left tombstone deletes the result; a right update re-joins every left key that
+    points to it, a right tombstone deletes them (inner) or joins them with ``None`` (left).
+    Kafka computes the same results through subscription/response topics; here every task holds
+    the whole right table (the right side is broadcast to every left task)."""
+
+    def __init__(self, fk: Callable[[Any], Any], joiner: Joiner, left: bool) -> None:
+        super().__init__()
+        self.fk, self.joiner, self.left = fk, joiner, left
+        self.state["l"], self.state["r"], self.state["idx"] = {}, {}, {}
+
+    def _present(self, value: Any) -> bool:
+        if value is None:
+            return False
+        if self.left:
+            return True
+        f = self.fk(value)
+        return f is not None and f in self.state["r"]
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        self.advance(ts)
+        if key is None:
+            return []
+        lt, rt, idx = self.state["l"], self.state["r"], self.state["idx"]
+        if side == 1:
+            if value is None:
+                if key not in rt:
+                    return []
+                del rt[key]
+            else:
+                rt[key] = value
+            out: Out = []
+            for k in sorted(idx.get(key, ()), key=repr):
+                if value is None and not self.left:
+                    out.append((k, None))
+                else:
+                    out.append((k, self.joiner(lt[k], value)))
+            return out
+        old = lt.get(key)
+        existed = self._present(old)
+        if old is not None:
+            of = self.fk(old)
+            if of is not None:
+                idx[of].discard(key)
+                if not idx[of]:
+                    del idx[of]
+        if value is None:
+            lt.pop(key, None)
+            return [(key, None)] if existed else []
+        lt[key] = value
+        f = self.fk(value)
+        if f is not None:
+            idx.setdefault(f, set()).add(key)
+        right = rt.get(f) if f is not None else None
+        if right is None and not self.left:
+            return [(key, None)] if existed else []
+        return [(key, self.joiner(value, right))]
+
+
+class StreamGlobalTableJoin(Operator):
+    """KStream-GlobalKTable join: side 0 the global table (every task holds all of it), side 1 the
+    stream. A stream record joins ``table[key_mapper(key, value)]``; inner: skipped when absent
+    (or the mapped key is ``None``), left: joined with ``None``. The result keeps the stream's
+    key. As Kafka Streams' global table (fully restored before processing, then updated apart
+    from the stream), the table records of a micro-batch are applied before its stream records
+    (``table_first``), not interleaved by timestamp."""
+
+    table_first = True
+
+    def __init__(self, key_mapper: Callable[[Any, Any], Any], joiner: Joiner, left: bool) -> None:
+        super().__init__()
+        self.key_mapper, self.joiner, self.left = key_mapper, joiner, left
+        self.state["table"] = {}
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        self.advance(ts)
+        table = self.state["table"]
+        if side == 0:
+            if key is not None:
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+            return []
+        if value is None:
+            return []
+        tk = self.key_mapper(key, value)
+        other = None if tk is None else table.get(tk)
+        if other is None and not self.left:
+            return []
+        return [(key, self.joiner(value, other))]
+
+
+class TableGroupByMap(Operator):
+    """The first half of ``KTable.groupBy(selector)`` (Kafka Streams' ``KTableRepartitionMap``),
+    run per table partition before the repartition topic: for an update of key ``k`` from
+    ``old`` to ``new`` it emits ``(selector(k, old).key, {"o": old value})`` then
+    ``(selector(k, new).key, {"n": new value})``, or one ``{"o": .., "n": ..}`` record when both
+    map to the same key (KIP-904: the subtractor runs before the adder). Null keys are dropped."""
+
+    def __init__(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__()
+        self.selector = selector
+        self.state["table"] = {}
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        self.advance(ts)
+        if key is None:
+            return []
+        table = self.state["table"]
+        old = table.get(key)
+        if value is None:
+            if old is None:
+                return []
+            del table[key]
+        else:
+            table[key] = value
+        op = None if old is None else self.selector(key, old)
+        np_ = None if value is None else self.selector(key, value)
+        if op is not None and op[0] is not None and np_ is not None and np_[0] == op[0]:
+            return [(op[0], {"o": op[1], "n": np_[1]})]
+        out: Out = []
+        if op is not None and op[0] is not None:
+            out.append((op[0], {"o": op[1]}))
+        if np_ is not None and np_[0] is not None:
+            out.append((np_[0], {"n": np_[1]}))
+        return out
+
+
+class TableAggregate(Operator):
+    """The second half of ``KGroupedTable.aggregate(init, adder, subtractor)`` (Kafka Streams'
+    ``KTableAggregate``), after the repartition topic: for a change ``{"o": old, "n": new}`` of a
+    group key, ``subtractor(agg, old)`` (if the group has an aggregate) then ``adder(agg or
+    init(), new)``; emits the group's new aggregate, or a tombstone when it becomes ``None``.
+    ``init=None`` is ``reduce``: the first value is the aggregate."""
+
+    def __init__(self, init: Callable[[], Any] | None, adder: Adder, subtractor: Adder) -> None:
+        super().__init__()
+        self.init, self.adder, self.subtractor = init, adder, subtractor
+        self.state["agg"] = {}
+
+    def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
+        self.advance(ts)
+        if key is None or not isinstance(value, dict):
+            return []
+        aggs = self.state["agg"]
+        old = aggs.get(key)
+        agg = old
+        if value.get("o") is not None and agg is not None:
+            agg = self.subtractor(agg, value["o"])
+        if value.get("n") is not None:
+            if agg is None:
+                agg = value["n"] if self.init is None else self.adder(self.init(), value["n"])
+            else:
+                agg = self.adder(agg, value["n"])
+        if agg is None:
+            aggs.pop(key, None)
+            return [(key, None)] if old is not None else []
+        aggs[key] = agg
+        return [(key, agg)]
 
 
 def merge_sides(sides: Sequence[Sequence[tuple[Any, Any, int]]]) -> Iterable[Record]:
@@ -367,11 +714,28 @@ def run_task(
     op: Operator, state: bytes | None, sides: Sequence[Sequence[tuple[Any, Any, int]]]
 ) -> tuple[bytes, Out]:
     """One micro-batch of one task: restore ``state``, process, return the new state and output."""
+    new_state, out = run_task_ts(op, state, sides)
+    return new_state, [(k, v) for k, v, _ in out]
+
+
+def run_task_ts(
+    op: Operator, state: bytes | None, sides: Sequence[Sequence[tuple[Any, Any, int]]]
+) -> tuple[bytes, list[tuple[Any, Any, int]]]:
+    """:func:`run_task` with each output record's timestamp: the timestamp of the input record
+    that produced it (what a repartition topic carries on). An operator with ``table_first``
+    takes all of side 0 before the other sides (a global table)."""
     if state is not None:
         op.state = pickle.loads(state)
-    out: Out = []
-    for side, k, v, ts in merge_sides(sides):
-        out.extend(op.process(side, k, v, ts))
+    out: list[tuple[Any, Any, int]] = []
+    if getattr(op, "table_first", False):
+        order: Iterable[Record] = [
+            *((0, k, v, ts) for k, v, ts in sides[0]),
+            *((s + 1, k, v, ts) for s, k, v, ts in merge_sides(sides[1:])),
+        ]
+    else:
+        order = merge_sides(sides)
+    for side, k, v, ts in order:
+        out.extend((k2, v2, ts) for k2, v2 in op.process(side, k, v, ts))
     return pickle.dumps(op.state, protocol=5), out
 
 
