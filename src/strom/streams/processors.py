@@ -185,30 +185,50 @@ class WindowedAggregate(Operator):
     def process(self, side: int, key: Any, value: Any, ts: int) -> Out:
         st = self.advance(ts)
         out: Out = []
+        if "starts" not in self.state:  # a state saved before the index existed
+            self._index()
         if key is not None and value is not None:
             wins = self.state["win"]
+            starts, heap = self.state["starts"], self.state["heap"]
             for start, end in self.windows.windows_for(ts):
                 if end + self.windows.grace <= st:
                     self.state["dropped"] += 1
                     continue
-                agg = self.adder(wins[(key, start)] if (key, start) in wins else self.init(), value)
+                if (key, start) in wins:
+                    agg = self.adder(wins[(key, start)], value)
+                else:
+                    agg = self.adder(self.init(), value)
+                    keys = starts.get(start)
+                    if keys is None:
+                        starts[start] = keys = []
+                        heapq.heappush(heap, start)
+                    keys.append(key)
                 wins[(key, start)] = agg
                 if not self.final:
                     out.append((Windowed(key, start, end), agg))
         out.extend(self._close(st))
         return out
 
+    def _index(self) -> None:
+        """The windows by start (``starts``: start -> keys) and a heap of the starts, so closing
+        looks only at the windows due instead of scanning all of them per record."""
+        starts: dict[int, list[Any]] = {}
+        for k, s in self.state["win"]:
+            starts.setdefault(s, []).append(k)
+        heap = list(starts)
+        heapq.heapify(heap)
+        self.state["starts"], self.state["heap"] = starts, heap
+
     def _close(self, st: int) -> Out:
         size, grace = self.windows.size, self.windows.grace
-        wins = self.state["win"]
-        closed = sorted(
-            ((s, k) for (k, s) in wins if s + size + grace <= st), key=lambda x: (x[0], repr(x[1]))
-        )
+        wins, starts, heap = self.state["win"], self.state["starts"], self.state["heap"]
         out: Out = []
-        for s, k in closed:
-            agg = wins.pop((k, s))
-            if self.final:
-                out.append((Windowed(k, s, s + size), agg))
+        while heap and heap[0] + size + grace <= st:
+            s = heapq.heappop(heap)
+            for k in sorted(starts.pop(s), key=repr):
+                agg = wins.pop((k, s))
+                if self.final:
+                    out.append((Windowed(k, s, s + size), agg))
         return out
 
 
