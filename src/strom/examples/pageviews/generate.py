@@ -26,8 +26,15 @@ def users(n: int, start_ms: int) -> list[tuple[str, dict[str, Any], int]]:
     """(user id, value, timestamp): user i lives in region i % 3; the last user is missing from
     the table's point of view (never written) to exercise the LEFT JOIN."""
     return [
-        (f"User_{i}", {"registertime": start_ms - 1000 + i, "gender": "FEMALE" if i % 2 else "MALE",
-                       "regionid": REGIONS[i % len(REGIONS)]}, start_ms - 1000 + i)
+        (
+            f"User_{i}",
+            {
+                "registertime": start_ms - 1000 + i,
+                "gender": "FEMALE" if i % 2 else "MALE",
+                "regionid": REGIONS[i % len(REGIONS)],
+            },
+            start_ms - 1000 + i,
+        )
         for i in range(n)
     ]
 
@@ -45,7 +52,9 @@ def views(n_users: int, n: int, start_ms: int, seed: int) -> list[tuple[str, dic
     return out
 
 
-def expected_counts(n_users: int, vs: list[tuple[str, dict[str, Any], int]]) -> dict[tuple[str | None, int], int]:
+def expected_counts(
+    n_users: int, vs: list[tuple[str, dict[str, Any], int]]
+) -> dict[tuple[str | None, int], int]:
     """(region or None, window start) -> number of views."""
     region = {uid: v["regionid"] for uid, v, _ in users(n_users, 0)}
     c: Counter[tuple[str | None, int]] = Counter()
@@ -63,15 +72,21 @@ def produce(bootstrap: str, n_users: int, n_views: int, partitions: int, start_m
 
     async def topics() -> None:
         async with Client(bootstrap) as c:
-            res = await c.create_topics({"users": (partitions, -1, {"cleanup.policy": "compact"}),
-                                         "pageviews": (partitions, -1)})
+            res = await c.create_topics(
+                {"users": (partitions, -1, {"cleanup.policy": "compact"}), "pageviews": (partitions, -1)}
+            )
             for name, err in res.items():
                 if err is not None and "exist" not in str(err).lower():
                     raise SystemExit(f"cannot create {name}: {err}")
 
     asyncio.run(topics())
-    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
-    for topic, recs in (("users", users(n_users, start_ms)), ("pageviews", views(n_users, n_views, start_ms, seed))):
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True}
+    )
+    for topic, recs in (
+        ("users", users(n_users, start_ms)),
+        ("pageviews", views(n_users, n_views, start_ms, seed)),
+    ):
         for k, v, ts in recs:
             p.produce(topic, key=k.encode(), value=json.dumps(v).encode(), timestamp=ts)
         if p.flush(30):
@@ -80,8 +95,11 @@ def produce(bootstrap: str, n_users: int, n_views: int, partitions: int, start_m
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m strom.examples.pageviews", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m strom.examples.pageviews",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce", help="write users and page views")
     pr.add_argument("--bootstrap-server", default="127.0.0.1:9092")

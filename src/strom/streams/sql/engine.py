@@ -14,7 +14,7 @@ the Spark window's bounds.
 
 * Projections and filters (``CREATE STREAM AS SELECT``): Spark, appended exactly-once to the
   output topic by the strom sink (``exactlyOnce=true``).
-* Stream–table joins: ``strom.streams``' ``StreamTableJoin`` (the table as of each stream
+* Stream-table joins: ``strom.streams``' ``StreamTableJoin`` (the table as of each stream
   record, in timestamp order per task; Spark has no such join) produces the joined rows, and the
   projection/aggregation continues in Spark SQL in the same streaming query.
 * Aggregations (``CREATE TABLE AS SELECT ... GROUP BY``, windowed or not): Spark's own
@@ -38,6 +38,7 @@ type mismatch from Spark's analyzer: first line of Spark's message), never a tra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -109,7 +110,7 @@ def ksql_type(dt: Any) -> str:
         return f"MAP<{ksql_type(dt.keyType)}, {ksql_type(dt.valueType)}>"
     if isinstance(dt, T.StructType):
         return "STRUCT<" + ", ".join(f"{f.name} {ksql_type(f.dataType)}" for f in dt.fields) + ">"
-    return dt.simpleString().upper()
+    return str(dt.simpleString()).upper()
 
 
 class _JoinWithTime:
@@ -121,7 +122,9 @@ class _JoinWithTime:
 
         class Op(P.StreamTableJoin):
             def process(self, side: int, key: Any, value: Any, ts: int) -> Any:
-                return [(k, {"l": v[0], "r": v[1], "ts": ts}) for k, v in super().process(side, key, value, ts)]
+                return [
+                    (k, {"l": v[0], "r": v[1], "ts": ts}) for k, v in super().process(side, key, value, ts)
+                ]
 
         return Op(lambda v, t: (v, t), left)
 
@@ -226,10 +229,8 @@ class Engine:
 
     def close(self) -> None:
         for q in list(self.running.values()):
-            try:
+            with contextlib.suppress(Exception):  # stopping on exit; the checkpoint stays valid
                 q.stop()
-            except Exception:  # noqa: S110 - stopping on exit; the query's checkpoint stays valid
-                pass
         self.running.clear()
         for w in self.writers.values():
             w.close()
@@ -293,7 +294,9 @@ class Engine:
                 self.out(f"{s.name} already exists")
                 return
             if not s.or_replace:
-                raise SqlError(f"Cannot add {s.kind.lower()} {s.name}: A {self.meta.sources[s.name].kind.lower()} with the same name already exists")
+                raise SqlError(
+                    f"Cannot add {s.kind.lower()} {s.name}: A {self.meta.sources[s.name].kind.lower()} with the same name already exists"  # noqa: E501
+                )
         fmt = s.props.get("FORMAT")
         vf = s.props.get("VALUE_FORMAT", fmt or "JSON")
         kf = s.props.get("KEY_FORMAT", fmt if fmt in ("KAFKA", "JSON") else "KAFKA")
@@ -304,14 +307,18 @@ class Engine:
             raise SqlError("VALUE_FORMAT 'KAFKA' holds one VARCHAR value column here; use JSON for more")
         keycol = next((c for c in s.columns if c.key), None)
         if kf == "KAFKA" and keycol is not None and keycol.spark != "string":
-            raise SqlError(f"KEY_FORMAT 'KAFKA' keys are VARCHAR here ({keycol.name} is {keycol.type_text}); use KEY_FORMAT='JSON'")
+            raise SqlError(
+                f"KEY_FORMAT 'KAFKA' keys are VARCHAR here ({keycol.name} is {keycol.type_text}); use KEY_FORMAT='JSON'"  # noqa: E501
+            )
         ts = s.props.get("TIMESTAMP")
         if ts is not None:
             col = next((c for c in s.columns if c.name.upper() == str(ts).upper()), None)
             if col is None:
                 raise SqlError(f"TIMESTAMP column {ts} is not a column of {s.name}")
             if col.spark not in ("bigint", "timestamp", "string"):
-                raise SqlError(f"TIMESTAMP column {ts} must be BIGINT, TIMESTAMP or VARCHAR (with TIMESTAMP_FORMAT)")
+                raise SqlError(
+                    f"TIMESTAMP column {ts} must be BIGINT, TIMESTAMP or VARCHAR (with TIMESTAMP_FORMAT)"
+                )
             if col.spark == "string" and "TIMESTAMP_FORMAT" not in s.props:
                 raise SqlError(f"TIMESTAMP column {ts} is VARCHAR: give TIMESTAMP_FORMAT")
             ts = col.name
@@ -319,12 +326,22 @@ class Engine:
         parts = self._partitions(topic)
         if parts is None:
             if "PARTITIONS" not in s.props:
-                raise SqlError(f"Topic '{topic}' does not exist. If you want to create a new topic for the {s.kind.lower()} please re-run the statement providing the required 'PARTITIONS' configuration in the WITH clause")
-            self._create_topic(topic, int(s.props["PARTITIONS"]), int(s.props.get("REPLICAS", -1)), s.kind == "TABLE")
+                raise SqlError(
+                    f"Topic '{topic}' does not exist. If you want to create a new topic for the {s.kind.lower()} please re-run the statement providing the required 'PARTITIONS' configuration in the WITH clause"  # noqa: E501
+                )
+            self._create_topic(
+                topic, int(s.props["PARTITIONS"]), int(s.props.get("REPLICAS", -1)), s.kind == "TABLE"
+            )
         self.meta.sources[s.name] = SourceInfo(
-            s.kind, s.name, topic, kf, vf,
+            s.kind,
+            s.name,
+            topic,
+            kf,
+            vf,
             [{"name": c.name, "type": c.type_text, "spark": c.spark, "key": c.key} for c in s.columns],
-            ts, s.props.get("TIMESTAMP_FORMAT"), str(s.props.get("VALUE_DELIMITER", ",")),
+            ts,
+            s.props.get("TIMESTAMP_FORMAT"),
+            str(s.props.get("VALUE_DELIMITER", ",")),
         )
         self.meta.save()
         self.out(f"{s.kind.capitalize()} created")
@@ -332,15 +349,22 @@ class Engine:
     def _show(self, s: Show) -> None:
         if s.what in ("STREAMS", "TABLES"):
             kind = s.what[:-1]
-            rows = [[x.name, x.topic, x.key_format, x.value_format] + ([x.query or ""] if s.extended else [])
-                    for x in sorted(self.meta.sources.values(), key=lambda x: x.name) if x.kind == kind]
+            rows = [
+                [x.name, x.topic, x.key_format, x.value_format] + ([x.query or ""] if s.extended else [])
+                for x in sorted(self.meta.sources.values(), key=lambda x: x.name)
+                if x.kind == kind
+            ]
             header = [f"{kind.capitalize()} Name", "Kafka Topic", "Key Format", "Value Format"]
             self.out(_table_rows(header + (["Query"] if s.extended else []), rows))
         elif s.what == "TOPICS":
+
             async def f(c: Any) -> list[list[Any]]:
                 md = await c.metadata(None)
-                return [[n, len(t.partitions), t.replication_factor] for n, t in sorted(md.topics.items())
-                        if not t.is_internal and not n.startswith("__")]
+                return [
+                    [n, len(t.partitions), t.replication_factor]
+                    for n, t in sorted(md.topics.items())
+                    if not t.is_internal and not n.startswith("__")
+                ]
 
             self.out(_table_rows(["Kafka Topic", "Partitions", "Partition Replicas"], self._admin(f)))
         elif s.what == "QUERIES":
@@ -352,23 +376,45 @@ class Engine:
                     state = "ERROR" if live.exception() else "DONE"
                 elif live is None and q.state == "RUNNING":
                     state = "NOT RUNNING (resumed when strom sql starts)"
-                rows.append([q.id, state, q.sink, self.meta.sources[q.sink].topic if q.sink in self.meta.sources else "", q.sql])
-            self.out(_table_rows(["Query ID", "Status", "Sink Name", "Sink Kafka Topic", "Query String"], rows))
+                rows.append(
+                    [
+                        q.id,
+                        state,
+                        q.sink,
+                        self.meta.sources[q.sink].topic if q.sink in self.meta.sources else "",
+                        q.sql,
+                    ]
+                )
+            self.out(
+                _table_rows(["Query ID", "Status", "Sink Name", "Sink Kafka Topic", "Query String"], rows)
+            )
         else:
-            rows = [[k, self.meta.props.get(k, "latest" if k == "auto.offset.reset" else "")] for k in PROPERTIES]
+            rows = [
+                [k, self.meta.props.get(k, "latest" if k == "auto.offset.reset" else "")] for k in PROPERTIES
+            ]
             self.out(_table_rows(["Property", "Value"], rows))
 
     def _describe(self, d: Describe) -> None:
         s = self.source(d.name)
-        rows = [[c["name"], c["type"] + (" (primary key)" if c["key"] and s.kind == "TABLE" else " (key)" if c["key"] else "")]
-                for c in s.columns]
+        rows = [
+            [
+                c["name"],
+                c["type"]
+                + (" (primary key)" if c["key"] and s.kind == "TABLE" else " (key)" if c["key"] else ""),
+            ]
+            for c in s.columns
+        ]
         self.out(f"Name                 : {s.name}")
         self.out(f"Type                 : {s.kind}")
-        self.out(f"Kafka topic          : {s.topic} (key format {s.key_format}, value format {s.value_format})")
+        self.out(
+            f"Kafka topic          : {s.topic} (key format {s.key_format}, value format {s.value_format})"
+        )
         if s.timestamp:
             self.out(f"Timestamp field      : {s.timestamp}")
         if s.window:
-            self.out(f"Windowed             : {s.window['kind']} {s.window['size_ms']} ms (keys {{\"end\",\"key\",\"start\"}})")
+            self.out(
+                f'Windowed             : {s.window["kind"]} {s.window["size_ms"]} ms (keys {{"end","key","start"}})'  # noqa: E501
+            )
         writers = [q.id for q in self.meta.queries.values() if q.sink == s.name]
         readers = [q.id for q in self.meta.queries.values() if s.name in q.sources]
         self.out(_table_rows(["Field", "Type"], rows))
@@ -386,7 +432,9 @@ class Engine:
             raise SqlError(f"{d.name} is a {s.kind}: DROP {s.kind} {d.name}")
         users = [q.id for q in self.meta.queries.values() if q.sink == d.name or d.name in q.sources]
         if users:
-            raise SqlError(f"Cannot drop {d.name}: the following queries read from or write to it: {', '.join(users)}. You need to terminate them before dropping {d.name}.")
+            raise SqlError(
+                f"Cannot drop {d.name}: the following queries read from or write to it: {', '.join(users)}. You need to terminate them before dropping {d.name}."  # noqa: E501
+            )
         if d.delete_topic:
             topic = s.topic
 
@@ -431,19 +479,26 @@ class Engine:
             row[c["name"]] = v
         keycol = s.key_column
         key = row.pop(keycol["name"], None) if keycol else None
+        value: bytes | None
         if s.value_format == "JSON":
             value = json.dumps(row).encode()
         elif s.value_format == "KAFKA":
             v = next(iter(row.values()), None)
             value = None if v is None else str(v).encode()
         else:
-            value = s.delimiter.join("" if row.get(c["name"]) is None else str(row[c["name"]]) for c in s.value_columns).encode()
+            value = s.delimiter.join(
+                "" if row.get(c["name"]) is None else str(row[c["name"]]) for c in s.value_columns
+            ).encode()
         kb = None if key is None else (json.dumps(key) if s.key_format == "JSON" else str(key)).encode()
         from confluent_kafka import Producer
 
-        p = Producer({"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
+        p = Producer(
+            {"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True}
+        )
         errors: list[str] = []
-        p.produce(s.topic, key=kb, value=value, on_delivery=lambda err, m: errors.append(str(err)) if err else None)
+        p.produce(
+            s.topic, key=kb, value=value, on_delivery=lambda err, m: errors.append(str(err)) if err else None
+        )
         if p.flush(30) or errors:
             raise SqlError(f"INSERT INTO {s.name}: {errors[0] if errors else 'not delivered in 30 s'}")
 
@@ -465,10 +520,21 @@ class Engine:
         for c in s.columns:
             if c["key"]:
                 if s.window:
-                    k = F.from_json(F.col("key").cast("string"), f"`end` bigint, `key` {c['spark']}, `start` bigint")
-                    cols += [k["key"].alias(c["name"]), k["start"].alias("WINDOWSTART"), k["end"].alias("WINDOWEND")]
+                    k = F.from_json(
+                        F.col("key").cast("string"), f"`end` bigint, `key` {c['spark']}, `start` bigint"
+                    )
+                    cols += [
+                        k["key"].alias(c["name"]),
+                        k["start"].alias("WINDOWSTART"),
+                        k["end"].alias("WINDOWEND"),
+                    ]
                 elif s.key_format == "JSON":
-                    cols.append(F.from_json(F.concat(F.lit('{"k":'), F.col("key").cast("string"), F.lit("}")), f"k {c['spark']}")["k"].alias(c["name"]))
+                    cols.append(
+                        F.from_json(
+                            F.concat(F.lit('{"k":'), F.col("key").cast("string"), F.lit("}")),
+                            f"k {c['spark']}",
+                        )["k"].alias(c["name"])
+                    )
                 else:
                     cols.append(F.col("key").cast("string").alias(c["name"]))
         vals = s.value_columns
@@ -481,8 +547,11 @@ class Engine:
             cols += [v[c["name"]].alias(c["name"]) for c in vals]
         else:
             cols += [F.col("value").cast("string").alias(vals[0]["name"])]
-        cols += [F.unix_millis("timestamp").alias("ROWTIME"), F.col("partition").alias("ROWPARTITION"),
-                 F.col("offset").alias("ROWOFFSET")]
+        cols += [
+            F.unix_millis("timestamp").alias("ROWTIME"),
+            F.col("partition").alias("ROWPARTITION"),
+            F.col("offset").alias("ROWOFFSET"),
+        ]
         df = df.select(*cols, "timestamp")
         return df.select("*", self._event_time(s).alias("__ts")).drop("timestamp")
 
@@ -495,11 +564,13 @@ class Engine:
         if col["spark"] == "bigint":
             return F.timestamp_millis(F.col(s.timestamp))
         if col["spark"] == "string":
-            return F.to_timestamp(F.col(s.timestamp), s.timestamp_format)
+            return F.to_timestamp(F.col(s.timestamp), s.timestamp_format or "")
         return F.col(s.timestamp)
 
-    def _join_frame(self, sel: Select, left: SourceInfo, right: SourceInfo) -> tuple[Any, list[tuple[str, str]]]:
-        """The stream–table join as a DataFrame with one struct column per side (named by the
+    def _join_frame(
+        self, sel: Select, left: SourceInfo, right: SourceInfo
+    ) -> tuple[Any, list[tuple[str, str]]]:
+        """The stream-table join as a DataFrame with one struct column per side (named by the
         side's alias), top-level columns for names only one side has, ``ROWTIME`` and ``__ts``;
         and the ``*`` expansion."""
         from pyspark.sql import functions as F
@@ -509,30 +580,58 @@ class Engine:
         j = sel.join
         assert j is not None
         if j.within_ms is not None or right.kind != "TABLE":
-            raise (j.right.tok.err("stream-stream joins (WITHIN) are not supported yet: join a stream with a TABLE"))
+            raise (
+                j.right.tok.err(
+                    "stream-stream joins (WITHIN) are not supported yet: join a stream with a TABLE"
+                )
+            )
         if left.kind != "STREAM":
-            raise sel.source.tok.err("the left side of a join must be a STREAM (table-table joins are not supported yet)")
+            raise sel.source.tok.err(
+                "the left side of a join must be a STREAM (table-table joins are not supported yet)"
+            )
         for s in (left, right):
             if s.value_format != "JSON":
                 raise SqlError(f"joins need VALUE_FORMAT 'JSON' ({s.name} is {s.value_format})")
             if s.window:
                 raise SqlError(f"{s.name} is windowed: joins of windowed tables are not supported")
         lk, rk = left.key_column, right.key_column
-        aliases = {sel.source.alias.upper(): left, j.right.alias.upper(): right,
-                   left.name.upper(): left, right.name.upper(): right}
-        for (qual, col, tok) in j.on:
+        aliases = {
+            sel.source.alias.upper(): left,
+            j.right.alias.upper(): right,
+            left.name.upper(): left,
+            right.name.upper(): right,
+        }
+        for qual, col, tok in j.on:
             side = aliases.get(qual.upper()) if qual else None
             if qual and side is None:
                 raise tok.err(f"{qual} is neither {sel.source.alias} nor {j.right.alias}")
             cands = [side] if side else [left, right]
             if not any(c["name"].upper() == col.upper() and c["key"] for x in cands for c in x.columns):
-                raise tok.err(f"the join must be on each side's KEY column ({left.name}: {lk['name'] if lk else 'none'}, {right.name}: {rk['name'] if rk else 'none'}); re-key the stream first with CREATE STREAM ... AS SELECT ... PARTITION BY {col}")
+                raise tok.err(
+                    f"the join must be on each side's KEY column ({left.name}: {lk['name'] if lk else 'none'}, {right.name}: {rk['name'] if rk else 'none'}); re-key the stream first with CREATE STREAM ... AS SELECT ... PARTITION BY {col}"  # noqa: E501
+                )
         lp, rp = self._partitions(left.topic), self._partitions(right.topic)
         if lp != rp:
-            raise SqlError(f"joined topics must be co-partitioned: {left.topic} has {lp} partitions, {right.topic} {rp}")
+            raise SqlError(
+                f"joined topics must be co-partitioned: {left.topic} has {lp} partitions, {right.topic} {rp}"
+            )
         opts = {"startingOffsets": self.offset_reset}
-        s_src = dsl._source(self.spark, left.topic, self.bootstrap, "json" if left.key_format == "JSON" else "string", "json", opts)
-        t_src = dsl._source(self.spark, right.topic, self.bootstrap, "json" if right.key_format == "JSON" else "string", "json", opts)
+        s_src = dsl._source(
+            self.spark,
+            left.topic,
+            self.bootstrap,
+            "json" if left.key_format == "JSON" else "string",
+            "json",
+            opts,
+        )
+        t_src = dsl._source(
+            self.spark,
+            right.topic,
+            self.bootstrap,
+            "json" if right.key_format == "JSON" else "string",
+            "json",
+            opts,
+        )
         left_join = j.kind == "LEFT"
         plan = dsl._Plan([t_src, s_src], lambda: _JoinWithTime(left_join), "string", "json")
         raw = plan.frame("json" if left.key_format == "JSON" else "string", "json")
@@ -548,7 +647,10 @@ class Engine:
         la, ra = sel.source.alias, j.right.alias
 
         lstruct = F.struct(*[(key if c["key"] else v["l"][c["name"]]).alias(c["name"]) for c in left.columns])
-        rstruct = F.when(v["r"].isNotNull(), F.struct(*[(key if c["key"] else v["r"][c["name"]]).alias(c["name"]) for c in right.columns]))
+        rstruct = F.when(
+            v["r"].isNotNull(),
+            F.struct(*[(key if c["key"] else v["r"][c["name"]]).alias(c["name"]) for c in right.columns]),
+        )
         cols = [lstruct.alias(la), rstruct.alias(ra)]
         lnames = {c["name"].upper() for c in left.columns}
         rnames = {c["name"].upper() for c in right.columns}
@@ -593,7 +695,13 @@ class Engine:
             elif w.kind == "HOPPING":
                 win_sql = f"window(__ts, '{w.size_ms} milliseconds', '{w.advance_ms} milliseconds')"
             else:
-                raise (w.tok.err("SESSION windows are not supported yet (Spark's session windows have no update mode); use TUMBLING or HOPPING") if w.tok else SqlError("SESSION"))
+                raise (
+                    w.tok.err(
+                        "SESSION windows are not supported yet (Spark's session windows have no update mode); use TUMBLING or HOPPING"  # noqa: E501
+                    )
+                    if w.tok
+                    else SqlError("SESSION")
+                )
             replace = {"WINDOWSTART": "unix_millis(__win.start)", "WINDOWEND": "unix_millis(__win.end)"}
         items: list[str] = []
         value_items: list[str] = []
@@ -605,7 +713,11 @@ class Engine:
                 for expr, name in star:
                     if it.star and sel.join is None and it.star.upper() != sel.source.alias.upper():
                         raise it.expr[0].err(f"{it.star} is not {sel.source.alias}")
-                    if it.star and sel.join is not None and not expr.upper().startswith(f"`{it.star.upper()}`"):
+                    if (
+                        it.star
+                        and sel.join is not None
+                        and not expr.upper().startswith(f"`{it.star.upper()}`")
+                    ):
                         continue
                     items.append(f"{expr} AS `{name}`")
                     if not self._is_key_item(expr, name, groups, src_key, agg, sel):
@@ -639,13 +751,17 @@ class Engine:
             elif src_key is not None:
                 hidden.append(f"`{src_key['name']}` AS `__k0`")
             if left.window and sel.join is None:
-                hidden += ["named_struct('start', timestamp_millis(WINDOWSTART), 'end', timestamp_millis(WINDOWEND)) AS `__w`"]
+                hidden += [
+                    "named_struct('start', timestamp_millis(WINDOWSTART), 'end', timestamp_millis(WINDOWEND)) AS `__w`"  # noqa: E501
+                ]
         inner = f"SELECT *{', ' + win_sql + ' AS __win' if win_sql else ''} FROM {view}"
         sql = f"SELECT {', '.join(items + hidden)} FROM ({inner}) AS `{alias}`{where}{group}{having}"
         try:
             res = self.spark.sql(sql)
         except Exception as e:
-            raise SqlError(_first_line(e), sel.tok.line if sel.tok else 0, sel.tok.col if sel.tok else 0) from None
+            raise SqlError(
+                _first_line(e), sel.tok.line if sel.tok else 0, sel.tok.col if sel.tok else 0
+            ) from None
         fields = {f.name: f for f in res.schema.fields}
         nkeys = len(groups) if agg else (1 if "__k0" in fields else 0)
         if sel.partition_by and "__k0" in fields:
@@ -659,45 +775,77 @@ class Engine:
             k = F.col("__k0")
             key_type = fields["__k0"].dataType
             if windowed:
-                key_expr = F.to_json(F.struct(F.unix_millis(F.col("__w.end")).alias("end"), k.alias("key"),
-                                              F.unix_millis(F.col("__w.start")).alias("start")),
-                                    {"ignoreNullFields": "false"})
+                key_expr = F.to_json(
+                    F.struct(
+                        F.unix_millis(F.col("__w.end")).alias("end"),
+                        k.alias("key"),
+                        F.unix_millis(F.col("__w.start")).alias("start"),
+                    ),
+                    {"ignoreNullFields": "false"},
+                )
             elif sink_key_format == "JSON":
                 key_expr = F.expr("substring(to_json(array(`__k0`)), 2, length(to_json(array(`__k0`))) - 2)")
             else:
                 key_expr = k.cast("string")
         else:
-            raise SqlError("GROUP BY of several expressions is not supported yet (one key column); combine them, e.g. GROUP BY CONCAT(a, '|', b)")
-        value_expr = F.to_json(F.struct(*[F.col(f"`{n}`") for n in value_items]), {"ignoreNullFields": "false"})
-        out = res.select(key_expr.alias("key"), value_expr.alias("value"), *[F.col(f"`{n}`") for n in key_names + value_items])
-        key_name = (key_names[0] if key_names else (render(sel.partition_by) if sel.partition_by else "ROWKEY")) if nkeys else None
+            raise SqlError(
+                "GROUP BY of several expressions is not supported yet (one key column); combine them, e.g. GROUP BY CONCAT(a, '|', b)"  # noqa: E501
+            )
+        value_expr = F.to_json(
+            F.struct(*[F.col(f"`{n}`") for n in value_items]), {"ignoreNullFields": "false"}
+        )
+        out = res.select(
+            key_expr.alias("key"),
+            value_expr.alias("value"),
+            *[F.col(f"`{n}`") for n in key_names + value_items],
+        )
+        key_name = (
+            (key_names[0] if key_names else (render(sel.partition_by) if sel.partition_by else "ROWKEY"))
+            if nkeys
+            else None
+        )
         if key_name and not key_name.replace("_", "").isalnum():
             key_name = "KSQL_COL_0" if not key_names else key_name
         columns = []
         if key_name is not None and key_type is not None:
-            columns.append({"name": key_name, "type": ksql_type(key_type), "spark": key_type.simpleString(), "key": True})
+            columns.append(
+                {"name": key_name, "type": ksql_type(key_type), "spark": key_type.simpleString(), "key": True}
+            )
         for n in value_items:
             dt = fields[n].dataType
             columns.append({"name": n, "type": ksql_type(dt), "spark": dt.simpleString(), "key": False})
-        return {"df": out, "agg": agg, "columns": columns, "sources": sources, "windowed": windowed,
-                "window": {"kind": w.kind, "size_ms": w.size_ms} if w else left.window if windowed else None,
-                "display": key_names + value_items, "left": left}
+        return {
+            "df": out,
+            "agg": agg,
+            "columns": columns,
+            "sources": sources,
+            "windowed": windowed,
+            "window": {"kind": w.kind, "size_ms": w.size_ms} if w else left.window if windowed else None,
+            "display": key_names + value_items,
+            "left": left,
+        }
 
-    def _is_key_item(self, expr: str, name: str, groups: list[str], src_key: Any, agg: bool, sel: Select) -> bool:
-        if name.upper() in ("WINDOWSTART", "WINDOWEND") and ("__win." in expr or expr.upper() == name.upper()):
+    def _is_key_item(
+        self, expr: str, name: str, groups: list[str], src_key: Any, agg: bool, sel: Select
+    ) -> bool:
+        if name.upper() in ("WINDOWSTART", "WINDOWEND") and (
+            "__win." in expr or expr.upper() == name.upper()
+        ):
             return True  # a bare WINDOWSTART is part of the key; WINDOWSTART AS x is a value column
         if agg:
             return expr.replace("`", "").upper() in {g.replace("`", "").upper() for g in groups}
         if sel.partition_by or src_key is None:
             return False
         bare = expr.replace("`", "").split(".")[-1].upper()
-        return bare == src_key["name"].upper()
+        return bool(bare == str(src_key["name"]).upper())
 
     @staticmethod
     def _default_name(it: SelectItem) -> str:
         toks = it.expr
         words = [t for t in toks if t.kind in ("WORD", "QID")]
-        if words and all(t.kind in ("WORD", "QID") or (t.kind == "OP" and t.text in (".", "->")) for t in toks):
+        if words and all(
+            t.kind in ("WORD", "QID") or (t.kind == "OP" and t.text in (".", "->")) for t in toks
+        ):
             return words[-1].text
         return f"KSQL_COL_{abs(hash(render(toks))) % 1000}"
 
@@ -706,7 +854,9 @@ class Engine:
             if c.if_not_exists:
                 self.out(f"{c.name} already exists")
                 return
-            raise SqlError(f"Cannot add {c.kind.lower()} {c.name}: A source with the same name already exists")
+            raise SqlError(
+                f"Cannot add {c.kind.lower()} {c.name}: A source with the same name already exists"
+            )
         vf = c.props.get("VALUE_FORMAT", c.props.get("FORMAT", "JSON"))
         if vf != "JSON":
             raise SqlError("the result of CREATE ... AS SELECT is written as JSON (VALUE_FORMAT='JSON')")
@@ -719,8 +869,16 @@ class Engine:
             self._create_topic(topic, parts, int(c.props.get("REPLICAS", -1)), c.kind == "TABLE")
         qid = f"{'CTAS' if c.kind == 'TABLE' else 'CSAS'}_{c.name}_{self.meta.next_query}"
         self.meta.next_query += 1
-        info = SourceInfo(c.kind, c.name, topic, "JSON" if plan["windowed"] or kf == "JSON" else "KAFKA", "JSON",
-                          plan["columns"], window=plan["window"], query=qid)
+        info = SourceInfo(
+            c.kind,
+            c.name,
+            topic,
+            "JSON" if plan["windowed"] or kf == "JSON" else "KAFKA",
+            "JSON",
+            plan["columns"],
+            window=plan["window"],
+            query=qid,
+        )
         if info.key_column is None and c.kind == "TABLE":
             raise SqlError("a table needs a key: GROUP BY")
         q = QueryInfo(qid, c.text.strip(), c.name, plan["sources"])
@@ -744,8 +902,14 @@ class Engine:
                 sink = self.writers[q.id] = _TxnBatchWriter(self.bootstrap, topic, f"strom-sql-{q.id}")
                 query = w.outputMode("update").foreachBatch(sink).start()
             else:
-                query = (w.format("strom").option("kafka.bootstrap.servers", self.bootstrap).option("topic", topic)
-                         .option("exactlyOnce", "true").outputMode("append").start())
+                query = (
+                    w.format("strom")
+                    .option("kafka.bootstrap.servers", self.bootstrap)
+                    .option("topic", topic)
+                    .option("exactlyOnce", "true")
+                    .outputMode("append")
+                    .start()
+                )
         except Exception as e:
             raise SqlError(f"query {q.id} cannot start: {_first_line(e)}") from None
         self.running[q.id] = query
@@ -799,8 +963,12 @@ class Engine:
 
         self._views += 1
         ck = self.state_dir / "transient" / f"push-{self._views}-{int(time.time() * 1000)}"
-        w = (plan["df"].writeStream.outputMode("update" if plan["agg"] else "append").foreachBatch(show)
-             .option("checkpointLocation", str(ck)))
+        w = (
+            plan["df"]
+            .writeStream.outputMode("update" if plan["agg"] else "append")
+            .foreachBatch(show)
+            .option("checkpointLocation", str(ck))
+        )
         w = w.trigger(availableNow=True) if self.once else w.trigger(processingTime="500 milliseconds")
         try:
             q = w.start()
@@ -818,25 +986,39 @@ class Engine:
             q.stop()
             shutil.rmtree(ck, ignore_errors=True)
         if limit is not None and printed[0] >= limit:
-            self.out(f"Limit Reached\nQuery terminated")
+            self.out("Limit Reached\nQuery terminated")
 
     def _pull(self, sel: Select) -> None:
         s = self.source(sel.source.name, sel.source.tok)
         tok = sel.tok
         if s.kind != "TABLE":
-            raise SqlError(f"pull queries are for tables; {s.name} is a stream: add EMIT CHANGES for a push query", tok.line if tok else 0, tok.col if tok else 0)
+            raise SqlError(
+                f"pull queries are for tables; {s.name} is a stream: add EMIT CHANGES for a push query",
+                tok.line if tok else 0,
+                tok.col if tok else 0,
+            )
         if sel.join or sel.group_by or sel.window:
-            raise SqlError("a pull query is SELECT ... FROM table WHERE key = value (no joins, windows or GROUP BY)")
+            raise SqlError(
+                "a pull query is SELECT ... FROM table WHERE key = value (no joins, windows or GROUP BY)"
+            )
         kc = s.key_column
         assert kc is not None
         w = sel.where or []
-        if not (len(w) == 3 and w[0].kind in ("WORD", "QID") and w[0].text.upper() == kc["name"].upper()
-                and w[1].kind == "OP" and w[1].text == "=" and w[2].kind in ("STR", "NUM")):
+        if not (
+            len(w) == 3
+            and w[0].kind in ("WORD", "QID")
+            and w[0].text.upper() == kc["name"].upper()
+            and w[1].kind == "OP"
+            and w[1].text == "="
+            and w[2].kind in ("STR", "NUM")
+        ):
             where = w[0] if w else tok
             msg = f"a pull query needs WHERE {kc['name']} = <value> (a key lookup on {s.name}'s PRIMARY KEY)"
             raise where.err(msg) if where else SqlError(msg)
         if s.window:
-            raise SqlError(f"{s.name} is windowed: pull queries over windowed tables are not supported yet (use a push query: SELECT * FROM {s.name} WHERE ... EMIT CHANGES)")
+            raise SqlError(
+                f"{s.name} is windowed: pull queries over windowed tables are not supported yet (use a push query: SELECT * FROM {s.name} WHERE ... EMIT CHANGES)"  # noqa: E501
+            )
         key = w[2].text
         kf = "json" if s.key_format == "JSON" else "string"
         if kf == "json" and w[2].kind == "STR":
@@ -848,7 +1030,7 @@ class Engine:
                 f"--application-server 127.0.0.1:7070 --table {s.name}={s.topic}:json:{kf}  "
                 f"then: strom sql --bootstrap-server {self.bootstrap} --state-server http://127.0.0.1:7070"
             )
-        url = f"{self.state_server.rstrip('/')}/tables/{urllib.parse.quote(s.name, safe='')}/keys/{urllib.parse.quote(key, safe='')}"
+        url = f"{self.state_server.rstrip('/')}/tables/{urllib.parse.quote(s.name, safe='')}/keys/{urllib.parse.quote(key, safe='')}"  # noqa: E501
         try:
             with urllib.request.urlopen(url, timeout=10) as r:
                 body = json.loads(r.read())
@@ -860,7 +1042,9 @@ class Engine:
             if e.code == 404 and "found" in body:
                 body = {"found": False}
             elif e.code == 404:
-                raise SqlError(f"the state server does not serve {s.name}: {body.get('error')} (start it with --table {s.name}={s.topic}:json:{kf})") from None
+                raise SqlError(
+                    f"the state server does not serve {s.name}: {body.get('error')} (start it with --table {s.name}={s.topic}:json:{kf})"  # noqa: E501
+                ) from None
             else:
                 raise SqlError(f"state server: {e.code} {body.get('error', '')}") from None
         except (urllib.error.URLError, OSError, ValueError) as e:
@@ -876,7 +1060,9 @@ class Engine:
         self.out(_table_rows(names, rows))
         pos = body.get("position")
         if pos:
-            self.out(f"(consistent with {pos.get('topic')}-{pos.get('partition')} up to offset {pos.get('offset')})")
+            self.out(
+                f"(consistent with {pos.get('topic')}-{pos.get('partition')} up to offset {pos.get('offset')})"  # noqa: E501
+            )
 
     def describe_json(self) -> dict[str, Any]:
         return {k: asdict(v) for k, v in self.meta.sources.items()}
@@ -901,11 +1087,23 @@ class _TxnBatchWriter:
 
         rows = [(r["key"], r["value"]) for r in df.select("key", "value").collect()]
         if self.producer is None:
-            self.producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
-                                      "partitioner": "murmur2_random", "linger.ms": 5})
+            self.producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "transactional.id": self.txn_id,
+                    "partitioner": "murmur2_random",
+                    "linger.ms": 5,
+                }
+            )
             self.producer.init_transactions(60)
-            self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.txn_id,
-                                      "isolation.level": "read_committed", "enable.auto.commit": False})
+            self.consumer = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": self.txn_id,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                }
+            )
         marker = TopicPartition(self.topic, 0)
         committed = self.consumer.committed([marker], timeout=60)[0].offset
         if committed >= batch_id + 1:
@@ -913,7 +1111,10 @@ class _TxnBatchWriter:
         p = self.producer
         p.begin_transaction()
         for k, v in rows:
-            p.produce(self.topic, key=None if k is None else k.encode(), value=None if v is None else v.encode())
-        p.send_offsets_to_transaction([TopicPartition(self.topic, 0, batch_id + 1)],
-                                      self.consumer.consumer_group_metadata(), 60)
+            p.produce(
+                self.topic, key=None if k is None else k.encode(), value=None if v is None else v.encode()
+            )
+        p.send_offsets_to_transaction(
+            [TopicPartition(self.topic, 0, batch_id + 1)], self.consumer.consumer_group_metadata(), 60
+        )
         p.commit_transaction(60)

@@ -293,20 +293,45 @@ class Insert:
 Statement = CreateSource | CreateAs | Select | Show | Describe | Drop | Terminate | SetProperty | Insert
 
 SOURCE_PROPS = {
-    "KAFKA_TOPIC", "VALUE_FORMAT", "KEY_FORMAT", "FORMAT", "PARTITIONS", "REPLICAS", "TIMESTAMP",
-    "TIMESTAMP_FORMAT", "VALUE_DELIMITER", "RETENTION_MS", "CLEANUP_POLICY",
+    "KAFKA_TOPIC",
+    "VALUE_FORMAT",
+    "KEY_FORMAT",
+    "FORMAT",
+    "PARTITIONS",
+    "REPLICAS",
+    "TIMESTAMP",
+    "TIMESTAMP_FORMAT",
+    "VALUE_DELIMITER",
+    "RETENTION_MS",
+    "CLEANUP_POLICY",
 }
 FORMATS = ("JSON", "KAFKA", "DELIMITED")
 
 _UNITS = {
-    "MILLISECOND": 1, "MILLISECONDS": 1, "SECOND": 1000, "SECONDS": 1000, "MINUTE": 60_000,
-    "MINUTES": 60_000, "HOUR": 3_600_000, "HOURS": 3_600_000, "DAY": 86_400_000, "DAYS": 86_400_000,
+    "MILLISECOND": 1,
+    "MILLISECONDS": 1,
+    "SECOND": 1000,
+    "SECONDS": 1000,
+    "MINUTE": 60_000,
+    "MINUTES": 60_000,
+    "HOUR": 3_600_000,
+    "HOURS": 3_600_000,
+    "DAY": 86_400_000,
+    "DAYS": 86_400_000,
 }
 
 _SIMPLE_TYPES = {
-    "VARCHAR": "string", "STRING": "string", "INT": "int", "INTEGER": "int", "BIGINT": "bigint",
-    "DOUBLE": "double", "BOOLEAN": "boolean", "TIMESTAMP": "timestamp", "DATE": "date",
-    "BYTES": "binary", "TIME": "string",
+    "VARCHAR": "string",
+    "STRING": "string",
+    "INT": "int",
+    "INTEGER": "int",
+    "BIGINT": "bigint",
+    "DOUBLE": "double",
+    "BOOLEAN": "boolean",
+    "TIMESTAMP": "timestamp",
+    "DATE": "date",
+    "BYTES": "binary",
+    "TIME": "string",
 }
 
 
@@ -321,7 +346,9 @@ class _P:
     def __init__(self, toks: list[Token]) -> None:
         self.toks = toks
         last = toks[-1] if toks else Token("END", "", 1, 1)
-        self.end = Token("END", "", last.line, last.col + len(last.text) + (2 if last.kind in ("STR", "QID") else 0))
+        self.end = Token(
+            "END", "", last.line, last.col + len(last.text) + (2 if last.kind in ("STR", "QID") else 0)
+        )
         self.i = 0
 
     def peek(self, k: int = 0) -> Token:
@@ -479,7 +506,7 @@ def _expr_until(p: _P, stops: set[str], what: str) -> list[Token]:
         if t.kind == "END":
             break
         if depth == 0 and (t.up in stops or (t.kind == "OP" and t.text in (",", ")"))):
-            if t.up in ("LEFT", "INNER", "FULL") and not p.peek(1).up in ("JOIN", "OUTER"):
+            if t.up in ("LEFT", "INNER", "FULL") and p.peek(1).up not in ("JOIN", "OUTER"):
                 pass  # LEFT(...) the function
             else:
                 break
@@ -493,8 +520,23 @@ def _expr_until(p: _P, stops: set[str], what: str) -> list[Token]:
     return out
 
 
-_CLAUSES = {"FROM", "WINDOW", "WHERE", "GROUP", "HAVING", "PARTITION", "EMIT", "LIMIT", "JOIN", "LEFT",
-            "INNER", "FULL", "AS", "ON", "WITHIN"}
+_CLAUSES = {
+    "FROM",
+    "WINDOW",
+    "WHERE",
+    "GROUP",
+    "HAVING",
+    "PARTITION",
+    "EMIT",
+    "LIMIT",
+    "JOIN",
+    "LEFT",
+    "INNER",
+    "FULL",
+    "AS",
+    "ON",
+    "WITHIN",
+}
 
 
 def _source_ref(p: _P) -> SourceRef:
@@ -576,7 +618,9 @@ def _select(p: _P) -> Select:
         right_col = _col_ref(p)
         sel.join = JoinSpec(kind, right, (left_col, right_col), within, grace)
         if p.at("LEFT") or p.at("JOIN") or p.at("INNER"):
-            raise p.peek().err("one JOIN per query is supported: write the first join to a stream (CREATE STREAM ... AS SELECT) and join that")
+            raise p.peek().err(
+                "one JOIN per query is supported: write the first join to a stream (CREATE STREAM ... AS SELECT) and join that"  # noqa: E501
+            )
     if p.at("WINDOW"):
         wt = p.next()
         sel.window = _window(p, wt)
@@ -585,7 +629,9 @@ def _select(p: _P) -> Select:
     if p.accept("GROUP"):
         p.expect("BY")
         while True:
-            sel.group_by.append(_expr_until(p, {"HAVING", "PARTITION", "EMIT", "LIMIT"}, "a grouping expression"))
+            sel.group_by.append(
+                _expr_until(p, {"HAVING", "PARTITION", "EMIT", "LIMIT"}, "a grouping expression")
+            )
             if not p.is_op(","):
                 break
             p.next()
@@ -720,7 +766,9 @@ def parse(toks: list[Token], text: str = "") -> Statement:
         if p.is_op("("):
             cols = _columns(p, kt.up)
             if not p.accept("WITH"):
-                raise p.peek().err(f"expected WITH (KAFKA_TOPIC='...', VALUE_FORMAT='...'), found {p.peek().show()}")
+                raise p.peek().err(
+                    f"expected WITH (KAFKA_TOPIC='...', VALUE_FORMAT='...'), found {p.peek().show()}"
+                )
             props = _props(p)
             if "KAFKA_TOPIC" not in props:
                 raise kt.err("WITH needs KAFKA_TOPIC")
@@ -731,7 +779,11 @@ def parse(toks: list[Token], text: str = "") -> Statement:
                 raise p.peek().err(f"expected '(' (columns) or AS SELECT, found {p.peek().show()}")
             sel = _select(p)
             if sel.limit is not None:
-                raise sel.tok.err("LIMIT is for push queries, not CREATE ... AS SELECT") if sel.tok else SqlError("LIMIT")
+                raise (
+                    sel.tok.err("LIMIT is for push queries, not CREATE ... AS SELECT")
+                    if sel.tok
+                    else SqlError("LIMIT")
+                )
             if kt.up == "TABLE" and not sel.group_by:
                 raise kt.err("CREATE TABLE AS SELECT needs GROUP BY (a table is an aggregation here)")
             if kt.up == "STREAM" and sel.group_by:
@@ -742,8 +794,13 @@ def parse(toks: list[Token], text: str = "") -> Statement:
     elif w in ("SHOW", "LIST"):
         p.next()
         t = p.next()
-        what = {"STREAMS": "STREAMS", "TABLES": "TABLES", "TOPICS": "TOPICS", "QUERIES": "QUERIES",
-                "PROPERTIES": "PROPERTIES"}.get(t.up)
+        what = {
+            "STREAMS": "STREAMS",
+            "TABLES": "TABLES",
+            "TOPICS": "TOPICS",
+            "QUERIES": "QUERIES",
+            "PROPERTIES": "PROPERTIES",
+        }.get(t.up)
         if what is None:
             raise t.err(f"expected STREAMS, TABLES, TOPICS, QUERIES or PROPERTIES, found {t.show()}")
         stmt = Show(what, p.accept("EXTENDED"))
@@ -779,12 +836,12 @@ def parse(toks: list[Token], text: str = "") -> Statement:
         p.next()
         p.expect("INTO")
         name = _ident_text(p.ident("a stream or table name"))
-        cols = None
+        names: list[str] | None = None
         if p.is_op("("):
             p.next()
-            cols = []
+            names = []
             while True:
-                cols.append(p.ident("a column").text)
+                names.append(p.ident("a column").text)
                 if p.is_op(")"):
                     p.next()
                     break
@@ -798,12 +855,12 @@ def parse(toks: list[Token], text: str = "") -> Statement:
                 p.next()
                 break
             p.expect_op(",")
-        if cols is not None and len(cols) != len(vals):
-            raise first.err(f"{len(cols)} columns but {len(vals)} values")
-        stmt = Insert(name, cols, vals)
+        if names is not None and len(names) != len(vals):
+            raise first.err(f"{len(names)} columns but {len(vals)} values")
+        stmt = Insert(name, names, vals)
     else:
         raise first.err(
-            f"unknown statement {first.show()}: CREATE, SELECT, INSERT, SHOW, DESCRIBE, DROP, TERMINATE, SET, UNSET"
+            f"unknown statement {first.show()}: CREATE, SELECT, INSERT, SHOW, DESCRIBE, DROP, TERMINATE, SET, UNSET"  # noqa: E501
         )
     p.done()
     return stmt
@@ -826,7 +883,9 @@ def render(toks: list[Token], replace: dict[str, str] | None = None) -> str:
         elif t.kind == "OP" and t.text == "=>":
             out.append("->")
         elif (
-            t.kind == "WORD" and replace and t.up in replace
+            t.kind == "WORD"
+            and replace
+            and t.up in replace
             and not (nxt is not None and nxt.kind == "OP" and nxt.text == "(")
             and not (prev is not None and prev.kind == "OP" and prev.text in (".", "->"))
         ):

@@ -14,6 +14,7 @@ the persistent queries of the catalog (``--state-dir``) resume from their checkp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,23 @@ __all__ = ["add_parser", "main", "run"]
 
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT[,...]")
-    p.add_argument("--file", "-f", metavar="FILE", help="run the statements of FILE, then keep the queries running")
-    p.add_argument("--state-dir", default="strom-sql", metavar="DIR",
-                   help="catalog (metastore.json) and query checkpoints (default ./strom-sql)")
-    p.add_argument("--state-server", metavar="URL",
-                   help="the strom streams serve instance answering pull queries (http://HOST:PORT)")
-    p.add_argument("--once", action="store_true",
-                   help="run each query over the data there now (availableNow), then exit")
+    p.add_argument(
+        "--file", "-f", metavar="FILE", help="run the statements of FILE, then keep the queries running"
+    )
+    p.add_argument(
+        "--state-dir",
+        default="strom-sql",
+        metavar="DIR",
+        help="catalog (metastore.json) and query checkpoints (default ./strom-sql)",
+    )
+    p.add_argument(
+        "--state-server",
+        metavar="URL",
+        help="the strom streams serve instance answering pull queries (http://HOST:PORT)",
+    )
+    p.add_argument(
+        "--once", action="store_true", help="run each query over the data there now (availableNow), then exit"
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -60,8 +71,14 @@ def run(args: argparse.Namespace, spark: Any = None) -> int:
             return 1
         for stmt, toks in stmts:
             _attach_text(stmt, toks, text)
-    engine = Engine(args.bootstrap_server, Path(args.state_dir), state_server=args.state_server, spark=spark,
-                    once=args.once, out=lambda line: print(line, flush=True))
+    engine = Engine(
+        args.bootstrap_server,
+        Path(args.state_dir),
+        state_server=args.state_server,
+        spark=spark,
+        once=args.once,
+        out=lambda line: print(line, flush=True),
+    )
     try:
         try:
             engine.resume()
@@ -116,11 +133,12 @@ def _serve(engine: Any) -> int:
 
 
 def _repl(engine: Any) -> int:
-    try:
+    with contextlib.suppress(ImportError):  # no readline on this platform: plain input()
         import readline  # noqa: F401 - line editing and history for input()
-    except ImportError:  # pragma: no cover - no readline on this platform
-        pass
-    print("strom sql: ksqlDB statements over strom topics on Spark; end each with ';', 'exit' leaves.", flush=True)
+    print(
+        "strom sql: ksqlDB statements over strom topics on Spark; end each with ';', 'exit' leaves.",
+        flush=True,
+    )
     buf = ""
     while True:
         try:
@@ -165,8 +183,9 @@ def _repl(engine: Any) -> int:
 
 
 def main(argv: list[str] | None = None, spark: Any = None) -> int:
-    p = argparse.ArgumentParser(prog="strom sql", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="strom sql", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     _configure(p)
     return run(p.parse_args(argv), spark)
 
