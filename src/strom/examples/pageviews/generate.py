@@ -23,8 +23,8 @@ WINDOW_MS = 30_000
 
 
 def users(n: int, start_ms: int) -> list[tuple[str, dict[str, Any], int]]:
-    """(user id, value, timestamp): user i lives in region i % 3; the last user is missing from
-    the table's point of view (never written) to exercise the LEFT JOIN."""
+    """(user id, value, timestamp): user i lives in region i % 3 (``views`` also has views of
+    ``User_<n>``, who is never written, to exercise the LEFT JOIN)."""
     return [
         (
             f"User_{i}",
