@@ -118,3 +118,26 @@ def test_file_runner_stops_at_a_bad_statement(tmp_path: Path, capsys: pytest.Cap
         .endswith("NOTHING does not exist (SHOW STREAMS; SHOW TABLES; list what does)")
     )
     assert main(["--file", str(tmp_path / "missing.sql")]) == 2
+
+
+def test_shell_goes_on_after_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = iter(
+        ["SELEC x;", "SET", "  'auto.offset.reset' = 'earliest';", "DESCRIBE foo;", "SHOW PROPERTIES;"]
+    )
+
+    def fake_input(prompt: str = "") -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    assert main(["--state-dir", str(tmp_path / "st")]) == 0
+    out = capsys.readouterr().out
+    assert "Error: line 1:1: unknown statement 'SELEC'" in out
+    assert "Successfully changed local property 'auto.offset.reset' to 'earliest'." in out
+    assert "Error: FOO does not exist" in out
+    assert "| auto.offset.reset | earliest |" in out
+    assert "Traceback" not in out
