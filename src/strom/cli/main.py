@@ -38,6 +38,7 @@ from strom.cli import transactions as cli_transactions
 from strom.client.errors import KafkaError
 from strom.console import cli as cli_console
 from strom.streams import serve as streams_serve
+from strom.streams.sql import shell as sql_shell
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_connect.add_parser(sub)
     cli_mirror.add_parser(sub)
     streams_serve.add_parser(sub)
+    sql_shell.add_parser(sub)
     return parser
 
 
@@ -406,6 +408,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "streams":
             return streams_serve.run(args)
+        if args.command == "sql":
+            return sql_shell.run(args)
         if args.command == "connect":
             return cli_connect.connect(args)
         if args.command == "mirror":

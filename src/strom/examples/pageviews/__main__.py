@@ -1,0 +1,3 @@
+from strom.examples.pageviews.generate import main
+
+raise SystemExit(main())
