@@ -43,12 +43,15 @@ STORES = ("oslo", "lyon")
 
 
 def changes(count: int, seed: int) -> list[tuple[str, int, int]]:
-    """``count`` seeded (item, delta, ts): deliveries of 1-10 pairs, sales of 1-3."""
+    """``count`` seeded (item, delta, ts): deliveries of 1-10 pairs, sales of 1-3 (never more
+    than the store has)."""
     rng = random.Random(seed)
-    out = []
+    out, stock = [], dict[str, int]()
     for i in range(count):
         item = f"{rng.choice(SKUS)}@{rng.choice(STORES)}"
-        delta = rng.randint(1, 10) if rng.random() < 0.4 else -rng.randint(1, 3)
+        sale = rng.randint(1, 3)
+        delta = -sale if rng.random() >= 0.4 and stock.get(item, 0) >= sale else rng.randint(1, 10)
+        stock[item] = stock.get(item, 0) + delta
         out.append((item, delta, BASE + 100 * i))
     return out
 
