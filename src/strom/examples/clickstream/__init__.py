@@ -1,0 +1,1 @@
+"""strom.streams example: clickstream (see cli.py)."""

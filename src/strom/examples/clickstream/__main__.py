@@ -1,0 +1,3 @@
+from strom.examples.clickstream.cli import main
+
+raise SystemExit(main())

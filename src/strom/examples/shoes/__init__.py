@@ -1,0 +1,1 @@
+"""strom.streams example: shoes (see cli.py)."""

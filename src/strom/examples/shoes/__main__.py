@@ -1,0 +1,3 @@
+from strom.examples.shoes.cli import main
+
+raise SystemExit(main())

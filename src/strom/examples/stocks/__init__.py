@@ -1,0 +1,1 @@
+"""strom.streams example: stocks (see cli.py)."""

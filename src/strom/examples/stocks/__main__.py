@@ -1,0 +1,3 @@
+from strom.examples.stocks.cli import main
+
+raise SystemExit(main())
