@@ -9,6 +9,8 @@
     strom-ledger generate --bootstrap-server HOST:PORT [--days 5 ...]
     strom-ledger run      --bootstrap-server HOST:PORT --checkpoint DIR [--available-now]
     strom-ledger serve    --bootstrap-server HOST:PORT [--port 8080] [--pay-per-movement X --pay-per-piece Y]
+    strom-ledger streams  run --checkpoint DIR [--available-now] | serve | query ITEM [CELL] [--cells]
+                          (the stock table on strom.streams, see streams_job)
     strom-ledger query    [--url http://127.0.0.1:8080] item SKU-0001 | cell A-01-1 | workers |
                           worker anna [2024-03-04] | corrections [ITEM] | over | stock | dead-letters | health
 
@@ -398,7 +400,12 @@ def _book(a: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["streams"]:  # the ledger on strom.streams (its own parser)
+        from strom.examples.ledger import streams_job
+
+        return streams_job.main(args[1:])
+    a = _parser().parse_args(args)
     from confluent_kafka import KafkaException
 
     from strom.client import KafkaError

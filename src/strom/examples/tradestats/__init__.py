@@ -1,0 +1,1 @@
+"""The trade-statistics interactive-query service on ``strom.streams`` (see :mod:`.cli`)."""

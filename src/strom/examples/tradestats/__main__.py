@@ -1,0 +1,5 @@
+import sys
+
+from strom.examples.tradestats.cli import main
+
+sys.exit(main())
