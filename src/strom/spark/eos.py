@@ -269,8 +269,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sess = session(self.opts.client)
         txn = _Txn(sess, self.opts, txn_id)
         sess.run(txn.init())
-        assert self.opts.topic is not None
-        marker_topic = self.opts.topic
+        marker_topic = self.opts.eos_marker_topic or self.opts.topic
+        assert marker_topic is not None
         if sess.run(txn.committed_batch(marker_topic)) >= batch_id:
             for _ in iterator:
                 pass

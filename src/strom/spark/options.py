@@ -114,6 +114,9 @@ class WriteOptions:
     include_headers: bool = True
     exactly_once: bool = False
     eos_id: str | None = None
+    # exactlyOnce: the topic whose partition 0 keeps the committed batch marker (default: the
+    # ``topic`` option); lets rows carry their own ``topic`` (strom.streams' dead letters)
+    eos_marker_topic: str | None = None
     key_format: Any = None  # strom.spark.formats.FieldFormat (settled by the sink, registry contacted)
     value_format: Any = None
 
@@ -456,4 +459,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         include_headers=True,
         exactly_once=_bool_opt(opts, "exactlyOnce", False),
         eos_id=opts.get("exactlyonce.id"),
+        eos_marker_topic=(opts.get("exactlyonce.markertopic") or "").strip() or None,
     )

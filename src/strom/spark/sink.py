@@ -151,8 +151,11 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType) -> DataSo
     opts = _with_formats(options, parse_write_options(options))
     validate_write_schema(schema, opts)
     if opts.exactly_once:
-        if opts.topic is None:
-            raise StromOptionError("exactlyOnce=true needs the 'topic' option (it names the batch marker)")
+        if opts.topic is None and opts.eos_marker_topic is None:
+            raise StromOptionError(
+                "exactlyOnce=true needs the 'topic' option (it names the batch marker) or "
+                "'exactlyOnce.markerTopic' when the rows carry their topic"
+            )
 
         return ExactlyOnceStreamWriter(opts)
     return StromStreamWriter(opts)

@@ -16,6 +16,8 @@ _LAZY = {
     "GlobalKTable": "dsl", "KGroupedTable": "dsl", "StreamingQueries": "dsl", "global_table": "dsl",
     "JoinWindows": "processors", "SessionWindows": "processors", "SlidingWindows": "processors",
     "TimeWindows": "processors", "Windowed": "processors",
+    "avro": "serdes", "json_schema": "serdes", "protobuf": "serdes", "RegistrySerde": "serdes",
+    "DecodeError": "serdes",
 }
 
 __all__ = sorted(_LAZY)

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from strom.streams import processors as P
+from strom.streams.serdes import NAMES, DecodeError, Serde, decode, encode
+from strom.streams.serdes import check as _check_serde
 
 __all__ = [
     "GlobalKTable",
@@ -82,41 +85,9 @@ __all__ = [
     "table",
 ]
 
-SERDES = ("bytes", "string", "json")
-
-
-def _check_serde(name: str) -> str:
-    if name not in SERDES:
-        raise ValueError(f"unknown serde {name!r}: expected one of {', '.join(SERDES)}")
-    return name
-
-
-def decode(serde: str, raw: bytes | None, where: str) -> Any:
-    if raw is None:
-        return None
-    if serde == "bytes":
-        return bytes(raw)
-    try:
-        text = bytes(raw).decode("utf-8")
-        return text if serde == "string" else json.loads(text)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"record {where} is not {serde}: {e}") from None
-
-
-def encode(serde: str, v: Any) -> bytes | None:
-    if v is None:
-        return None
-    if isinstance(v, P.Windowed):
-        return P.dumps_json(v).encode()
-    if serde == "bytes":
-        if not isinstance(v, (bytes, bytearray)):
-            raise ValueError(f"serde bytes needs bytes, got {type(v).__name__}")
-        return bytes(v)
-    if serde == "string":
-        return (
-            v if isinstance(v, str) else json.dumps(v) if isinstance(v, (dict, list)) else str(v)
-        ).encode()
-    return P.dumps_json(v).encode()
+SERDES = NAMES
+ON_ERROR = ("fail", "skip", "dlq")
+log = logging.getLogger("strom.streams")
 
 
 @dataclass
@@ -124,10 +95,13 @@ class _Source:
     spark: SparkSession
     topic: str
     bootstrap: str
-    key_serde: str
-    value_serde: str
+    key_serde: Serde
+    value_serde: Serde
     options: Mapping[str, str]
     internal: bool = False  # a repartition topic: values are _wire([timestamp, value])
+    # an undecodable record: fail the micro-batch, skip it (logged), or write it to dlq_topic
+    on_error: str = "fail"
+    dlq_topic: str | None = None
 
     def frame(self, side: int) -> DataFrame:
         r = (
@@ -155,8 +129,8 @@ class _Plan:
 
     sources: list[_Source]
     make_op: Callable[[], P.Operator]
-    key_serde: str
-    value_serde: str
+    key_serde: Serde
+    value_serde: Serde
     pre: list[Callable[[Any, Any], list[tuple[Any, Any]]] | None] = field(default_factory=list)
     # per side: the operator of the query that writes the side to a repartition topic (None: read
     # directly), and whether the side is broadcast to every task of the first other side
@@ -177,8 +151,8 @@ class _Plan:
         topic: str,
         checkpoint: str,
         *,
-        key_serde: str | None = None,
-        value_serde: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
         bootstrap: str | None = None,
         trigger: Mapping[str, Any] | None = None,
         query_name: str | None = None,
@@ -261,31 +235,37 @@ class _Plan:
         self,
         topic: str,
         checkpoint: str,
-        key_serde: str | None,
-        value_serde: str | None,
+        key_serde: Serde | None,
+        value_serde: Serde | None,
         bootstrap: str,
         trigger: Mapping[str, Any] | None,
         query_name: str | None,
     ) -> StreamingQuery:
         ks = _check_serde(key_serde or self.key_serde)
         vs = _check_serde(value_serde or self.value_serde)
-        df = self.frame(ks, vs)
+        df = self.frame(ks, vs, topic)
         w = (
             df.writeStream.format("strom")
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("topic", topic)
             .option("exactlyOnce", "true")
             .option("checkpointLocation", checkpoint)
             .outputMode("append")
         )
+        # with dead letters the rows carry their topic (the output or a dead-letter topic), all in
+        # the batch's transactions; the batch marker stays on the output topic
+        w = w.option("exactlyOnce.markerTopic", topic) if self._dead_letters() else w.option("topic", topic)
         if query_name:
             w = w.queryName(query_name)
         if trigger:
             w = w.trigger(**trigger)
         return w.start()
 
-    def frame(self, out_key_serde: str, out_value_serde: str) -> DataFrame:
-        """The result rows (``key``, ``value`` binary) as a streaming DataFrame."""
+    def _dead_letters(self) -> bool:
+        return any(src.on_error == "dlq" for src in self.sources)
+
+    def frame(self, out_key_serde: Serde, out_value_serde: Serde, out_topic: str = "") -> DataFrame:
+        """The result rows (``key``, ``value`` binary; with a dead-letter topic also ``topic``
+        and ``headers``) as a streaming DataFrame."""
         import pandas as pd  # type: ignore[import-untyped,unused-ignore]
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -314,26 +294,40 @@ class _Plan:
                 f = f.drop("partition").crossJoin(tasks)  # every task gets every record of the side
             df = f if df is None else df.unionByName(f)
         assert df is not None
-        serdes = [(s.topic, s.key_serde, s.value_serde, s.internal) for s in self.sources]
+        serdes = [(s.topic, s.key_serde, s.value_serde, s.internal, s.on_error, s.dlq_topic)
+                  for s in self.sources]
         make_op, pre = self.make_op, list(self.pre) + [None] * (len(self.sources) - len(self.pre))
         internal_out = self.internal_out
+        dead_letters = self._dead_letters()
 
         def task(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
             rows = pd.concat(list(pdfs), ignore_index=True)
             sides: list[list[tuple[Any, Any, int]]] = []
-            for i, (topic, kser, vser, internal) in enumerate(serdes):
+            dlq: list[tuple[str, Any, Any, list[dict[str, Any]]]] = []
+            for i, (topic, kser, vser, internal, on_error, dlq_topic) in enumerate(serdes):
                 part = rows[rows["side"] == i].sort_values(["src", "offset"], kind="stable")
                 per_src: dict[int, list[tuple[Any, Any, int]]] = {}
                 cols = (part["src"], part["offset"], part["ts"], part["key"], part["value"])
                 for src, off, ts, k, v in zip(*cols, strict=True):
                     where = f"{topic}-{src} offset {off}"
-                    kk = decode(kser, None if k is None or k is pd.NA else k, where)
+                    rawk = None if k is None or k is pd.NA else k
                     raw = None if v is None or v is pd.NA else v
                     t = int(ts)
-                    if internal:
-                        t, vv = _unwire(raw, where)
-                    else:
-                        vv = decode(vser, raw, where)
+                    try:
+                        kk = decode(kser, rawk, where)
+                        if internal:
+                            t, vv = _unwire(raw, where)
+                        else:
+                            vv = decode(vser, raw, where)
+                    except DecodeError as e:
+                        if on_error == "fail" or internal:
+                            raise
+                        if on_error == "skip":
+                            log.warning("skipping %s", e)
+                        else:
+                            assert dlq_topic is not None
+                            dlq.append((dlq_topic, rawk, raw, _dlq_headers(e, topic, int(src), int(off))))
+                        continue
                     f = pre[i]
                     recs = per_src.setdefault(int(src), [])
                     if f is None:
@@ -347,16 +341,30 @@ class _Plan:
                 )
             new_state, out = P.run_task_ts(make_op(), state.get[0] if state.exists else None, sides)
             state.update((new_state,))
+            res = {
+                "key": [encode(out_key_serde, k, out_topic, True) for k, _, _ in out],
+                "value": [
+                    _wire(t, v) if internal_out else encode(out_value_serde, v, out_topic) for _, v, t in out
+                ],
+            }
+            if not dead_letters:
+                yield pd.DataFrame(res, columns=["key", "value"])
+                return
             yield pd.DataFrame(
                 {
-                    "key": [encode(out_key_serde, k) for k, _, _ in out],
-                    "value": [_wire(t, v) if internal_out else encode(out_value_serde, v) for _, v, t in out],
+                    "key": res["key"] + [bytes(k) if k is not None else None for _, k, _, _ in dlq],
+                    "value": res["value"] + [bytes(v) if v is not None else None for _, _, v, _ in dlq],
+                    "topic": [out_topic] * len(out) + [t for t, _, _, _ in dlq],
+                    "headers": [None] * len(out) + [h for _, _, _, h in dlq],
                 },
-                columns=["key", "value"],
+                columns=["key", "value", "topic", "headers"],
             )
 
+        schema = "key binary, value binary"
+        if dead_letters:
+            schema += ", topic string, headers array<struct<key: string, value: binary>>"
         return df.groupBy("partition").applyInPandasWithState(
-            task, "key binary, value binary", "state binary", "append", GroupStateTimeout.NoTimeout
+            task, schema, "state binary", "append", GroupStateTimeout.NoTimeout
         )
 
 
@@ -482,7 +490,7 @@ class KTable:
         joiner: Callable[[Any, Any], Any] | None = None,
         *,
         how: str = "inner",
-        value_serde: str = "json",
+        value_serde: Serde = "json",
     ) -> _Plan:
         """``join(other, joiner, how=)``: table-table join on the key (``inner``, ``left``,
         ``outer``; inputs co-partitioned), the result's changelog with tombstones for deleted
@@ -532,7 +540,7 @@ class KGroupedTable:
         adder: Callable[[Any, Any], Any],
         subtractor: Callable[[Any, Any], Any],
         *,
-        value_serde: str = "json",
+        value_serde: Serde = "json",
     ) -> _Plan:
         """``adder(agg, value)``, ``subtractor(agg, value)``; emits each group's new aggregate
         (a tombstone if it becomes ``None``)."""
@@ -579,7 +587,7 @@ class KGroupedStream:
         merger: Callable[[Any, Any], Any] | None = None,
         *,
         emit: str = "changes",
-        value_serde: str = "json",
+        value_serde: Serde = "json",
     ) -> _Plan:
         """``adder(aggregate, value)``; ``merger(a, b)`` joins two sessions (session windows only).
         ``emit``: ``"changes"`` (every update) or ``"final"`` (once, when the window closes)."""
@@ -710,7 +718,7 @@ class KStream:
         """``select_key(selector).group_by_key()``: always repartitioned."""
         return self.select_key(selector).group_by_key(name=name)
 
-    def _plan1(self, make: Callable[[], P.Operator], value_serde: str, name: str) -> _Plan:
+    def _plan1(self, make: Callable[[], P.Operator], value_serde: Serde, name: str) -> _Plan:
         s = self.source
         if self.key_changed:
             return _Plan([s], make, s.key_serde, value_serde, [self.mapper], [_Passthrough], name=name)
@@ -723,7 +731,7 @@ class KStream:
         windows: P.JoinWindows | None = None,
         *,
         how: str = "inner",
-        value_serde: str = "json",
+        value_serde: Serde = "json",
         key_mapper: Callable[[Any, Any], Any] | None = None,
         name: str = "join",
     ) -> _Plan:
@@ -806,16 +814,35 @@ class _Passthrough(P.Operator):
         return [(key, value)]
 
 
+def _dlq_headers(e: DecodeError, topic: str, partition: int, offset: int) -> list[dict[str, Any]]:
+    """Kafka Streams' dead-letter headers (KIP-1034) for a record that did not decode."""
+    pairs = [
+        ("__streams.errors.exception", type(e).__name__),
+        ("__streams.errors.message", str(e)),
+        ("__streams.errors.topic", topic),
+        ("__streams.errors.partition", str(partition)),
+        ("__streams.errors.offset", str(offset)),
+    ]
+    return [{"key": k, "value": v.encode()} for k, v in pairs]
+
+
 def _source(
     spark: SparkSession,
     topic: str,
     bootstrap: str,
-    key_serde: str,
-    value_serde: str,
+    key_serde: Serde,
+    value_serde: Serde,
     options: Mapping[str, str] | None,
+    on_error: str = "fail",
+    dlq_topic: str | None = None,
 ) -> _Source:
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+    if (on_error == "dlq") != bool(dlq_topic):
+        raise ValueError("on_error='dlq' needs dlq_topic=..., and dlq_topic needs on_error='dlq'")
     return _Source(
-        spark, topic, bootstrap, _check_serde(key_serde), _check_serde(value_serde), dict(options or {})
+        spark, topic, bootstrap, _check_serde(key_serde), _check_serde(value_serde), dict(options or {}),
+        on_error=on_error, dlq_topic=dlq_topic,
     )
 
 
@@ -824,12 +851,16 @@ def stream(
     topic: str,
     *,
     bootstrap: str,
-    key_serde: str = "string",
-    value_serde: str = "string",
+    key_serde: Serde = "string",
+    value_serde: Serde = "string",
     options: Mapping[str, str] | None = None,
+    on_error: str = "fail",
+    dlq_topic: str | None = None,
 ) -> KStream:
     """A :class:`KStream` of ``topic`` from its first offset; ``options`` go to the strom source."""
-    return KStream(_source(spark, topic, bootstrap, key_serde, value_serde, options))
+    return KStream(
+        _source(spark, topic, bootstrap, key_serde, value_serde, options, on_error, dlq_topic)
+    )
 
 
 def table(
@@ -837,12 +868,16 @@ def table(
     topic: str,
     *,
     bootstrap: str,
-    key_serde: str = "string",
-    value_serde: str = "string",
+    key_serde: Serde = "string",
+    value_serde: Serde = "string",
     options: Mapping[str, str] | None = None,
+    on_error: str = "fail",
+    dlq_topic: str | None = None,
 ) -> KTable:
     """A :class:`KTable` of (compacted) ``topic``: latest value per key, tombstones delete."""
-    return KTable(_source(spark, topic, bootstrap, key_serde, value_serde, options))
+    return KTable(
+        _source(spark, topic, bootstrap, key_serde, value_serde, options, on_error, dlq_topic)
+    )
 
 
 def global_table(
@@ -850,10 +885,14 @@ def global_table(
     topic: str,
     *,
     bootstrap: str,
-    key_serde: str = "string",
-    value_serde: str = "string",
+    key_serde: Serde = "string",
+    value_serde: Serde = "string",
     options: Mapping[str, str] | None = None,
+    on_error: str = "fail",
+    dlq_topic: str | None = None,
 ) -> GlobalKTable:
     """A :class:`GlobalKTable` of (compacted) ``topic``: every task of a stream joined to it holds
     all of its partitions."""
-    return GlobalKTable(_source(spark, topic, bootstrap, key_serde, value_serde, options))
+    return GlobalKTable(
+        _source(spark, topic, bootstrap, key_serde, value_serde, options, on_error, dlq_topic)
+    )
