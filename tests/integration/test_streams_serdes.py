@@ -77,3 +77,30 @@ def test_pipeline_error_options_are_checked_at_definition(tmp_path: Path) -> Non
     src = _source(None, "t", "b", "json", S.avro("http://127.0.0.1:1", SCHEMA), None,  # type: ignore[arg-type]
                   on_error="dlq", dlq_topic="t-dlq")
     assert src.dlq_topic == "t-dlq" and isinstance(src.value_serde, serdes.RegistrySerde)
+
+
+def test_protobuf_interoperates_with_confluent_kafka(registry: str) -> None:
+    pytest.importorskip("google.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="streams_item.proto", package="shop", syntax="proto3")
+    msg = fdp.message_type.add(name="Item")
+    msg.field.add(name="sku", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="qty", number=2, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    item = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Item"))
+
+    s = S.protobuf(registry, item)
+    raw = serdes.encode(s, item(sku="a", qty=3), "items")
+    got = ProtobufDeserializer(item, {"use.deprecated.format": False})(
+        raw, SerializationContext("items", MessageField.VALUE))
+    assert (got.sku, got.qty) == ("a", 3)  # confluent-kafka reads what strom.streams wrote
+    ser = ProtobufSerializer(item, SchemaRegistryClient({"url": registry}), {"use.deprecated.format": False})
+    theirs = ser(item(sku="b", qty=4), SerializationContext("items2", MessageField.VALUE))
+    back = serdes.decode(s, theirs, "items2-0 offset 0")
+    assert (back.sku, back.qty) == ("b", 4)  # and the other way round

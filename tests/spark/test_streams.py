@@ -378,3 +378,50 @@ def test_kill_9_of_the_driver_mid_stream(kbroker: BrokerProcess, tmp_path: Path)
     print(f"killed with {before} of {len(sent) - 200} updates out; after the restart {len(out)}")
     assert {k: len(v) for k, v in changelog.items()} == want
     assert all(v == list(range(1, len(v) + 1)) for v in changelog.values()), "an update lost or doubled"
+
+
+@pytest.mark.slow
+def test_session_windows_on_spark(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
+    """A session count (gap 300 ms, grace 200 ms), final only, on two partitions: each closed
+    session once, equal to the sessions got by splitting each key's timestamps at gaps."""
+    from strom import streams as S
+
+    boot = kbroker.bootstrap
+    create_topic(boot, "sw-in", 2)
+    create_topic(boot, "sw-out", 2)
+    rng = random.Random(11)
+    keys = [f"k{i}" for i in range(6)]
+    events, t = [], BASE
+    for _ in range(400):
+        t += rng.choice([5, 20, 60, 150, 400, 900])  # some steps longer than the gap
+        events.append((rng.choice(keys), t))
+    produce_keyed(boot, "sw-in", events)
+    gap, grace = 300, 200
+    q = (
+        S.stream(spark, "sw-in", bootstrap=boot)
+        .group_by_key()
+        .windowed_by(S.SessionWindows(gap, grace=grace))
+        .count(emit="final")
+        .to("sw-out", str(tmp_path / "ck"), trigger={"availableNow": True})
+    )
+    run_available_now(q)
+    want = {}
+    for p in range(2):
+        st = max(ts for k, ts in events if part_of(k) == p)
+        for k in {k for k, _ in events if part_of(k) == p}:
+            ts = sorted(x for kk, x in events if kk == k)
+            start, prev, n = ts[0], ts[0], 0
+            for x in ts:
+                if x - prev > gap:
+                    want[(k, start, prev)] = n
+                    start, n = x, 0
+                prev, n = x, n + 1
+            want[(k, start, prev)] = n
+            want = {s: c for s, c in want.items() if not (s[0] == k and s[2] + gap + grace >= st)}
+    got = {}
+    for _p, kb, vb in read_committed(boot, "sw-out", 2):
+        assert kb is not None and vb is not None
+        w = json.loads(kb)
+        assert (w["key"], w["start"], w["end"]) not in got, "a session emitted twice"
+        got[(w["key"], w["start"], w["end"])] = int(vb)
+    assert got == want and len(want) > 50

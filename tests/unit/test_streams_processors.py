@@ -46,11 +46,22 @@ def test_session_count_final_and_changes_match_reference() -> None:
         ref = {(k, s, e): n for k in "abcd" for s, e, n in _clusters([ts for kk, ts in ev if kk == k], gap)}
         final = [((wk.key, wk.start, wk.end), v) for wk, v in results["final"]]
         assert len(final) == len({f for f, _ in final})
-        assert dict(final) == {s: n for s, n in ref.items() if s[2] + grace < st}
+        assert dict(final) == {s: n for s, n in ref.items() if s[2] + gap + grace < st}
         latest: dict[tuple[str, int, int], int | None] = {}
         for wk, v in results["changes"]:
             latest[(wk.key, wk.start, wk.end)] = v
         assert {s: v for s, v in latest.items() if v is not None} == ref
+
+
+def test_a_session_is_final_only_once_nothing_can_extend_it() -> None:
+    # grace shorter than the gap: a record 230 ms after a session's end still joins it although
+    # stream time (other keys) passed end + grace; the final session holds both records
+    w = P.SessionWindows(300, 200)
+    op = P.SessionAggregate(w, lambda: 0, lambda a, v: a + 1, lambda a, b: a + b, "final")
+    recs = [("a", 1, 1000), ("b", 1, 1250), ("a", 1, 1230), ("b", 1, 3000)]
+    _, out = P.run_task(op, None, [recs])
+    got = [((wk.key, wk.start, wk.end), n) for wk, n in out]
+    assert got == [(("a", 1000, 1230), 2), (("b", 1250, 1250), 1)]
 
 
 def test_run_task_state_round_trip_equals_one_pass() -> None:

@@ -270,10 +270,13 @@ class SessionAggregate(Operator):
         return out
 
     def _close(self, st: int) -> Out:
-        grace = self.windows.grace
+        # a session is final once no record can extend it any more: one within the gap after its
+        # end is accepted until stream time passes that record's time + grace (Kafka Streams'
+        # emit-on-window-close for sessions: end + gap + grace)
+        horizon = self.windows.gap + self.windows.grace
         closed = []
         for key, sessions in self.state["sess"].items():
-            for s in [s for s in sessions if s[1] + grace < st]:
+            for s in [s for s in sessions if s[1] + horizon < st]:
                 sessions.remove(s)
                 closed.append((s[1], s[0], key, s[2]))
         self.state["sess"] = {k: v for k, v in self.state["sess"].items() if v}
