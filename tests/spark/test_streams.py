@@ -425,3 +425,50 @@ def test_session_windows_on_spark(spark: Any, kbroker: BrokerProcess, tmp_path: 
         assert (w["key"], w["start"], w["end"]) not in got, "a session emitted twice"
         got[(w["key"], w["start"], w["end"])] = int(vb)
     assert got == want and len(want) > 50
+
+
+def test_table_filter_map_values_and_to_stream(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
+    """``table.filter(...).map_values(...)``: a row that stops matching is deleted (tombstone),
+    the final table equals the reference; ``to_stream()`` carries every update."""
+    from strom import streams as S
+
+    boot = kbroker.bootstrap
+    for t in ("tf-in", "tf-out", "tf-stream"):
+        create_topic(boot, t, 2)
+    rng = random.Random(21)
+    keys = [f"k{i}" for i in range(8)]
+    events = [(rng.choice(keys), BASE + i) for i in range(200)]
+    vals = {(k, ts): None if rng.random() < 0.15 else json.dumps({"n": rng.randint(0, 9)}).encode()
+            for k, ts in events}
+    produce_keyed(boot, "tf-in", events, value=lambda k, ts: vals[(k, ts)])
+    table = (
+        S.table(spark, "tf-in", bootstrap=boot, value_serde="json")
+        .filter(lambda k, v: v["n"] % 2 == 0)
+        .map_values(lambda v: {"n10": v["n"] * 10})
+    )
+    run_available_now(table.to("tf-out", str(tmp_path / "t"), value_serde="json",
+                               trigger={"availableNow": True}))
+    latest: dict[str, Any] = {}
+    for k, ts in events:
+        v = vals[(k, ts)]
+        n = None if v is None else json.loads(v)["n"]
+        if n is None or n % 2:
+            latest.pop(k, None)
+        else:
+            latest[k] = {"n10": n * 10}
+    view: dict[str, Any] = {}
+    tombstones = 0
+    for _p, kb, vb in read_committed(boot, "tf-out", 2):
+        assert kb is not None
+        if vb is None:
+            assert kb.decode() in view, "a tombstone for a key the table did not hold"
+            del view[kb.decode()]
+            tombstones += 1
+        else:
+            view[kb.decode()] = json.loads(vb)
+    assert view == latest and tombstones > 5
+    run_available_now(table.to_stream().to("tf-stream", str(tmp_path / "s"), trigger={"availableNow": True}))
+    updates = read_committed(boot, "tf-stream", 2)
+    assert len(updates) == len(events)  # every update, the deletions as null values
+    assert sum(1 for _p, _k, v in updates if v is None) == sum(
+        1 for k, ts in events if vals[(k, ts)] is None or json.loads(vals[(k, ts)])["n"] % 2)

@@ -474,14 +474,44 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
 class KTable:
     """A table: the latest value per key of a topic (tombstones delete)."""
 
-    def __init__(self, source: _Source) -> None:
-        self.source = source
+    def __init__(
+        self, source: _Source, pre: Callable[[Any, Any], list[tuple[Any, Any]]] | None = None
+    ) -> None:
+        self.source, self.pre = source, pre
+
+    def _then(self, fn: Callable[[Any, Any], Any]) -> KTable:
+        """A table whose every update (key, value or None) is also passed through ``fn``."""
+        prev = self.pre
+
+        def both(k: Any, v: Any) -> list[tuple[Any, Any]]:
+            if prev is None:
+                return [(k, fn(k, v))]
+            return [(k2, fn(k2, v2)) for k2, v2 in prev(k, v)]
+
+        return KTable(self.source, both)
+
+    def map_values(self, fn: Callable[[Any], Any]) -> KTable:
+        """Kafka Streams' ``KTable.mapValues``: each value mapped (a deleted key stays deleted; a
+        value mapped to None deletes the key)."""
+        return self._then(lambda k, v: None if v is None else fn(v))
+
+    def filter(self, pred: Callable[[Any, Any], bool]) -> KTable:
+        """Kafka Streams' ``KTable.filter``: a row that does not match is deleted (a tombstone),
+        so a row that stops matching leaves the table."""
+        return self._then(lambda k, v: v if v is not None and pred(k, v) else None)
+
+    def filter_not(self, pred: Callable[[Any, Any], bool]) -> KTable:
+        return self.filter(lambda k, v: not pred(k, v))
+
+    def to_stream(self) -> KStream:
+        """The table's updates as a stream (tombstones as records with a None value)."""
+        return KStream(self.source, self.pre)
 
     def to(self, topic: str, checkpoint: str, **kw: Any) -> StreamingQuery | StreamingQueries:
         """The table's changelog (updates and tombstones of deleted keys) to a compacted topic."""
-        return _Plan([self.source], P.TableSource, self.source.key_serde, self.source.value_serde).to(
-            topic, checkpoint, **kw
-        )
+        return _Plan(
+            [self.source], P.TableSource, self.source.key_serde, self.source.value_serde, [self.pre]
+        ).to(topic, checkpoint, **kw)
 
     def join(
         self,
@@ -507,7 +537,9 @@ class KTable:
             def make() -> P.Operator:
                 return P.TableTableJoin(jn, how)  # type: ignore[arg-type]
 
-            return _Plan([self.source, other.source], make, self.source.key_serde, value_serde)
+            return _Plan(
+                [self.source, other.source], make, self.source.key_serde, value_serde, [self.pre, other.pre]
+            )
         if how not in ("inner", "left"):
             raise ValueError("a foreign-key join's how must be 'inner' or 'left'")
         fk, jn2, left = fn, joiner, how == "left"
@@ -516,7 +548,12 @@ class KTable:
             return P.ForeignKeyJoin(fk, jn2, left)  # type: ignore[arg-type]
 
         return _Plan(
-            [self.source, other.source], make_fk, self.source.key_serde, value_serde, broadcast=[False, True]
+            [self.source, other.source],
+            make_fk,
+            self.source.key_serde,
+            value_serde,
+            [self.pre, other.pre],
+            broadcast=[False, True],
         )
 
     def group_by(
@@ -553,7 +590,9 @@ class KGroupedTable:
             return P.TableAggregate(init, adder, subtractor)
 
         src = self.table.source
-        return _Plan([src], make, src.key_serde, value_serde, stage1=[first], name=self.name)
+        return _Plan(
+            [src], make, src.key_serde, value_serde, [self.table.pre], stage1=[first], name=self.name
+        )
 
     def count(self) -> _Plan:
         return self.aggregate(_zero, _count, _minus_one)
@@ -775,7 +814,7 @@ class KStream:
                 make,
                 s.key_serde,
                 value_serde,
-                [None, self.mapper],
+                [other.pre, self.mapper],
                 [None, mine],
                 name=name,
             )
