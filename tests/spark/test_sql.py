@@ -182,3 +182,35 @@ def test_table_aggregation_restart_push_and_pull(
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_hopping_window_counts(spark: Any, kbroker: BrokerProcess, tmp_path: Path) -> None:
+    """WINDOW HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) on event time from a column: the
+    last update of each (symbol, window) equals a count done here."""
+    base = 1_700_000_000_000  # a multiple of 5 s
+    rows = [("A", 1_000), ("A", 6_000), ("B", 7_000), ("A", 12_000), ("B", 14_999), ("A", 15_000)]
+    inserts = "\n".join(
+        f"INSERT INTO trades (sym, px, ts) VALUES ('{s}', 1.0, {base + t});" for s, t in rows
+    )
+    f = tmp_path / "hop.sql"
+    f.write_text(
+        "SET 'auto.offset.reset' = 'earliest';\n"
+        "CREATE STREAM trades (sym VARCHAR KEY, px DOUBLE, ts BIGINT)\n"
+        "  WITH (kafka_topic = 'trades', value_format = 'JSON', partitions = 2, timestamp = 'ts');\n"
+        f"{inserts}\n"
+        "CREATE TABLE trades_hop AS SELECT sym, COUNT(*) AS n FROM trades\n"
+        "  WINDOW HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY sym EMIT CHANGES;\n"
+    )
+    assert sql(spark, kbroker, tmp_path / "state", "--once", "--file", str(f)) == 0
+    want: dict[tuple[str, int], int] = {}
+    for s, t in rows:
+        for start in range(base + t - t % 5_000 - 5_000, base + t + 1, 5_000):
+            if start <= base + t < start + 10_000:
+                want[(s, start)] = want.get((s, start), 0) + 1
+    got: dict[tuple[str, int], int] = {}
+    for _, k, v in read_committed(kbroker.bootstrap, "TRADES_HOP", 2):
+        assert k is not None and v is not None
+        key = json.loads(k)
+        assert key["end"] - key["start"] == 10_000
+        got[(key["key"], key["start"])] = json.loads(v)["n"]
+    assert got == want and len(want) == 8  # A: 5 windows, B: 3
