@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
@@ -115,3 +115,26 @@ def run_queries(queries: Sequence[Any], who: str) -> None:
         q.awaitTermination()
         if q.exception() is not None:
             raise SystemExit(f"{who}: {q.exception()}")
+
+
+def run_pipeline(app: str, who: str, start: Callable[[Any, dict[str, Any]], Sequence[Any]],
+                 available_now: bool) -> None:
+    """An example's ``run``: a local Spark session, ``start(spark, trigger)`` -> its queries;
+    with ``available_now`` wait for each in order, else until one stops or Ctrl-C; a failed query
+    is one line (``who: error``) and exit status 1."""
+    spark = spark_session(app)
+    trigger = {"availableNow": True} if available_now else {"processingTime": "1 second"}
+    try:
+        queries = list(start(spark, trigger))
+        if available_now:
+            run_queries(queries, who)
+            return
+        while all(q.isActive for q in queries):
+            time.sleep(1)
+        for q in queries:
+            if q.exception() is not None:
+                raise SystemExit(f"{who}: {q.exception()}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        spark.stop()

@@ -165,37 +165,13 @@ def start(spark: Any, bootstrap: str, checkpoint: str, trigger: dict[str, Any]) 
 
 
 def run(bootstrap: str, checkpoint: str, available_now: bool) -> None:
-    from pyspark.sql import SparkSession
+    from strom.examples import _io
 
-    from strom.spark import StromDataSource
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _admin(bootstrap)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("strom-tradestats")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+    _io.run_pipeline(
+        "strom-tradestats", "tradestats",
+        lambda spark, trigger: start(spark, bootstrap, checkpoint, trigger), available_now,
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(StromDataSource)
-    trigger = {"availableNow": True} if available_now else {"processingTime": "1 second"}
-    try:
-        qs = start(spark, bootstrap, checkpoint, trigger)
-        if available_now:
-            for q in qs:
-                q.awaitTermination()
-        else:
-            while all(q.isActive for q in qs):
-                time.sleep(1)
-        for q in qs:
-            if q.exception() is not None:
-                raise SystemExit(f"tradestats: {q.exception()}")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        spark.stop()
 
 
 def serve_args(bootstrap: str, server: str) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -62,36 +61,13 @@ def produce(bootstrap: str, lines: Sequence[str]) -> int:
 
 
 def run(bootstrap: str, checkpoint: str, available_now: bool) -> None:
-    from pyspark.sql import SparkSession
+    from strom.examples import _io
 
-    from strom.spark import StromDataSource
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _admin(bootstrap, 2)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("strom-wordcount")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+    _io.run_pipeline(
+        "strom-wordcount", "wordcount",
+        lambda spark, trigger: start(spark, bootstrap, checkpoint, trigger), available_now,
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(StromDataSource)
-    trigger = {"availableNow": True} if available_now else {"processingTime": "1 second"}
-    try:
-        q1, q2 = start(spark, bootstrap, checkpoint, trigger)
-        if available_now:
-            q2.awaitTermination()
-        else:
-            while q1.isActive and q2.isActive:
-                time.sleep(1)
-        for q in (q1, q2):
-            if q.exception() is not None:
-                raise SystemExit(f"wordcount: {q.exception()}")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        spark.stop()
 
 
 def start(spark: Any, bootstrap: str, checkpoint: str, trigger: dict[str, Any]) -> tuple[Any, Any]:
