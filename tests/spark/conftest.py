@@ -52,6 +52,18 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         b.stop()
 
 
+@pytest.fixture(scope="module")
+def registry(kbroker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A strom schema registry on the module's broker; its URL."""
+    from strom.testing.registry_process import RegistryProcess
+
+    reg = RegistryProcess(kbroker.bootstrap, tmp_path_factory.mktemp("sr") / "registry.log")
+    try:
+        yield reg.start(timeout=60).url
+    finally:
+        reg.stop()
+
+
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from strom.testing.broker_process import BrokerProcess
-from strom.testing.registry_process import RegistryProcess
 
 from .conftest import create_topic
 
@@ -50,15 +48,6 @@ ORDER = json.dumps(
         "required": ["id"],
     }
 )
-
-
-@pytest.fixture(scope="module")
-def registry(kbroker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    reg = RegistryProcess(kbroker.bootstrap, tmp_path_factory.mktemp("sr") / "registry.log")
-    try:
-        yield reg.start(timeout=60).url
-    finally:
-        reg.stop()
 
 
 def uniq(prefix: str) -> str:

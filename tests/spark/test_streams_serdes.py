@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from strom.testing.broker_process import BrokerProcess
-from strom.testing.registry_process import RegistryProcess
 
 from .conftest import create_topic, produce
 
@@ -25,15 +23,6 @@ TRADE = json.dumps({"type": "record", "name": "Trade", "namespace": "strom.test"
                     "fields": [{"name": "sym", "type": "string"}, {"name": "qty", "type": "int"}]})
 TOTAL = json.dumps({"type": "record", "name": "Total", "namespace": "strom.test",
                     "fields": [{"name": "n", "type": "int"}, {"name": "qty", "type": "long"}]})
-
-
-@pytest.fixture(scope="module")
-def registry(kbroker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    reg = RegistryProcess(kbroker.bootstrap, tmp_path_factory.mktemp("sr") / "registry.log")
-    try:
-        yield reg.start(timeout=60).url
-    finally:
-        reg.stop()
 
 
 def read_all(bootstrap: str, topic: str) -> list[Any]:
