@@ -104,3 +104,4 @@ def test_protobuf_interoperates_with_confluent_kafka(registry: str) -> None:
     theirs = ser(item(sku="b", qty=4), SerializationContext("items2", MessageField.VALUE))
     back = serdes.decode(s, theirs, "items2-0 offset 0")
     assert (back.sku, back.qty) == ("b", 4)  # and the other way round
+

@@ -375,3 +375,16 @@ def test_outer_stream_stream_join_and_sliding_count(
     assert len(out) == len({(w["key"], w["start"]) for w, _ in out})
     assert {(w["key"], w["start"]): n for w, n in out} == ref
     assert all(w["end"] - w["start"] == d for w, _ in out)
+
+
+def test_repartition_makes_the_next_operator_read_a_repartition_topic() -> None:
+    """``KStream.repartition()`` (no Spark needed to plan): the count reads its input through a
+    repartition stage; without it, directly."""
+    from strom.streams.dsl import KStream, _source
+
+    src = _source(None, "t", "b", "string", "json", None)  # type: ignore[arg-type]
+    direct = KStream(src).group_by_key().count()
+    assert not any(direct._side_flags()[0])
+    through = KStream(src).repartition().group_by_key(name="bykey").count()
+    stage1, _ = through._side_flags()
+    assert stage1[0] is not None and through.name == "bykey"

@@ -748,6 +748,13 @@ class KStream:
     def filter(self, pred: Callable[[Any, Any], bool]) -> KStream:
         return self._then(lambda k, v: [(k, v)] if pred(k, v) else [], False)
 
+    def repartition(self) -> KStream:
+        """Kafka Streams' ``KStream.repartition()``: the next stateful operator reads this stream
+        back from its repartition topic (``<app>-<name>-repartition``, Kafka's default
+        partitioner) even though the key did not change, e.g. to spread a skewed or
+        differently-partitioned topic by key."""
+        return KStream(self.source, self.mapper, True)
+
     def group_by_key(self, *, name: str = "groupby") -> KGroupedStream:
         """Group by the current key; after a key change the records go through
         ``<app>-<name>-repartition`` first."""
