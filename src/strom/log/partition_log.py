@@ -1201,6 +1201,7 @@ class PartitionLog:
                 if deferred:
                     for seg in doomed:
                         seg.rename_to_deleted()
+                    crash_point("retention.after_rename")
                 self._write_checkpoints(sync)
                 self.producer_state.delete_snapshots_before(first)
                 for idx in idxs:
@@ -1209,8 +1210,6 @@ class PartitionLog:
             # the renames, the checkpoint and the unlinks wait behind the file system's journal
             # while a roll's fsync runs (~10 ms each, measured): off the event loop when it can
             if not (deferred and _background_io is not None and _background_io(self, files)):
-                if deferred:
-                    crash_point("retention.after_rename")
                 files()
         except OSError as e:
             raise KafkaStorageError(f"deleting segments of {self.topic}-{self.partition} failed: {e}") from e
