@@ -106,6 +106,11 @@ async def _kill(broker: Broker) -> None:
         srv.close()
     broker.scheduler.close()  # every timer and periodic task
     broker.coordinator_writer.close()
+    # the roll flusher's queued fsyncs and checkpoint writes finish before the cut (a job running
+    # during PowerLossFS.cut would change the model while it is rebuilt)
+    for worker in (broker.roll_flusher, broker.page_cache_releaser):
+        if worker is not None:
+            worker.close()
     for plog in broker.logs.values():
         plog.close_without_flush()
 
