@@ -60,20 +60,19 @@ class RollFlusher:
     def run(self, plog: PartitionLog, job: Callable[[], None]) -> bool:
         """Queue other file work of ``plog`` (retention's renames, checkpoint and unlinks) behind
         the roll flushes; False (the caller runs it) off the loop's thread or once closed."""
+        return self._submit(plog, None, job)
+
+    def __call__(self, plog: PartitionLog, job: RollFlush) -> None:
+        if not self._submit(plog, job, lambda: self._flush(plog, job)):
+            flush_roll_inline(plog, job)  # an error goes to the roll's caller, as without a flusher
+
+    def _submit(self, plog: PartitionLog, roll: RollFlush | None, fn: Callable[[], None]) -> bool:
         if self.closed or threading.get_ident() != self._loop_thread:
             return False
         self.pending += 1
-        fut = self._executor.submit(job)
-        fut.add_done_callback(lambda f: self._done_threadsafe(plog, None, f))
+        fut = self._executor.submit(fn)
+        fut.add_done_callback(lambda f: self._done_threadsafe(plog, roll, f))
         return True
-
-    def __call__(self, plog: PartitionLog, job: RollFlush) -> None:
-        if self.closed or threading.get_ident() != self._loop_thread:
-            flush_roll_inline(plog, job)  # an error goes to the roll's caller, as without a flusher
-            return
-        self.pending += 1
-        fut = self._executor.submit(self._flush, plog, job)
-        fut.add_done_callback(lambda f: self._done_threadsafe(plog, job, f))
 
     @staticmethod
     def _flush(plog: PartitionLog, job: RollFlush) -> None:
