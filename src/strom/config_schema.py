@@ -471,6 +471,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # in the page cache; the pages behind are released (posix_fadvise DONTNEED) as the log grows,
     # so new writes reuse them. 0 leaves everything to the kernel, as Kafka does
     _c("strom.log.page.cache.window.bytes", _LONG, 64 * 1024 * 1024, AtLeast(0)),
+    # ... released every this many bytes appended. The first release of a dirty range starts its
+    # writeback, during which an append to the same file waits (ext4): a smaller step makes those
+    # waits shorter (16 MiB: 5-17 ms stalls every 16 MiB; 2 MiB: none over 5 ms), a larger one costs
+    # less CPU per GB (bench/latency.py and bench/replication.py, README "The page cache")
+    _c("strom.log.page.cache.release.bytes", _LONG, 2 * 1024 * 1024, AtLeast(64 * 1024)),
     # how often the event-loop lag monitor's timer runs (strom_event_loop_lag_seconds: how late
     # it ran, i.e. how long the loop was blocked; a WARN line for a stall of a second or more);
     # 0 turns it off

@@ -68,7 +68,7 @@ def write_log(d: Path, total: int) -> tuple[Path, int | None]:
 
 def test_window_bounds_the_cached_tail(tmp_path: Path) -> None:
     set_page_cache_window(4 * MIB)
-    assert PAGE_CACHE.step == 1 * MIB and PAGE_CACHE.recheck == 4 * MIB
+    assert PAGE_CACHE.step == 1 * MIB and PAGE_CACHE.recheck == 16 * MIB
     path, res = write_log(tmp_path / "small", 16 * MIB)
     if res is None:
         pytest.skip("no fincore to count cached pages (the data check above passed)")
@@ -88,7 +88,9 @@ def test_zero_leaves_the_page_cache_to_the_kernel(tmp_path: Path) -> None:
 
 def test_small_windows_use_small_steps() -> None:
     set_page_cache_window(64 * MIB)
-    assert (PAGE_CACHE.window, PAGE_CACHE.step, PAGE_CACHE.recheck) == (64 * MIB, 16 * MIB, 64 * MIB)
+    assert (PAGE_CACHE.window, PAGE_CACHE.step, PAGE_CACHE.recheck) == (64 * MIB, 2 * MIB, 16 * MIB)
+    set_page_cache_window(64 * MIB, 16 * MIB)
+    assert (PAGE_CACHE.step, PAGE_CACHE.recheck) == (16 * MIB, 64 * MIB)
     set_page_cache_window(4096)
     assert PAGE_CACHE.step == MIB  # at least a MiB between two system calls
     set_page_cache_window(-1)

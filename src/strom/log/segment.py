@@ -84,8 +84,8 @@ class _PageCacheWindow:
 
     def __init__(self) -> None:
         self.window = 0
-        self.step = 16 * _MIB
-        self.recheck = 64 * _MIB
+        self.step = 2 * _MIB
+        self.recheck = 16 * _MIB
         # ``(fd, offset, length)``: advises the range off the caller's thread (the first
         # advice of a dirty range submits its writeback, ~1 ms per 16 MiB); None: inline
         self.releaser: Callable[[int, int, int], None] | None = None
@@ -113,15 +113,17 @@ def set_page_cache_releaser(releaser: Callable[[int, int, int], None] | None) ->
 PAGE_CACHE = _PageCacheWindow()
 
 
-def set_page_cache_window(nbytes: int) -> None:
+def set_page_cache_window(nbytes: int, step: int = 2 * _MIB) -> None:
     """Keep ``nbytes`` of every segment's tail in the page cache, release the rest as it is
-    written (``<= 0``: never release, the kernel decides)."""
+    written, every ``step`` bytes (at most a quarter of the window, or a MiB; ``nbytes <= 0``: never
+    release, the kernel decides). A range is advised again up to 16 MiB (at least 4 steps)
+    behind, by when its writeback has finished and its pages can be dropped."""
     if nbytes <= 0 or not hasattr(os, "posix_fadvise"):
         PAGE_CACHE.window = 0
         return
     PAGE_CACHE.window = nbytes
-    PAGE_CACHE.step = max(_MIB, min(16 * _MIB, nbytes // 4))
-    PAGE_CACHE.recheck = 4 * PAGE_CACHE.step
+    PAGE_CACHE.step = max(64 * 1024, min(step, max(_MIB, nbytes // 4)))
+    PAGE_CACHE.recheck = max(4 * PAGE_CACHE.step, 16 * _MIB)
 _RECOVER_CHUNK = 1 << 20
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 

@@ -199,7 +199,8 @@ class Broker:
         self.log_dir = self.log_dirs[0]
         # disk faults (ENOSPC, EIO): one line per operation and partition or file per minute
         self.storage_log = RateLimitedLog(logging.getLogger("strom.storage"), self.clock)
-        set_page_cache_window(int(config["strom.log.page.cache.window.bytes"]))
+        set_page_cache_window(int(config["strom.log.page.cache.window.bytes"]),
+                              int(config["strom.log.page.cache.release.bytes"]))
         # a node of a multi-voter quorum has no other path (the registry is one node's store)
         quorum = bool(config[QUORUM_ENABLE]) or len(config.kraft().voter_ids) > 1
         if not quorum:  # (before anything is written)
