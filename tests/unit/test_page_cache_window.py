@@ -133,3 +133,15 @@ def test_the_releaser_advises_off_the_callers_thread(tmp_path: Path) -> None:
     os.close(fd)
     releaser(fd, 0, MIB)
     path.unlink()
+
+
+def test_release_step_config() -> None:
+    """strom.log.page.cache.release.bytes: 2 MiB by default (bigger steps stalled appends: the
+    writeback a release starts holds up the next write to the file); at least 64 KiB."""
+    from strom.config import BrokerConfig, ConfigError
+
+    assert BrokerConfig.from_sources().values["strom.log.page.cache.release.bytes"] == 2 * MIB
+    ok = BrokerConfig.from_sources(overrides={"strom.log.page.cache.release.bytes": str(16 * MIB)})
+    assert ok.values["strom.log.page.cache.release.bytes"] == 16 * MIB
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_sources(overrides={"strom.log.page.cache.release.bytes": "4096"})
