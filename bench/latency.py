@@ -3,13 +3,13 @@
 Theory of operation: librdkafka's C load generator ``rdkafka_performance`` has a latency mode
 (``-l``): the consumer reads ``LATENCY:<wall-clock µs>`` at the head of each payload, computes
 ``now - payload timestamp`` on receipt and, with ``-A FILE``, writes one value per message (µs).
-Its producer side cannot be used here: ``-r RATE`` is parsed with ``strtod``, which the compat
-build of the example leaves implicitly declared (no <stdlib.h> in the shim rd.h), so every rate is
-rejected as "Invalid rate"; and where it works it paces by spinning on ``rd_kafka_poll``. So the
-producer is ``_paced_producer.py``: confluent-kafka (librdkafka, C) in its own process, absolute
-schedule, same payload format, plus its per-message ack latency (produce() -> delivery report).
-At 1000-10000 msg/s Python spends a few µs per message and sleeps the rest; what is measured is the
-broker, the two librdkafka clients and loopback.
+The default producer is ``_paced_producer.py``: confluent-kafka (librdkafka, C) in its own
+process, absolute schedule, same payload format, plus its per-message ack latency (produce() ->
+delivery report). At 1000-10000 msg/s Python spends a few µs per message and sleeps the rest; what
+is measured is the broker, the two librdkafka clients and loopback. ``--producer c`` uses
+``rdkafka_performance -P -l -r RATE`` instead (its ``-r`` works since the compat build declares
+``strtod``): C end to end, but it paces by polling until the next send is due, relative to the
+previous one, so above ~1,000 msg/s it spins a whole core of the two, and it reports no ack times.
 
 Per run this starts a fresh strom broker (disk, temporary data dir) and a fresh tansu (memory), then
 for every rate x acks point and every target: create a one-partition topic, start the consumer
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -125,6 +126,19 @@ def run_producer(cmd: list[str], timeout: float, out_path: Path) -> dict[str, An
     return {"rc": p.returncode, "error": p.stderr[-2000:]}
 
 
+def run_c_producer(cmd: list[str], timeout: float, out_path: Path) -> dict[str, Any]:
+    """Run ``rdkafka_performance -P -l -r RATE``; its rate from its own summary line, its CPU from
+    rusage. It paces by polling until the next send is due, so above ~1,000 msg/s it spins a core
+    (relative pacing: a late send delays the ones after it, and the rate got may fall short)."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall, r1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    out_path.write_text(p.stdout + p.stderr)
+    rates = re.findall(r"(\d+) msgs/s", p.stdout)
+    return {"rc": p.returncode, "achieved_rate": float(rates[-1]) if rates else None, "send_wall_s": wall,
+            "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)}
+
+
 def stop_consumer(c: subprocess.Popen[bytes], grace: float) -> None:
     try:
         c.wait(grace)
@@ -153,14 +167,20 @@ def measure_point(perf: Path, work: Path, target: str, bootstrap: str, rate: int
     cfile, pfile = base.with_suffix(".consumer.lat"), base.with_suffix(".producer.lat")
     ccmd = [str(perf), "-C", "-l", "-A", str(cfile), "-b", bootstrap, "-t", topic, "-p", "0",
             "-o", "beginning", "-c", str(count), *_flags("-X", a.consumer_conf)]
-    pcmd = [sys.executable, str(PRODUCER), bootstrap, topic, str(rate), str(count), str(size),
-            "--ack-file", str(pfile), "-X", f"acks={'-1' if acks == 'all' else acks}",
-            "-X", f"linger.ms={a.linger_ms:g}", *_flags("-X", a.producer_conf)]
+    pconf = ["-X", f"acks={'-1' if acks == 'all' else acks}", "-X", f"linger.ms={a.linger_ms:g}",
+             *_flags("-X", a.producer_conf)]
+    if a.producer == "c":  # rdkafka_performance's own latency mode (-l) paced with -r (no ack times)
+        pcmd = [str(perf), "-P", "-l", "-r", str(rate), "-c", str(count), "-s", str(size),
+                "-b", bootstrap, "-t", topic, "-p", "0", *pconf]
+    else:
+        pcmd = [sys.executable, str(PRODUCER), bootstrap, topic, str(rate), str(count), str(size),
+                "--ack-file", str(pfile), *pconf]
     with open(base.with_suffix(".consumer.out"), "wb") as cout:
         cons = subprocess.Popen(ccmd, stdout=cout, stderr=subprocess.STDOUT)
         try:
             time.sleep(a.settle)
-            prod = run_producer(pcmd, a.duration * 4 + 90, base.with_suffix(".producer.out"))
+            run = run_c_producer if a.producer == "c" else run_producer
+            prod = run(pcmd, a.duration * 4 + 90, base.with_suffix(".producer.out"))
             stop_consumer(cons, a.drain)
         finally:
             if cons.poll() is None:
@@ -230,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="environment for strom (repeatable)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL[:k=v,env:NAME=v,...]",
                     help="several strom configurations in the same run (repeatable)")
+    ap.add_argument("--producer", choices=("python", "c"), default="python",
+                    help="python: _paced_producer.py (confluent-kafka, absolute schedule, ack latency); "
+                         "c: rdkafka_performance -P -l -r (spins a core above ~1,000 msg/s)")
     ap.add_argument("--producer-conf", action="append", default=[], metavar="prop=val",
                     help="extra librdkafka producer property")
     ap.add_argument("--consumer-conf", action="append", default=[], metavar="prop=val",
