@@ -8,7 +8,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,3 +107,39 @@ def percentile(sorted_xs: Sequence[float], q: float) -> float:
 
 def fmt(x: float | None, nd: int = 1) -> str:
     return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def await_query(q: Any) -> float:
+    """Wall seconds until Spark streaming query ``q`` (started ``availableNow``) terminates; exits
+    with its error if it failed."""
+    import time
+
+    t = time.perf_counter()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise SystemExit(str(q.exception()))
+    return time.perf_counter() - t
+
+
+async def produce_rows(client: Any, topic: str, partitions: int, rows: int,
+                       record: Callable[[int, int], tuple[bytes, bytes, list[Any], int]],
+                       chunk: int = 2000, in_flight: int = 16) -> int:
+    """Produce ``rows // partitions`` records into each partition of ``topic`` with strom's client,
+    in batches of ``chunk`` (``record(partition, i)`` -> (key, value, headers, timestamp ms), ``i``
+    counting from 0 in each partition), ``in_flight`` batches at a time; returns how many."""
+    import asyncio
+
+    from strom.protocol import records as rec
+
+    sends, n = [], 0
+    for p in range(partitions):
+        for b in range(rows // partitions // chunk):
+            off = b * chunk
+            batch = rec.build_batch([record(p, off + i) for i in range(chunk)])
+            sends.append(client.produce(topic, p, batch))
+            n += chunk
+            if len(sends) >= in_flight:
+                await asyncio.gather(*sends)
+                sends = []
+    await asyncio.gather(*sends)
+    return n

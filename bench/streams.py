@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import await_query, produce_rows
+
 from strom.client import Client
 from strom.protocol import records as rec
 from strom.testing.broker_process import BrokerProcess
@@ -61,25 +63,11 @@ async def fill(bootstrap: str, rows: int, partitions: int) -> int:
             )
         for p, recs in by_part.items():
             await c.produce(USERS, p, rec.build_batch(recs))
-        per = rows // partitions
         base = 1_700_000_000_000
-        chunk = 2000
-        sends = []
-        n = 0
-        for p in range(partitions):
-            keys = [k for k, _, _, _ in by_part.get(p, [])]  # each key in its Kafka partition
-            for b in range(per // chunk):
-                off = b * chunk
-                batch = rec.build_batch(
-                    [(keys[i % len(keys)], b"x" * 100, [], base + off + i) for i in range(chunk)]
-                )
-                sends.append(c.produce(TOPIC, p, batch))
-                n += chunk
-                if len(sends) >= 16:
-                    await asyncio.gather(*sends)
-                    sends = []
-        await asyncio.gather(*sends)
-        return n
+        keys = {p: [k for k, _, _, _ in recs] for p, recs in by_part.items()}  # each key in its partition
+        return await produce_rows(
+            c, TOPIC, partitions, rows, lambda p, i: (keys[p][i % len(keys[p])], b"x" * 100, [], base + i)
+        )
 
 
 def python_count(bootstrap: str, rows: int, size_ms: int = 2000, grace_ms: int = 1000) -> float:
@@ -138,14 +126,6 @@ def python_join(bootstrap: str, rows: int) -> float:
                     u = users.get(m.key())
                     _ = {"v": m.value().decode(), "region": None if u is None else u["region"]}
         c.close()
-    return time.perf_counter() - t
-
-
-def timed(q: Any) -> float:
-    t = time.perf_counter()
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise SystemExit(str(q.exception()))
     return time.perf_counter() - t
 
 
@@ -241,7 +221,7 @@ def main() -> None:
             for name, start in starts.items():
                 ck = str(tmp / f"ck-{r}-{len(results.get(name, []))}-{abs(hash(name))}")
                 if start is not None:
-                    secs = timed(start(ck))
+                    secs = await_query(start(ck))
                 elif name.startswith("count"):
                     secs = python_count(boot, rows)
                 else:

@@ -18,13 +18,13 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import await_query, produce_rows
+
 from strom.client import Client
-from strom.protocol import records as rec
 from strom.testing.broker_process import BrokerProcess
 
 TOPIC = "bench-ops"
@@ -34,31 +34,11 @@ OUTS = ("warmup", "count", "groupby-count", "sliding", "table-join", "table-grou
 async def fill(bootstrap: str, rows: int, partitions: int) -> int:
     async with Client(bootstrap) as c:
         await c.create_topics({t: (partitions, 1) for t in (TOPIC, *(f"{TOPIC}-{o}" for o in OUTS))})
-        base, chunk, n, sends = 1_700_000_000_000, 2000, 0, []
-        for p in range(partitions):
-            for b in range(rows // partitions // chunk):
-                off = b * chunk
-                batch = rec.build_batch(
-                    [
-                        (f"key{(off + i) % 1000:05d}".encode(), b'{"n":%d}' % (i % 10), [], base + off + i)
-                        for i in range(chunk)
-                    ]
-                )
-                sends.append(c.produce(TOPIC, p, batch))
-                n += chunk
-                if len(sends) >= 16:
-                    await asyncio.gather(*sends)
-                    sends = []
-        await asyncio.gather(*sends)
-        return n
-
-
-def timed(q: Any) -> float:
-    t = time.perf_counter()
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise SystemExit(str(q.exception()))
-    return time.perf_counter() - t
+        base = 1_700_000_000_000
+        return await produce_rows(
+            c, TOPIC, partitions, rows,
+            lambda _p, i: (f"key{i % 1000:05d}".encode(), b'{"n":%d}' % (i % 10), [], base + i),
+        )
 
 
 def main() -> None:
@@ -113,9 +93,11 @@ def main() -> None:
             "global-join": "stream join global table (the topic, broadcast)",
         }
         print(f"{rows} rows, 1,000 keys, {args.partitions} partitions, local[{args.partitions}]")
-        timed(plans["count"]().to(f"{TOPIC}-warmup", str(tmp / "ck-warmup"), trigger={"availableNow": True}))
+        once = {"availableNow": True}
+        warmup = plans["count"]().to(f"{TOPIC}-warmup", str(tmp / "ck-warmup"), trigger=once)
+        await_query(warmup)
         for name, make in plans.items():
-            secs = timed(
+            secs = await_query(
                 make().to(f"{TOPIC}-{name}", str(tmp / f"ck-{name}"), trigger={"availableNow": True})
             )
             print(f"| {descr[name]} | {rows / secs:,.0f} rows/s | {secs:.1f} s |", flush=True)
