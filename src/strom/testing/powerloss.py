@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import random
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,9 @@ class PowerLossFS:
         self.cuts = 0
         self._crash_in: int | None = None
         self._dead = False
+        # fsyncs come from several threads (the coordinators' flusher, the roll flusher, the
+        # event loop): one at a time, as the model's dicts are shared
+        self._mutex = threading.RLock()
         self._reset()
 
     # ------------------------------------------------------------------ model
@@ -95,8 +99,14 @@ class PowerLossFS:
         key = (st.st_dev, st.st_ino)
         if key not in self._pins:
             flags = os.O_RDONLY | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
-            self._pins[key] = os.open(path, flags)
-            self._is_dir[key] = stat.S_ISDIR(st.st_mode)
+            fd = os.open(path, flags)
+            st = os.fstat(fd)  # the inode opened (another thread may have renamed over the name)
+            key = (st.st_dev, st.st_ino)
+            if key in self._pins:
+                os.close(fd)
+            else:
+                self._pins[key] = fd
+                self._is_dir[key] = stat.S_ISDIR(st.st_mode)
         return key
 
     def _pin_fd(self, fd: int, key: _InodeKey, is_dir: bool) -> None:
@@ -128,6 +138,10 @@ class PowerLossFS:
         if key not in self._pins and not self._under_root(fd):
             self._real_fsync(fd)
             return
+        with self._mutex:
+            self._fsync_model(fd, key, is_dir, st)
+
+    def _fsync_model(self, fd: int, key: _InodeKey, is_dir: bool, st: os.stat_result) -> None:
         if self._dead:
             raise PowerCut("the power is off")
         self.fsyncs += 1
@@ -137,7 +151,12 @@ class PowerLossFS:
             for entry in os.scandir(self._pins[key]):
                 if entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False):
                     path = os.readlink(f"/proc/self/fd/{self._pins[key]}") + "/" + entry.name
-                    entries[entry.name] = self._pin_path(Path(path))
+                    try:
+                        entries[entry.name] = self._pin_path(Path(path))
+                    except FileNotFoundError:
+                        # renamed or unlinked by another thread since the scan listed it: a real
+                        # directory fsync never fails for that, it records the directory as it is
+                        continue
             self._dirs[key] = _Dir(entries)
         elif stat.S_ISREG(st.st_mode):
             self._content[key] = _read_fd(self._pins[key])
@@ -233,6 +252,10 @@ class PowerLossFS:
     def cut(self) -> dict[str, bytes]:
         """Lose power: rewrite the tree under the root as it is durable on the model's disk (see
         the module docstring), then start a fresh model of it. Returns the tree written."""
+        with self._mutex:
+            return self._cut()
+
+    def _cut(self) -> dict[str, bytes]:
         tree: dict[str, bytes] = {}
         self._walk_durable(self._root_key, "", tree, torn=self.torn)
         for fd in self._pins.values():
