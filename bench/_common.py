@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,13 +66,28 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime+stime of a process from /proc (0.0 where unavailable)."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process from /proc, seconds ((0.0, 0.0) where unavailable)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return 0.0, 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process from /proc (0.0 where unavailable)."""
+    return sum(cpu_split(pid))
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` with confluent-kafka's AdminClient (replication factor 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
 
 
 @contextlib.contextmanager
@@ -112,8 +129,6 @@ def fmt(x: float | None, nd: int = 1) -> str:
 def await_query(q: Any) -> float:
     """Wall seconds until Spark streaming query ``q`` (started ``availableNow``) terminates; exits
     with its error if it failed."""
-    import time
-
     t = time.perf_counter()
     q.awaitTermination()
     if q.exception() is not None:
@@ -127,9 +142,7 @@ async def produce_rows(client: Any, topic: str, partitions: int, rows: int,
     """Produce ``rows // partitions`` records into each partition of ``topic`` with strom's client,
     in batches of ``chunk`` (``record(partition, i)`` -> (key, value, headers, timestamp ms), ``i``
     counting from 0 in each partition), ``in_flight`` batches at a time; returns how many."""
-    import asyncio
-
-    from strom.protocol import records as rec
+    from strom.protocol import records as rec  # (bench scripts run with src on the path)
 
     sends, n = [], 0
     for p in range(partitions):

@@ -21,28 +21,13 @@ import sys
 import time
 import uuid
 
-from _common import Variant, compat_home, fmt, median, strom_broker
-
-
-def proc_cpu(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of process ``pid``, all threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / 100, int(fields[12]) / 100
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result(30)
+from _common import Variant, compat_home, cpu_split, create_topic, fmt, median, strom_broker
 
 
 def phase(cmd: list[str], broker_pid: int) -> dict[str, float]:
-    b0, r0, t0 = proc_cpu(broker_pid), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    b0, r0, t0 = cpu_split(broker_pid), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
-    wall, r1, b1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), proc_cpu(broker_pid)
+    wall, r1, b1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), cpu_split(broker_pid)
     mbs = re.findall(r"([0-9.]+) MB/s", out)
     return {
         "mbs": float(mbs[-1]) if mbs else float("nan"), "wall": wall,

@@ -40,7 +40,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from _common import Variant, compat_home, fmt, median, parse_env, percentile, strom_broker
+from _common import Variant, compat_home, create_topic, fmt, median, parse_env, percentile, strom_broker
 
 PCTS = (50.0, 99.0, 99.9)
 PRODUCER = Path(__file__).resolve().parent / "_paced_producer.py"
@@ -87,14 +87,6 @@ class Tansu:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result(30)
 
 
 def read_latencies(path: Path) -> list[int]:
