@@ -81,6 +81,31 @@ def _eventually(what: str, check: Any, timeout: float = 60) -> None:
         time.sleep(0.3)
 
 
+DESCRIBE_ACLS = 29
+
+
+def _acl_count(c: ClusterProcess, node: int) -> int:
+    """How many ACL bindings ``node`` itself answers DescribeAcls with (any resource, principal,
+    operation). Sent to that node alone: an AdminClient routes DescribeAcls to whichever broker it
+    likes, so it cannot tell whether one particular node has applied a change."""
+    resp = c.request(
+        node,
+        DESCRIBE_ACLS,
+        {
+            "resource_type_filter": 1,  # ANY
+            "resource_name_filter": None,
+            "pattern_type_filter": 1,  # ANY
+            "principal_filter": None,
+            "host_filter": None,
+            "operation": 1,  # ANY
+            "permission_type": 1,  # ANY
+        },
+        timeout=10,
+    )
+    assert resp.error_code == 0, resp
+    return sum(len(r.acls) for r in resp.resources)
+
+
 def test_acls_replicated_and_enforced_on_every_node(cluster: tuple[ClusterProcess, dict[int, int]]) -> None:
     c, ports = cluster
     admins = {i: admin_mod.AdminClient({"bootstrap.servers": c.node_bootstrap(i)}) for i in c.node_ids}
@@ -101,6 +126,7 @@ def test_acls_replicated_and_enforced_on_every_node(cluster: tuple[ClusterProces
             f"the ACL on node {i}",
             lambda i=i: binding in admins[i].describe_acls(ALL, request_timeout=10).result(),
         )
+        _eventually(f"node {i} itself answering the ACL", lambda i=i: _acl_count(c, i) == 1)
 
     def produce(node: int) -> Any:
         results: list[Any] = []
@@ -120,12 +146,14 @@ def test_acls_replicated_and_enforced_on_every_node(cluster: tuple[ClusterProces
         return results
 
     for node in c.node_ids:  # every partition leader (one per node, usually) authorizes alice
-        assert produce(node) == [None, None, None]
+        errors = produce(node)
+        assert errors == [None, None, None], (node, [str(e) for e in errors])
     # removed through node 2: every node refuses alice
     admins[2].delete_acls([ALL], request_timeout=30)[ALL].result()
     for i in c.node_ids:
         _eventually(
             f"no ACL on node {i}", lambda i=i: admins[i].describe_acls(ALL, request_timeout=10).result() == []
         )
+        _eventually(f"node {i} itself answering no ACL", lambda i=i: _acl_count(c, i) == 0)
     errors = produce(3)
     assert errors and all(e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in errors)
