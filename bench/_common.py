@@ -96,7 +96,8 @@ def strom_broker(variant: Variant, keep_log_on_error: bool = True) -> Iterator[A
     from strom.testing.broker_process import BrokerProcess
 
     tmp = Path(tempfile.mkdtemp(prefix="strom-bench-"))
-    broker = BrokerProcess(tmp / "data", overrides=variant.overrides, env=variant.env or None)
+    broker = BrokerProcess(tmp / "data", overrides=variant.overrides, env=variant.env or None,
+                           preload_schemas=True)  # as strom serve's default
     try:
         broker.start()
         yield broker

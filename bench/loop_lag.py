@@ -104,16 +104,17 @@ def one_run(a: argparse.Namespace, perf: str) -> dict[str, Any]:
         before, busy_before, own_before = scrape(url), scrape(url, "busy_lag"), scrape(url, "own_lag")
         gc_before = gc_pauses(url)
         t0 = time.monotonic()
+        nice = ["nice", "-n", str(a.client_nice)] if a.client_nice else []
         procs = [
-            subprocess.Popen([perf, "-P", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-s", "1024",
+            subprocess.Popen([*nice, perf, "-P", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-s", "1024",
                               "-r", str(a.rate), "-c", str(a.rate * a.duration), "-X", "linger.ms=5"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-            subprocess.Popen([perf, "-P", "-b", b.bootstrap, "-t", compact, "-p", "0", "-s", "200", "-k", "k",
-                              "-r", str(a.compact_rate), "-c", str(a.compact_rate * a.duration)],
+            subprocess.Popen([*nice, perf, "-P", "-b", b.bootstrap, "-t", compact, "-p", "0", "-s", "200",
+                              "-k", "k", "-r", str(a.compact_rate), "-c", str(a.compact_rate * a.duration)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         ]
         consumer = subprocess.Popen(
-            [perf, "-C", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-o", "beginning"],
+            [*nice, perf, "-C", "-b", b.bootstrap, "-t", rolls, "-p", "0", "-o", "beginning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for p in procs:
             p.wait(timeout=a.duration * 3 + 60)
@@ -140,6 +141,8 @@ def main() -> None:
     ap.add_argument("--retention-mb", type=int, default=256, help="retention.bytes of the rolling topic, MiB")
     ap.add_argument("--retention-check-ms", type=int, default=2000, help="log.retention.check.interval.ms")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--client-nice", type=int, default=0, metavar="N",
+                    help="run the load generators under nice -n N (0: as the broker)")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="broker environment")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="broker config")
     a = ap.parse_args()

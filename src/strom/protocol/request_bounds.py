@@ -369,6 +369,26 @@ def _compile(cls: type) -> _Plan:
     return _Plan(cls.__name__, flexible, ops, tagged, min_size)
 
 
+def prepare(cls: type) -> None:
+    """Compile the walkers of request class ``cls`` now rather than on its first request (its
+    tagged fields' walkers too, which are otherwise made when a request first carries one)."""
+    plans: list[_Plan] = [_compile(cls)]
+    seen: set[int] = set()
+    while plans:
+        plan = plans.pop()
+        if id(plan) in seen:
+            continue
+        seen.add(id(plan))
+        _plan_walker(plan)
+        for op in plan.tagged.values():
+            _op_walker(op, True)
+        for op in [*plan.ops, *plan.tagged.values()]:
+            while op is not None:
+                if op.entity is not None:
+                    plans.append(op.entity)
+                op = op.element  # type: ignore[assignment]
+
+
 def check_request(cls: type, buf: memoryview | bytes, pos: int) -> None:
     """Walk a request body of kio class ``cls`` in ``buf[pos:]`` (after the request header,
     tagged fields included). Raises ProtocolError if the decoder could be asked to allocate

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -386,6 +387,18 @@ class Broker:
             compact = {"cleanup.policy": "compact"}
             self.create_topic(name, self.config[partitions_key], compact)
 
+    def _preload_codecs(self) -> None:
+        """Every accepted version's decoder, bounds check and encoder, before anything is served:
+        loaded lazily, the first request of each version held the event loop 2-20 ms (README,
+        "Event-loop stalls"). Runs before the quorum starts, so no Raft timer waits behind it."""
+        from ..protocol.api_versions import KAFKA_API_RANGES
+        from ..protocol.codec import preload
+        from .handlers import REGISTRY
+
+        t0 = time.perf_counter()
+        n = preload((k, lo, hi) for k, (_n, lo, hi) in sorted(KAFKA_API_RANGES.items()) if k in REGISTRY)
+        log.info("loaded the codecs of %d API versions in %.2f s", n, time.perf_counter() - t0)
+
     async def start(self, *, listen: bool = True) -> None:
         """Open everything and serve; ``listen=False``: no sockets (clients come through
         :mod:`strom.testing.network`)."""
@@ -394,6 +407,8 @@ class Broker:
         from .network import start_listeners
 
         load_all()
+        if listen and self.config["strom.protocol.preload.schemas"]:
+            self._preload_codecs()
         self.replica_manager.metrics = self.metrics
         if isinstance(self.scheduler, AsyncioScheduler):  # segment rolls flush off the event loop
             rm = self.replica_manager
@@ -916,6 +931,10 @@ async def serve(config: BrokerConfig) -> None:
         log.error("cannot start broker: %s", e)
         await broker.stop()
         raise SystemExit(1) from None
+    # What start-up made lives as long as the process (modules, codecs, the logs' state): out of
+    # the collector's reach, a full collection no longer walks it (86 ms with every codec loaded,
+    # bench/loop_lag.py's GC pauses; GcPauseMonitor reports them)
+    gc.freeze()
     try:
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
         try:

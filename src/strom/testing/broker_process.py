@@ -39,6 +39,7 @@ class BrokerProcess:
         env: dict[str, str] | None = None,
         listeners: Mapping[str, str] | None = None,
         nofile: int | None = None,
+        preload_schemas: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -53,6 +54,9 @@ class BrokerProcess:
         self.overrides = list(overrides or [])
         self.env = env
         self.nofile = nofile
+        # strom serve loads every API version's codec before it serves (~1.3 s); the suite
+        # starts hundreds of brokers, so by default they load each on its first request instead
+        self.preload_schemas = preload_schemas
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
 
@@ -93,6 +97,8 @@ class BrokerProcess:
         if test_quorum in ("0", "1"):  # quorum path, 0 the registry path; before the test's own
             enable = "true" if test_quorum == "1" else "false"  # overrides, which win
             args += ["--override", f"strom.metadata.quorum.enable={enable}"]
+        if not self.preload_schemas:  # (before the test's own overrides, which win)
+            args += ["--override", "strom.protocol.preload.schemas=false"]
         for o in self.overrides:
             args += ["--override", o]
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
