@@ -42,6 +42,9 @@ SMALL = [  # the internal topics' partition counts small, as in the tests (both 
 ]
 
 
+EXTRA: list[str] = []  # --override
+
+
 def _spawn(data: Path, port: int, quorum: bool) -> subprocess.Popen[bytes]:
     args = [
         sys.executable, "-m", "strom", "serve",
@@ -49,7 +52,7 @@ def _spawn(data: Path, port: int, quorum: bool) -> subprocess.Popen[bytes]:
         "--override", f"log.dirs={data}",
         "--override", f"strom.metadata.quorum.enable={str(quorum).lower()}",
     ]
-    for o in SMALL:
+    for o in [*SMALL, *EXTRA]:
         args += ["--override", o]
     log = open(data.parent / f"broker-{port}.log", "ab")  # noqa: SIM115 - handed to the child
     try:
@@ -134,7 +137,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--topics", type=int, default=200, help="topics of 1 partition")
     ap.add_argument("--big-topics", type=int, default=10, help="topics of 100 partitions")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker config, e.g. strom.protocol.preload.schemas=false")
     args = ap.parse_args()
+    EXTRA.extend(args.override)
     print(f"strom serve start-up (spawn to first answered ApiVersions / Metadata), "
           f"median of {args.runs} runs")
     with tempfile.TemporaryDirectory() as t:
