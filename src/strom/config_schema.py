@@ -461,7 +461,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     _c("num.io.threads", _INT, 8),
     _c("connections.max.idle.ms", _LONG, 600000),
     _c("strom.fetch.sendfile", _BOOL, True),
-    # load every accepted API version's codec at start-up (~1.3 s) instead of on its first request,
+    # load every accepted API version's codec at start-up (1-2 s) instead of on its first request,
     # where each took the event loop 2-20 ms (bench/loop_lag.py); the test harness turns it off
     _c("strom.protocol.preload.schemas", _BOOL, True),
     # observability (strom.observability): the HTTP listener serving /metrics (Prometheus text

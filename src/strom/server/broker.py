@@ -931,9 +931,11 @@ async def serve(config: BrokerConfig) -> None:
         log.error("cannot start broker: %s", e)
         await broker.stop()
         raise SystemExit(1) from None
-    # What start-up made lives as long as the process (modules, codecs, the logs' state): out of
-    # the collector's reach, a full collection no longer walks it (86 ms with every codec loaded,
-    # bench/loop_lag.py's GC pauses; GcPauseMonitor reports them)
+    # What start-up made mostly lives as long as the process (modules, codecs, the logs' state):
+    # out of the collector's reach, a full collection no longer walks it (86 ms with every codec
+    # loaded, bench/loop_lag.py's GC pauses; GcPauseMonitor reports them). The price: a reference
+    # cycle among those objects that dies later is not reclaimed; plain objects still are, by
+    # reference counting, and what start-up made is bounded.
     gc.freeze()
     try:
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
