@@ -81,12 +81,13 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_split(pid))
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    """Create ``topic`` with confluent-kafka's AdminClient (replication factor 1)."""
+def create_topic(bootstrap: str, topic: str, partitions: int = 1,
+                 configs: dict[str, str] | None = None) -> None:
+    """Create ``topic`` with confluent-kafka's AdminClient (replication factor 1, topic ``configs``)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for f in admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})]).values():
         f.result(30)
 
 

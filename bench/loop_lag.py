@@ -34,7 +34,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from _common import Variant, compat_home, median, strom_broker
+from _common import Variant, compat_home, create_topic, median, strom_broker
 
 
 def scrape(url: str, name: str = "lag") -> tuple[dict[str, float], float, float]:
@@ -82,24 +82,18 @@ def summarise(before: tuple[dict[str, float], float, float],
             "top_bucket": top}
 
 
-def create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1, config=configs)]).values():
-        f.result(30)
-
-
 def one_run(a: argparse.Namespace, perf: str) -> dict[str, Any]:
     seg = str(a.segment_mb << 20)
     overrides = [f"log.retention.check.interval.ms={a.retention_check_ms}",
                  "log.cleaner.backoff.ms=1000", *a.override]
     with strom_broker(Variant("loop-lag", overrides, dict(x.split("=", 1) for x in a.env))) as b:
         rolls, compact = f"lag-rolls-{uuid.uuid4().hex[:6]}", f"lag-compact-{uuid.uuid4().hex[:6]}"
-        create(b.bootstrap, rolls, {"segment.bytes": seg, "retention.bytes": str(a.retention_mb << 20)})
-        create(b.bootstrap, compact, {"cleanup.policy": "compact",
-                                      "segment.bytes": str(max(1, a.segment_mb // 4) << 20),
-                                      "min.cleanable.dirty.ratio": "0.01", "segment.ms": "5000"})
+        create_topic(b.bootstrap, rolls,
+                     configs={"segment.bytes": seg, "retention.bytes": str(a.retention_mb << 20)})
+        create_topic(b.bootstrap, compact,
+                     configs={"cleanup.policy": "compact",
+                              "segment.bytes": str(max(1, a.segment_mb // 4) << 20),
+                              "min.cleanable.dirty.ratio": "0.01", "segment.ms": "5000"})
         url = b.http_url
         before, busy_before, own_before = scrape(url), scrape(url, "busy_lag"), scrape(url, "own_lag")
         gc_before = gc_pauses(url)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from strom.cli.dev_cluster import HOST
+from strom.security import authorizer as authz
 from strom.testing.cluster_process import ClusterProcess
 
 pytestmark = pytest.mark.integration
@@ -92,13 +93,13 @@ def _acl_count(c: ClusterProcess, node: int) -> int:
         node,
         DESCRIBE_ACLS,
         {
-            "resource_type_filter": 1,  # ANY
+            "resource_type_filter": authz.ResourceType.ANY,
             "resource_name_filter": None,
-            "pattern_type_filter": 1,  # ANY
+            "pattern_type_filter": authz.PatternType.ANY,
             "principal_filter": None,
             "host_filter": None,
-            "operation": 1,  # ANY
-            "permission_type": 1,  # ANY
+            "operation": authz.AclOperation.ANY,
+            "permission_type": authz.AclPermissionType.ANY,
         },
         timeout=10,
     )

@@ -54,7 +54,7 @@ class BrokerProcess:
         self.overrides = list(overrides or [])
         self.env = env
         self.nofile = nofile
-        # strom serve loads every API version's codec before it serves (~1.3 s); the suite
+        # strom serve loads every API version's codec before it serves (1-2 s); the suite
         # starts hundreds of brokers, so by default they load each on its first request instead
         self.preload_schemas = preload_schemas
         self.proc: subprocess.Popen[bytes] | None = None

@@ -59,7 +59,7 @@ DEFAULT_OVERRIDES: tuple[str, ...] = (
     "transaction.state.log.num.partitions=1",
     "share.coordinator.state.topic.num.partitions=1",
     "group.initial.rebalance.delay.ms=0",
-    # each codec loaded on its first request, not all at start-up (~1.3 s a node)
+    # each codec loaded on its first request, not all at start-up (1-2 s a node)
     "strom.protocol.preload.schemas=false",
 )
 
