@@ -479,10 +479,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _table(
     # waits shorter (16 MiB: 5-17 ms stalls every 16 MiB; 2 MiB: none over 5 ms), a larger one costs
     # less CPU per GB (bench/latency.py and bench/replication.py, README "The page cache")
     _c("strom.log.page.cache.release.bytes", _LONG, 2 * 1024 * 1024, AtLeast(64 * 1024)),
-    # threads that do the writes (pwrite) of leader appends, off the event loop: a write that
-    # waits in the kernel then holds one of them rather than every client (Kafka appends on its
-    # num.io.threads request handlers); 0 writes on the event loop
-    _c("strom.log.append.threads", _INT, 1, AtLeast(0)),
     # how often the event-loop lag monitor's timer runs (strom_event_loop_lag_seconds: how late
     # it ran, i.e. how long the loop was blocked; a WARN line for a stall of a second or more);
     # 0 turns it off

@@ -105,7 +105,6 @@ KafkaStorageError (56).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -183,65 +182,6 @@ class SegmentInfo:
     base_offset: int
     size: int
     path: Path
-
-
-class PreparedAppend:
-    """A leader append between its steps (:meth:`PartitionLog.prepare_append_as_leader`): offsets
-    assigned and bytes patched, the place in the active segment chosen, nothing visible yet.
-    :meth:`write` does the one blocking part, the ``pwrite``: on the event loop or on any other
-    thread, and at most once (a second call waits for the first and returns).
-    :meth:`PartitionLog.complete_append` then makes it visible, or undoes it if the write failed."""
-
-    __slots__ = (
-        "_lock",
-        "_written",
-        "aborted",
-        "append_time",
-        "data",
-        "error",
-        "first_offset",
-        "infos",
-        "last_offset",
-        "leader_epoch",
-        "max_timestamp",
-        "offset_of_max_timestamp",
-        "placed",
-        "result",
-        "segment",
-        "start",
-    )
-
-    def __init__(self, segment: LogSegment, start: int, data: bytearray,
-                 placed: list[tuple[int, BatchHeader]], last_offset: int, max_timestamp: int,
-                 offset_of_max_timestamp: int, leader_epoch: int,
-                 infos: dict[int, ProducerAppendInfo], aborted: list[AbortedTxn], append_time: int) -> None:
-        self.segment = segment
-        self.start = start
-        self.data = data
-        self.placed = placed
-        self.first_offset = placed[0][1].base_offset
-        self.last_offset = last_offset
-        self.max_timestamp = max_timestamp
-        self.offset_of_max_timestamp = offset_of_max_timestamp
-        self.leader_epoch = leader_epoch
-        self.infos = infos
-        self.aborted = aborted
-        self.append_time = append_time  # LogAppendTime's timestamp, else -1
-        self.error: OSError | None = None  # the write's
-        self.result: AppendInfo | BaseException | None = None  # once completed
-        self._written = False
-        self._lock = threading.Lock()
-
-    def write(self) -> None:
-        """Write the bytes into the segment (never raises: a failure is kept in ``error``)."""
-        with self._lock:
-            if self._written:
-                return
-            try:
-                self.segment.write_at(self.start, self.data)
-            except OSError as e:
-                self.error = e
-            self._written = True
 
 
 _CHECKPOINT_FILES = (RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE)
@@ -324,8 +264,6 @@ class PartitionLog:
         self.high_watermark = high_watermark
         self.closed = False
         self.lock = threading.RLock()
-        # a leader append between its steps (prepare_append_as_leader): settled before any other change
-        self._in_flight: PreparedAppend | None = None
         # serialises the checkpoint files' writers: the event loop, and the roll flusher's thread
         # that checkpoints a finished roll flush (see "Threads and the lock")
         self._ckpt_lock = threading.Lock()
@@ -637,34 +575,8 @@ class PartitionLog:
 
         Returns the offsets assigned, or — for a retried idempotent batch already in the log —
         the offsets it got the first time (``duplicate=True``, nothing appended).
-
-        The same as :meth:`prepare_append_as_leader`, :meth:`PreparedAppend.write` and
-        :meth:`complete_append` one after the other.
         """
-        prepared = self.prepare_append_as_leader(
-            records, leader_epoch, from_coordinator=from_coordinator, prevalidated=prevalidated
-        )
-        if isinstance(prepared, AppendInfo):
-            return prepared
-        prepared.write()
-        return self.complete_append(prepared)
-
-    def prepare_append_as_leader(
-        self,
-        records: bytes | bytearray | memoryview,
-        leader_epoch: int,
-        *,
-        from_coordinator: bool = False,
-        prevalidated: bool = False,
-    ) -> PreparedAppend | AppendInfo:
-        """The first step of :meth:`append_as_leader`: validation, offsets, duplicate detection
-        (an :class:`AppendInfo` with ``duplicate=True`` is the whole answer), the roll if one is
-        due, and the place of the bytes in the active segment. The log looks unchanged to
-        readers until :meth:`complete_append`; until then this append is *in flight*, and any
-        other change to the log (another append, a truncation, a close) first completes it,
-        waiting for its write if another thread is doing it."""
         self._check_open()
-        self.settle()
         config = self.config
         data = bytearray(records)
         total = len(data)
@@ -672,6 +584,7 @@ class PartitionLog:
             batches = list(iter_batches(data))
         else:
             batches = self.check_batches(data, from_coordinator=from_coordinator)
+
         log_append_time = config.message_timestamp_type == "LogAppendTime"
         now = self.clock.time_ms()
         psm = self.producer_state
@@ -722,6 +635,7 @@ class PartitionLog:
             if log_append_time:
                 set_log_append_time(data, pos, now)
 
+        first_offset = placed[0][1].base_offset
         last_offset = next_offset - 1
         local = self._local
         with self.lock:
@@ -729,79 +643,24 @@ class PartitionLog:
                 self._mark_dirty()
                 if local.should_roll(total, max_ts, last_offset, now):
                     self._roll()
-                seg = local.active_segment
-                start = seg.begin_append(placed)
+                local.append(data, placed, last_offset, max_ts, offset_of_max_ts)
             except OSError as e:
                 self._undo_partial_append()
                 note_fd_exhaustion(e, f"append to {self.topic}-{self.partition}")
                 raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
-        prepared = PreparedAppend(seg, start, data, placed, last_offset, max_ts, offset_of_max_ts,
-                                  leader_epoch, infos, aborted, now if log_append_time else -1)
-        self._in_flight = prepared
-        return prepared
-
-    def complete_append(self, prepared: PreparedAppend) -> AppendInfo:
-        """The last step of :meth:`append_as_leader`, once :meth:`PreparedAppend.write` has run
-        (it is run here if not): the segment's indexes and size, the log end offset, the leader
-        epoch cache, the aborted-transaction index and the producer state, so the batches become
-        readable; or, if the write failed, the append undone and KafkaStorageError raised.
-        Completing an append a second time gives the first answer again."""
-        if prepared.result is None:
-            prepared.write()
-            with self.lock:  # completed once, whichever thread gets here first
-                if prepared.result is None:
-                    try:
-                        prepared.result = self._complete(prepared)
-                    except BaseException as e:
-                        prepared.result = e
-                    finally:
-                        if self._in_flight is prepared:
-                            self._in_flight = None
-        if isinstance(prepared.result, BaseException):
-            raise prepared.result
-        return prepared.result
-
-    def settle(self) -> None:
-        """Complete the append in flight, if any (its outcome goes to whoever completes it
-        again). Every change to the log but the in-flight append's own steps calls this first."""
-        prepared = self._in_flight
-        if prepared is not None:
-            with contextlib.suppress(Exception):  # the append's own caller gets the error
-                self.complete_append(prepared)
-
-    def _complete(self, prepared: PreparedAppend) -> AppendInfo:
-        local = self._local
-        seg = prepared.segment
-        first_offset, last_offset = prepared.first_offset, prepared.last_offset
-        if local.active_segment is not seg or seg.size != prepared.start:
-            # cannot happen while every other change settles first
-            raise RuntimeError(f"the active segment of {self.topic}-{self.partition} changed under an append")
-        with self.lock:
+            self._epochs.assign(leader_epoch, first_offset)  # Kafka's assign: only a new epoch adds
             try:
-                if prepared.error is not None:
-                    raise prepared.error
-                seg.commit_append(prepared.start, len(prepared.data), prepared.placed, prepared.max_timestamp,
-                                  prepared.offset_of_max_timestamp)
-                local.log_end_offset = last_offset + 1
-            except OSError as e:
-                self._undo_partial_append()
-                note_fd_exhaustion(e, f"append to {self.topic}-{self.partition}")
-                raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
-            self._epochs.assign(prepared.leader_epoch, first_offset)  # Kafka's assign: only a new epoch adds
-            try:
-                for txn in prepared.aborted:
+                for txn in aborted:
                     self._txn_index(local.segments[-1].base_offset).append(txn)
             except OSError as e:
                 raise KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {e}") from e
-        psm = self.producer_state
-        for info in prepared.infos.values():
+        for info in infos.values():
             psm.update(info)
-        next_offset = last_offset + 1
         psm.update_map_end_offset(next_offset)
-        if next_offset - local.recovery_point >= self.config.flush_messages:
+        if next_offset - local.recovery_point >= config.flush_messages:
             self.flush()
         return AppendInfo(
-            first_offset, last_offset, prepared.append_time, self.log_start_offset,
+            first_offset, last_offset, now if log_append_time else -1, self.log_start_offset,
             last_offset - first_offset + 1, duplicate=False,
         )
 
@@ -829,7 +688,6 @@ class PartitionLog:
         * bad framing or a CRC32C mismatch: CorruptReplicaRecordsError.
 
         ``OSError`` is wrapped in KafkaStorageError."""
-        self.settle()
         self._check_open()
         batches = _complete_batches(records)
         if not batches:
@@ -925,7 +783,6 @@ class PartitionLog:
         Durable when it returns (see "Truncation" in the module docstring): a crash afterwards
         never brings a removed record back; a crash during it leaves a prefix of the old log.
         ``OSError`` is wrapped in KafkaStorageError."""
-        self.settle()
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot truncate {self.topic}-{self.partition} to a negative offset {offset}")
@@ -984,7 +841,6 @@ class PartitionLog:
         producer state, aborted-transaction index or epoch entry. Durable when it returns; a
         crash during it leaves the old log (its log start possibly moved) or the new empty one.
         ``OSError`` is wrapped in KafkaStorageError."""
-        self.settle()
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot start {self.topic}-{self.partition} at a negative offset {offset}")
@@ -1059,7 +915,6 @@ class PartitionLog:
 
     def roll(self) -> None:
         """Force a new active segment (Kafka's ``roll``), e.g. for tests and admin tools."""
-        self.settle()
         self._check_open()
         try:
             self._roll()
@@ -1205,7 +1060,6 @@ class PartitionLog:
         ``sync=False`` (a broker closing thousands of logs): nothing is fsynced and the marker is
         not written yet; the caller makes everything durable at once (``os.sync``) and only then
         calls :meth:`mark_clean_shutdown` — two syncs in all instead of several fsyncs per log."""
-        self.settle()
         if self.closed:
             return
         self.lock.acquire()
@@ -1259,7 +1113,6 @@ class PartitionLog:
     def close_without_flush(self) -> None:
         """Release file handles as a crash would leave things: no flush, snapshot or marker
         (for tests simulating an unclean shutdown)."""
-        self.settle()
         with self.lock:
             self._close_handles()
 
@@ -1274,7 +1127,6 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Remove every file of this partition and its directory (rename, then delete)."""
-        self.settle()
         with self.lock:
             self._close_handles()
         doomed = self.directory.with_name(self.directory.name + ".deleting")
@@ -1368,7 +1220,6 @@ class PartitionLog:
 
         Raises OffsetOutOfRangeError if ``offset`` is beyond the high watermark (or < -1) and
         PolicyViolationError if the cleanup policy does not include ``delete`` (Kafka's rule)."""
-        self.settle()
         self._check_open()
         if not self.config.delete_enabled:  # compact or empty: Kafka's Partition.deleteRecordsOnLeader
             raise PolicyViolationError(

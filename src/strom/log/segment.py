@@ -409,31 +409,19 @@ class LogSegment:
             batches = list(iter_batches(records))
         if not batches:
             return
-        start = self.begin_append(batches)
-        self.write_at(start, records)
-        self.commit_append(start, len(records), batches, largest_timestamp, offset_of_largest_timestamp)
-
-    def begin_append(self, batches: list[tuple[int, BatchHeader]]) -> int:
-        """First step of :meth:`append` done in three (for a write on another thread): check the
-        batches fit and mark the file dirty; returns the position the bytes go to. Nothing about
-        the segment changes for readers until :meth:`commit_append`."""
         if not self.can_hold_offset(batches[-1][1].last_offset):
             raise ValueError(f"offset {batches[-1][1].last_offset} does not fit segment {self.base_offset}")
-        self._file.dirty = True
-        return self.size
-
-    def write_at(self, start: int, records: bytes | bytearray | memoryview) -> None:
-        """Second step: write the bytes at ``start`` (the end of the segment). Only system calls
-        and this segment's page-cache bookkeeping, so any one thread may run it while the event
-        loop goes on (the caller keeps every other writer of this segment away meanwhile). If a
-        write fails (ENOSPC, EIO) the file is cut back to ``start`` so the segment still ends on
-        a batch boundary, and the error propagates."""
+        start = self.size
+        # the log first, then the indexes; if any write fails (ENOSPC, EIO) everything is cut
+        # back to ``start`` so the segment still ends on a batch boundary and the in-memory
+        # state matches the files
         view = memoryview(records)
         written = 0
         total = len(view)
         f = self._file
         fd = f.acquire()
         try:
+            f.dirty = True
             while written < total:
                 written += os.pwrite(fd, view[written:], start + written)
             if PAGE_CACHE.window and start + total >= self._release_at:
@@ -444,18 +432,6 @@ class LogSegment:
             raise
         finally:
             f.release()
-
-    def commit_append(
-        self,
-        start: int,
-        total: int,
-        batches: list[tuple[int, BatchHeader]],
-        largest_timestamp: int,
-        offset_of_largest_timestamp: int,
-    ) -> None:
-        """Last step, once :meth:`write_at` succeeded: the indexes and timestamps, then the new
-        size, which makes the batches readable. On an index write error everything is cut back
-        to ``start``, so the in-memory state matches the files."""
         saved = (self.max_timestamp_so_far, self.offset_of_max_timestamp, self.rolling_based_timestamp,
                  self._bytes_since_last_index_entry)
         try:

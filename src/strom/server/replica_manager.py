@@ -61,7 +61,7 @@ from ..durable_file import fsync_dir
 from ..log.errors import KafkaStorageError, LogError
 from ..log.local_log import EMPTY_FETCH, FetchData
 from ..log.log_dirs import META_FILE, discover, next_log_dirs, parse_partition_dir
-from ..log.partition_log import AppendInfo, PartitionLog, PreparedAppend
+from ..log.partition_log import AppendInfo, PartitionLog
 from ..metadata.topics import INTERNAL_TOPICS, TopicError, TopicInfo, validate_topic_name
 from ..observability.metrics import BrokerMetrics
 from ..protocol.errors import ErrorCode
@@ -237,19 +237,7 @@ class ReplicaManager:
             max_workers=max(1, min(config["num.io.threads"], os.cpu_count() or 1, 4)),
             thread_name_prefix="strom-validate",
         )
-        # The write of each leader append (its pwrite) runs here, off the event loop: a write
-        # that waits in the kernel (writeback of the same file, dirty-page throttling, the
-        # journal) then holds this thread, not every client of the broker (Kafka appends on its
-        # request handler threads). 0: appends write on the event loop.
-        try:
-            threads = int(config["strom.log.append.threads"])
-        except KeyError:  # a partial config (tests, the simulation)
-            threads = 1
-        self.append_executor: ThreadPoolExecutor | None = (
-            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="strom-append")
-            if threads > 0 else None
-        )
-        # per partition, the completion of the last append waiting for its validation or write
+        # per partition, the completion of the last append waiting for its validation
         self.append_chains: dict[TopicPartition, asyncio.Future[None]] = {}
         # acks=-1 appends waiting for the HW: partition -> [(offset the HW must pass, future)]
         self._hw_waiters: dict[TopicPartition, list[tuple[int, asyncio.Future[None]]]] = {}
@@ -424,9 +412,7 @@ class ReplicaManager:
             slow = slow or walk or (topic, partition) in chains or bool(to_verify)
             pending.append((slot, topic, partition, records, walk))
         from_coordinator = origin is AppendOrigin.COORDINATOR
-        if not slow and self.append_executor is not None:
-            await self._append_off_loop(pending, results, from_coordinator)
-        elif not slow:  # checked above, in this same step of the event loop: append at once
+        if not slow:  # checked above, in this same step of the event loop: append at once
             logs = self.logs
             for slot, topic, partition, records, _walk in pending:
                 results[slot] = self._append_one(
@@ -515,107 +501,6 @@ class ReplicaManager:
             last_offset=res.last_offset,
         )
 
-    async def _append_off_loop(
-        self,
-        pending: list[tuple[int, str, int, Any, bool]],
-        results: list[PartitionResponse],
-        from_coordinator: bool,
-    ) -> None:
-        """The appends of one request whose partitions were all found led and free in this step
-        of the event loop: each prepared at once (offsets assigned, in request order), their
-        writes done in one job of ``append_executor`` while the loop serves others, then each
-        completed. Meanwhile every partition's append chain holds the request's place, so a
-        later append to one of them waits for this one (and takes the chained path)."""
-        loop = asyncio.get_running_loop()
-        chains = self.append_chains
-        mine: asyncio.Future[None] = loop.create_future()
-        started: list[tuple[int, TopicPartition, PartitionLog, PreparedAppend]] = []
-        logs = self.logs
-        for slot, topic, partition, records, _walk in pending:
-            tp = (topic, partition)
-            plog = logs[tp]
-            prepared = self._prepare_one(tp, plog, records, False, from_coordinator)
-            if isinstance(prepared, PartitionResponse):
-                results[slot] = prepared
-                continue
-            started.append((slot, tp, plog, prepared))
-            chains[tp] = mine
-        if not started:
-            return
-        try:
-            await self._in_append_thread(_write_all, [s[3] for s in started])
-        finally:  # also when cancelled: the writes go on in the thread, completion waits for them
-            for slot, tp, plog, prepared in started:
-                results[slot] = self._complete_one(tp, plog, prepared)
-            for _slot, tp, _plog, _prepared in started:
-                _release(chains, tp, mine)
-
-    async def _append_one_off_loop(
-        self, topic: str, partition: int, records: Any, prevalidated: bool, from_coordinator: bool
-    ) -> PartitionResponse:
-        """:meth:`_append_one` with the write done in ``append_executor`` (the caller holds the
-        partition's place in its append chain)."""
-        tp = (topic, partition)
-        plog = self.logs.get(tp)
-        if plog is None or self.metadata_cache.leader_id(topic, partition) != self.node_id:
-            return PartitionResponse(self.partition_error(topic, partition))
-        prepared = self._prepare_one(tp, plog, records, prevalidated, from_coordinator)
-        if isinstance(prepared, PartitionResponse):
-            return prepared
-        try:
-            await self._in_append_thread(_write_all, [prepared])
-        finally:
-            result = self._complete_one(tp, plog, prepared)
-        return result
-
-    async def _in_append_thread(self, fn: Callable[[list[PreparedAppend]], None], arg: list[PreparedAppend]
-                                ) -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(self.append_executor, fn, arg)
-        except RuntimeError:  # shut down (the broker stops): completing the appends writes them here
-            if not self.stopping.is_set():
-                raise
-
-    def _prepare_one(
-        self, tp: TopicPartition, plog: PartitionLog, records: Any, prevalidated: bool, from_coordinator: bool
-    ) -> PreparedAppend | PartitionResponse:
-        """The first step of an append to a partition led here (a duplicate is answered now)."""
-        try:
-            prepared = plog.prepare_append_as_leader(
-                records, self.leader_epoch_of(tp), from_coordinator=from_coordinator,
-                prevalidated=prevalidated,
-            )
-        except Exception as e:
-            if isinstance(e, KafkaStorageError):
-                self.note_storage_error(plog, e)
-            return self._append_error(tp[0], tp[1], e)
-        if isinstance(prepared, AppendInfo):
-            return self._appended(tp, plog, prepared)
-        return prepared
-
-    def _complete_one(
-        self, tp: TopicPartition, plog: PartitionLog, prepared: PreparedAppend
-    ) -> PartitionResponse:
-        """The last step: the append made visible (or its failure answered), the HW moved."""
-        try:
-            info = plog.complete_append(prepared)
-        except Exception as e:
-            if isinstance(e, KafkaStorageError):
-                self.note_storage_error(plog, e)
-            return self._append_error(tp[0], tp[1], e)
-        return self._appended(tp, plog, info)
-
-    def _appended(self, tp: TopicPartition, plog: PartitionLog, info: AppendInfo) -> PartitionResponse:
-        # still led here (a leader change may have come during the write): the HW follows
-        if self.logs.get(tp) is plog and self.metadata_cache.leader_id(tp[0], tp[1]) == self.node_id:
-            self.advance_high_watermark(plog, plog.log_end_offset)
-        if self.storage_log.failing:
-            self.storage_log.ok("append to", f"{tp[0]}-{tp[1]}")
-        return PartitionResponse(
-            ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset,
-            last_offset=info.last_offset,
-        )
-
     async def _append_in_chains(
         self,
         pending: list[tuple[int, str, int, Any, bool]],
@@ -660,9 +545,6 @@ class ReplicaManager:
                     results[slot] = self._append_error(topic, partition, error)
                 elif verify_error != ErrorCode.NONE:
                     results[slot] = PartitionResponse(verify_error)
-                elif self.append_executor is not None:
-                    results[slot] = await self._append_one_off_loop(topic, partition, records, walk,
-                                                                    from_coordinator)
                 else:
                     results[slot] = self._append_one(topic, partition, records, walk, from_coordinator)
                 _release(chains, (topic, partition), mine)
@@ -1358,8 +1240,6 @@ class ReplicaManager:
         self.stopping.set()
         closed: list[PartitionLog] = []
         self.validation_executor.shutdown(wait=False, cancel_futures=True)
-        if self.append_executor is not None:  # a write still queued is done by its completion
-            self.append_executor.shutdown(wait=False, cancel_futures=True)
         self.mover.close()
         for plog in self.logs.values():
             try:
@@ -1514,12 +1394,6 @@ class ReplicaManager:
             self._halt()
         elif self.on_dir_offline is not None:
             self.on_dir_offline(d)
-
-
-def _write_all(prepared: list[PreparedAppend]) -> None:
-    """One request's writes, in its order (on an ``append_executor`` thread)."""
-    for p in prepared:
-        p.write()
 
 
 def _release(
