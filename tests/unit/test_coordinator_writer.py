@@ -284,3 +284,52 @@ def test_txn_offset_commit_then_commit_marker_through_the_writer(tmp_path: Path)
             assert plog.high_watermark == plog.log_end_offset == plog.recovery_point
 
     asyncio.run(go())
+
+
+def test_a_transaction_marker_is_answered_once_the_isr_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's WriteTxnMarkers (acks=-1): a marker durable on the leader alone is not written
+    yet (a new leader would not have it, and the transaction would end without its marker); when
+    leadership moves meanwhile, or the ISR does not catch up in time, the writer is told so."""
+    from strom.log.errors import LogError
+    from strom.server import broker as broker_module
+
+    async def go() -> None:
+        async with started_broker(tmp_path / "data") as broker:
+            await broker.create_topic_async("d", 1)
+            tp = ("d", 0)
+            rm = broker.replica_manager
+            if not rm.partitions:
+                pytest.skip("the registry path has no replication state")
+            me = broker.node_id
+            other = lead_with_a_made_up_follower(broker, tp)
+            p = rm.partitions[tp]
+            plog = broker.logs[tp]
+
+            def follower_fetch() -> None:
+                rm.read_for_follower(other, *tp, plog.log_end_offset, 1 << 20,
+                                     current_leader_epoch=p.leader_epoch)
+
+            follower_fetch()
+            marker = asyncio.ensure_future(broker.write_local_markers(7, 0, False, [tp]))
+            await asyncio.sleep(0.3)
+            assert plog.recovery_point == plog.log_end_offset  # durable here, not replicated
+            assert not marker.done() and plog.high_watermark < plog.log_end_offset
+            follower_fetch()  # the follower has it: the HW passes the marker
+            await asyncio.wait_for(marker, 5)
+            assert plog.high_watermark == plog.log_end_offset
+
+            monkeypatch.setattr(broker_module, "MARKER_REPLICATION_TIMEOUT_MS", 100)
+            with pytest.raises(LogError) as late:
+                await broker.write_local_markers(7, 0, True, [tp])
+            assert late.value.error_code == E.REQUEST_TIMED_OUT
+
+            marker = asyncio.ensure_future(broker.write_local_markers(8, 0, True, [tp]))
+            await asyncio.sleep(0.05)
+            rm.apply_partition(*tp, replicas_of(me, other, other, p.leader_epoch + 1))  # it takes over
+            with pytest.raises(LogError) as moved:
+                await asyncio.wait_for(marker, 5)
+            assert moved.value.error_code == E.NOT_LEADER_OR_FOLLOWER
+
+    asyncio.run(go())

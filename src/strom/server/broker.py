@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
-from ..log.errors import KafkaStorageError
+from ..log.errors import KafkaStorageError, LogError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import load_meta
 from ..log.partition_log import AppendInfo, PartitionLog
@@ -97,7 +97,7 @@ from .page_cache_releaser import PageCacheReleaser
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .roll_flusher import RollFlusher
-from .txn_marker_sender import TxnMarkerSender
+from .txn_marker_sender import MARKER_RETRIABLE, TxnMarkerSender
 
 if TYPE_CHECKING:
     from ..observability.http import HttpListener
@@ -108,6 +108,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# how long a transaction marker written here may wait for the ISR (Kafka: request.timeout.ms)
+MARKER_REPLICATION_TIMEOUT_MS = 30000
 TXN_TOPIC = "__transaction_state"
 SHARE_STATE_TOPIC = "__share_group_state"
 INTERNAL_TOPIC_PARTITIONS = (
@@ -851,13 +853,25 @@ class Broker:
         elsewhere = [tp for tp in partitions if (leader := cache.leader_id(*tp)) is not None and leader != me
                      and tp not in self.replica_manager.offline_partitions]
         if not elsewhere:
-            await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
+            await self._write_markers_here(producer_id, producer_epoch, commit, partitions)
             return
         here = [tp for tp in partitions if tp not in set(elsewhere)]
         await asyncio.gather(
-            self.write_local_markers(producer_id, producer_epoch, commit, here),
+            self._write_markers_here(producer_id, producer_epoch, commit, here),
             self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere),
         )
+
+    async def _write_markers_here(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]]
+    ) -> None:
+        """:meth:`write_local_markers`; when a partition's leadership moves before its marker is
+        replicated, the markers go again to whichever broker leads now (the sender retries)."""
+        try:
+            await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
+        except LogError as e:
+            if getattr(e, "error_code", None) not in MARKER_RETRIABLE:
+                raise
+            await self.marker_sender.write(producer_id, producer_epoch, commit, partitions)
 
     async def write_local_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
@@ -876,8 +890,17 @@ class Broker:
             for tp in partitions
             if rm.is_online(*tp)  # (not: deleted since it joined the transaction)
         ]
+        timeout_ms = MARKER_REPLICATION_TIMEOUT_MS
         for tp, end in written:
             await writer.await_offset(tp, end)
+            # replicated too (Kafka appends markers with acks=-1): a marker only this leader had
+            # is lost if another replica takes over, and the transaction would end without it
+            code = await rm.await_high_watermark(tp, end, timeout_ms)
+            if code != ErrorCode.NONE:
+                err = LogError(f"transaction marker on {tp[0]}-{tp[1]} not replicated: "
+                               f"{ErrorCode(code).name}")
+                err.error_code = code
+                raise err
             if tp[0] == OFFSETS_TOPIC:
                 await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
 

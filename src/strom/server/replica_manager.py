@@ -595,6 +595,35 @@ class ReplicaManager:
                 else:
                     self._check_isr_after_append(tp, results, slot)
 
+    async def await_high_watermark(self, tp: TopicPartition, offset: int, timeout_ms: int) -> int:
+        """Until ``tp``'s HW reaches ``offset`` (the ISR has everything below it): NONE, or why
+        not: REQUEST_TIMED_OUT after ``timeout_ms``, NOT_LEADER_OR_FOLLOWER when leadership moved
+        meanwhile (what was appended may be truncated), or the partition's error. Kafka writes
+        transaction markers with acks=-1 for this reason."""
+        plog = self.logs.get(tp)
+        if plog is None or self.metadata_cache.leader_id(*tp) != self.node_id:
+            return self.partition_error(*tp)
+        if plog.high_watermark >= offset:
+            return ErrorCode.NONE
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.setdefault(tp, []).append((offset, fut))
+        try:
+            await asyncio.wait([fut], timeout=max(timeout_ms, 0) / 1000)
+        finally:
+            if not fut.done():
+                fut.cancel()
+                left = [w for w in self._hw_waiters.get(tp, ()) if w[1] is not fut]
+                if left:
+                    self._hw_waiters[tp] = left
+                else:
+                    self._hw_waiters.pop(tp, None)
+        if fut.cancelled():
+            return ErrorCode.REQUEST_TIMED_OUT
+        exc = fut.exception()
+        if exc is None:
+            return ErrorCode.NONE
+        return int(getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+
     def _check_isr_after_append(
         self, tp: TopicPartition, results: list[PartitionResponse], slot: int
     ) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..client.client import Client
 from ..client.errors import KafkaConnectionError
+from ..log.errors import LogError
 from ..protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -43,6 +44,11 @@ WRITE_TXN_MARKERS = 27
 ADD_PARTITIONS_TO_TXN = 24
 TXN_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
+
+
+# a marker written here but not replicated for these reasons is written again wherever the
+# partition is led now (its leadership moved, or the ISR did not catch up in time)
+MARKER_RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT})
 
 
 class TxnMarkerSender:
@@ -78,7 +84,12 @@ class TxnMarkerSender:
                     by_leader.setdefault(leader, []).append(tp)
             here = by_leader.pop(broker.node_id, [])
             if here:  # led here now
-                await broker.write_local_markers(producer_id, producer_epoch, commit, here)
+                try:
+                    await broker.write_local_markers(producer_id, producer_epoch, commit, here)
+                except LogError as e:  # leadership moved before the ISR had them: again
+                    if getattr(e, "error_code", None) not in MARKER_RETRIABLE:
+                        raise
+                    retry.extend(here)
             results = await asyncio.gather(
                 *(self._send(leader, producer_id, producer_epoch, commit, tps)
                   for leader, tps in by_leader.items())
