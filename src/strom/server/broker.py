@@ -877,8 +877,10 @@ class Broker:
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
     ) -> None:
         """Write a transaction marker (control batch) to each partition here, durably (one flush
-        round for all of them, :mod:`strom.server.coordinator_writer`); offsets partitions also
-        complete the group coordinator's pending transactional offsets."""
+        round for all of them, :mod:`strom.server.coordinator_writer`) and replicated (the HW
+        passes it; LogError with NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT if not: the caller
+        writes it again where the partition is led); offsets partitions also complete the group
+        coordinator's pending transactional offsets."""
         partitions = list(partitions)
         rm = self.replica_manager
         offline = [f"{t}-{p}" for t, p in partitions if (t, p) in rm.offline_partitions]

@@ -9,8 +9,8 @@ Theory of operation
   (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``): their HW stays
   at the durable offset. Transaction markers to data partitions (:meth:`append_marker`) leave the
   data partition's HW as a produce would (it advances at once on a single node) and their
-  waiters wait for durability all the same (EndTxn answered once the markers are on disk, as
-  before).
+  waiters wait for durability all the same (EndTxn answered once the markers are on disk);
+  ``Broker.write_local_markers`` then also waits for the HW to pass them (the ISR has them).
 * A *flush round* starts on the loop's next turn after an append: for each partition written
   since the last round it takes a :class:`~strom.log.partition_log.FlushPlan` (the segment files
   holding offsets up to the log end; no system call), hands the plans to a few worker threads
