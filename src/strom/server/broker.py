@@ -97,7 +97,7 @@ from .page_cache_releaser import PageCacheReleaser
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .roll_flusher import RollFlusher
-from .txn_marker_sender import MARKER_RETRIABLE, TxnMarkerSender
+from .txn_marker_sender import TxnMarkerSender, marker_to_retry
 
 if TYPE_CHECKING:
     from ..observability.http import HttpListener
@@ -869,7 +869,7 @@ class Broker:
         try:
             await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
         except LogError as e:
-            if getattr(e, "error_code", None) not in MARKER_RETRIABLE:
+            if not marker_to_retry(e):
                 raise
             await self.marker_sender.write(producer_id, producer_epoch, commit, partitions)
 

@@ -572,9 +572,8 @@ class ReplicaManager:
             if plog is not None and plog.high_watermark > r.last_offset:
                 self._check_isr_after_append((topic, partition), results, slot)
                 continue  # e.g. a single replica: the HW is the log end offset
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._hw_waiters.setdefault((topic, partition), []).append((r.last_offset + 1, fut))
-            waits.append((slot, (topic, partition), fut))
+            tp = (topic, partition)
+            waits.append((slot, tp, self._add_hw_waiter(tp, r.last_offset + 1)))
         if not waits:
             return
         try:
@@ -582,18 +581,29 @@ class ReplicaManager:
         finally:  # timed out, or the request was cancelled: the waiters go
             for slot, tp, fut in waits:
                 if not fut.done():
-                    fut.cancel()
+                    self._drop_hw_waiter(tp, fut)
                     results[slot] = PartitionResponse(ErrorCode.REQUEST_TIMED_OUT)
-                    left = [w for w in self._hw_waiters.get(tp, ()) if w[1] is not fut]
-                    if left:
-                        self._hw_waiters[tp] = left
-                    else:
-                        self._hw_waiters.pop(tp, None)
                 elif not fut.cancelled() and (exc := fut.exception()) is not None:
                     code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
                     results[slot] = PartitionResponse(code)
                 else:
                     self._check_isr_after_append(tp, results, slot)
+
+    def _add_hw_waiter(self, tp: TopicPartition, need: int) -> asyncio.Future[None]:
+        """A future completed once ``tp``'s HW reaches ``need`` (:meth:`_high_watermark_advanced`),
+        or failed with the partition's error (:meth:`_fail_waiters`)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.setdefault(tp, []).append((need, fut))
+        return fut
+
+    def _drop_hw_waiter(self, tp: TopicPartition, fut: asyncio.Future[None]) -> None:
+        """A waiter given up (timed out, or its request cancelled): cancelled and forgotten."""
+        fut.cancel()
+        left = [w for w in self._hw_waiters.get(tp, ()) if w[1] is not fut]
+        if left:
+            self._hw_waiters[tp] = left
+        else:
+            self._hw_waiters.pop(tp, None)
 
     async def await_high_watermark(self, tp: TopicPartition, offset: int, timeout_ms: int) -> int:
         """Until ``tp``'s HW reaches ``offset`` (the ISR has everything below it): NONE, or why
@@ -605,18 +615,12 @@ class ReplicaManager:
             return self.partition_error(*tp)
         if plog.high_watermark >= offset:
             return ErrorCode.NONE
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._hw_waiters.setdefault(tp, []).append((offset, fut))
+        fut = self._add_hw_waiter(tp, offset)
         try:
             await asyncio.wait([fut], timeout=max(timeout_ms, 0) / 1000)
         finally:
             if not fut.done():
-                fut.cancel()
-                left = [w for w in self._hw_waiters.get(tp, ()) if w[1] is not fut]
-                if left:
-                    self._hw_waiters[tp] = left
-                else:
-                    self._hw_waiters.pop(tp, None)
+                self._drop_hw_waiter(tp, fut)
         if fut.cancelled():
             return ErrorCode.REQUEST_TIMED_OUT
         exc = fut.exception()

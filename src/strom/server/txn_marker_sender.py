@@ -46,9 +46,12 @@ TXN_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 
 
-# a marker written here but not replicated for these reasons is written again wherever the
-# partition is led now (its leadership moved, or the ISR did not catch up in time)
-MARKER_RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT})
+def marker_to_retry(e: BaseException) -> bool:
+    """``Broker.write_local_markers`` failed in a way that a marker written again wherever the
+    partition is led now mends: its leadership moved, or the ISR did not catch up in time."""
+    return isinstance(e, LogError) and e.error_code in (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT
+    )
 
 
 class TxnMarkerSender:
@@ -87,7 +90,7 @@ class TxnMarkerSender:
                 try:
                     await broker.write_local_markers(producer_id, producer_epoch, commit, here)
                 except LogError as e:  # leadership moved before the ISR had them: again
-                    if getattr(e, "error_code", None) not in MARKER_RETRIABLE:
+                    if not marker_to_retry(e):
                         raise
                     retry.extend(here)
             results = await asyncio.gather(
