@@ -11,6 +11,7 @@ files are compared byte for byte across the three data dirs: followers hold the 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -399,3 +400,74 @@ def test_pipelined_acks_all_requests_appended_and_answered_in_order(ready: Clust
     wait_isr_full(c, name, 1, timeout=60)
     got = consume_all(c, name, n)
     assert [v for _p, _o, v in got] == [f"r{i}".encode() for i in range(n)]
+
+
+def test_a_commit_waits_for_min_insync_replicas_and_completes_when_they_return(
+    ready: ClusterProcess,
+) -> None:
+    """Kafka writes transaction markers with acks=-1: while a partition's ISR is below its
+    ``min.insync.replicas`` the marker is refused (NOT_ENOUGH_REPLICAS) and retried, so the
+    transaction stays open (the HW does not move, a read_committed consumer sees nothing); once
+    the replica returns to the ISR, the marker is written and the commit completes."""
+    c = ready
+    name = topic_name("txnisr")
+    create(c, name, 1, 3, **{"min.insync.replicas": "3"})
+    wait_isr_full(c, name, 1)
+    tid = f"t-{uuid.uuid4().hex[:8]}"
+    p = confluent_kafka.Producer({
+        "bootstrap.servers": c.bootstrap, "transactional.id": tid, "transaction.timeout.ms": 120000,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(name, key=b"k", value=b"in-txn")
+    assert p.flush(30) == 0  # appended and replicated (the ISR is full)
+    leader = c.partition_info(c.running[0], name)[0][0]
+    resp = c.request(leader, 10, {"key": tid, "key_type": 1, "coordinator_keys": [tid]})
+    coordinator = int(resp.coordinators[0].node_id)
+    victim = next(n for n in NODES if n not in (leader, coordinator))
+    c.kill(victim)
+    outcome: list[BaseException | None] = []
+    committing = threading.Thread(target=lambda: outcome.append(_commit(p)), daemon=True)
+    try:
+        wait_for("the ISR to shrink to two", lambda: len(c.partition_info(leader, name)[0][2]) == 2, 30)
+        committing.start()
+        time.sleep(5)
+        assert outcome == [], f"the commit ended below min.insync.replicas: {outcome}"
+        ends = {}
+        for isolation in ("read_uncommitted", "read_committed"):
+            probe = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "probe",
+                                              "isolation.level": isolation})
+            try:
+                ends[isolation] = probe.get_watermark_offsets(confluent_kafka.TopicPartition(name, 0), 10)
+            finally:
+                probe.close()
+        # the HW is right after the record (no marker appended), the LSO before it (still open)
+        assert ends == {"read_uncommitted": (0, 1), "read_committed": (0, 0)}, ends
+    finally:
+        c.start_node(victim)
+    wait_isr_full(c, name, 1, timeout=60)
+    committing.join(90)
+    assert outcome == [None], outcome
+    cons = confluent_kafka.Consumer({
+        "bootstrap.servers": c.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+    })
+    try:
+        cons.subscribe([name])
+        got = wait_for("the committed record", lambda: _value(cons.poll(0.5)), 60)
+    finally:
+        cons.close()
+    assert got == b"in-txn"
+
+
+def _commit(p: Any) -> BaseException | None:
+    try:
+        p.commit_transaction(120)
+    except Exception as e:  # (recorded for the test's assertion)
+        return e
+    return None
+
+
+def _value(m: Any) -> bytes | None:
+    return m.value() if m is not None and not m.error() else None

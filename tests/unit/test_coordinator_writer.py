@@ -7,6 +7,8 @@ import asyncio
 import errno
 import os
 import threading
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -290,46 +292,76 @@ def test_a_transaction_marker_is_answered_once_the_isr_has_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As Kafka's WriteTxnMarkers (acks=-1): a marker durable on the leader alone is not written
-    yet (a new leader would not have it, and the transaction would end without its marker); when
-    leadership moves meanwhile, or the ISR does not catch up in time, the writer is told so."""
-    from strom.log.errors import LogError
+    yet (a new leader would not have it, and the transaction would end without its marker); the
+    partitions wait side by side; the writer is told which partitions' markers were not written
+    and why: leadership moved meanwhile, the ISR did not catch up in time, or the ISR is below
+    min.insync.replicas (refused before the append); the others are written."""
     from strom.server import broker as broker_module
+    from strom.server.txn_marker_sender import MarkersNotWritten, markers_to_retry
 
     async def go() -> None:
         async with started_broker(tmp_path / "data") as broker:
             await broker.create_topic_async("d", 1)
-            tp = ("d", 0)
+            await broker.create_topic_async("m", 1, {"min.insync.replicas": "2"})
+            tp, tm = ("d", 0), ("m", 0)
             rm = broker.replica_manager
             if not rm.partitions:
                 pytest.skip("the registry path has no replication state")
             me = broker.node_id
             other = lead_with_a_made_up_follower(broker, tp)
+            lead_with_a_made_up_follower(broker, tm)
             p = rm.partitions[tp]
-            plog = broker.logs[tp]
+            plog, mlog = broker.logs[tp], broker.logs[tm]
 
-            def follower_fetch() -> None:
-                rm.read_for_follower(other, *tp, plog.log_end_offset, 1 << 20,
-                                     current_leader_epoch=p.leader_epoch)
+            def follower_fetch(t: tuple[str, int]) -> None:
+                rm.read_for_follower(other, *t, broker.logs[t].log_end_offset, 1 << 20,
+                                     current_leader_epoch=rm.partitions[t].leader_epoch)
 
-            follower_fetch()
-            marker = asyncio.ensure_future(broker.write_local_markers(7, 0, False, [tp]))
+            follower_fetch(tp)
+            follower_fetch(tm)
+            marker = asyncio.ensure_future(broker.write_local_markers(7, 0, False, [tp, tm]))
             await asyncio.sleep(0.3)
             assert plog.recovery_point == plog.log_end_offset  # durable here, not replicated
             assert not marker.done() and plog.high_watermark < plog.log_end_offset
-            follower_fetch()  # the follower has it: the HW passes the marker
+            follower_fetch(tp)  # the follower has it: the HW passes the marker
+            await asyncio.sleep(0.1)
+            assert not marker.done()  # the other partition's marker is not replicated yet
+            follower_fetch(tm)
             await asyncio.wait_for(marker, 5)
             assert plog.high_watermark == plog.log_end_offset
+            assert mlog.high_watermark == mlog.log_end_offset
 
-            monkeypatch.setattr(broker_module, "MARKER_REPLICATION_TIMEOUT_MS", 100)
-            with pytest.raises(LogError) as late:
-                await broker.write_local_markers(7, 0, True, [tp])
-            assert late.value.error_code == E.REQUEST_TIMED_OUT
+            monkeypatch.setattr(broker_module, "MARKER_REPLICATION_TIMEOUT_MS", 300)
+            started = time.monotonic()
+            with pytest.raises(MarkersNotWritten) as late:
+                await broker.write_local_markers(7, 0, True, [tp, tm])
+            assert time.monotonic() - started < 0.55  # side by side, not one after the other
+            assert late.value.failed == {tp: E.REQUEST_TIMED_OUT, tm: E.REQUEST_TIMED_OUT}
+            assert markers_to_retry(late.value) == [tp, tm]
+            follower_fetch(tp)
+            follower_fetch(tm)
+
+            # tm's ISR shrinks to the leader: below its min.insync.replicas, its marker is refused
+            # (nothing appended); tp's is written once replicated
+            mp = rm.partitions[tm]
+            rm.apply_partition(*tm, types.SimpleNamespace(
+                replicas=(me, other), isr=(me,), leader=me, leader_epoch=mp.leader_epoch,
+                partition_epoch=mp.partition_epoch + 1))
+            m_end = mlog.log_end_offset
+            marker = asyncio.ensure_future(broker.write_local_markers(9, 0, True, [tp, tm]))
+            await asyncio.sleep(0.1)
+            follower_fetch(tp)
+            with pytest.raises(MarkersNotWritten) as refused:
+                await asyncio.wait_for(marker, 5)
+            assert refused.value.failed == {tm: E.NOT_ENOUGH_REPLICAS}
+            assert markers_to_retry(refused.value) == [tm]
+            assert mlog.log_end_offset == m_end and plog.high_watermark == plog.log_end_offset
 
             marker = asyncio.ensure_future(broker.write_local_markers(8, 0, True, [tp]))
             await asyncio.sleep(0.05)
             rm.apply_partition(*tp, replicas_of(me, other, other, p.leader_epoch + 1))  # it takes over
-            with pytest.raises(LogError) as moved:
+            with pytest.raises(MarkersNotWritten) as moved:
                 await asyncio.wait_for(marker, 5)
-            assert moved.value.error_code == E.NOT_LEADER_OR_FOLLOWER
+            assert moved.value.failed == {tp: E.NOT_LEADER_OR_FOLLOWER}
 
     asyncio.run(go())

@@ -15,6 +15,7 @@ from strom.coordinator.transaction import TransactionStateMachine, TxnState
 from strom.coordinator.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction_records import decode_key, decode_value, encode_key, encode_value
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.testing.scheduler import ManualScheduler
 
 TP = tuple[str, int]
 
@@ -165,6 +166,63 @@ def test_restart_replays_state_and_completes_prepared_transactions() -> None:
         err, pid2, e2 = await coord2.init_producer_id("app", 10_000)
         assert (err, pid2, e2) == (0, pid, e + 1)
         await coord2.stop()
+
+    run(go())
+
+
+def test_markers_not_written_are_retried_until_written() -> None:
+    """As Kafka's marker channel, which retries until the markers are written: a transaction
+    whose markers failed (a leader moving, an ISR below min.insync.replicas) stays prepared, the
+    producer's EndTxn retries get CONCURRENT_TRANSACTIONS, other transactions go on meanwhile,
+    and the markers are written again every MARKER_RETRY_BACKOFF_MS until they are; then the
+    transaction completes."""
+    from strom.coordinator.transaction_coordinator import MARKER_RETRY_BACKOFF_MS as BACKOFF
+
+    class Failing(RecordingMarkers):
+        failing: set[TP] = {("a", 0)}
+
+        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partitions: Iterable[TP]) -> None:
+            partitions = list(partitions)
+            if self.failing & set(partitions):
+                raise OSError("NOT_ENOUGH_REPLICAS")
+            await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        markers = Failing()
+        ids = itertools.count(1000)
+        coord = TransactionCoordinator(clock=clock, storage=MemoryStorage(), markers=markers,
+                                       allocate_producer_id=lambda: next(ids), num_partitions=5,
+                                       scheduler=sched)
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 60_000)
+        await coord.add_partitions("app", pid, e, [("a", 0), ("b", 0)])
+        with pytest.raises(KafkaError) as failed:
+            await coord.end_txn("app", pid, e, True)
+        assert failed.value.code == ErrorCode.NOT_COORDINATOR
+        assert coord.sm.txns["app"].state == TxnState.PREPARE_COMMIT
+        assert await coord.end_txn("app", pid, e, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        # another transaction, on healthy partitions, commits meanwhile
+        _, pid2, e2 = await coord.init_producer_id("other", 60_000)
+        await coord.add_partitions("other", pid2, e2, [("b", 1)])
+        assert await coord.end_txn("other", pid2, e2, True) == 0
+        assert markers.written == [(pid2, e2, True, ("b", 1))]
+        sched.advance(BACKOFF)  # still failing: still prepared
+        await sched.settle()
+        assert coord.sm.txns["app"].state == TxnState.PREPARE_COMMIT and len(markers.written) == 1
+        markers.failing = set()  # the partition is writable again
+        sched.advance(BACKOFF)
+        await sched.settle()
+        assert [m[3] for m in markers.written[1:]] == [("a", 0), ("b", 0)]
+        assert all(m[2] for m in markers.written)
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        assert await coord.end_txn("app", pid, e, True) == 0  # the producer's retry: done
+        sched.advance(10 * BACKOFF)  # nothing due: nothing written again
+        await sched.settle()
+        assert len(markers.written) == 3
+        await coord.stop()
 
     run(go())
 

@@ -8,11 +8,15 @@ persist PrepareCommit → write a COMMIT control batch to every partition of the
 transactional offsets) → persist CompleteCommit → answer. A crash anywhere in between leaves a
 Prepare* record; :meth:`start` finds it and writes the markers again (a duplicate marker for a
 producer with no open transaction is harmless), so a prepared transaction always completes.
+Markers that cannot be written now (a partition's leader moving, its ISR below
+``min.insync.replicas``) leave the transaction prepared and are written again every
+``MARKER_RETRY_BACKOFF_MS`` until they are, as Kafka's marker channel retries them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -26,6 +30,10 @@ from .transaction import Markers, TransactionStateMachine, TxnMetadata, TxnResul
 from .transaction_records import TxnRecordError, decode_key, decode_value, encode_key, encode_value
 
 log = logging.getLogger("strom.txn")
+
+# markers that could not be written are written again this long after (Kafka's marker channel
+# retries them until written)
+MARKER_RETRY_BACKOFF_MS = 500
 TopicPartition = tuple[str, int]
 
 
@@ -65,6 +73,8 @@ class TransactionCoordinator:
         self._lock = asyncio.Lock()
         self.scheduler: Scheduler = scheduler if scheduler is not None else AsyncioScheduler()
         self._task: TaskHandle | None = None  # the periodic timeout check
+        self._markers_due: dict[str, Markers] = {}  # markers that failed, by transactional id
+        self._retry_task: TaskHandle | None = None  # their next try (_retry_markers)
         self.loaded = False
         # which __transaction_state partitions this broker leads (the metadata quorum's image),
         # asked at start; None: every one (a single node). ``owned``: the partitions loaded and
@@ -101,15 +111,45 @@ class TransactionCoordinator:
 
     async def _complete_prepared(self, partition: int | None, why: str) -> None:
         """Write the markers of the prepared transactions (of ``partition``, or all) that the
-        log holds without their completion."""
+        log holds without their completion (after a restart or an election). One that fails is
+        tried again (:meth:`_retry_markers`)."""
         for res in self.sm.incomplete():
             assert res.markers is not None
             tid = res.markers.complete.transactional_id
             if partition is not None and self.partition_for(tid) != partition:
                 continue
-            log.info("completing prepared transaction %s %s", tid, why)
-            async with self._lock:
-                await self._write_markers(res.markers)
+            await self._markers_of_prepared(res.markers, f"completing prepared transaction {tid} {why}")
+
+    async def _markers_of_prepared(self, markers: Markers, why: str) -> None:
+        """Under the lock: ``markers``, if their transaction is still prepared (not completed,
+        nor resigned, while this waited for the lock); a failure is reported and retried."""
+        tid = markers.complete.transactional_id
+        async with self._lock:
+            meta = self.sm.txns.get(tid)
+            if (meta is None or meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                    or meta.producer_id != markers.producer_id
+                    or meta.producer_epoch != markers.producer_epoch):
+                return
+            log.info("%s", why)
+            with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
+                await self._write_markers(markers)
+
+    def _markers_failed(self, markers: Markers) -> None:
+        """Kafka's marker channel retries until the markers are written (a leader moving, an
+        ISR below ``min.insync.replicas``): the transaction stays prepared (its producer's
+        EndTxn retries get CONCURRENT_TRANSACTIONS) and its markers are written again
+        ``MARKER_RETRY_BACKOFF_MS`` later, the lock free meanwhile for other transactions."""
+        self._markers_due[markers.complete.transactional_id] = markers
+        if self._retry_task is None and self._task is not None:  # (started, not stopped)
+            self._retry_task = self.scheduler.schedule(
+                MARKER_RETRY_BACKOFF_MS, self._retry_markers, name="transaction marker retry"
+            )
+
+    async def _retry_markers(self) -> None:
+        self._retry_task = None
+        due, self._markers_due = self._markers_due, {}
+        for tid, markers in sorted(due.items()):
+            await self._markers_of_prepared(markers, f"writing the markers of transaction {tid} again")
 
     def on_election(self, partition: int) -> None:
         """This broker became the leader of ``__transaction_state-partition``: load its
@@ -144,6 +184,9 @@ class TransactionCoordinator:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._retry_task is not None:
+            self._retry_task.cancel()
+            self._retry_task = None
 
     async def _check_timeouts(self) -> None:
         """Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``."""
@@ -192,7 +235,8 @@ class TransactionCoordinator:
                 markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
             )
         except Exception as e:
-            self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR")
+            self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR, retrying")
+            self._markers_failed(markers)
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "transaction markers could not be written") from e
         self.storage_log.ok(what, subject)
         await self._persist(markers.complete)

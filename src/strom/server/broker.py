@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
 from ..config import BrokerConfig, ConfigError, LogConfig
-from ..log.errors import KafkaStorageError, LogError
+from ..coordinator.partition_writer import CoordinatorWriteError
+from ..log.errors import KafkaStorageError
 from ..log.file_cache import FILE_CACHE, default_capacity
 from ..log.log_dirs import load_meta
 from ..log.partition_log import AppendInfo, PartitionLog
@@ -97,7 +98,7 @@ from .page_cache_releaser import PageCacheReleaser
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .roll_flusher import RollFlusher
-from .txn_marker_sender import TxnMarkerSender, marker_to_retry
+from .txn_marker_sender import MarkersNotWritten, TxnMarkerSender, markers_to_retry
 
 if TYPE_CHECKING:
     from ..observability.http import HttpListener
@@ -856,55 +857,76 @@ class Broker:
             await self._write_markers_here(producer_id, producer_epoch, commit, partitions)
             return
         here = [tp for tp in partitions if tp not in set(elsewhere)]
-        await asyncio.gather(
+        # both halves run to their end before a failure is raised: a half still retrying after
+        # the coordinator wrote the markers again and completed the transaction could put a
+        # stale marker in the producer's next transaction
+        outcomes = await asyncio.gather(
             self._write_markers_here(producer_id, producer_epoch, commit, here),
             self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere),
+            return_exceptions=True,
         )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _write_markers_here(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]]
     ) -> None:
-        """:meth:`write_local_markers`; when a partition's leadership moves before its marker is
-        replicated, the markers go again to whichever broker leads now (the sender retries)."""
+        """:meth:`write_local_markers`; the markers of partitions whose leadership moved before
+        they were replicated, or whose ISR is too small, go again through the sender (to
+        whichever broker leads each now, retried until written)."""
         try:
             await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
-        except LogError as e:
-            if not marker_to_retry(e):
+        except MarkersNotWritten as e:
+            if (again := markers_to_retry(e)) is None:
                 raise
-            await self.marker_sender.write(producer_id, producer_epoch, commit, partitions)
+            await self.marker_sender.write(producer_id, producer_epoch, commit, again)
 
     async def write_local_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
     ) -> None:
-        """Write a transaction marker (control batch) to each partition here, durably (one flush
-        round for all of them, :mod:`strom.server.coordinator_writer`) and replicated (the HW
-        passes it; LogError with NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT if not: the caller
-        writes it again where the partition is led); offsets partitions also complete the group
-        coordinator's pending transactional offsets."""
+        """Write a transaction marker (control batch) to each partition here, as Kafka appends
+        them (acks=-1): refused while the partition's ISR is below ``min.insync.replicas``,
+        durable (one flush round for all of them, :mod:`strom.server.coordinator_writer`) and
+        replicated (the HW passes it; the partitions wait side by side). Raises
+        :class:`~strom.server.txn_marker_sender.MarkersNotWritten` naming the partitions whose
+        marker was refused, not replicated in time or whose leadership moved (the caller writes
+        those again, where each is led); the others are written. Offsets partitions also complete
+        the group coordinator's pending transactional offsets."""
         partitions = list(partitions)
         rm = self.replica_manager
         offline = [f"{t}-{p}" for t, p in partitions if (t, p) in rm.offline_partitions]
         if offline:  # the markers wait for the partition (its dir failed), as Kafka's do for a leader
             raise KafkaStorageError(f"transaction markers cannot be written: {', '.join(offline)} offline")
         writer = self.coordinator_writer
-        written = [
-            (tp, writer.append_marker(tp, producer_id, producer_epoch, commit))
-            for tp in partitions
-            if rm.is_online(*tp)  # (not: deleted since it joined the transaction)
-        ]
-        timeout_ms = MARKER_REPLICATION_TIMEOUT_MS
+        failed: dict[tuple[str, int], int] = {}
+        written: list[tuple[tuple[str, int], int]] = []
+        for tp in partitions:
+            if not rm.is_online(*tp):
+                continue  # deleted since it joined the transaction
+            if rm.isr_too_small(tp) is not None:
+                failed[tp] = ErrorCode.NOT_ENOUGH_REPLICAS
+                continue
+            try:
+                written.append((tp, writer.append_marker(tp, producer_id, producer_epoch, commit)))
+            except CoordinatorWriteError as e:
+                if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    raise
+                failed[tp] = e.code  # (moved since the caller looked)
         for tp, end in written:
             await writer.await_offset(tp, end)
-            # replicated too (Kafka appends markers with acks=-1): a marker only this leader had
-            # is lost if another replica takes over, and the transaction would end without it
-            code = await rm.await_high_watermark(tp, end, timeout_ms)
+        # replicated too (Kafka appends markers with acks=-1): a marker only this leader had is
+        # lost if another replica takes over, and the transaction would end without it
+        codes = await asyncio.gather(
+            *(rm.await_high_watermark(tp, end, MARKER_REPLICATION_TIMEOUT_MS) for tp, end in written)
+        )
+        for (tp, _end), code in zip(written, codes, strict=True):
             if code != ErrorCode.NONE:
-                err = LogError(f"transaction marker on {tp[0]}-{tp[1]} not replicated: "
-                               f"{ErrorCode(code).name}")
-                err.error_code = code
-                raise err
-            if tp[0] == OFFSETS_TOPIC:
+                failed[tp] = code
+            elif tp[0] == OFFSETS_TOPIC:
                 await self.group_coordinator.complete_txn(tp[1], producer_id, commit)
+        if failed:
+            raise MarkersNotWritten(failed)
 
 
 def _refuse_metadata_log(metadata_log_dir: Path) -> None:

@@ -393,13 +393,9 @@ class ReplicaManager:
             if plog is None or leader != self.node_id:
                 results[slot] = PartitionResponse(self.partition_error(topic, partition))
                 continue
-            if acks == -1 and (p := self.partitions.get((topic, partition))) is not None:
-                min_isr = plog.config.min_insync_replicas
-                if len(p.isr) < min_isr:  # Kafka's appendRecordsToLeader check
-                    message = (f"The size of the current ISR {list(p.isr)} is insufficient to satisfy "
-                               f"the min.isr requirement of {min_isr} for partition {topic}-{partition}")
-                    results[slot] = PartitionResponse(ErrorCode.NOT_ENOUGH_REPLICAS, error_message=message)
-                    continue
+            if acks == -1 and (too_small := self.isr_too_small((topic, partition))) is not None:
+                results[slot] = PartitionResponse(ErrorCode.NOT_ENOUGH_REPLICAS, error_message=too_small)
+                continue
             try:
                 walk = plog.needs_record_walk(records)
             except Exception as e:
@@ -604,6 +600,19 @@ class ReplicaManager:
             self._hw_waiters[tp] = left
         else:
             self._hw_waiters.pop(tp, None)
+
+    def isr_too_small(self, tp: TopicPartition) -> str | None:
+        """Why an acks=-1 append to ``tp`` is refused with NOT_ENOUGH_REPLICAS (its ISR is below
+        ``min.insync.replicas``, Kafka's ``appendRecordsToLeader`` check), or None."""
+        p = self.partitions.get(tp)
+        plog = self.logs.get(tp)
+        if p is None or plog is None:
+            return None
+        min_isr = plog.config.min_insync_replicas
+        if len(p.isr) >= min_isr:
+            return None
+        return (f"The size of the current ISR {list(p.isr)} is insufficient to satisfy "
+                f"the min.isr requirement of {min_isr} for partition {tp[0]}-{tp[1]}")
 
     async def await_high_watermark(self, tp: TopicPartition, offset: int, timeout_ms: int) -> int:
         """Until ``tp``'s HW reaches ``offset`` (the ISR has everything below it): NONE, or why

@@ -11,10 +11,13 @@ transactional offsets) before it answers.
 
 A partition whose leader is unknown, moving (NOT_LEADER_OR_FOLLOWER, no leader) or unreachable
 is tried again, its leader looked up again each time (it may have moved here), every
-``RETRY_BACKOFF_S`` until ``TIMEOUT_S``; then the write fails and the coordinator answers
-NOT_COORDINATOR with the transaction still prepared (Kafka's channel retries without end; here a
-later EndTxn, a restart or an election of the coordinator completes it). A partition the
-metadata no longer has (its topic was deleted) needs no marker, as in Kafka.
+``RETRY_BACKOFF_S`` until ``TIMEOUT_S``, as is one whose leader answers NOT_ENOUGH_REPLICAS
+(its ISR below ``min.insync.replicas``) or REQUEST_TIMED_OUT (its ISR did not catch up); then the
+write fails and the coordinator answers NOT_COORDINATOR with the transaction still prepared. Kafka's
+channel retries without end; here the coordinator's periodic check (every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``) writes the markers of prepared
+transactions again until they are written, as do a restart and an election of the coordinator.
+A partition the metadata no longer has (its topic was deleted) needs no marker, as in Kafka.
 
 Produce v12+ (transaction version 2) to a partition led here for a transactional id another
 broker coordinates adds the partition to the transaction there (:meth:`TxnMarkerSender.add_partitions`,
@@ -46,12 +49,29 @@ TXN_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 
 
-def marker_to_retry(e: BaseException) -> bool:
-    """``Broker.write_local_markers`` failed in a way that a marker written again wherever the
-    partition is led now mends: its leadership moved, or the ISR did not catch up in time."""
-    return isinstance(e, LogError) and e.error_code in (
-        ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT
-    )
+RETRIED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS)
+
+
+class MarkersNotWritten(LogError):
+    """``Broker.write_local_markers`` left the markers of some partitions unwritten or
+    unreplicated: ``failed`` maps each to why (NOT_LEADER_OR_FOLLOWER: its leadership moved;
+    REQUEST_TIMED_OUT: the ISR did not catch up in time; NOT_ENOUGH_REPLICAS: its ISR is below
+    ``min.insync.replicas``, Kafka's refusal of an acks=-1 append). The other partitions' markers
+    are written and replicated."""
+
+    def __init__(self, failed: dict[TopicPartition, int]) -> None:
+        names = ", ".join(f"{t}-{p} ({ErrorCode(c).name})" for (t, p), c in sorted(failed.items()))
+        super().__init__(f"transaction markers not written to {names}")
+        self.failed = failed
+        self.error_code = next(iter(failed.values()))
+
+
+def markers_to_retry(e: BaseException) -> list[TopicPartition] | None:
+    """The partitions whose markers, written again wherever each is led now (or once its ISR
+    recovers), mend ``e``; None when ``e`` is not such a failure."""
+    if isinstance(e, MarkersNotWritten) and all(code in RETRIED for code in e.failed.values()):
+        return sorted(e.failed)
+    return None
 
 
 class TxnMarkerSender:
@@ -68,12 +88,15 @@ class TxnMarkerSender:
     async def write(self, producer_id: int, producer_epoch: int, commit: bool,
                     partitions: list[TopicPartition]) -> None:
         """The markers of ``partitions`` (led elsewhere, or moving), written by their leaders.
-        Raises KafkaError when some could not be written in ``TIMEOUT_S``."""
+        Raises KafkaError when some could not be written in ``TIMEOUT_S``, or at once (after
+        the others) NOT_ENOUGH_REPLICAS when some partitions' ISR is below
+        ``min.insync.replicas`` (the coordinator tries again later, its lock free meanwhile)."""
         broker = self.broker
         cache = broker.metadata_cache
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.TIMEOUT_S
         pending = list(partitions)
+        too_few: list[TopicPartition] = []  # refused: ISR below min.insync.replicas
         while True:
             by_leader: dict[int, list[TopicPartition]] = {}
             retry: list[TopicPartition] = []
@@ -85,21 +108,28 @@ class TxnMarkerSender:
                     retry.append(tp)
                 else:
                     by_leader.setdefault(leader, []).append(tp)
+            failed: list[tuple[TopicPartition, int]] = []
             here = by_leader.pop(broker.node_id, [])
             if here:  # led here now
                 try:
                     await broker.write_local_markers(producer_id, producer_epoch, commit, here)
-                except LogError as e:  # leadership moved before the ISR had them: again
-                    if not marker_to_retry(e):
+                except MarkersNotWritten as e:  # moved before the ISR had them, ISR too small: again
+                    if markers_to_retry(e) is None:
                         raise
-                    retry.extend(here)
+                    failed.extend(e.failed.items())
             results = await asyncio.gather(
                 *(self._send(leader, producer_id, producer_epoch, commit, tps)
                   for leader, tps in by_leader.items())
             )
-            for failed in results:
-                retry.extend(failed)
+            for answered in results:
+                failed.extend(answered)
+            for tp, code in failed:
+                (too_few if code == ErrorCode.NOT_ENOUGH_REPLICAS else retry).append(tp)
             if not retry:
+                if too_few:
+                    names = ", ".join(f"{t}-{p}" for t, p in too_few)
+                    raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                     f"transaction markers refused by {names}: ISR below min.insync.replicas")
                 return
             if loop.time() >= deadline:
                 names = ", ".join(f"{t}-{p}" for t, p in retry)
@@ -108,11 +138,11 @@ class TxnMarkerSender:
             await asyncio.sleep(self.RETRY_BACKOFF_S)
 
     async def _send(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
-                    tps: list[TopicPartition]) -> list[TopicPartition]:
-        """One WriteTxnMarkers to ``leader``; returns the partitions to try again."""
+                    tps: list[TopicPartition]) -> list[tuple[TopicPartition, int]]:
+        """One WriteTxnMarkers to ``leader``; returns the partitions to try again, with why."""
         node = self.broker.metadata_cache.alive_broker(leader, self.listener)
         if node is None:
-            return tps
+            return [(tp, ErrorCode.LEADER_NOT_AVAILABLE) for tp in tps]
         topics: dict[str, list[int]] = {}
         for t, p in tps:
             topics.setdefault(t, []).append(p)
@@ -129,14 +159,14 @@ class TxnMarkerSender:
         except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as e:
             log.warning("WriteTxnMarkers to broker %d failed: %s (retrying)", leader, e)
             await self._drop(node.host, node.port)
-            return tps
-        retry: list[TopicPartition] = []
+            return [(tp, ErrorCode.NETWORK_EXCEPTION) for tp in tps]
+        retry: list[tuple[TopicPartition, int]] = []
         for marker in resp.markers:
             for t in marker.topics:
                 for p in t.partitions:
                     code = int(p.error_code)
                     if code not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                        retry.append((str(t.name), int(p.partition_index)))
+                        retry.append(((str(t.name), int(p.partition_index)), code))
         return retry
 
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,

@@ -11,7 +11,7 @@ from ...coordinator.transaction import KAFKA_STATE_NAMES
 from ...protocol.errors import ErrorCode, KafkaError
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster
 from ..context import RequestContext
-from ..txn_marker_sender import marker_response
+from ..txn_marker_sender import MarkersNotWritten, marker_response
 from . import handler
 
 
@@ -299,10 +299,12 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[s
 @handler(27)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]:
     """WriteTxnMarkers, from the transaction coordinator on another broker (Kafka's inter-broker
-    API): each marker is written to the partitions led here (answered once durable, offsets
-    partitions completing their pending transactional offsets); a partition not led here
-    answers NOT_LEADER_OR_FOLLOWER (the sender looks its leader up again), one that does not
-    exist UNKNOWN_TOPIC_OR_PARTITION, one on a failed log dir KAFKA_STORAGE_ERROR."""
+    API): each marker is written to the partitions led here (answered once durable and
+    replicated, offsets partitions completing their pending transactional offsets); a partition
+    not led here answers NOT_LEADER_OR_FOLLOWER (the sender looks its leader up again), one
+    whose ISR is below min.insync.replicas NOT_ENOUGH_REPLICAS, one whose ISR did not catch up
+    in time REQUEST_TIMED_OUT (the sender tries those again), one that does not exist
+    UNKNOWN_TOPIC_OR_PARTITION, one on a failed log dir KAFKA_STORAGE_ERROR."""
     broker = ctx.broker
     rm = broker.replica_manager
     out = []
@@ -317,6 +319,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[st
         if led:
             try:
                 await broker.write_local_markers(pid, epoch, commit, led)
+            except MarkersNotWritten as e:  # the others are written; the sender tries these again
+                codes.update(e.failed)
             except Exception as e:  # a storage error: the sender tries again
                 code = int(getattr(e, "error_code", getattr(e, "code", ErrorCode.KAFKA_STORAGE_ERROR)))
                 for tp in led:
