@@ -120,9 +120,10 @@ class TransactionCoordinator:
                 continue
             await self._markers_of_prepared(res.markers, f"completing prepared transaction {tid} {why}")
 
-    async def _markers_of_prepared(self, markers: Markers, why: str) -> None:
+    async def _markers_of_prepared(self, markers: Markers, why: str | None) -> None:
         """Under the lock: ``markers``, if their transaction is still prepared (not completed,
-        nor resigned, while this waited for the lock); a failure is reported and retried."""
+        nor resigned, while this waited for the lock); a failure is reported and retried.
+        ``why`` is logged (None: a retry, already reported by the rate-limited failure line)."""
         tid = markers.complete.transactional_id
         async with self._lock:
             meta = self.sm.txns.get(tid)
@@ -130,7 +131,8 @@ class TransactionCoordinator:
                     or meta.producer_id != markers.producer_id
                     or meta.producer_epoch != markers.producer_epoch):
                 return
-            log.info("%s", why)
+            if why is not None:
+                log.info("%s", why)
             with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
                 await self._write_markers(markers)
 
@@ -149,7 +151,8 @@ class TransactionCoordinator:
         self._retry_task = None
         due, self._markers_due = self._markers_due, {}
         for tid, markers in sorted(due.items()):
-            await self._markers_of_prepared(markers, f"writing the markers of transaction {tid} again")
+            log.debug("writing the markers of transaction %s again", tid)
+            await self._markers_of_prepared(markers, None)
 
     def on_election(self, partition: int) -> None:
         """This broker became the leader of ``__transaction_state-partition``: load its
