@@ -98,7 +98,7 @@ from .page_cache_releaser import PageCacheReleaser
 from .producer_id_manager import LocalProducerIdManager, ProducerIdManager, RPCProducerIdManager
 from .replica_manager import ReplicaManager, delete_logs
 from .roll_flusher import RollFlusher
-from .txn_marker_sender import MarkersNotWritten, TxnMarkerSender, markers_to_retry
+from .txn_marker_sender import MarkersNotWritten, TxnMarkerSender
 
 if TYPE_CHECKING:
     from ..observability.http import HttpListener
@@ -878,9 +878,9 @@ class Broker:
         try:
             await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
         except MarkersNotWritten as e:
-            if (again := markers_to_retry(e)) is None:
+            if not e.retriable:
                 raise
-            await self.marker_sender.write(producer_id, producer_epoch, commit, again)
+            await self.marker_sender.write(producer_id, producer_epoch, commit, sorted(e.failed))
 
     async def write_local_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]

@@ -11,12 +11,13 @@ transactional offsets) before it answers.
 
 A partition whose leader is unknown, moving (NOT_LEADER_OR_FOLLOWER, no leader) or unreachable
 is tried again, its leader looked up again each time (it may have moved here), every
-``RETRY_BACKOFF_S`` until ``TIMEOUT_S``, as is one whose leader answers NOT_ENOUGH_REPLICAS
-(its ISR below ``min.insync.replicas``) or REQUEST_TIMED_OUT (its ISR did not catch up); then the
-write fails and the coordinator answers NOT_COORDINATOR with the transaction still prepared. Kafka's
-channel retries without end; here the coordinator's periodic check (every
-``transaction.abort.timed.out.transaction.cleanup.interval.ms``) writes the markers of prepared
-transactions again until they are written, as do a restart and an election of the coordinator.
+``RETRY_BACKOFF_S`` until ``TIMEOUT_S``, as is one whose ISR did not catch up in time
+(REQUEST_TIMED_OUT); then the write fails and the coordinator answers NOT_COORDINATOR with the
+transaction still prepared. One whose leader refuses the marker because the ISR is below
+``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) fails the write at once, once the others are
+done, so the coordinator does not wait while the ISR is down. Either way the coordinator writes
+the markers again every ``MARKER_RETRY_BACKOFF_MS`` until they are written, as Kafka's channel
+retries without end (:mod:`strom.coordinator.transaction_coordinator`).
 A partition the metadata no longer has (its topic was deleted) needs no marker, as in Kafka.
 
 Produce v12+ (transaction version 2) to a partition led here for a transactional id another
@@ -65,13 +66,11 @@ class MarkersNotWritten(LogError):
         self.failed = failed
         self.error_code = next(iter(failed.values()))
 
-
-def markers_to_retry(e: BaseException) -> list[TopicPartition] | None:
-    """The partitions whose markers, written again wherever each is led now (or once its ISR
-    recovers), mend ``e``; None when ``e`` is not such a failure."""
-    if isinstance(e, MarkersNotWritten) and all(code in RETRIED for code in e.failed.values()):
-        return sorted(e.failed)
-    return None
+    @property
+    def retriable(self) -> bool:
+        """Every failed partition is mended by writing its marker again, wherever it is led
+        now (or once its ISR recovers)."""
+        return all(code in RETRIED for code in self.failed.values())
 
 
 class TxnMarkerSender:
@@ -114,7 +113,7 @@ class TxnMarkerSender:
                 try:
                     await broker.write_local_markers(producer_id, producer_epoch, commit, here)
                 except MarkersNotWritten as e:  # moved before the ISR had them, ISR too small: again
-                    if markers_to_retry(e) is None:
+                    if not e.retriable:
                         raise
                     failed.extend(e.failed.items())
             results = await asyncio.gather(
