@@ -22,6 +22,7 @@ final log's. Skips the clients that are not installed (Java needs the JDK and th
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
@@ -102,8 +103,9 @@ def java_cp(tmp_path_factory: pytest.TempPathFactory) -> str | None:
 class Lines:
     """A subprocess whose stdout lines are collected by a thread as they come."""
 
-    def __init__(self, args: list[str], *, stdin: bool = False) -> None:
+    def __init__(self, args: list[str], *, stdin: bool = False, err_file: Path | None = None) -> None:
         self.args = args
+        self.err_file = err_file  # every stderr line is also written there (kept for a failure)
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
@@ -120,8 +122,12 @@ class Lines:
 
     def _read_err(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line.rstrip("\n"))
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(self.err_file.open("w")) if self.err_file is not None else None
+            for line in self.proc.stderr:
+                self.err.append(line.rstrip("\n"))
+                if out is not None:
+                    out.write(line)
 
     def tagged(self, tag: str) -> list[list[str]]:
         return [line.split("\t")[1:] for line in list(self.lines) if line.split("\t", 1)[0] == tag]
@@ -144,7 +150,8 @@ class Lines:
         self._e.join(10)
 
     def tail(self) -> str:
-        return "\n".join([*self.lines[-10:], *list(self.err)[-60:]])
+        where = [f"(all of its stderr: {self.err_file})"] if self.err_file is not None else []
+        return "\n".join([*self.lines[-10:], *list(self.err)[-60:], *where])
 
 
 class Client:
@@ -365,8 +372,10 @@ class KcatClient(Client):
         self.prod = Lines([self.kcat, "-b", self.bs, "-E", "-P", "-K:", "-t", self.topic, "-X", "acks=all",
                            "-X", "enable.idempotence=true", "-X", "linger.ms=5",
                            "-X", "topic.metadata.refresh.interval.ms=1000",
-                           # librdkafka's idempotence log (PID, epoch bumps, drains), kept for a failure
-                           "-X", "debug=eos", "-X", "log_level=7"], stdin=True)
+                           # librdkafka's idempotence, partition and request log (PID, epoch bumps,
+                           # drains, leader moves, each Produce), in a file kept for a failure
+                           "-X", "debug=eos,msg,topic,broker,protocol", "-X", "log_level=7"], stdin=True,
+                          err_file=self.c.root / f"kcat-producer-{self.topic}.log")
 
         def feed() -> None:
             stdin = self.prod.proc.stdin
