@@ -71,6 +71,23 @@ def tls_failure(host: str, port: int, e: ssl.SSLError) -> str:
 StreamOpener = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 
+class _KioFrame:
+    """A request frame encoded by kio once its correlation id is known (and the class its
+    answer is decoded with)."""
+
+    __slots__ = ("api_key", "client_id", "data", "resp_cls", "version")
+
+    def __init__(self, api_key: int, version: int, client_id: str | None, data: Mapping[str, Any]) -> None:
+        self.api_key, self.version, self.client_id, self.data = api_key, version, client_id, data
+        self.resp_cls: type[Any] = object
+
+    def __call__(self, correlation_id: int) -> bytes:
+        frame, self.resp_cls = encode_request(
+            self.api_key, self.version, correlation_id, self.client_id, self.data
+        )
+        return frame
+
+
 class KafkaConnection:
     """A pipelined connection to one broker. Use :meth:`open` (connects and negotiates)."""
 
@@ -247,13 +264,30 @@ class KafkaConnection:
         expect_response: bool = True,
         timeout: float | None = None,
     ) -> tuple[Any, type[Any]]:
+        frame_of = _KioFrame(api_key, version, self.client_id, data)
+        body = await self._send_frame(frame_of, expect_response, timeout, f"API {api_key} v{version}")
+        return body, frame_of.resp_cls
+
+    async def request_encoded(
+        self, encode: Callable[[int], bytes], *, timeout: float | None = None, what: str = "a request"
+    ) -> bytes | memoryview:
+        """Send the request frame (size prefix included) that ``encode(correlation_id)`` builds
+        and return its response frame body (header included) undecoded: for the hot requests
+        encoded and decoded by hand (a follower's Fetch, :mod:`strom.protocol.replica_fetch`)."""
+        body = await self._send_frame(encode, True, timeout, what)
+        assert body is not None
+        return body
+
+    async def _send_frame(
+        self, encode: Callable[[int], bytes], expect_response: bool, timeout: float | None, what: str
+    ) -> bytes | memoryview | None:
         if self._error is not None:
             raise self._error
         if self._writer is None:
             raise KafkaConnectionError(f"not connected to {self.host}:{self.port}")
         cid = self._next_cid
         self._next_cid = (self._next_cid + 1) & 0x7FFFFFFF
-        frame, resp_cls = encode_request(api_key, version, cid, self.client_id, data)
+        frame = encode(cid)
         fut: asyncio.Future[bytes | memoryview] | None = None
         async with self._write_lock:
             if self._error is not None:
@@ -268,17 +302,16 @@ class KafkaConnection:
                 self._fail(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {e}"))
                 raise self._error from None  # type: ignore[misc]
         if fut is None:
-            return None, resp_cls
+            return None
         try:
-            body = await asyncio.wait_for(asyncio.shield(fut), timeout or self.request_timeout)
+            return await asyncio.wait_for(asyncio.shield(fut), timeout or self.request_timeout)
         except TimeoutError:
             # the stream position is now unknown for later responses only if we drop this one;
             # we keep it in the FIFO (the reader discards it when it arrives) and just give up.
             raise KafkaTimeoutError(
-                f"no response from {self.host}:{self.port} to API {api_key} v{version} "
+                f"no response from {self.host}:{self.port} to {what} "
                 f"within {timeout or self.request_timeout}s"
             ) from None
-        return body, resp_cls
 
     async def _read_loop(self) -> None:
         reader = self._reader

@@ -36,13 +36,24 @@ import contextlib
 import logging
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..client.connection import KafkaConnection
 from ..client.errors import KafkaError
 from ..log.errors import KafkaStorageError, LogError
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, ProtocolError
+from ..protocol.replica_fetch import (
+    FIRST_VERSION,
+    LAST_VERSION,
+    ReplicaFetchPartition,
+    ReplicaFetchPartitionAnswer,
+    ReplicaFetchResponse,
+    ReplicaFetchTopic,
+    decode_replica_fetch_response,
+    encode_replica_fetch,
+)
 from ..replication.follower import FetchAnswer, fetch_partition, handle_fetch_answer
 
 if TYPE_CHECKING:
@@ -52,6 +63,7 @@ log = logging.getLogger("strom.replication")
 
 FETCH = 1
 TopicPartition = tuple[str, int]
+NO_TOPIC_ID = uuid.UUID(int=0)  # (only v12 requests, which name topics, lack the id)
 
 
 @dataclass(slots=True)
@@ -190,11 +202,18 @@ class ReplicaFetcher:
                     if conn is None:
                         await asyncio.sleep(self._backoff_s())
                         continue
-                    request, sent = self._build(ready, conn)
-                    if request is None:
+                    encode, sent = self._build(ready, conn)
+                    if encode is None:
                         await asyncio.sleep(self._backoff_s())
                         continue
-                    resp = await conn.request(FETCH, request, version=self._version)
+                    body = await conn.request_encoded(encode, what=f"Fetch v{self._version}")
+                    resp = decode_replica_fetch_response(body, self._version)
+                except ProtocolError as e:
+                    log.warning("broker %d answered a Fetch this broker cannot read: %s "
+                                "(reconnecting in %g s)", self.leader_id, e, self._backoff_s())
+                    await self._close_conn()
+                    await asyncio.sleep(self._backoff_s())
+                    continue
                 except (KafkaError, OSError, TimeoutError) as e:
                     log.info("fetching from broker %d failed: %s (retrying in %g s)", self.leader_id, e,
                              self._backoff_s())
@@ -209,73 +228,65 @@ class ReplicaFetcher:
             self.done = True
 
     def _build(self, ready: dict[TopicPartition, FetchState], conn: KafkaConnection
-               ) -> tuple[dict[str, Any] | None, dict[TopicPartition, int]]:
+               ) -> tuple[Callable[[int], bytes] | None, dict[TopicPartition, int]]:
+        """The request (a function of its correlation id, encoded by
+        :func:`~strom.protocol.replica_fetch.encode_replica_fetch`) and the leader epoch each
+        partition was fetched at."""
         rm = self.rm
         cfg = rm.config
-        version = max(12, min(17, conn.version(FETCH)))
+        version = max(FIRST_VERSION, min(LAST_VERSION, conn.version(FETCH)))
         self._version = version
-        topics: dict[str, list[dict[str, Any]]] = {}
+        max_bytes = int(cfg["replica.fetch.max.bytes"])
+        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
         sent: dict[TopicPartition, int] = {}
         for tp, st in ready.items():
             plog = rm.logs.get(tp)
             if plog is None:
                 continue
-            max_bytes = int(cfg["replica.fetch.max.bytes"])
-            topics.setdefault(tp[0], []).append(
-                {"partition": tp[1], **fetch_partition(plog, st.leader_epoch, max_bytes)}
+            by_topic.setdefault(tp[0], []).append(
+                ReplicaFetchPartition(tp[1], **fetch_partition(plog, st.leader_epoch, max_bytes))
             )
             sent[tp] = st.leader_epoch
+        topics: list[ReplicaFetchTopic] = []
+        for name, parts in by_topic.items():
+            info = rm.metadata_cache.topic(name)
+            if info is None and version >= 13:
+                for p in parts:
+                    sent.pop((name, p.partition), None)
+                continue
+            topics.append(ReplicaFetchTopic(info.topic_id if info is not None else NO_TOPIC_ID, name, parts))
         if not topics:
             return None, sent
-        ftopics = []
-        for name, parts in topics.items():
-            entry: dict[str, Any] = {"partitions": parts}
-            if version >= 13:
-                info = rm.metadata_cache.topic(name)
-                if info is None:
-                    for p in parts:
-                        sent.pop((name, p["partition"]), None)
-                    continue
-                entry["topic_id"] = info.topic_id
-            else:
-                entry["topic"] = name
-            ftopics.append(entry)
-        request: dict[str, Any] = {
-            "max_wait": int(cfg["replica.fetch.wait.max.ms"]),
-            "min_bytes": int(cfg["replica.fetch.min.bytes"]),
-            "max_bytes": int(cfg["replica.fetch.response.max.bytes"]),
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": ftopics,
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        if version >= 15:
-            epoch = self.manager.broker_epoch() if self.manager.broker_epoch is not None else -1
-            request["replica_state"] = {"replica_id": rm.node_id, "replica_epoch": epoch}
-        else:
-            request["replica_id"] = rm.node_id
-        return request, sent
+        epoch = self.manager.broker_epoch() if self.manager.broker_epoch is not None else -1
+        client_id = conn.client_id or ""
 
-    def _handle(self, resp: Any, sent: dict[TopicPartition, int]) -> None:
+        def encode(correlation_id: int) -> bytes:
+            return encode_replica_fetch(
+                version, correlation_id, client_id, topics, replica_id=rm.node_id, replica_epoch=epoch,
+                max_wait_ms=int(cfg["replica.fetch.wait.max.ms"]),
+                min_bytes=int(cfg["replica.fetch.min.bytes"]),
+                max_bytes=int(cfg["replica.fetch.response.max.bytes"]),
+            )
+
+        return encode, sent
+
+    def _handle(self, resp: ReplicaFetchResponse, sent: dict[TopicPartition, int]) -> None:
         rm = self.rm
         cache = rm.metadata_cache
         loop = asyncio.get_running_loop()
         backoff = self._backoff_s()
-        if int(getattr(resp, "error_code", 0)) != ErrorCode.NONE:
+        if resp.error_code != ErrorCode.NONE:
             for tp in sent:
                 st = self.partitions.get(tp)
                 if st is not None:
                     st.delayed_until = loop.time() + backoff
             return
         for t in resp.responses:
-            if getattr(t, "topic_id", None) is not None and self._version >= 13:
-                tid = t.topic_id if isinstance(t.topic_id, uuid.UUID) else uuid.UUID(str(t.topic_id))
-                info = cache.topic_by_id(tid)
+            if t.topic_id is not None:
+                info = cache.topic_by_id(t.topic_id)
                 name = info.name if info is not None else None
             else:
-                name = str(t.topic)
+                name = t.name
             if name is None:
                 continue
             for pd in t.partitions:
@@ -298,13 +309,15 @@ class ReplicaFetcher:
                     if code != ErrorCode.NONE and code != ErrorCode.OFFSET_OUT_OF_RANGE:
                         st.delayed_until = loop.time() + backoff
 
-    def _handle_partition(self, tp: TopicPartition, pd: Any) -> None:
+    def _handle_partition(self, tp: TopicPartition, pd: ReplicaFetchPartitionAnswer) -> None:
         """One partition of the leader's answer: :func:`strom.replication.follower.handle_fetch_answer`."""
         rm = self.rm
         plog = rm.logs.get(tp)
         if plog is None:
             return
-        if handle_fetch_answer(tp, plog, FetchAnswer.of(pd)).high_watermark_advanced:
+        answer = FetchAnswer(pd.error_code, pd.high_watermark, pd.log_start_offset, pd.diverging_epoch,
+                             pd.records)
+        if handle_fetch_answer(tp, plog, answer).high_watermark_advanced:
             rm.purgatory.notify(tp)
 
 
