@@ -227,6 +227,59 @@ def test_markers_not_written_are_retried_until_written() -> None:
     run(go())
 
 
+def test_markers_waiting_for_a_partition_hold_up_only_their_own_transaction() -> None:
+    """Markers are written outside the coordinator's lock (Kafka's marker channel sends them
+    apart from request handling): while one transaction's markers wait (a partition's ISR or
+    new leader, up to 30 s), other transactional ids init, add partitions, commit and abort;
+    the waiting transaction's own requests get CONCURRENT_TRANSACTIONS; its EndTxn answers once
+    its markers are written and its completion logged."""
+
+    class Gated(RecordingMarkers):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.waiting = asyncio.Event()
+
+        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partitions: Iterable[TP]) -> None:
+            partitions = list(partitions)
+            if ("slow", 0) in partitions:
+                self.waiting.set()
+                await self.gate.wait()
+            await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+    async def go() -> None:
+        markers = Gated()
+        coord, _storage, _ = make(markers=markers)
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 60_000)
+        await coord.add_partitions("app", pid, e, [("slow", 0)])
+        commit = asyncio.create_task(coord.end_txn("app", pid, e, True))
+        await asyncio.wait_for(markers.waiting.wait(), 5)
+        assert coord.sm.txns["app"].state == TxnState.PREPARE_COMMIT
+        # other transactional ids are served meanwhile (before: they waited for the lock)
+        for tid, finish in (("other", True), ("third", False)):
+            err, pid2, e2 = await asyncio.wait_for(coord.init_producer_id(tid, 60_000), 1)
+            assert err == 0
+            assert await asyncio.wait_for(coord.add_partitions(tid, pid2, e2, [("b", 1)]), 1) == {("b", 1): 0}
+            assert await asyncio.wait_for(coord.end_txn(tid, pid2, e2, finish), 1) == 0
+            done = TxnState.COMPLETE_COMMIT if finish else TxnState.COMPLETE_ABORT
+            assert coord.sm.txns[tid].state == done
+        # the waiting transaction's own requests: CONCURRENT_TRANSACTIONS
+        retry = await asyncio.wait_for(coord.end_txn("app", pid, e, True), 1)
+        assert retry == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert (await asyncio.wait_for(coord.init_producer_id("app", 60_000), 1))[0] == (
+            ErrorCode.CONCURRENT_TRANSACTIONS)
+        assert not commit.done()
+        markers.gate.set()
+        assert await asyncio.wait_for(commit, 5) == 0
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        assert [m[3] for m in markers.written] == [("b", 1), ("b", 1), ("slow", 0)]
+        await coord.stop()
+
+    run(go())
+
+
 def test_id_expiration_tombstones() -> None:
     async def go() -> None:
         clock = ManualClock()

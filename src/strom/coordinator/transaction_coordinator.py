@@ -2,15 +2,24 @@
 to ``__transaction_state``, writes transaction markers, aborts timed-out transactions, and
 reloads everything on start.
 
-Order of a commit (single node, so markers are written synchronously before answering):
-persist PrepareCommit → write a COMMIT control batch to every partition of the transaction
-(offsets partitions included: the group coordinator then materialises the pending
-transactional offsets) → persist CompleteCommit → answer. A crash anywhere in between leaves a
-Prepare* record; :meth:`start` finds it and writes the markers again (a duplicate marker for a
-producer with no open transaction is harmless), so a prepared transaction always completes.
-Markers that cannot be written now (a partition's leader moving, its ISR below
+Order of a commit: persist PrepareCommit → write a COMMIT control batch to every partition of
+the transaction (offsets partitions included: the group coordinator then materialises the
+pending transactional offsets) → persist CompleteCommit → answer. A crash anywhere in between
+leaves a Prepare* record; :meth:`start` finds it and writes the markers again (a duplicate
+marker for a producer with no open transaction is harmless), so a prepared transaction always
+completes. Markers that cannot be written now (a partition's leader moving, its ISR below
 ``min.insync.replicas``) leave the transaction prepared and are written again every
 ``MARKER_RETRY_BACKOFF_MS`` until they are, as Kafka's marker channel retries them.
+
+One lock orders the state machine's decisions and their ``__transaction_state`` appends; the
+markers are written *outside* it (:meth:`_finish`), as Kafka's marker channel sends them apart
+from the coordinator's request handling: a marker waiting for a partition's ISR or new leader
+(up to 30 s) holds up only its own transaction, whose requests meanwhile get
+CONCURRENT_TRANSACTIONS from the state machine (it is prepared). The completion is logged under
+the lock once the markers are written, if the transaction is still prepared at that producer
+id and epoch (its partition may have been resigned meanwhile: the new coordinator completes it).
+Unlike Kafka, EndTxn answers only once the markers are written and the completion logged, so a
+producer that saw its commit succeed reads it back at once with read_committed.
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ class TransactionCoordinator:
         self._task: TaskHandle | None = None  # the periodic timeout check
         self._markers_due: dict[str, Markers] = {}  # markers that failed, by transactional id
         self._retry_task: TaskHandle | None = None  # their next try (_retry_markers)
+        self._finishing: set[str] = set()  # transactional ids whose markers are being written
         self.loaded = False
         # which __transaction_state partitions this broker leads (the metadata quorum's image),
         # asked at start; None: every one (a single node). ``owned``: the partitions loaded and
@@ -120,21 +130,25 @@ class TransactionCoordinator:
                 continue
             await self._markers_of_prepared(res.markers, f"completing prepared transaction {tid} {why}")
 
+    def _still_prepared(self, markers: Markers) -> bool:
+        """The transaction of ``markers`` is still prepared at their producer id and epoch (not
+        completed, nor resigned, while the caller waited)."""
+        meta = self.sm.txns.get(markers.complete.transactional_id)
+        return (meta is not None and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                and meta.producer_id == markers.producer_id and meta.producer_epoch == markers.producer_epoch)
+
     async def _markers_of_prepared(self, markers: Markers, why: str | None) -> None:
-        """Under the lock: ``markers``, if their transaction is still prepared (not completed,
-        nor resigned, while this waited for the lock); a failure is reported and retried.
-        ``why`` is logged (None: a retry, already reported by the rate-limited failure line)."""
+        """``markers``, if their transaction is still prepared and nobody writes them already; a
+        failure is reported and retried. ``why`` is logged (None: a retry, already reported by
+        the rate-limited failure line)."""
         tid = markers.complete.transactional_id
         async with self._lock:
-            meta = self.sm.txns.get(tid)
-            if (meta is None or meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-                    or meta.producer_id != markers.producer_id
-                    or meta.producer_epoch != markers.producer_epoch):
+            if not self._still_prepared(markers) or tid in self._finishing:
                 return
             if why is not None:
                 log.info("%s", why)
-            with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
-                await self._write_markers(markers)
+        with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
+            await self._finish(markers)
 
     def _markers_failed(self, markers: Markers) -> None:
         """Kafka's marker channel retries until the markers are written (a leader moving, an
@@ -201,17 +215,23 @@ class TransactionCoordinator:
             log.exception("transaction timeout check failed")
 
     async def abort_expired(self) -> int:
-        async with self._lock:
-            results = self.sm.expired()
-            for res in results:
-                assert res.record is not None and res.markers is not None
-                log.info("aborting transaction %s: timed out", res.record.transactional_id)
-                await self._persist(res.record)
-                await self._write_markers(res.markers)
-            for tid in self.sm.expire_ids(self.id_expiration_ms):
-                await self._append(self.partition_for(tid), [(encode_key(tid), None)])
-                self.sm.replay(None, tid)
-            return len(results)
+        prepared: list[Markers] = []
+        try:
+            async with self._lock:
+                results = self.sm.expired()
+                for res in results:
+                    assert res.record is not None and res.markers is not None
+                    log.info("aborting transaction %s: timed out", res.record.transactional_id)
+                    await self._persist(res.record)
+                    prepared.append(res.markers)
+                for tid in self.sm.expire_ids(self.id_expiration_ms):
+                    await self._append(self.partition_for(tid), [(encode_key(tid), None)])
+                    self.sm.replay(None, tid)
+        finally:
+            for markers in prepared:  # (each failure is reported and retried)
+                with contextlib.suppress(KafkaError):
+                    await self._finish(markers)
+        return len(results)
 
     # ------------------------------------------------------------------ persistence
     async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
@@ -231,8 +251,15 @@ class TransactionCoordinator:
         await self._append(self.partition_for(tid), [(encode_key(tid), encode_value(meta))])
         self.sm.replay(meta)
 
-    async def _write_markers(self, markers: Markers) -> None:
+    async def _finish(self, markers: Markers) -> None:
+        """Outside the lock: write the markers of a prepared transaction, then, under the lock,
+        log its completion if it is still prepared at their producer id and epoch. A failure is
+        reported (rate-limited), the markers are written again later (:meth:`_markers_failed`)
+        and KafkaError NOT_COORDINATOR raised (the producer retries its EndTxn, which gets
+        CONCURRENT_TRANSACTIONS until the markers are written)."""
+        tid = markers.complete.transactional_id
         what, subject = "writing transaction markers of producer", str(markers.producer_id)
+        self._finishing.add(tid)
         try:
             await self.markers.write_markers(
                 markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
@@ -241,14 +268,18 @@ class TransactionCoordinator:
             self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR, retrying")
             self._markers_failed(markers)
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "transaction markers could not be written") from e
+        finally:
+            self._finishing.discard(tid)
         self.storage_log.ok(what, subject)
-        await self._persist(markers.complete)
+        async with self._lock:
+            if self._still_prepared(markers):
+                await self._persist(markers.complete)
 
     async def _apply(self, res: TxnResult) -> TxnResult:
+        """Under the lock: log the state machine's decision. Its markers, if any, are the
+        caller's to write once the lock is released (:meth:`_finish`)."""
         if res.record is not None:
             await self._persist(res.record)
-        if res.markers is not None:
-            await self._write_markers(res.markers)
         return res
 
     def _not_ready(self, txn_id: str | None = None) -> int | None:
@@ -272,11 +303,20 @@ class TransactionCoordinator:
             if (err := self._not_ready(txn_id)) is not None:  # resigned while this waited
                 return err, -1, -1
             res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch))
-            if res.error == ErrorCode.CONCURRENT_TRANSACTIONS and res.markers is not None:
-                # we fenced and aborted the previous producer's transaction synchronously; hand out
-                # the next epoch now instead of making the client retry
-                res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms))
+        if res.markers is None:
             return res.error, res.producer_id, res.producer_epoch
+        # the previous producer was fenced and its transaction aborted: once its markers are
+        # written, hand out the next epoch now instead of making the client retry
+        await self._finish(res.markers)
+        if res.error != ErrorCode.CONCURRENT_TRANSACTIONS:
+            return res.error, res.producer_id, res.producer_epoch
+        async with self._lock:
+            if (err := self._not_ready(txn_id)) is not None:
+                return err, -1, -1
+            res = await self._apply(self.sm.init_producer_id(txn_id, timeout_ms))
+        if res.markers is not None:  # (another producer's transaction began meanwhile)
+            await self._finish(res.markers)
+        return res.error, res.producer_id, res.producer_epoch
 
     async def add_partitions(
         self,
@@ -295,7 +335,9 @@ class TransactionCoordinator:
             res = await self._apply(
                 self.sm.add_partitions(txn_id, producer_id, epoch, parts, client_transaction_version)
             )
-            return res.partition_errors
+        if res.markers is not None:
+            await self._finish(res.markers)
+        return res.partition_errors
 
     def verify_partitions(
         self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
@@ -325,9 +367,11 @@ class TransactionCoordinator:
             if (err := self._not_ready(txn_id)) is not None:  # resigned while this waited
                 return err, -1, -1
             res = await self._apply(self.sm.end_txn(txn_id, producer_id, epoch, commit, tv2=tv2))
-            if res.error != ErrorCode.NONE:
-                return res.error, -1, -1
-            return res.error, res.producer_id, res.producer_epoch
+        if res.markers is not None:
+            await self._finish(res.markers)
+        if res.error != ErrorCode.NONE:
+            return res.error, -1, -1
+        return res.error, res.producer_id, res.producer_epoch
 
     async def abort(self, txn_id: str) -> int:
         """Admin abort (``strom transactions abort``): abort the ongoing transaction, fencing."""
@@ -337,8 +381,10 @@ class TransactionCoordinator:
                 return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
             if meta.state != TxnState.ONGOING:
                 return ErrorCode.INVALID_TXN_STATE
-            await self._apply(self.sm._abort_with_fence(meta, self.clock.time_ms(), ErrorCode.NONE))
-            return ErrorCode.NONE
+            res = await self._apply(self.sm._abort_with_fence(meta, self.clock.time_ms(), ErrorCode.NONE))
+        if res.markers is not None:
+            await self._finish(res.markers)
+        return ErrorCode.NONE
 
     def describe(self, txn_id: str) -> dict[str, Any]:
         meta = self.sm.txns.get(txn_id)
