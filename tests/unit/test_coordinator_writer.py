@@ -295,7 +295,8 @@ def test_a_transaction_marker_is_answered_once_the_isr_has_it(
     yet (a new leader would not have it, and the transaction would end without its marker); the
     partitions wait side by side; the writer is told which partitions' markers were not written
     and why: leadership moved meanwhile, the ISR did not catch up in time, or the ISR is below
-    min.insync.replicas (refused before the append); the others are written."""
+    min.insync.replicas (refused before the append, or shrunk below it while the marker
+    waited); the others are written."""
     from strom.server import broker as broker_module
     from strom.server.txn_marker_sender import MarkersNotWritten
 
@@ -356,6 +357,26 @@ def test_a_transaction_marker_is_answered_once_the_isr_has_it(
             assert refused.value.failed == {tm: E.NOT_ENOUGH_REPLICAS}
             assert refused.value.retriable and sorted(refused.value.failed) == [tm]
             assert mlog.log_end_offset == m_end and plog.high_watermark == plog.log_end_offset
+
+            # tm's ISR is whole again and its marker appended; the ISR shrinks to the leader while
+            # it waits, so the HW passes it with the leader alone holding it: not written (Kafka's
+            # NOT_ENOUGH_REPLICAS_AFTER_APPEND; the coordinator writes it again)
+            def isr_of_tm(*isr: int) -> None:
+                mp = rm.partitions[tm]
+                rm.apply_partition(*tm, types.SimpleNamespace(
+                    replicas=(me, other), isr=isr, leader=me, leader_epoch=mp.leader_epoch,
+                    partition_epoch=mp.partition_epoch + 1))
+
+            isr_of_tm(me, other)
+            follower_fetch(tm)
+            marker = asyncio.ensure_future(broker.write_local_markers(10, 0, True, [tm]))
+            await asyncio.sleep(0.1)
+            assert not marker.done() and mlog.log_end_offset == m_end + 1
+            isr_of_tm(me)
+            with pytest.raises(MarkersNotWritten) as shrunk:
+                await asyncio.wait_for(marker, 5)
+            assert shrunk.value.failed == {tm: E.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+            assert shrunk.value.retriable and mlog.high_watermark == mlog.log_end_offset
 
             marker = asyncio.ensure_future(broker.write_local_markers(8, 0, True, [tp]))
             await asyncio.sleep(0.05)

@@ -617,41 +617,47 @@ class ReplicaManager:
     async def await_high_watermark(self, tp: TopicPartition, offset: int, timeout_ms: int) -> int:
         """Until ``tp``'s HW reaches ``offset`` (the ISR has everything below it): NONE, or why
         not: REQUEST_TIMED_OUT after ``timeout_ms``, NOT_LEADER_OR_FOLLOWER when leadership moved
-        meanwhile (what was appended may be truncated), or the partition's error. Kafka writes
-        transaction markers with acks=-1 for this reason."""
+        meanwhile (what was appended may be truncated), NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
+        HW passed it with the ISR below ``min.insync.replicas`` (as an acks=-1 produce), or the
+        partition's error. Kafka writes transaction markers with acks=-1 for this reason."""
         plog = self.logs.get(tp)
         if plog is None or self.metadata_cache.leader_id(*tp) != self.node_id:
             return self.partition_error(*tp)
-        if plog.high_watermark >= offset:
-            return ErrorCode.NONE
-        fut = self._add_hw_waiter(tp, offset)
-        try:
-            await asyncio.wait([fut], timeout=max(timeout_ms, 0) / 1000)
-        finally:
-            if not fut.done():
-                self._drop_hw_waiter(tp, fut)
-        if fut.cancelled():
-            return ErrorCode.REQUEST_TIMED_OUT
-        exc = fut.exception()
-        if exc is None:
-            return ErrorCode.NONE
-        return int(getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        if plog.high_watermark < offset:
+            fut = self._add_hw_waiter(tp, offset)
+            try:
+                await asyncio.wait([fut], timeout=max(timeout_ms, 0) / 1000)
+            finally:
+                if not fut.done():
+                    self._drop_hw_waiter(tp, fut)
+            if fut.cancelled():
+                return ErrorCode.REQUEST_TIMED_OUT
+            exc = fut.exception()
+            if exc is not None:
+                return int(getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        if self._isr_below_min(tp) is not None:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def _isr_below_min(self, tp: TopicPartition) -> str | None:
+        """Why ``tp``'s ISR is below its ``min.insync.replicas`` after an append (None if not)."""
+        p = self.partitions.get(tp)
+        plog = self.logs.get(tp)
+        if p is None or plog is None:
+            return None
+        min_isr = plog.config.min_insync_replicas
+        if len(p.isr) < min_isr:
+            return f"the ISR of {tp[0]}-{tp[1]} shrank below min.insync.replicas={min_isr}"
+        return None
 
     def _check_isr_after_append(
         self, tp: TopicPartition, results: list[PartitionResponse], slot: int
     ) -> None:
         """Kafka's ``checkEnoughReplicasReachOffset``: the HW passed the append, but the ISR is
         below ``min.insync.replicas``."""
-        p = self.partitions.get(tp)
-        plog = self.logs.get(tp)
-        if p is None or plog is None:
-            return
-        min_isr = plog.config.min_insync_replicas
-        if len(p.isr) < min_isr:
-            results[slot] = PartitionResponse(
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                error_message=f"the ISR of {tp[0]}-{tp[1]} shrank below min.insync.replicas={min_isr}",
-            )
+        why = self._isr_below_min(tp)
+        if why is not None:
+            results[slot] = PartitionResponse(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, error_message=why)
 
     def _high_watermark_advanced(self, tp: TopicPartition, hw: int) -> None:
         waiters = self._hw_waiters.get(tp)

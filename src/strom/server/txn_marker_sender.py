@@ -14,8 +14,10 @@ is tried again, its leader looked up again each time (it may have moved here), e
 ``RETRY_BACKOFF_S`` until ``TIMEOUT_S``, as is one whose ISR did not catch up in time
 (REQUEST_TIMED_OUT); then the write fails and the coordinator answers NOT_COORDINATOR with the
 transaction still prepared. One whose leader refuses the marker because the ISR is below
-``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) fails the write at once, once the others are
-done, so the coordinator does not wait while the ISR is down. Either way the coordinator writes
+``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), or took it while the ISR shrank below it
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND: written again later, a duplicate marker being harmless as
+in Kafka), fails the write at once, once the others are done, so the coordinator does not wait
+while the ISR is down. Either way the coordinator writes
 the markers again every ``MARKER_RETRY_BACKOFF_MS`` until they are written, as Kafka's channel
 retries without end (:mod:`strom.coordinator.transaction_coordinator`).
 A partition the metadata no longer has (its topic was deleted) needs no marker, as in Kafka.
@@ -50,15 +52,19 @@ TXN_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 
 
-RETRIED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS)
+RETRIED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
+           ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+# the ISR is below min.insync.replicas: failed at once, written again by the coordinator later
+TOO_FEW_REPLICAS = (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 
 
 class MarkersNotWritten(LogError):
     """``Broker.write_local_markers`` left the markers of some partitions unwritten or
     unreplicated: ``failed`` maps each to why (NOT_LEADER_OR_FOLLOWER: its leadership moved;
     REQUEST_TIMED_OUT: the ISR did not catch up in time; NOT_ENOUGH_REPLICAS: its ISR is below
-    ``min.insync.replicas``, Kafka's refusal of an acks=-1 append). The other partitions' markers
-    are written and replicated."""
+    ``min.insync.replicas``, Kafka's refusal of an acks=-1 append; NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+    the ISR shrank below it while the marker waited, so the HW passed it with too few replicas
+    holding it). The other partitions' markers are written and replicated."""
 
     def __init__(self, failed: dict[TopicPartition, int]) -> None:
         names = ", ".join(f"{t}-{p} ({ErrorCode(c).name})" for (t, p), c in sorted(failed.items()))
@@ -123,7 +129,7 @@ class TxnMarkerSender:
             for answered in results:
                 failed.extend(answered)
             for tp, code in failed:
-                (too_few if code == ErrorCode.NOT_ENOUGH_REPLICAS else retry).append(tp)
+                (too_few if code in TOO_FEW_REPLICAS else retry).append(tp)
             if not retry:
                 if too_few:
                     names = ", ".join(f"{t}-{p}" for t, p in too_few)
