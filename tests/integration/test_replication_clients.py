@@ -374,8 +374,8 @@ class KcatClient(Client):
                            "-X", "topic.metadata.refresh.interval.ms=1000",
                            # librdkafka's idempotence, partition and request log (PID, epoch bumps,
                            # drains, leader moves, each Produce), in a file kept for a failure
-                           "-X", "debug=eos,msg,topic,broker,protocol,queue", "-X", "log_level=7"], stdin=True,
-                          err_file=self.c.root / f"kcat-producer-{self.topic}.log")
+                           "-X", "debug=eos,msg,topic,broker,protocol,queue", "-X", "log_level=7"],
+                          stdin=True, err_file=self.c.root / f"kcat-producer-{self.topic}.log")
 
         def feed() -> None:
             stdin = self.prod.proc.stdin
