@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -317,7 +318,7 @@ def test_job_stops_cleanly_on_signals_and_jvm_dies_with_driver(broker: BrokerPro
             text = log.read_text()
             if sig != signal.SIGKILL:
                 assert rc == 128 + sig, text[-3000:]
-                assert "Traceback" not in text, text[-3000:]
+                assert not _tracebacks_but_pysparks_teardown(text), text[-3000:]
                 assert f"ledger job stopped ({signal.Signals(sig).name})" in text
             deadline = time.monotonic() + 30
             while any(_alive(p) for p in jvms):
@@ -327,6 +328,17 @@ def test_job_stops_cleanly_on_signals_and_jvm_dies_with_driver(broker: BrokerPro
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait()
+
+
+def _tracebacks_but_pysparks_teardown(text: str) -> list[str]:
+    """The tracebacks in a job's output, less those of PySpark's own streaming source runner (the
+    Python worker the JVM starts for a Python data source) at teardown: the JVM stops it by
+    closing its socket, and when that close wins the race with the process's end, the runner's
+    EOFError handler writes to the closed socket and prints the chain (EOFError, BrokenPipeError;
+    seen once in CI, 2026-11-29). A block with a frame of strom's code always counts."""
+    blocks = re.split(r"(?m)^(?=Traceback \(most recent call last\):)", text)[1:]
+    return [b for b in blocks
+            if "/strom/" in b or "python_streaming_source_runner.py" not in b]
 
 
 def _children(pid: int) -> list[int]:
