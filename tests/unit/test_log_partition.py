@@ -253,6 +253,31 @@ def test_log_append_time_restamps_with_valid_crc(tmp_path: Path) -> None:
     assert [r.timestamp for r in decode_records(read_all(log2))] == [123, 124]
 
 
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_a_writable_view_is_patched_in_place_and_logged_as_a_copy_would_be(
+    tmp_path: Path, timestamp_type: str
+) -> None:
+    """A large Produce frame's records arrive as a writable view of the request's buffer
+    (strom.protocol.produce_request): offsets, epochs and LogAppendTime go into it in place, no
+    copy, and the log is byte for byte what a copy gives; read-only records are copied."""
+    clock = ManualClock(T0 + 777)
+    raw = batch(3, ts=123) + batch(2, ts=456, tag=1)
+    frame = bytearray(b"header" + raw + b"tail")
+    view = memoryview(frame)[6:6 + len(raw)]
+    in_place = open_log(tmp_path / "a-0", clock, message_timestamp_type=timestamp_type)
+    copied = open_log(tmp_path / "b-0", clock, message_timestamp_type=timestamp_type)
+    for log in (in_place, copied):
+        log.append_as_leader(batch(1), 2)  # the appends start at offset 1
+    in_place.append_as_leader(view, 2)
+    copied.append_as_leader(memoryview(raw), 2)  # read-only: copied, not patched
+    assert read_all(in_place) == read_all(copied)
+    assert frame[:6] == b"header" and frame[-4:] == b"tail"
+    assert offsets_of(bytes(view)) == [1, 2, 3, 4, 5]  # the request's buffer holds the patches
+    assert bytes(view) != raw and offsets_of(raw) == [12345, 12346, 12347, 12345, 12346]
+    for pos, h in iter_batches(read_all(in_place)):
+        verify_crc(read_all(in_place), pos, h)
+
+
 def test_corrupt_crc_rejected_and_nothing_appended(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     good = batch(2)

@@ -112,6 +112,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from strom.clock import Clock
 from strom.config import LogConfig
@@ -226,6 +227,12 @@ def _load_epochs(directory: Path, local: LocalLog, clean: bool, recovery_point: 
     epochs.truncate_from_end(leo)
     epochs.mark_written(saved)
     return epochs
+
+
+def _writable_bytes(records: bytes | bytearray | memoryview) -> TypeGuard[memoryview]:
+    """A writable view of plain bytes, which offsets can be patched into in place."""
+    return (isinstance(records, memoryview) and not records.readonly and records.c_contiguous
+            and records.itemsize == 1)
 
 
 def _complete_batches(data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
@@ -578,7 +585,10 @@ class PartitionLog:
         """
         self._check_open()
         config = self.config
-        data = bytearray(records)
+        # offsets and epochs are patched into the request's own buffer when it is writable (a
+        # large Produce frame: strom.protocol.produce_request leaves its records a view of it);
+        # else into a copy
+        data: bytearray | memoryview = records if _writable_bytes(records) else bytearray(records)
         total = len(data)
         if prevalidated:
             batches = list(iter_batches(data))

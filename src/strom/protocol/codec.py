@@ -25,12 +25,14 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from . import produce_request
 from .api_versions import api_name
 from .errors import ProtocolError
 from .framing import skip_tagged_fields, write_uvarint
 from .request_bounds import check_request, prepare
 
 ZERO_UUID = uuid.UUID(int=0)
+PRODUCE = 0
 
 
 @cache
@@ -74,7 +76,14 @@ def preload(versions: Iterable[tuple[int, int, int]]) -> int:
 
 
 def decode_request(api_key: int, version: int, frame: memoryview, body_pos: int) -> Any:
-    """Decode a request body (``frame[body_pos:]`` after the v1 header part)."""
+    """Decode a request body (``frame[body_pos:]`` after the v1 header part). Produce v3..12 is
+    read by hand (:mod:`strom.protocol.produce_request`: its records stay views of the frame);
+    every other request through the bounds check and kio."""
+    if api_key == PRODUCE and produce_request.FIRST_VERSION <= version <= produce_request.LAST_VERSION:
+        try:
+            return produce_request.decode_produce_request(frame, body_pos, version)
+        except ProtocolError as e:
+            raise ProtocolError(f"cannot decode Produce v{version} request: {e}") from None
     try:
         cls = request_type(api_key, version)
         pos = body_pos
