@@ -109,27 +109,12 @@ def test_a_request_encoded_by_hand_is_what_kio_reads(
         assert (got.topic_id if version >= 13 else got.topic) == (
             want.topic_id if version >= 13 else want.name
         )
-        assert [
-            (
-                p.partition,
-                p.current_leader_epoch,
-                p.fetch_offset,
-                p.last_fetched_epoch,
-                p.log_start_offset,
-                p.partition_max_bytes,
-            )
-            for p in got.partitions
-        ] == [
-            (
-                p.partition,
-                p.current_leader_epoch,
-                p.fetch_offset,
-                p.last_fetched_epoch,
-                p.log_start_offset,
-                p.partition_max_bytes,
-            )
-            for p in want.partitions
-        ]
+        assert list(map(_partition_fields, got.partitions)) == list(map(_partition_fields, want.partitions))
+
+
+def _partition_fields(p: Any) -> tuple[int, ...]:
+    return (p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
+            p.partition_max_bytes)
 
 
 def _response_strategy(version: int) -> st.SearchStrategy[Any]:

@@ -54,6 +54,7 @@ from strom.log.partition_log import PartitionLog
 from strom.metadata.topics import TopicInfo
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import build_batch, decode_records, iter_batches
+from strom.protocol.replica_fetch import ReplicaFetchPartitionAnswer
 from strom.rate_limited_log import RateLimitedLog
 from strom.replication.follower import FetchAnswer, fetch_partition, handle_fetch_answer
 from strom.server.alter_partition_manager import AlterPartitionManager
@@ -481,12 +482,10 @@ class SimBroker:
                 f.timer = True
                 c.schedule(f.deadline, self.guard(self.wake_now))
             return
-        div = None if r.diverging_epoch is None else SimpleNamespace(
-            epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
-        # on the wire and back: FetchAnswer.of reads it as the fetcher does
-        f.respond(FetchAnswer.of(SimpleNamespace(
-            error_code=r.error_code, high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
-            diverging_epoch=div, records=records or None,
+        # as the fetcher reads the leader's answer: FetchAnswer.of a decoded partition
+        f.respond(FetchAnswer.of(ReplicaFetchPartitionAnswer(
+            0, r.error_code, r.high_watermark, -1, r.log_start_offset, r.diverging_epoch, None,
+            memoryview(records) if records else None,
         )))
         c.after_log_change(self)
 

@@ -60,13 +60,6 @@ class ProduceRequest:
     timeout: datetime.timedelta
     topic_data: tuple[TopicProduceData, ...]
 
-    @property
-    def timeout_ms(self) -> int:
-        return self.timeout // _MS
-
-
-_MS = datetime.timedelta(milliseconds=1)
-
 
 class _Reader:
     __slots__ = ("buf", "flexible", "pos")

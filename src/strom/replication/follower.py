@@ -12,6 +12,7 @@ from typing import Any
 from ..log.errors import LogError
 from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
+from ..protocol.replica_fetch import ReplicaFetchPartitionAnswer
 
 log = logging.getLogger("strom.replication")
 
@@ -49,15 +50,10 @@ class FetchAnswer:
     records: Any = None  # bytes-like, possibly ending in a partial batch
 
     @classmethod
-    def of(cls, pd: Any) -> FetchAnswer:
-        """From a decoded Fetch response partition (a diverging epoch of (-1, -1) is none)."""
-        div = getattr(pd, "diverging_epoch", None)
-        diverging = None
-        if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0):
-            diverging = (int(div.epoch), int(div.end_offset))
-        return cls(
-            int(pd.error_code), int(pd.high_watermark), int(pd.log_start_offset), diverging, pd.records
-        )
+    def of(cls, pd: ReplicaFetchPartitionAnswer) -> FetchAnswer:
+        """From a partition of a decoded Fetch answer (:mod:`strom.protocol.replica_fetch`, which
+        reads a diverging epoch of (-1, -1) as none)."""
+        return cls(pd.error_code, pd.high_watermark, pd.log_start_offset, pd.diverging_epoch, pd.records)
 
 
 class FollowerOutcome(enum.Enum):

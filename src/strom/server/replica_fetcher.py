@@ -315,9 +315,7 @@ class ReplicaFetcher:
         plog = rm.logs.get(tp)
         if plog is None:
             return
-        answer = FetchAnswer(pd.error_code, pd.high_watermark, pd.log_start_offset, pd.diverging_epoch,
-                             pd.records)
-        if handle_fetch_answer(tp, plog, answer).high_watermark_advanced:
+        if handle_fetch_answer(tp, plog, FetchAnswer.of(pd)).high_watermark_advanced:
             rm.purgatory.notify(tp)
 
 

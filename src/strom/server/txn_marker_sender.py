@@ -52,10 +52,9 @@ TXN_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 
 
-RETRIED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
-           ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 # the ISR is below min.insync.replicas: failed at once, written again by the coordinator later
 TOO_FEW_REPLICAS = (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+RETRIED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, *TOO_FEW_REPLICAS)
 
 
 class MarkersNotWritten(LogError):
