@@ -348,7 +348,7 @@ def _call(b: Broker, key: int, version: int, fields: dict[str, Any]) -> dict[str
 
 
 def _call_raw(b: Broker, key: int, version: int, fields: dict[str, Any]) -> Any:
-    """A handler that answers encoded bytes (Metadata): its answer decoded by kio."""
+    """A handler that answers encoded bytes (Metadata, Produce): its answer decoded by kio."""
     from strom.protocol import codec
     from strom.server.context import RawResponse, RequestContext
     from strom.server.handlers import load_all
@@ -362,11 +362,11 @@ def _call_raw(b: Broker, key: int, version: int, fields: dict[str, Any]) -> Any:
 
 def test_handlers_answer_not_leader_when_another_broker_leads(broker: Broker) -> None:
     follow(broker)
-    produced = _call(broker, 0, 9, {
+    produced = _call_raw(broker, 0, 9, {
         "transactional_id": None, "acks": -1, "timeout": 1000,
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch(1)}]}],
     })
-    assert produced["responses"][0]["partition_responses"][0]["error_code"] == E.NOT_LEADER_OR_FOLLOWER
+    assert produced.responses[0].partition_responses[0].error_code == E.NOT_LEADER_OR_FOLLOWER
     listed = _call_raw(broker, 2, 7, {
         "replica_id": -1, "isolation_level": 0,
         "topics": [{"name": "t", "partitions": [{"partition_index": 1, "timestamp": LATEST}]}],

@@ -24,8 +24,16 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ...protocol.errors import ErrorCode, KafkaError
+from ...protocol.produce_response import (
+    FIRST_VERSION,
+    LAST_VERSION,
+    NodeEndpoint,
+    PartitionEntry,
+    PartitionResult,
+    encode_produce_response,
+)
 from ..authz import AclOperation, ResourceType, authorized, filter_authorized
-from ..context import Deferred, NoResponse, RequestContext
+from ..context import Deferred, NoResponse, RawResponse, RequestContext
 from ..metadata_cache import broker_nodes
 from ..replica_manager import PartitionResponse, Producer, Verifier
 from . import handler
@@ -76,7 +84,9 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
 
 
 @handler(0)
-async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | NoResponse | Deferred:
+async def handle_produce(
+    ctx: RequestContext, request: Any
+) -> dict[str, Any] | RawResponse | NoResponse | Deferred:
     broker = ctx.broker
     txn_id = request.transactional_id
     denied: set[str] = set()
@@ -120,53 +130,73 @@ async def handle_produce(ctx: RequestContext, request: Any) -> dict[str, Any] | 
             quota_entities, ctx.session.principal, ctx.client_id or "", size, broker.clock.monotonic_ms()
         )
         ctx.session.throttle_ms = throttle
+    # encoded here unless a request quota may raise the throttle time later (KIP-124), or the
+    # version is one the hand encoder does not write
+    raw = not broker.request_quotas_active and FIRST_VERSION <= ctx.api_version <= LAST_VERSION
     if wait is not None:  # acks=-1: answered once the HW passed the appends
-        return Deferred(_answer_after(wait, ctx, request, results, denied, throttle))
+        return Deferred(_answer_after(wait, ctx, request, results, denied, throttle, raw))
     if request.acks == 0:
         return NoResponse()
-    return _answer(ctx, request, results, denied, throttle)
+    return _answer(ctx, request, results, denied, throttle, raw)
 
 
 async def _answer_after(
     wait: Coroutine[Any, Any, None], ctx: RequestContext, request: Any, results: list[PartitionResponse],
-    denied: set[str], throttle: int,
-) -> dict[str, Any]:
+    denied: set[str], throttle: int, raw: bool,
+) -> dict[str, Any] | RawResponse:
     await wait
-    return _answer(ctx, request, results, denied, throttle)
+    return _answer(ctx, request, results, denied, throttle, raw)
 
 
 def _answer(
-    ctx: RequestContext, request: Any, results: list[PartitionResponse], denied: set[str], throttle: int
-) -> dict[str, Any]:
+    ctx: RequestContext, request: Any, results: list[PartitionResponse], denied: set[str], throttle: int,
+    raw: bool,
+) -> dict[str, Any] | RawResponse:
+    """The answer: encoded here (``raw``), or as a dict for kio when a request quota may still
+    raise its throttle time (the network layer sets it in the dict)."""
     broker = ctx.broker
-    responses: list[dict[str, Any]] = []
+    topics: list[tuple[str, list[PartitionEntry]]] = []
     it = iter(results)
     refused = PartitionResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     leaders: set[int] = set()
     kip951 = ctx.api_version >= 10
     rm = broker.replica_manager
     for topic in request.topic_data:
-        parts = []
+        name = str(topic.name)
+        parts: list[PartitionEntry] = []
         for pd in topic.partition_data:
-            if denied and str(topic.name) in denied:
-                parts.append(_partition(pd.index, refused))
+            if denied and name in denied:
+                parts.append((pd.index, refused, None))
                 continue
             r: PartitionResponse = next(it)
+            current = None
             if kip951 and r.error_code in _LEADER_ERRORS:
                 # KIP-951: where the leader is, so the client reroutes without a metadata round trip
-                current = rm.current_leader(str(topic.name), pd.index)
+                current = rm.current_leader(name, pd.index)
                 if current is not None:
                     leaders.add(current[0])
-                    leader = {"leader_id": current[0], "leader_epoch": current[1]}
-                    parts.append(_partition(pd.index, r, leader))
-                    continue
-            parts.append(_partition(pd.index, r))
-        responses.append({"name": str(topic.name), "partition_responses": parts})
+            parts.append((pd.index, r, current))
+        topics.append((name, parts))
+    nodes = [
+        (n.node_id, n.host, n.port, n.rack)
+        for n in broker_nodes(broker.metadata_cache, leaders, ctx.session.listener)
+    ] if leaders else []
+    if raw:
+        body = encode_produce_response(ctx.api_version, topics, throttle, nodes)
+        return RawResponse([body], len(body))
+    return _as_dict(topics, throttle, nodes)
+
+
+def _as_dict(
+    topics: list[tuple[str, list[PartitionEntry]]], throttle: int, nodes: list[NodeEndpoint]
+) -> dict[str, Any]:
+    responses = [
+        {"name": name, "partition_responses": [_partition(*p) for p in parts]} for name, parts in topics
+    ]
     out: dict[str, Any] = {"responses": responses, "throttle_time": throttle}
-    if leaders:
+    if nodes:
         out["node_endpoints"] = [
-            {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-            for n in broker_nodes(broker.metadata_cache, leaders, ctx.session.listener)
+            {"node_id": n, "host": host, "port": port, "rack": rack} for n, host, port, rack in nodes
         ]
     return out
 
@@ -174,9 +204,7 @@ def _answer(
 _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER})
 
 
-def _partition(
-    index: int, r: PartitionResponse, current_leader: dict[str, int] | None = None
-) -> dict[str, Any]:
+def _partition(index: int, r: PartitionResult, leader: tuple[int, int] | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "index": index,
         "error_code": r.error_code,
@@ -188,6 +216,6 @@ def _partition(
         ] if r.record_errors else [],
         "error_message": r.error_message,
     }
-    if current_leader is not None:
-        out["current_leader"] = current_leader
+    if leader is not None:
+        out["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
     return out
