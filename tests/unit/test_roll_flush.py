@@ -274,3 +274,21 @@ def test_runqueue_wait_clock_reads_this_threads_schedstat() -> None:
     a = clock()
     sum(range(200_000))
     assert 0 <= a <= clock()
+
+
+def test_runqueue_wait_clock_keeps_one_descriptor_and_closes_it_with_the_clock() -> None:
+    import gc
+    import os
+
+    from strom.observability.loop_lag import runqueue_wait_clock
+
+    before = len(os.listdir("/proc/self/fd"))
+    clock = runqueue_wait_clock()
+    if clock is None:
+        pytest.skip("no /proc/self/task/<tid>/schedstat here")
+    readings = [clock() for _ in range(100)]
+    assert readings == sorted(readings)  # one open file read again and again, never going back
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    del clock
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -26,7 +26,9 @@ Sans-IO: the clocks are passed in; the broker wires :meth:`tick` to its schedule
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable
 
 from .metrics import Histogram
@@ -41,25 +43,38 @@ LAG_BUCKETS: tuple[float, ...] = (
 )
 
 
-def runqueue_wait_clock() -> Callable[[], float] | None:
-    """Seconds the calling thread has spent runnable but waiting for a core (the second field of
-    its ``/proc/self/task/<tid>/schedstat``), as a clock that can be read from any thread; None
-    where the kernel does not expose it."""
-    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+class _SchedstatClock:
+    """The second field of an open schedstat file, in seconds; the file is closed with the clock."""
 
-    def waited() -> float:
+    __slots__ = ("__weakref__", "fd")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
+
+    def __call__(self) -> float:
         try:
-            with open(path, "rb") as f:
-                return int(f.read().split()[1]) / 1e9
+            return int(os.pread(self.fd, 128, 0).split()[1]) / 1e9
         except (OSError, IndexError, ValueError):
             return 0.0
 
+
+def runqueue_wait_clock() -> Callable[[], float] | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (the second field of
+    its ``/proc/self/task/<tid>/schedstat``), as a clock that can be read from any thread; None
+    where the kernel does not expose it. The file stays open and is read with ``pread`` (the
+    kernel writes it anew at offset 0): 1.4 µs a read, against 10 µs (and far more on a busy
+    machine) to open, read and close it on every tick."""
     try:
-        with open(path, "rb") as f:
-            int(f.read().split()[1])
+        fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    clock = _SchedstatClock(fd)
+    try:
+        int(os.pread(fd, 128, 0).split()[1])
     except (OSError, IndexError, ValueError):
         return None
-    return waited
+    return clock
 
 
 class LoopLagMonitor:
