@@ -17,6 +17,7 @@ from kio.serial import entity_reader
 
 from strom.protocol.codec import build, encode_response
 from strom.protocol.produce_response import encode_produce_response
+from strom.server.handlers.produce import _as_dict
 
 VERSIONS = range(3, 13)
 i32s = st.integers(-(2**31), 2**31 - 1)
@@ -51,26 +52,12 @@ endpoints = st.lists(st.tuples(i32s, texts, i32s, st.one_of(st.none(), texts)), 
 
 
 def _as_handler_dict(version: int, topics: Any, throttle: int, nodes: Any) -> dict[str, Any]:
-    """The dict the Produce handler used to give kio for this answer."""
-    responses = []
-    for name, parts in topics:
-        out = []
-        for index, r, leader in parts:
-            p: dict[str, Any] = {
-                "index": index, "error_code": r.error_code, "base_offset": r.base_offset,
-                "log_append_time": r.log_append_time, "log_start_offset": r.log_start_offset,
-                "record_errors": [{"batch_index": i, "batch_index_error_message": m}
-                                  for i, m in r.record_errors],
-                "error_message": r.error_message,
-            }
-            if leader is not None and version >= 10:
-                p["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
-            out.append(p)
-        responses.append({"name": name, "partition_responses": out})
-    data: dict[str, Any] = {"responses": responses, "throttle_time": throttle}
-    if nodes and version >= 10:
-        data["node_endpoints"] = [{"node_id": n, "host": h, "port": p, "rack": r} for n, h, p, r in nodes]
-    return data
+    """The dict the Produce handler gives kio for this answer (its kio path, kept for request
+    quotas); it names leaders and endpoints from v10 only (KIP-951)."""
+    if version < 10:
+        topics = [(name, [(index, r, None) for index, r, _ in parts]) for name, parts in topics]
+        nodes = []
+    return _as_dict(topics, throttle, nodes)
 
 
 @settings(max_examples=400, deadline=None)

@@ -36,7 +36,7 @@ from .framing import (
     read_uvarint,
     response_header,
     skip_tagged_fields,
-    write_uvarint,
+    write_compact_string,
 )
 
 __all__ = [
@@ -114,12 +114,6 @@ def decode_response(api_key: int, api_version: int, data: bytes | memoryview) ->
 # ------------------------------------------------------------------------- principal and host
 
 
-def _compact_string(out: bytearray, value: str) -> None:
-    raw = value.encode("utf-8")
-    write_uvarint(out, len(raw) + 1)
-    out += raw
-
-
 def _read_compact_string(data: memoryview, pos: int) -> tuple[str, int]:
     n, pos = read_uvarint(data, pos)
     if n == 0:
@@ -137,8 +131,8 @@ def encode_principal(principal: str, token_authenticated: bool = False) -> bytes
     """``User:alice`` as Kafka's ``DefaultKafkaPrincipalBuilder`` serializes it."""
     kind, _, name = principal.partition(":")
     out = bytearray(struct.pack(">h", PRINCIPAL_DATA_VERSION))
-    _compact_string(out, kind)
-    _compact_string(out, name)
+    write_compact_string(out, kind)
+    write_compact_string(out, name)
     out.append(1 if token_authenticated else 0)
     out.append(0)  # no tagged fields
     return bytes(out)

@@ -227,6 +227,17 @@ def write_uvarint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
+def write_compact_string(out: bytearray, s: str | None) -> None:
+    """A flexible version's (nullable) string: its UTF-8 length + 1 as an unsigned varint (0:
+    null), then the bytes."""
+    if s is None:
+        out.append(0)
+        return
+    raw = s.encode()
+    write_uvarint(out, len(raw) + 1)
+    out += raw
+
+
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     if count * 2 > len(buf) - pos:  # a tag and a size, at least a byte each

@@ -1,7 +1,7 @@
 """Produce responses (v3..12) encoded by hand: one answer per produce request.
 
 Through kio, a Produce answer is a dict turned into kio's entities (one per partition, with
-datetime and timedelta fields), then walked field by field by kio's writer: ~40 µs for the
+datetime and timedelta fields), then walked field by field by kio's writer: ~33 µs for the
 one-partition answer a producer gets for each request, a few per cent of a broker's loop under
 small-record produce. Here the answer is written with ``struct`` straight from the append's
 results, byte for byte what kio writes (Kafka's generated ``write``):
@@ -22,7 +22,7 @@ import struct
 from collections.abc import Sequence
 from typing import Protocol
 
-from .framing import write_uvarint
+from .framing import write_compact_string, write_uvarint
 
 __all__ = [
     "FIRST_VERSION", "LAST_VERSION", "NodeEndpoint", "PartitionEntry", "PartitionResult",
@@ -63,23 +63,23 @@ PartitionEntry = tuple[int, PartitionResult, "tuple[int, int] | None"]
 NodeEndpoint = tuple[int, str, int, "str | None"]
 
 
-def _length(out: bytearray, n: int, flexible: bool, short: bool) -> None:
-    """A length (-1: null): compact in flexible versions, else int16 (``short``) or int32."""
+def _array_length(out: bytearray, n: int, flexible: bool) -> None:
     if flexible:
         write_uvarint(out, n + 1)
-    elif short:
-        out += _I16.pack(n)
     else:
         out += _I32.pack(n)
 
 
 def _string(out: bytearray, s: str | None, flexible: bool) -> None:
-    if s is None:
-        _length(out, -1, flexible, short=True)
-        return
-    raw = s.encode()
-    _length(out, len(raw), flexible, short=True)
-    out += raw
+    """A nullable string: compact in flexible versions, else an int16 length (-1: null)."""
+    if flexible:
+        write_compact_string(out, s)
+    elif s is None:
+        out += _I16.pack(-1)
+    else:
+        raw = s.encode()
+        out += _I16.pack(len(raw))
+        out += raw
 
 
 def encode_produce_response(
@@ -100,10 +100,10 @@ def encode_produce_response(
     v5 = version >= 5
     v8 = version >= 8
     out = bytearray()
-    _length(out, len(topics), flexible, short=False)
+    _array_length(out, len(topics), flexible)
     for name, partitions in topics:
         _string(out, name, flexible)
-        _length(out, len(partitions), flexible, short=False)
+        _array_length(out, len(partitions), flexible)
         for index, r, leader in partitions:
             if v5:
                 out += _PARTITION_V5.pack(index, r.error_code, r.base_offset, r.log_append_time,
@@ -112,7 +112,7 @@ def encode_produce_response(
                 out += _PARTITION_V3.pack(index, r.error_code, r.base_offset, r.log_append_time)
             if v8:
                 errors = r.record_errors
-                _length(out, len(errors), flexible, short=False)
+                _array_length(out, len(errors), flexible)
                 for batch_index, message in errors:
                     out += _I32.pack(batch_index)
                     _string(out, message, flexible)
@@ -136,9 +136,9 @@ def encode_produce_response(
             write_uvarint(tagged, len(node_endpoints) + 1)
             for node_id, host, port, rack in node_endpoints:
                 tagged += _I32.pack(node_id)
-                _string(tagged, host, True)
+                write_compact_string(tagged, host)
                 tagged += _I32.pack(port)
-                _string(tagged, rack, True)
+                write_compact_string(tagged, rack)
                 tagged.append(0)
             out += b"\x01\x00"
             write_uvarint(out, len(tagged))

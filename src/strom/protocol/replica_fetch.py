@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from .errors import ProtocolError
-from .framing import read_uvarint, skip_tagged_fields, write_uvarint
+from .framing import read_uvarint, skip_tagged_fields, write_compact_string, write_uvarint
 
 __all__ = [
     "FIRST_VERSION",
@@ -73,12 +73,6 @@ class ReplicaFetchTopic:
     partitions: list[ReplicaFetchPartition]
 
 
-def _compact_string(out: bytearray, s: str) -> None:
-    b = s.encode()
-    write_uvarint(out, len(b) + 1)
-    out += b
-
-
 def encode_replica_fetch(
     version: int,
     correlation_id: int,
@@ -112,7 +106,7 @@ def encode_replica_fetch(
         if version >= 13:
             out += t.topic_id.bytes
         else:
-            _compact_string(out, t.name)
+            write_compact_string(out, t.name)
         write_uvarint(out, len(t.partitions) + 1)
         for p in t.partitions:
             out += _PART.pack(
