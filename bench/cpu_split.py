@@ -9,30 +9,89 @@ the phase waits on round trips (librdkafka keeps one fetch in flight per broker)
 
     PYTHONPATH=src python bench/cpu_split.py --size 1024 --count 1000000 --runs 3
     PYTHONPATH=src python bench/cpu_split.py --size 100 --count 10000000
+
+``--mock`` also runs the produce phase, in the same run, against librdkafka's mock cluster (C, in
+memory: ``../shared/compat/mock_broker.py``), and prints its CPU and the client's: what the load
+generator itself costs per GB when the broker costs next to nothing. With what the kernel charges
+any broker to receive and store a byte (``bench/receive_floor.py``) that bounds what a durable
+broker can reach on this machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import resource
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from _common import Variant, compat_home, cpu_split, create_topic, fmt, median, strom_broker
+from _common import COMPAT, Variant, compat_home, cpu_split, create_topic, fmt, median, strom_broker
 
 
-def phase(cmd: list[str], broker_pid: int) -> dict[str, float]:
+@contextlib.contextmanager
+def mock_cluster(topic: str) -> Iterator[tuple[str, int]]:
+    """librdkafka's mock cluster with a one-partition ``topic``: (bootstrap, pid)."""
+    py = str(compat_home() / "venv" / "bin" / "python")
+    proc = subprocess.Popen([py, str(COMPAT / "mock_broker.py"), "--topic", f"{topic}:1", "--seconds", "900"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        bootstrap = proc.stdout.readline().strip()
+        if not bootstrap:
+            raise RuntimeError("the mock cluster did not start")
+        yield bootstrap, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """{tid: (thread name, utime+stime seconds)} of a running process's threads."""
+    tck = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                f = stat.rsplit(")", 1)[1].split()
+                out[int(tid)] = (name, (int(f[11]) + int(f[12])) / tck)
+    return out
+
+
+def phase(cmd: list[str], broker_pid: int) -> dict[str, Any]:
+    """One client run. The client's threads are sampled every 50 ms while it runs: ``busiest``
+    is the CPU share of wall time of its busiest thread (a thread near 100% is the bound, whatever
+    the broker does), named in ``busiest_name``."""
     b0, r0, t0 = cpu_split(broker_pid), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    threads: dict[int, tuple[str, float]] = {}
+    started: dict[int, float] = {}
+    while proc.poll() is None:
+        for tid, (name, cpu) in _thread_cpu(proc.pid).items():
+            started.setdefault(tid, time.monotonic())
+            threads[tid] = (name, cpu)
+        time.sleep(0.05)
+        if time.monotonic() - t0 > 600:
+            proc.kill()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait()
     wall, r1, b1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), cpu_split(broker_pid)
     mbs = re.findall(r"([0-9.]+) MB/s", out)
+    busiest = max(threads.items(), key=lambda kv: kv[1][1], default=(0, ("-", 0.0)))
     return {
         "mbs": float(mbs[-1]) if mbs else float("nan"), "wall": wall,
         "client_user": r1.ru_utime - r0.ru_utime, "client_sys": r1.ru_stime - r0.ru_stime,
         "broker_user": b1[0] - b0[0], "broker_sys": b1[1] - b0[1],
+        "busiest": 100 * busiest[1][1] / wall, "busiest_name": busiest[1][0],
     }
 
 
@@ -41,10 +100,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--mock", action="store_true", help="also produce to librdkafka's mock cluster")
     a = ap.parse_args(argv)
     perf = str(compat_home() / "bin" / "rdkafka_performance")
-    results: dict[str, list[dict[str, float]]] = {"produce": [], "consume": []}
+    results: dict[str, list[dict[str, Any]]] = {"produce": [], "consume": []}
+    if a.mock:
+        results["mock produce"] = []
     for run in range(a.runs):
+        if a.mock:
+            topic = f"split-{uuid.uuid4().hex[:8]}"
+            with mock_cluster(topic) as (bootstrap, pid):
+                cmd = [perf, "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-c", str(a.count),
+                       "-s", str(a.size), "-X", "linger.ms=5", "-X", "acks=1"]
+                r = phase(cmd, pid)
+            results["mock produce"].append(r)
+            print(f"[run {run + 1}/{a.runs}] mock produce: {r['mbs']:.1f} MB/s in {r['wall']:.2f} s; "
+                  f"client {r['client_user']:.2f} user + {r['client_sys']:.2f} sys s, "
+                  f"mock {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s; busiest client thread "
+                  f"{r['busiest_name']} {r['busiest']:.0f}% of a core", flush=True)
         with strom_broker(Variant("strom")) as b:
             assert b.proc is not None
             topic = f"split-{uuid.uuid4().hex[:8]}"
@@ -59,18 +132,21 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append(r)
                 print(f"[run {run + 1}/{a.runs}] {name}: {r['mbs']:.1f} MB/s in {r['wall']:.2f} s; "
                       f"client {r['client_user']:.2f} user + {r['client_sys']:.2f} sys s, "
-                      f"broker {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s", flush=True)
+                      f"broker {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s; "
+                      f"busiest client thread {r['busiest_name']} {r['busiest']:.0f}% of a core", flush=True)
     gb = a.size * a.count / 1e9
     print(f"\n{a.count:,} x {a.size} B ({gb:.2f} GB), medians of {a.runs} run(s)")
-    print(f"{'phase':8} {'MB/s':>8} {'client %core':>13} {'broker %core':>13} "
-          f"{'broker CPU-s/GB user':>21} {'sys':>6}")
+    print(f"{'phase':12} {'MB/s':>8} {'client %core':>13} {'broker %core':>13} "
+          f"{'broker CPU-s/GB user':>21} {'sys':>6} {'client CPU-s/GB':>16} {'busiest thread %':>17}")
     for name, rs in results.items():
         mbs = median([r["mbs"] for r in rs])
         client = median([100 * (r["client_user"] + r["client_sys"]) / r["wall"] for r in rs])
         broker = median([100 * (r["broker_user"] + r["broker_sys"]) / r["wall"] for r in rs])
         user, sys_ = median([r["broker_user"] / gb for r in rs]), median([r["broker_sys"] / gb for r in rs])
-        print(f"{name:8} {fmt(mbs, 1):>8} {fmt(client, 0):>13} {fmt(broker, 0):>13} "
-              f"{fmt(user, 2):>21} {fmt(sys_, 2):>6}")
+        cgb = median([(r["client_user"] + r["client_sys"]) / gb for r in rs])
+        busiest = median([r["busiest"] for r in rs])
+        print(f"{name:12} {fmt(mbs, 1):>8} {fmt(client, 0):>13} {fmt(broker, 0):>13} "
+              f"{fmt(user, 2):>21} {fmt(sys_, 2):>6} {fmt(cgb, 2):>16} {fmt(busiest, 0):>17}")
     return 0
 
 
