@@ -26,6 +26,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -71,19 +72,16 @@ def phase(cmd: list[str], broker_pid: int) -> dict[str, Any]:
     is the CPU share of wall time of its busiest thread (a thread near 100% is the bound, whatever
     the broker does), named in ``busiest_name``."""
     b0, r0, t0 = cpu_split(broker_pid), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     threads: dict[int, tuple[str, float]] = {}
-    started: dict[int, float] = {}
-    while proc.poll() is None:
-        for tid, (name, cpu) in _thread_cpu(proc.pid).items():
-            started.setdefault(tid, time.monotonic())
-            threads[tid] = (name, cpu)
-        time.sleep(0.05)
-        if time.monotonic() - t0 > 600:
-            proc.kill()
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    proc.wait()
+    with tempfile.TemporaryFile("w+") as log:  # (a pipe not read meanwhile could fill and stall it)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.DEVNULL, text=True)
+        while proc.poll() is None:
+            threads.update(_thread_cpu(proc.pid))
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 600:
+                proc.kill()
+        log.seek(0)
+        out = log.read()
     wall, r1, b1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), cpu_split(broker_pid)
     mbs = re.findall(r"([0-9.]+) MB/s", out)
     busiest = max(threads.items(), key=lambda kv: kv[1][1], default=(0, ("-", 0.0)))

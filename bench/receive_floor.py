@@ -47,7 +47,7 @@ def _thread_cpu() -> tuple[float, float]:
     return r.ru_utime, r.ru_stime
 
 
-def _pair(total: int, send: Callable[[socket.socket], None]) -> tuple[socket.socket, int]:
+def _pair(send: Callable[[socket.socket], None]) -> tuple[socket.socket, int]:
     """A connection whose other end is a forked child running ``send`` (then exiting)."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
@@ -90,7 +90,7 @@ def _recv_full(conn: socket.socket, mv: memoryview) -> int:
 
 def receive(kind: str, total: int, d: Path) -> tuple[float, float, float]:
     """(MB/s, user, sys CPU-s/GiB) of the receiving thread."""
-    conn, pid = _pair(total, _push(total))
+    conn, pid = _pair(_push(total))
     path = d / f"segment-{kind}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     got = 0
@@ -163,7 +163,7 @@ def send_file(total: int, d: Path) -> tuple[float, float, float]:
         while s.recv_into(buf):
             pass
 
-    conn, pid = _pair(total, discard)
+    conn, pid = _pair(discard)
     fd = os.open(path, os.O_RDONLY)
     os.pread(fd, size, 0)  # in the page cache
     sent = 0
