@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.testing.broker_process import BrokerProcess
@@ -283,3 +283,29 @@ def test_java_transactional_producer_and_read_committed_consumer(
         sorted(v.decode() for _, _, v in read_all(bs, "java-txn", 2, "read_committed", expect=15))
         == committed
     )
+
+
+def test_transaction_timeout_over_the_maximum_is_refused_to_the_millisecond(tmp_path: Any) -> None:
+    """transaction.max.timeout.ms is checked to the millisecond. The duration was once read back
+    through a float (``int(td.total_seconds() * 1000)``), which turns ~0.6% of values into one
+    less: 1003 ms became 1002 and passed a maximum of 1002."""
+    b = BrokerProcess(tmp_path / "d", overrides=["transaction.max.timeout.ms=1002"])
+    b.start()
+    try:
+        over = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "t-max-over",
+                         "transaction.timeout.ms": 1003})
+        try:  # (not pytest.raises: its traceback would keep this frame, and the producer, alive)
+            over.init_transactions(20)
+            code = None
+        except KafkaException as e:
+            code = e.args[0].code()
+        assert code == KafkaError.INVALID_TRANSACTION_TIMEOUT, code
+        del over
+        at_max = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "t-max",
+                           "transaction.timeout.ms": 1002})
+        at_max.init_transactions(20)
+        at_max.begin_transaction()
+        at_max.abort_transaction(20)
+        del at_max
+    finally:
+        b.stop()

@@ -35,6 +35,17 @@ ZERO_UUID = uuid.UUID(int=0)
 PRODUCE = 0
 
 
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def duration_ms(value: datetime.timedelta) -> int:
+    """A kio duration field (``*_ms``, a ``timedelta``) as the int of milliseconds it was read
+    from, exactly. ``int(value.total_seconds() * 1000)`` is not: 1001 ms come back as 1000 (1.001
+    * 1000 is 1000.9999... in floating point), so e.g. a transaction timeout 1 ms over the
+    broker's maximum passed its check."""
+    return value // _ONE_MS
+
+
 @cache
 def request_type(api_key: int, version: int) -> type:
     return load_request_schema(api_key, version)  # type: ignore[no-any-return]

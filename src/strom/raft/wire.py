@@ -47,6 +47,7 @@ from kio.schema.vote.v1 import request as vote_req
 from kio.schema.vote.v1 import response as vote_resp
 from kio.static.primitive import Records, i8, i32, i32Timedelta, i64
 
+from strom.protocol.codec import duration_ms
 from strom.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -301,7 +302,7 @@ def decode_request(req: Any) -> tuple[int, RaftRequest]:
             raise WireError("Fetch: not a KRaft replica fetch of __cluster_metadata")
         p = _topic(req.topics, "topic_id", "Fetch")
         rid = int(req.replica_state.replica_id)
-        max_wait = int(req.max_wait.total_seconds() * 1000)
+        max_wait = duration_ms(req.max_wait)
         return rid, FetchRequest(
             rid,
             int(p.current_leader_epoch),

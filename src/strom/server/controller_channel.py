@@ -57,6 +57,7 @@ from kio.schema.envelope.v0 import request as envelope_request
 
 from ..controller.server import NotControllerError
 from ..protocol import envelope
+from ..protocol.codec import duration_ms
 from ..protocol.errors import ErrorCode, ProtocolError
 from ..security.session import ANONYMOUS
 
@@ -128,7 +129,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
+        return duration_ms(value)
     if isinstance(value, enum.IntEnum):
         return int(value)
     return value

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol.codec import duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.framing import write_uvarint
 from ...raft.wire import is_raft_fetch
@@ -402,7 +403,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> RawResponse | dict[
     session, groups, incremental = opened
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     min_bytes = request.min_bytes
-    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    max_wait_ms = duration_ms(request.max_wait)
     told = None
     rack = str(getattr(request, "rack_id", "") or "") if version >= 11 else ""
     if incremental and session is not None and not session.privileged and not rack:

@@ -17,6 +17,7 @@ from typing import Any
 from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...coordinator.records import partition_for
+from ...protocol.codec import duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
@@ -27,7 +28,7 @@ def _ms(value: Any, default: int = -1) -> int:
     if value is None:
         return default
     if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
+        return duration_ms(value)
     return int(value)
 
 

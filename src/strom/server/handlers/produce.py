@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+from ...protocol.codec import duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.produce_response import (
     FIRST_VERSION,
@@ -109,7 +110,7 @@ async def handle_produce(
     verify = (
         _verifier(ctx, str(txn_id)) if txn_id is not None and broker.txn_coordinator is not None else None
     )
-    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    timeout_ms = duration_ms(request.timeout)
     results, wait = await broker.replica_manager.append_records_then_wait(
         entries, acks=request.acks, timeout_ms=timeout_ms, verify=verify
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...protocol.codec import duration_ms
 from ...protocol.errors import ErrorCode
 from ..authz import AclOperation, ResourceType, authorized, authorized_by_resource_type, authorized_cluster
 from ..context import RequestContext
@@ -30,7 +31,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str
             # Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster or WRITE on some topic
             return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if request.transactional_id is not None:
-        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        timeout_ms = duration_ms(request.transaction_timeout)
         err, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(
             str(request.transactional_id), timeout_ms, pid, epoch
         )

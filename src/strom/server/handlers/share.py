@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 from ...coordinator.share_coordinator import ShareCoordinator
+from ...protocol.codec import duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.records import iter_batches
 from ..context import RequestContext
@@ -48,7 +49,7 @@ def _ms(value: Any) -> int:
     if value is None:
         return 0
     if hasattr(value, "total_seconds"):
-        return int(value.total_seconds() * 1000)
+        return duration_ms(value)
     return int(value)
 
 
