@@ -66,10 +66,12 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def cpu_split(pid: int) -> tuple[float, float]:
-    """(utime, stime) of a process from /proc, seconds ((0.0, 0.0) where unavailable)."""
+def cpu_split(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(utime, stime) of a process (or of its thread ``tid``) from /proc, seconds ((0.0, 0.0)
+    where unavailable)."""
+    stat = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
         tck = os.sysconf("SC_CLK_TCK")
         return int(fields[11]) / tck, int(fields[12]) / tck
     except (OSError, IndexError, ValueError):

@@ -55,15 +55,12 @@ def mock_cluster(topic: str) -> Iterator[tuple[str, int]]:
 
 def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     """{tid: (thread name, utime+stime seconds)} of a running process's threads."""
-    tck = os.sysconf("SC_CLK_TCK")
     out: dict[int, tuple[str, float]] = {}
     with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-                name = stat[stat.index("(") + 1 : stat.rindex(")")]
-                f = stat.rsplit(")", 1)[1].split()
-                out[int(tid)] = (name, (int(f[11]) + int(f[12])) / tck)
+            with contextlib.suppress(OSError):
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                out[int(tid)] = (name, sum(cpu_split(pid, int(tid))))
     return out
 
 

@@ -88,13 +88,29 @@ def _recv_full(conn: socket.socket, mv: memoryview) -> int:
     return n
 
 
+def _close(conn: socket.socket, pid: int, fd: int, path: Path) -> None:
+    """The peer's connection and process, the file: done with."""
+    conn.close()
+    os.waitpid(pid, 0)
+    os.close(fd)
+    path.unlink()
+
+
+def _rates(
+    n: int, seconds: float, before: tuple[float, float], after: tuple[float, float]
+) -> tuple[float, float, float]:
+    """(MB/s, user CPU-s/GiB, sys CPU-s/GiB) of ``n`` bytes moved."""
+    gib = n / (1 << 30)
+    return n / seconds / 1e6, (after[0] - before[0]) / gib, (after[1] - before[1]) / gib
+
+
 def receive(kind: str, total: int, d: Path) -> tuple[float, float, float]:
     """(MB/s, user, sys CPU-s/GiB) of the receiving thread."""
     conn, pid = _pair(_push(total))
     path = d / f"segment-{kind}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     got = 0
-    u0, s0 = _thread_cpu()
+    cpu0 = _thread_cpu()
     t0 = time.perf_counter()
     try:
         if kind == "pwrite":
@@ -138,15 +154,11 @@ def receive(kind: str, total: int, d: Path) -> tuple[float, float, float]:
                 os.close(w)
         else:
             raise ValueError(kind)
-        u1, s1 = _thread_cpu()
+        cpu1 = _thread_cpu()
         dt = time.perf_counter() - t0
     finally:
-        conn.close()
-        os.waitpid(pid, 0)
-        os.close(fd)
-        path.unlink()
-    gib = got / (1 << 30)
-    return got / dt / 1e6, (u1 - u0) / gib, (s1 - s0) / gib
+        _close(conn, pid, fd, path)
+    return _rates(got, dt, cpu0, cpu1)
 
 
 def send_file(total: int, d: Path) -> tuple[float, float, float]:
@@ -167,21 +179,17 @@ def send_file(total: int, d: Path) -> tuple[float, float, float]:
     fd = os.open(path, os.O_RDONLY)
     os.pread(fd, size, 0)  # in the page cache
     sent = 0
-    u0, s0 = _thread_cpu()
+    cpu0 = _thread_cpu()
     t0 = time.perf_counter()
     try:
         while sent < total:
             pos = sent % size
             sent += os.sendfile(conn.fileno(), fd, pos, min(CHUNK, size - pos, total - sent))
-        u1, s1 = _thread_cpu()
+        cpu1 = _thread_cpu()
         dt = time.perf_counter() - t0
     finally:
-        conn.close()
-        os.waitpid(pid, 0)
-        os.close(fd)
-        path.unlink()
-    gib = sent / (1 << 30)
-    return sent / dt / 1e6, (u1 - u0) / gib, (s1 - s0) / gib
+        _close(conn, pid, fd, path)
+    return _rates(sent, dt, cpu0, cpu1)
 
 
 def main() -> None:

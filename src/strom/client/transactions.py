@@ -24,6 +24,7 @@ from strom.client.client import BrokerMetadata, Client
 from strom.client.connection import KafkaConnection
 from strom.client.errors import KafkaError, KafkaProtocolError
 from strom.client.groups import COORDINATOR_RETRY_CODES, TRANSACTION, with_coordinator
+from strom.protocol.codec import duration_ms
 from strom.protocol.errors import ProtocolError
 from strom.protocol.framing import read_uvarint, skip_tagged_fields
 
@@ -63,7 +64,7 @@ class TransactionDescription:
 
 def _ms(value: object) -> int:
     if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
+        return duration_ms(value)
     if isinstance(value, datetime.datetime):
         return round(value.timestamp() * 1000)
     if isinstance(value, int):

@@ -46,6 +46,16 @@ def duration_ms(value: datetime.timedelta) -> int:
     return value // _ONE_MS
 
 
+def optional_duration_ms(value: datetime.timedelta | int | None, default: int) -> int:
+    """:func:`duration_ms` of a field that may be absent (``None``: ``default``, e.g. a field
+    of later versions only) or already an int."""
+    if value is None:
+        return default
+    if isinstance(value, datetime.timedelta):
+        return value // _ONE_MS
+    return int(value)
+
+
 @cache
 def request_type(api_key: int, version: int) -> type:
     return load_request_schema(api_key, version)  # type: ignore[no-any-return]

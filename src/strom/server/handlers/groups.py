@@ -10,26 +10,17 @@ or transactional id is the leader of its internal-topic partition (a single node
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from typing import Any
 
 from ...coordinator.consumer import TopicCatalog
 from ...coordinator.group_coordinator import GroupCoordinator, OffsetAndMetadata
 from ...coordinator.records import partition_for
-from ...protocol.codec import duration_ms
+from ...protocol.codec import optional_duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ..authz import AclOperation, ResourceType, authorized, authorized_cluster, authorized_operations
 from ..context import RequestContext
 from . import handler
-
-
-def _ms(value: Any, default: int = -1) -> int:
-    if value is None:
-        return default
-    if isinstance(value, datetime.timedelta):
-        return duration_ms(value)
-    return int(value)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -125,7 +116,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]
             "member_id": str(request.member_id or ""),
             "members": [],
         }
-    session_ms = _ms(request.session_timeout)
+    session_ms = optional_duration_ms(request.session_timeout, -1)
     result = await coord.join_group(
         str(request.group_id),
         member_id=str(request.member_id or ""),
@@ -133,7 +124,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]
         protocol_type=str(request.protocol_type),
         protocols=[(str(p.name), bytes(p.metadata)) for p in request.protocols],
         session_timeout_ms=session_ms,
-        rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", None), session_ms),
+        rebalance_timeout_ms=optional_duration_ms(getattr(request, "rebalance_timeout", None), session_ms),
         client_id=ctx.client_id or "",
         client_host=_client_host(ctx),
         api_version=ctx.api_version,
@@ -243,7 +234,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, A
                 )
         order.append((name, parts))
     if offsets or not errors:
-        retention = _ms(getattr(request, "retention_time", None), -1)
+        retention = optional_duration_ms(getattr(request, "retention_time", None), -1)
         errors.update(
             await coord.commit_offsets(
                 str(request.group_id),
@@ -587,7 +578,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         member_epoch=int(request.member_epoch),
         instance_id=request.instance_id,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=_ms(request.rebalance_timeout, -1),
+        rebalance_timeout_ms=optional_duration_ms(request.rebalance_timeout, -1),
         subscribed_topic_names=None if names is None else [str(n) for n in names],
         subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor,

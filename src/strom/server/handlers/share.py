@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from ...coordinator.share_coordinator import ShareCoordinator
-from ...protocol.codec import duration_ms
+from ...protocol.codec import optional_duration_ms
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.records import iter_batches
 from ..context import RequestContext
@@ -43,14 +43,6 @@ def _coordinator(ctx: RequestContext) -> ShareCoordinator:
 def _client_host(ctx: RequestContext) -> str:
     host = ctx.client_host or ""
     return host if host.startswith("/") else f"/{host}"
-
-
-def _ms(value: Any) -> int:
-    if value is None:
-        return 0
-    if hasattr(value, "total_seconds"):
-        return duration_ms(value)
-    return int(value)
 
 
 # --------------------------------------------------------------------------- membership
@@ -239,7 +231,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> dict[str, Any
     isolation = cfg["share.isolation.level"]
     max_records = max(int(getattr(request, "max_records", 500) or 500), 1)
     max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
-    max_wait_ms = _ms(request.max_wait)
+    max_wait_ms = optional_duration_ms(request.max_wait, 0)
     clock = ctx.broker.clock
     deadline = clock.monotonic_ms() + max_wait_ms
     for tid, p in sorted(session.partitions, key=lambda x: (str(x[0]), x[1])):
