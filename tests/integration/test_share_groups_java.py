@@ -196,7 +196,11 @@ def test_running_consumer_survives_broker_kill(classes: Path, tmp_path: Path) ->
     b.start()
     try:
         topic, group = setup_topic(classes, b, 20, partitions=2)
-        p = start_java(classes, b, "consume", topic, group, "accept", "40", "90000", "15000")
+        # no idle limit: the consumer stops once all 40 records are accepted. An idle limit counts
+        # from the last "v" record, across the probe, the kill, the restart and a JVM's start-up
+        # for the "w" records: over 11 s on a busy two-core machine, which a 15 s limit did not
+        # always cover (CI stopped the consumer before the "w" records were produced).
+        p = start_java(classes, b, "consume", topic, group, "accept", "40", "120000")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # until the member consumed something
             probe = start_java(classes, b, "describe", group)
@@ -207,10 +211,10 @@ def test_running_consumer_survives_broker_kill(classes: Path, tmp_path: Path) ->
         b.kill()
         b.start()
         java(classes, b, "produce", topic, "20", "w")
-        out, err = p.communicate(timeout=150)
+        out, err = p.communicate(timeout=180)
         assert p.returncode == 0, out + err[-4000:]
         accepted = {r[2] for r in recs(out) if r[4] == "ACCEPT"}
-        assert accepted == {f"v{i}" for i in range(20)} | {f"w{i}" for i in range(20)}
+        assert accepted == {f"v{i}" for i in range(20)} | {f"w{i}" for i in range(20)}, err[-4000:]
         described = java(classes, b, "describe", group)
         assert described.count("lag=0") == 2, described
     finally:
