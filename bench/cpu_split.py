@@ -10,6 +10,11 @@ the phase waits on round trips (librdkafka keeps one fetch in flight per broker)
     PYTHONPATH=src python bench/cpu_split.py --size 1024 --count 1000000 --runs 3
     PYTHONPATH=src python bench/cpu_split.py --size 100 --count 10000000
 
+``--tansu`` runs both phases against tansu too (started as perf.sh starts it), in the same run, and
+prints for each phase the ratio to tansu and the most any broker could reach with this client: the
+rate when the client's busiest thread, which does the same work per byte whatever the broker,
+would run at 100% of a core.
+
 ``--mock`` also runs the produce phase, in the same run, against librdkafka's mock cluster (C, in
 memory: ``../shared/compat/mock_broker.py``), and prints its CPU and the client's: what the load
 generator itself costs per GB when the broker costs next to nothing. With what the kernel charges
@@ -24,6 +29,7 @@ import contextlib
 import os
 import re
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +40,33 @@ from pathlib import Path
 from typing import Any
 
 from _common import COMPAT, Variant, compat_home, cpu_split, create_topic, fmt, median, strom_broker
+
+
+@contextlib.contextmanager
+def tansu_broker() -> Iterator[tuple[str, int]]:
+    """tansu (Rust, in-memory storage), started as ``../shared/compat/perf.sh`` starts it:
+    (bootstrap, pid)."""
+    from strom.testing.broker_process import free_port
+
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([str(compat_home() / "bin" / "tansu"), "broker", "--listener-url", url,
+                                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"tansu did not start: {log.read()[-2000:]}")
+                time.sleep(0.1)
+            yield f"127.0.0.1:{port}", proc.pid
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 @contextlib.contextmanager
@@ -90,45 +123,59 @@ def phase(cmd: list[str], broker_pid: int) -> dict[str, Any]:
     }
 
 
+def _commands(perf: str, bootstrap: str, topic: str, a: argparse.Namespace) -> dict[str, list[str]]:
+    """perf.sh's produce and consume commands."""
+    common = ["-b", bootstrap, "-t", topic, "-p", "0", "-c", str(a.count)]
+    return {
+        "produce": [perf, "-P", *common, "-s", str(a.size), "-X", "linger.ms=5", "-X", "acks=1"],
+        "consume": [perf, "-C", *common, "-o", "beginning"],
+    }
+
+
+def _report(run: int, runs: int, name: str, server: str, r: dict[str, Any]) -> None:
+    print(f"[run {run + 1}/{runs}] {name}: {r['mbs']:.1f} MB/s in {r['wall']:.2f} s; "
+          f"client {r['client_user']:.2f} user + {r['client_sys']:.2f} sys s, "
+          f"{server} {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s; "
+          f"busiest client thread {r['busiest_name']} {r['busiest']:.0f}% of a core", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--mock", action="store_true", help="also produce to librdkafka's mock cluster")
+    ap.add_argument("--tansu", action="store_true", help="also produce to and consume from tansu")
     a = ap.parse_args(argv)
     perf = str(compat_home() / "bin" / "rdkafka_performance")
     results: dict[str, list[dict[str, Any]]] = {"produce": [], "consume": []}
     if a.mock:
         results["mock produce"] = []
+    if a.tansu:
+        results["tansu produce"], results["tansu consume"] = [], []
     for run in range(a.runs):
+        if a.tansu:
+            with tansu_broker() as (bootstrap, pid):
+                topic = f"split-{uuid.uuid4().hex[:8]}"
+                create_topic(bootstrap, topic)
+                for name, cmd in _commands(perf, bootstrap, topic, a).items():
+                    r = phase(cmd, pid)
+                    results[f"tansu {name}"].append(r)
+                    _report(run, a.runs, f"tansu {name}", "tansu", r)
         if a.mock:
             topic = f"split-{uuid.uuid4().hex[:8]}"
             with mock_cluster(topic) as (bootstrap, pid):
-                cmd = [perf, "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-c", str(a.count),
-                       "-s", str(a.size), "-X", "linger.ms=5", "-X", "acks=1"]
-                r = phase(cmd, pid)
+                r = phase(_commands(perf, bootstrap, topic, a)["produce"], pid)
             results["mock produce"].append(r)
-            print(f"[run {run + 1}/{a.runs}] mock produce: {r['mbs']:.1f} MB/s in {r['wall']:.2f} s; "
-                  f"client {r['client_user']:.2f} user + {r['client_sys']:.2f} sys s, "
-                  f"mock {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s; busiest client thread "
-                  f"{r['busiest_name']} {r['busiest']:.0f}% of a core", flush=True)
+            _report(run, a.runs, "mock produce", "mock", r)
         with strom_broker(Variant("strom")) as b:
             assert b.proc is not None
             topic = f"split-{uuid.uuid4().hex[:8]}"
             create_topic(b.bootstrap, topic)
-            common = ["-b", b.bootstrap, "-t", topic, "-p", "0", "-c", str(a.count)]
-            cmds = {
-                "produce": [perf, "-P", *common, "-s", str(a.size), "-X", "linger.ms=5", "-X", "acks=1"],
-                "consume": [perf, "-C", *common, "-o", "beginning"],
-            }
-            for name, cmd in cmds.items():
+            for name, cmd in _commands(perf, b.bootstrap, topic, a).items():
                 r = phase(cmd, b.proc.pid)
                 results[name].append(r)
-                print(f"[run {run + 1}/{a.runs}] {name}: {r['mbs']:.1f} MB/s in {r['wall']:.2f} s; "
-                      f"client {r['client_user']:.2f} user + {r['client_sys']:.2f} sys s, "
-                      f"broker {r['broker_user']:.2f} user + {r['broker_sys']:.2f} sys s; "
-                      f"busiest client thread {r['busiest_name']} {r['busiest']:.0f}% of a core", flush=True)
+                _report(run, a.runs, name, "broker", r)
     gb = a.size * a.count / 1e9
     print(f"\n{a.count:,} x {a.size} B ({gb:.2f} GB), medians of {a.runs} run(s)")
     print(f"{'phase':12} {'MB/s':>8} {'client %core':>13} {'broker %core':>13} "
@@ -142,6 +189,18 @@ def main(argv: list[str] | None = None) -> int:
         busiest = median([r["busiest"] for r in rs])
         print(f"{name:12} {fmt(mbs, 1):>8} {fmt(client, 0):>13} {fmt(broker, 0):>13} "
               f"{fmt(user, 2):>21} {fmt(sys_, 2):>6} {fmt(cgb, 2):>16} {fmt(busiest, 0):>17}")
+    if a.tansu:
+        # the client's busiest thread does the same work per byte whatever the broker: at 100% of
+        # a core it would move rate * 100 / busiest, so no broker, however quick to answer, gets
+        # this client past that
+        for name in ("produce", "consume"):
+            pairs = list(zip(results[name], results[f"tansu {name}"], strict=True))
+            bounds = [r["mbs"] * 100 / r["busiest"] for r, _ in pairs if r["busiest"] > 0]
+            ratios = [r["mbs"] * 100 / r["busiest"] / t["mbs"] for r, t in pairs if r["busiest"] > 0]
+            now = [r["mbs"] / t["mbs"] for r, t in pairs]
+            print(f"{name}: strom {fmt(median(now), 2)}x tansu; with the busiest client thread at 100% "
+                  f"{fmt(median(bounds), 1)} MB/s = {fmt(median(ratios), 2)}x tansu "
+                  f"(medians of same-run ratios; runs {', '.join(fmt(x, 2) for x in ratios)})")
     return 0
 
 
