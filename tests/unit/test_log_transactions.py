@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_log_support import T0, batch, open_log
+from test_log_support import T0, batch, open_log, read_all
 
 from strom.log.transaction_index import AbortedTxn
-from strom.protocol.records import build_control_batch
+from strom.protocol.records import build_control_batch, iter_batches
 
 
 def txn_batch(pid: int, seq: int, n: int = 2, epoch: int = 0) -> bytes:
@@ -59,3 +59,24 @@ def test_aborted_index_survives_clean_and_unclean_reopen(tmp_path: Path) -> None
     assert log.collect_aborted(0, log.log_end_offset) == expected
     log.update_high_watermark(log.log_end_offset)
     assert log.last_stable_offset == log.log_end_offset - 2
+
+
+def test_coordinator_transactional_appends_are_never_taken_for_retries(tmp_path: Path) -> None:
+    """The group coordinator writes a producer's transactional offset commits with no sequence
+    (-1), one batch per TxnOffsetCommit. Each is appended: none is answered as a duplicate of
+    the last (Kafka looks for duplicates in client appends only). They were, and a restart then
+    lost every transactional offset commit after a producer's first."""
+    log = open_log(tmp_path / "t-0")
+    for txn in range(7):  # more than the 5 batches a producer's entry keeps
+        end = log.log_end_offset
+        info = log.append_as_leader(txn_batch(7, -1, n=1), 0, from_coordinator=True)
+        assert not info.duplicate and info.first_offset == end, txn
+        log.append_as_leader(marker(7, commit=True), 0, from_coordinator=True)
+    assert log.log_end_offset == 14
+    data = read_all(log)
+    assert [h.is_control for _, h in iter_batches(data)] == [False, True] * 7
+    # a client's retried batch is still answered with its first offsets, nothing appended
+    first = log.append_as_leader(txn_batch(8, 0), 0)
+    again = log.append_as_leader(txn_batch(8, 0), 0)
+    assert again.duplicate and again.first_offset == first.first_offset == 14
+    assert log.log_end_offset == 16

@@ -611,7 +611,10 @@ class PartitionLog:
             pid = h.producer_id
             if pid >= 0:
                 entry = psm.last_entry(pid)
-                if entry is not None and not h.is_control:
+                # a retried client batch is answered with its first offsets (Kafka looks for
+                # duplicates only for AppendOrigin.CLIENT): the coordinators' transactional
+                # offset commits carry no sequence (-1), so each would match the last one
+                if entry is not None and not h.is_control and not from_coordinator:
                     dup = entry.find_duplicate(h)
                     if dup is not None:
                         return AppendInfo(
