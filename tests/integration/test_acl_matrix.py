@@ -272,7 +272,9 @@ def consume_group(b: BrokerProcess, p: str) -> None:
     )
     try:
         c.subscribe([TOPIC])
-        deadline = time.monotonic() + 10
+        # (a granted cell waits out group.initial.rebalance.delay.ms, 3 s, then joins over TLS or
+        # SASL: 10 s was tight on a loaded machine; a denied cell fails at once)
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is None:

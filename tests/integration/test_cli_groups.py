@@ -157,7 +157,7 @@ def test_describe_shows_correct_lag_while_a_producer_runs(broker: BrokerProcess)
         t.start()
     try:
         # wait for a stable group with both members owning partitions
-        deadline = time.time() + 30
+        deadline = time.time() + 90
         while True:
             r = strom(broker, "groups", "describe", "--group", group, "--members")
             rows = table(r.stdout) if r.returncode == 0 and "GROUP" in r.stdout else []

@@ -295,7 +295,10 @@ def test_search_shows_its_progress_while_it_runs(cluster: BrokerProcess, big_top
 
 
 def test_searches_are_bounded_stoppable_and_time_out(cluster: BrokerProcess, big_topic: str) -> None:
-    c = Console(cluster.bootstrap, "--read-only", "--max-searches", "1", "--search-timeout", "2.5", env=PAUSE)
+    # 1 s pauses and a 6 s timeout (eight pauses take 8 s): the stop below has ~5 s to arrive
+    # before the timeout wins (with 0.4 s pauses and 2.5 s it had ~1.3 s, tight on a busy machine)
+    c = Console(cluster.bootstrap, "--read-only", "--max-searches", "1", "--search-timeout", "6",
+                env={"STROM_CONSOLE_SCAN_PAUSE_MS": "1000"})
     try:
         query = f"/topics/{big_topic}/messages?q=no-such-thing&order=oldest"
         body = c.get(query)
@@ -311,7 +314,7 @@ def test_searches_are_bounded_stoppable_and_time_out(cluster: BrokerProcess, big
         at = int(stopped.split("was stopped at offset ")[1].split("<")[0])
         assert at % 500 == 0 and 0 < at < 4000
         assert f"{at} scanned (offsets 0..{at - 1})" in stopped and f"offset={at}" in _continue(stopped)
-        # now a search may start again; this one runs out of time (2.5 s < eight 0.4 s pauses)
+        # now a search may start again; this one runs out of time (6 s < eight 1 s pauses)
         body = c.get(query)
         job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
         deadline = time.monotonic() + 60
@@ -739,7 +742,9 @@ def test_search_across_all_partitions(cluster: BrokerProcess, console: Console) 
 def test_a_search_whose_topic_goes_away_ends_with_an_error(cluster: BrokerProcess, console: Console) -> None:
     topic = f"doomed-{uuid.uuid4().hex[:6]}"
     _produce(cluster, topic, [b"v" * 1000] * 3000)  # ~250 records a fetch of 256 KiB
-    slow = Console(cluster.bootstrap, env=PAUSE)
+    # 2 s pauses: the scan takes over 10 s, so the delete lands while it runs even on a busy
+    # machine (with 0.4 s pauses the whole scan could finish first)
+    slow = Console(cluster.bootstrap, env={"STROM_CONSOLE_SCAN_PAUSE_MS": "2000"})
     try:
         body = slow.get(f"/topics/{topic}/messages?q=nothing&order=oldest")
         job_url = re.search(r'hx-get="([^"]+)"', body).group(1).replace("&amp;", "&")  # type: ignore[union-attr]

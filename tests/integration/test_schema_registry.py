@@ -398,13 +398,21 @@ def test_two_instances_agree_on_ids(broker: BrokerProcess, tmp_path: Path) -> No
         tb.join(120)
         all_ids = [sid for rs in results.values() for _, sid in rs]
         assert len(all_ids) == 16 and len(set(all_ids)) == 16  # no id given to two schemas
-        time.sleep(1)
-        for url in (a.url, b.url):  # both instances see the same id -> schema mapping
+
+        def agree(url: str) -> bool:
+            """The instance at ``url`` maps every id to its schema and has both versions of every
+            subject (reads are local: a follower applies the leader's writes from the topic)."""
             for schema, sid in results["a"] + results["b"]:
-                assert json.loads(http("GET", f"{url}/schemas/ids/{sid}")[1]["schema"]) == json.loads(schema)
-            for i in range(8):
-                vs = http("GET", f"{url}/subjects/race-{tag}-{i}/versions")[1]
-                assert vs == [1, 2]
+                status, body, _ = http("GET", f"{url}/schemas/ids/{sid}")
+                if status != 200 or json.loads(body["schema"]) != json.loads(schema):
+                    return False
+            return all(http("GET", f"{url}/subjects/race-{tag}-{i}/versions")[1] == [1, 2] for i in range(8))
+
+        for url in (a.url, b.url):  # both instances see the same id -> schema mapping
+            deadline = time.monotonic() + 30
+            while not agree(url):
+                assert time.monotonic() < deadline, f"{url} did not catch up with the writes"
+                time.sleep(0.2)
         # one instance led and wrote; the other forwarded each of its 8 writes to it
         forwarded = sorted(p.log_path.read_text().count("forwarding POST") for p in (a, b))
         assert forwarded == [0, 8], forwarded

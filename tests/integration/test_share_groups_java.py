@@ -140,7 +140,7 @@ def test_lock_timeout_redelivers_and_poison_is_archived(classes: Path, share_bro
     assert {r[2]: r[3] for r in again if r[2] in {h[2] for h in held}} == {h[2]: 2 for h in held}
     # a poison record, released at every delivery, is archived after the delivery count limit
     topic2, group2 = setup_topic(classes, b, 1, partitions=1, **{"share.delivery.count.limit": "3"})
-    rows = recs(java(classes, b, "consume", topic2, group2, "release-all", "1", "12000", "5000"))
+    rows = recs(java(classes, b, "consume", topic2, group2, "release-all", "1", "60000", "5000"))
     assert [r[3] for r in rows] == [1, 2, 3]
     assert f"OFFSET {topic2}-0 1 lag=0" in java(classes, b, "describe", group2)
 

@@ -43,7 +43,7 @@ public class TxnRoundTrip {
             c.assign(List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1)));
             c.seekToBeginning(c.assignment());
             int got = 0;
-            long deadline = System.currentTimeMillis() + 20000;
+            long deadline = System.currentTimeMillis() + 60000;  // (ends once n arrived)
             while (got < n && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(300))) {
                     System.out.println(r.value());
