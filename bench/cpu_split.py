@@ -11,9 +11,11 @@ the phase waits on round trips (librdkafka keeps one fetch in flight per broker)
     PYTHONPATH=src python bench/cpu_split.py --size 100 --count 10000000
 
 ``--tansu`` runs both phases against tansu too (started as perf.sh starts it), in the same run, and
-prints for each phase the ratio to tansu and the most any broker could reach with this client: the
-rate when the client's busiest thread, which does the same work per byte whatever the broker,
-would run at 100% of a core.
+prints for each phase the ratio to tansu and the rate at which the client's busiest thread would
+run at 100% of a core, doing the work per byte it did in this run: a bound for this broker as it
+is. That work is not the same for every broker: against strom's default page-cache window a
+consumer reading old data receives bytes the broker has just read back from the disk into fresh
+pages, and its receive copy costs several times more (README, "The page cache").
 
 ``--mock`` also runs the produce phase, in the same run, against librdkafka's mock cluster (C, in
 memory: ``../shared/compat/mock_broker.py``), and prints its CPU and the client's: what the load
@@ -190,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:12} {fmt(mbs, 1):>8} {fmt(client, 0):>13} {fmt(broker, 0):>13} "
               f"{fmt(user, 2):>21} {fmt(sys_, 2):>6} {fmt(cgb, 2):>16} {fmt(busiest, 0):>17}")
     if a.tansu:
-        # the client's busiest thread does the same work per byte whatever the broker: at 100% of
-        # a core it would move rate * 100 / busiest, so no broker, however quick to answer, gets
-        # this client past that
+        # at 100% of a core, doing the work per byte it did here, the client's busiest thread would
+        # move rate * 100 / busiest: however quickly this broker answered, not more
         for name in ("produce", "consume"):
             pairs = list(zip(results[name], results[f"tansu {name}"], strict=True))
             bounds = [r["mbs"] * 100 / r["busiest"] for r, _ in pairs if r["busiest"] > 0]

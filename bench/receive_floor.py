@@ -13,7 +13,11 @@ in one of four ways, side by side in one run (rounds alternate; medians printed)
 * ``splice``   -- socket to pipe to file with ``splice(2)``: the page-cache copy only.
 
 and, as the sending side of a follower's fetch, ``sendfile`` of a file in the page cache to a
-receiver that discards what it gets (the sender's CPU is reported).
+receiver that discards what it gets (the sender's CPU is reported); and, as a consumer, the
+receiving side of a file sent with ``sendfile`` (``--kinds recv-cached,recv-cold,recv-reread,
+recv-willneed``; not in the default set): from the page cache, just dropped from it (read back
+from the disk during the send), dropped and read back before the send, or dropped and advised
+``POSIX_FADV_WILLNEED`` before each 1 MiB ``sendfile`` (the receiver's CPU is reported).
 
 CPU is the receiving (or sending) thread's own user and system time (``RUSAGE_THREAD``), in
 CPU-seconds per GiB. The files go to ``--dir`` (default: a temporary directory under /work, the
@@ -192,6 +196,51 @@ def send_file(total: int, d: Path) -> tuple[float, float, float]:
     return _rates(sent, dt, cpu0, cpu1)
 
 
+def receive_sent_file(kind: str, total: int, d: Path) -> tuple[float, float, float]:
+    """(MB/s, user, sys CPU-s/GiB) of a thread receiving (and discarding) a file its peer sends
+    with ``sendfile``: from the page cache (``recv-cached``), or just dropped from it
+    (``recv-cold``: ``POSIX_FADV_DONTNEED`` after an fsync, so every byte is read back from the
+    disk, as a consumer reading what a broker's page-cache window released)."""
+    path = d / f"segment-{kind}"
+    with open(path, "wb") as f:
+        buf = os.urandom(CHUNK)
+        for _ in range(total // CHUNK):
+            f.write(buf)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    if kind in ("recv-cold", "recv-reread", "recv-willneed"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    if kind in ("recv-cached", "recv-reread"):
+        for pos in range(0, total, CHUNK):
+            os.pread(fd, CHUNK, pos)  # in the page cache
+
+    def send(s: socket.socket) -> None:
+        sent = 0
+        while sent < total:
+            n = min(CHUNK, total - sent)
+            if kind == "recv-willneed":
+                os.posix_fadvise(fd, sent, n, os.POSIX_FADV_WILLNEED)
+            sent += os.sendfile(s.fileno(), fd, sent, n)
+
+    conn, pid = _pair(send)
+    mv = memoryview(bytearray(CHUNK))
+    got = 0
+    cpu0 = _thread_cpu()
+    t0 = time.perf_counter()
+    try:
+        while got < total:
+            n = conn.recv_into(mv)
+            if n == 0:
+                break
+            got += n
+        cpu1 = _thread_cpu()
+        dt = time.perf_counter() - t0
+    finally:
+        _close(conn, pid, fd, path)
+    return _rates(got, dt, cpu0, cpu1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=float, default=1.0, help="GiB per measurement")
@@ -207,7 +256,12 @@ def main() -> None:
     try:
         for rnd in range(a.rounds):
             for k in kinds:
-                r = send_file(total, d) if k == "sendfile" else receive(k, total, d)
+                if k == "sendfile":
+                    r = send_file(total, d)
+                elif k.startswith("recv-"):
+                    r = receive_sent_file(k, total, d)
+                else:
+                    r = receive(k, total, d)
                 res[k].append(r)
                 print(
                     f"round {rnd + 1} {k:9s} {r[0]:7.0f} MB/s  user {r[1]:.3f}  sys {r[2]:.3f} CPU-s/GiB",

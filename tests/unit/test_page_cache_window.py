@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,42 @@ def test_release_step_config() -> None:
     assert ok.values["strom.log.page.cache.release.bytes"] == 16 * MIB
     with pytest.raises(ConfigError):
         BrokerConfig.from_sources(overrides={"strom.log.page.cache.release.bytes": "4096"})
+
+
+def test_reads_behind_the_window_are_asked_for_at_once(tmp_path: Path) -> None:
+    """A read of a range the window released (a consumer catching up) is asked of the kernel in
+    one piece before it is sent (posix_fadvise WILLNEED); reads of the cached tail are not."""
+    set_page_cache_window(4 * MIB)
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 30)
+    fd = None
+    i = 0
+    while log.log_end_offset == 0 or log.log_segments[-1].size < 40 * MIB:
+        vals = [os.urandom(4096) for _ in range(16)]
+        log.append_as_leader(build_batch([(b"k%d" % i, v, [], 1_700_000_000_000 + i) for v in vals]), 0)
+        if fd is None:
+            fd = os.open(log.log_segments[-1].log_path, os.O_RDONLY)
+        os.fsync(fd)  # (clean pages: the advice behind the window drops them)
+        i += 1
+    assert fd is not None
+    os.close(fd)
+    path = log.log_segments[-1].log_path
+    end = log.log_end_offset
+    before = PAGE_CACHE.prefetched
+    data = log.read(end - 16, 64 * 1024)  # the tail: in the window
+    data.close()
+    assert PAGE_CACHE.prefetched == before
+    first = resident_bytes(path)
+    data = log.read(0, 1 * MIB)  # the head: released long ago
+    try:
+        assert PAGE_CACHE.prefetched == before + 1
+        assert data.size >= 1 * MIB - 70 * 1024
+        if first is not None:  # (fincore) the whole range is on its way in, not just its headers
+            deadline = time.monotonic() + 5
+            while (resident_bytes(path) or 0) < first + data.size * 3 // 4:
+                assert time.monotonic() < deadline, (first, resident_bytes(path), data.size)
+                time.sleep(0.01)
+        got = data.read_bytes()
+    finally:
+        data.close()
+    assert [r.key for r in decode_records(got)][:1] == [b"k0"]  # what was asked is what is read
+    log.close()
