@@ -36,14 +36,14 @@ LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
 THROTTLING_QUOTA_EXCEEDED = 89
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def quota_broker(data: Path, window_seconds: int) -> Iterator[BrokerProcess]:
+    """A SASL broker whose quotas sample 2 windows of ``window_seconds``."""
     b = BrokerProcess(
-        tmp_path_factory.mktemp("quotakinds") / "data",
+        data,
         overrides=[
             f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
             "quota.window.num=2",
-            "quota.window.size.seconds=1",
+            f"quota.window.size.seconds={window_seconds}",
         ],
         listeners=LISTENERS,
     ).start()
@@ -51,25 +51,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
     finally:
         assert b.stop() == 0, b.log()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from quota_broker(tmp_path_factory.mktemp("quotakinds") / "data", 1)
 
 
 @pytest.fixture
 def wide_windows_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """Windows of 5 s (2 x 5 s): a quota's arithmetic over seconds, not over a loaded machine's
     hundreds of milliseconds per connection."""
-    b = BrokerProcess(
-        tmp_path / "data",
-        overrides=[
-            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-            "quota.window.num=2",
-            "quota.window.size.seconds=5",
-        ],
-        listeners=LISTENERS,
-    ).start()
-    try:
-        yield b
-    finally:
-        assert b.stop() == 0, b.log()
+    yield from quota_broker(tmp_path / "data", 5)
 
 
 def sec(user: str) -> SecurityConfig:

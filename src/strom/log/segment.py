@@ -194,6 +194,7 @@ class LogSegment:
         # once the segment reaches _release_at
         self._released_upto = 0
         self._release_at = 0
+        self._prefetched_upto = 0  # released pages asked back up to here (prefetch)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -596,9 +597,13 @@ class LogSegment:
                 return LogSlice(start, 0, first.base_offset)
         else:
             end = self._boundary_at_or_before(limit, start + first.size, fd)
-        if start < self._released_upto:  # (a consumer catching up: read back from the disk)
-            # this read and the next ones: the disk works ahead of the reader
-            PAGE_CACHE.prefetch(fd, start, max(end, min(self._released_upto, end + _PREFETCH_AHEAD)) - start)
+        if start < self._released_upto and end > self._prefetched_upto:
+            # a consumer catching up, read back from the disk: this read and the next ones, so
+            # the disk works ahead of the reader (what was asked already is not asked again)
+            lo = max(start, self._prefetched_upto)
+            hi = max(end, min(self._released_upto, end + _PREFETCH_AHEAD))
+            PAGE_CACHE.prefetch(fd, lo, hi - lo)
+            self._prefetched_upto = hi
         return LogSlice(start, end - start, first.base_offset)
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
@@ -715,6 +720,7 @@ class LogSegment:
         self._file.truncate(pos)
         self.size = pos
         self._released_upto = min(self._released_upto, pos)
+        self._prefetched_upto = min(self._prefetched_upto, pos)
         self._release_at = 0
         self._bytes_since_last_index_entry = 0
         if pos == 0:
