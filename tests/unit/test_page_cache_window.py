@@ -185,3 +185,94 @@ def test_reads_behind_the_window_are_asked_for_at_once(tmp_path: Path) -> None:
         data.close()
     assert [r.key for r in decode_records(got)][:1] == [b"k0"]  # what was asked is what is read
     log.close()
+
+
+def _released_log(tmp_path: Path, total: int) -> object:
+    """A one-segment log of ``total`` bytes whose head the 4 MiB window has released (clean
+    pages, so the advice dropped them)."""
+    set_page_cache_window(4 * MIB)
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 30)
+    fd = None
+    i = 0
+    while log.log_end_offset == 0 or log.log_segments[-1].size < total:
+        vals = [os.urandom(4096) for _ in range(16)]
+        log.append_as_leader(build_batch([(b"k%d" % i, v, [], 1_700_000_000_000 + i) for v in vals]), 0)
+        if fd is None:
+            fd = os.open(log.log_segments[-1].log_path, os.O_RDONLY)
+        os.fsync(fd)
+        i += 1
+    assert fd is not None
+    os.close(fd)
+    return log
+
+
+def test_a_reader_catching_up_is_asked_for_ahead_of_its_reads(tmp_path: Path) -> None:
+    """Sequential reads of released pages: after the first, every read's range was asked of the
+    kernel by an earlier read (so the disk works ahead of the reader instead of each read
+    waiting for its own), in pieces of a few MiB, not once per read."""
+    log = _released_log(tmp_path, 40 * MIB)
+    seg = log.log_segments[-1]  # type: ignore[attr-defined]
+    before = PAGE_CACHE.prefetched
+    offset, reads, covered = 0, 0, 0
+    while True:
+        asked = seg._prefetched_upto
+        data = log.read(offset, 1 * MIB)  # type: ignore[attr-defined]
+        try:
+            end = data.regions[0][1] + data.size if data.size else 0
+            if not data.size or end > seg._released_upto:
+                break
+            got = list(decode_records(data.read_bytes()))
+        finally:
+            data.close()
+        if reads:
+            assert end <= asked, (reads, end, asked)  # asked before this read
+            covered += 1
+        reads += 1
+        offset = got[-1].offset + 1
+    assert reads >= 20 and covered == reads - 1
+    advices = PAGE_CACHE.prefetched - before
+    assert 1 < advices <= reads // 3, (advices, reads)
+    log.close()  # type: ignore[attr-defined]
+
+
+def test_the_releaser_asks_released_pages_back_off_the_callers_thread(tmp_path: Path) -> None:
+    """With the broker's PageCacheReleaser installed, a read of released pages is asked for
+    (posix_fadvise WILLNEED) on its worker thread, on a duplicate descriptor; the pages come in
+    and the read returns what was written."""
+    import threading
+
+    from strom.server.page_cache_releaser import PageCacheReleaser
+
+    log = _released_log(tmp_path, 24 * MIB)
+    releaser = PageCacheReleaser()
+    releaser.install()
+    callers: set[int] = set()
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_WILLNEED:
+            callers.add(threading.get_ident())
+        real(fd, offset, length, advice)
+
+    path = log.log_segments[-1].log_path  # type: ignore[attr-defined]
+    first = resident_bytes(path)
+    os.posix_fadvise = spy  # type: ignore[assignment]
+    try:
+        data = log.read(0, 1 * MIB)  # type: ignore[attr-defined]
+        try:
+            releaser.close()  # the queued advice is done
+            got = data.read_bytes()
+        finally:
+            data.close()
+    finally:
+        os.posix_fadvise = real  # type: ignore[assignment]
+        releaser.close()
+    assert PAGE_CACHE.prefetcher is None
+    assert callers and threading.get_ident() not in callers
+    assert [r.key for r in decode_records(got)][:1] == [b"k0"]
+    if first is not None:
+        deadline = time.monotonic() + 5
+        while (resident_bytes(path) or 0) < first + 3 * MIB:  # the read and some of what follows
+            assert time.monotonic() < deadline, (first, resident_bytes(path))
+            time.sleep(0.01)
+    log.close()  # type: ignore[attr-defined]

@@ -81,7 +81,7 @@ class _PageCacheWindow:
     the tail (followers, caught-up consumers) are served from the window, older reads go to the
     disk as after any eviction."""
 
-    __slots__ = ("prefetched", "recheck", "releaser", "step", "window")
+    __slots__ = ("prefetched", "prefetcher", "recheck", "releaser", "step", "window")
 
     def __init__(self) -> None:
         self.window = 0
@@ -90,6 +90,9 @@ class _PageCacheWindow:
         # ``(fd, offset, length)``: advises the range off the caller's thread (the first
         # advice of a dirty range submits its writeback, ~1 ms per 16 MiB); None: inline
         self.releaser: Callable[[int, int, int], None] | None = None
+        # the same for :meth:`prefetch` (asking for pages allocates them and submits their
+        # reads, ~0.2 ms per MiB); None: inline
+        self.prefetcher: Callable[[int, int, int], None] | None = None
         self.prefetched = 0  # reads of released ranges asked ahead (prefetch)
 
     def prefetch(self, fd: int, offset: int, length: int) -> None:
@@ -102,8 +105,10 @@ class _PageCacheWindow:
         recv-cached,recv-cold,recv-willneed``). Asking for the next reads too keeps the disk ahead
         of a consumer catching up. Never raises."""
         self.prefetched += 1
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        if self.prefetcher is not None:
+            self.prefetcher(fd, offset, length)
+            return
+        advise_willneed(fd, offset, length)
 
     def release(self, fd: int, offset: int, length: int) -> None:
         """Hand ``length`` bytes at ``offset`` of ``fd`` back to the kernel; never raises."""
@@ -119,10 +124,20 @@ def advise_dontneed(fd: int, offset: int, length: int) -> None:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def set_page_cache_releaser(releaser: Callable[[int, int, int], None] | None) -> None:
-    """Install (or remove, None) what advises the pages behind the window: see
-    :class:`strom.server.page_cache_releaser.PageCacheReleaser`."""
+def advise_willneed(fd: int, offset: int, length: int) -> None:
+    """``posix_fadvise(WILLNEED)``: start reading the range into the page cache; errors ignored."""
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+
+
+def set_page_cache_releaser(
+    releaser: Callable[[int, int, int], None] | None,
+    prefetcher: Callable[[int, int, int], None] | None = None,
+) -> None:
+    """Install (or remove, None) what advises the pages behind the window away, and what asks
+    released pages back: see :class:`strom.server.page_cache_releaser.PageCacheReleaser`."""
     PAGE_CACHE.releaser = releaser
+    PAGE_CACHE.prefetcher = prefetcher
 
 
 PAGE_CACHE = _PageCacheWindow()
@@ -597,13 +612,14 @@ class LogSegment:
                 return LogSlice(start, 0, first.base_offset)
         else:
             end = self._boundary_at_or_before(limit, start + first.size, fd)
-        if start < self._released_upto and end > self._prefetched_upto:
+        if start < self._released_upto and end + _PREFETCH_AHEAD // 2 > self._prefetched_upto:
             # a consumer catching up, read back from the disk: this read and the next ones, so
             # the disk works ahead of the reader (what was asked already is not asked again)
             lo = max(start, self._prefetched_upto)
             hi = max(end, min(self._released_upto, end + _PREFETCH_AHEAD))
-            PAGE_CACHE.prefetch(fd, lo, hi - lo)
-            self._prefetched_upto = hi
+            if hi > lo:
+                PAGE_CACHE.prefetch(fd, lo, hi - lo)
+                self._prefetched_upto = hi
         return LogSlice(start, end - start, first.base_offset)
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
