@@ -56,7 +56,11 @@ from pathlib import Path
 
 import pytest
 
-from strom.client.cluster_admin import alter_partition_reassignments, list_partition_reassignments
+from strom.client.cluster_admin import (
+    alter_partition_reassignments,
+    elect_leaders,
+    list_partition_reassignments,
+)
 from strom.testing.cluster_process import ClusterProcess
 from strom.testing.jepsen import (
     CheckResult,
@@ -736,3 +740,163 @@ def test_an_acknowledged_offset_commit_survives_the_coordinators_death(cluster: 
     finally:
         cons.close()
         c.start_node(coordinator)
+
+
+EOS_APP = Path(__file__).parent / "apps" / "eos_transform.py"
+
+
+def test_an_exactly_once_pipeline_survives_its_group_coordinators_death(cluster: ClusterProcess) -> None:
+    """A consume-transform-produce app (confluent-kafka; its consumed offsets committed inside
+    each transaction, TxnOffsetCommit, to a group coordinated by another node than its
+    transactional id) runs on the cluster; kill -9 of the node coordinating its group (the
+    leader of its ``__consumer_offsets`` partition, replicated three times) while it runs, more
+    input produced while that node is down, the node restarted, the app run again to the end:
+    every input appears in the output exactly once (read_committed) and the group's committed
+    offsets are the input's ends. The group's coordinator must ask the transaction's whether
+    its offsets partition is in the transaction (it answered INVALID_PRODUCER_ID_MAPPING from
+    its own, empty, transaction state: the app died at its first commit), and the offsets of
+    every transaction must be in the replicated log, where the new coordinator loads them from
+    (a TxnOffsetCommit held only in the old coordinator's memory would have the app process its
+    input twice)."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient
+
+    c = cluster
+    tag = uuid.uuid4().hex[:8]
+    src, dst, group = f"eos-in-{tag}", f"eos-out-{tag}", f"eos-g-{tag}"
+
+    def coordinator(key: str, key_type: int) -> int:
+        def ask() -> int | None:
+            resp = c.request(c.running[0], 10, {"key": key, "key_type": key_type, "coordinator_keys": [key]})
+            found = resp.coordinators[0]
+            return int(found.node_id) if int(found.error_code) == 0 and int(found.node_id) >= 0 else None
+
+        return int(wait_for(f"the coordinator of {key}", ask, 60))
+
+    # the transaction coordinated by another node than the group, so that the group's
+    # coordinator must ask that node about each TxnOffsetCommit (the test cluster has one
+    # partition of each coordinator topic: where both lead on one node, the transaction state's
+    # leadership moves, by reordering its replicas and a preferred leader election)
+    txn_id = f"eos-app-{tag}"
+    group_node = coordinator(group, 0)
+    if coordinator(txn_id, 1) == group_node:
+        tp = ("__transaction_state", 0)
+        replicas = c.partition_info(c.running[0], tp[0])[0][1]
+        target = sorted(replicas, key=lambda n: n == group_node)  # group_node last
+        res = c.run(c.running[0], lambda cl: alter_partition_reassignments(cl, {tp: target}))
+        assert res[tp] is None, res
+        wait_for("the reordered replicas", lambda: c.partition_info(c.running[0], tp[0])[0][1] == target, 60)
+        elected = c.run(c.running[0], lambda cl: elect_leaders(cl, "PREFERRED", [tp]))
+        assert elected[tp] is None, elected
+        wait_for("the transaction state led by another node than the group",
+                 lambda: coordinator(txn_id, 1) != group_node, 60)
+    res = c.create_topics(c.running[0], {src: (3, 3), dst: (3, 3)}, configs={"min.insync.replicas": "2"})
+    assert res[src][0] == 0 and res[dst][0] == 0, res
+    for t in (src, dst):
+        c.wait_topic(t, timeout=60)
+        wait_for(f"full ISRs of {t}",
+                 lambda t=t: all(len(i[2]) == 3 for i in c.partition_info(c.running[0], t).values()), 60)
+
+    def produce(start: int, n: int, rate: float | None = None) -> None:
+        p = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True,
+                                      "log_level": 0})
+        t0 = time.monotonic()
+        for i in range(start, start + n):
+            p.produce(src, key=b"k%d" % (i % 13), value=b"rec-%06d" % i)
+            if rate is not None:
+                p.poll(0)
+                time.sleep(max(0.0, t0 + (i - start) / rate - time.monotonic()))
+        assert p.flush(60) == 0
+
+    def app(idle: float) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, str(EOS_APP), c.bootstrap, src, dst, group, txn_id, str(idle)]
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    conf = {"bootstrap.servers": c.bootstrap, "group.id": group, "log_level": 0}
+
+    def committed() -> list[int]:
+        cons = confluent_kafka.Consumer(conf)
+        try:
+            tps = [confluent_kafka.TopicPartition(src, p) for p in range(3)]
+            return [tp.offset for tp in cons.committed(tps, 30)]
+        finally:
+            cons.close()
+
+    produce(0, 1000)
+    first = app(idle=10)
+    # more input while the app runs, across the kill (an idempotent producer: nothing lost)
+    feeding = threading.Thread(target=produce, args=(1000, 3000, 300.0), daemon=True)
+    feeding.start()
+    try:
+        deadline = time.monotonic() + 90
+        while sum(max(o, 0) for o in committed()) < 300:  # its first transactions
+            assert first.poll() is None, f"the app died (rc {first.returncode}) before committing 300 offsets"
+            assert time.monotonic() < deadline, f"the app committed only {committed()} in 90 s"
+            time.sleep(0.2)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
+        victim = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+        assert victim == group_node
+        print(f"group {group}'s coordinator: node {victim}, {txn_id}'s: node {coordinator(txn_id, 1)}; "
+              f"committed so far {committed()}")
+        c.kill(victim)
+        time.sleep(3)
+        c.start_node(victim)
+        feeding.join(120)
+        assert not feeding.is_alive()
+        try:
+            first.wait(180)
+        except subprocess.TimeoutExpired:
+            first.kill()
+        print(f"the app during the failover ended with rc {first.returncode}")
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    # it may have died of the outage (a fatal transaction error) or drained the input: either
+    # way a second run must finish the input exactly once
+    second = app(idle=6)
+    assert second.wait(180) == 0
+    assert committed() == end_offsets(c, src), (committed(), end_offsets(c, src))
+    out = read_committed_values(c.bootstrap, dst, 3, expect=4000)
+    assert len(out) == len(set(out)), f"{len(out) - len(set(out))} outputs written twice"
+    assert sorted(out) == [b"REC-%06d" % i for i in range(4000)]
+
+
+def end_offsets(c: ClusterProcess, topic: str) -> list[int]:
+    import confluent_kafka
+
+    cons = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "ends", "log_level": 0})
+    try:
+        return [cons.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), 30)[1] for p in range(3)]
+    finally:
+        cons.close()
+
+
+def read_committed_values(bootstrap: str, topic: str, partitions: int, expect: int,
+                          timeout: float = 90.0) -> list[bytes]:
+    """Every committed value of ``topic`` (read_committed, from the start to the end)."""
+    import confluent_kafka
+
+    cons = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                                     "enable.partition.eof": True, "log_level": 0})
+    cons.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = cons.poll(0.3)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                    if len(eof) == partitions and len(out) >= expect:
+                        break
+                continue
+            eof.discard(m.partition())
+            out.append(m.value())
+    finally:
+        cons.close()
+    return out

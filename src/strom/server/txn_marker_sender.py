@@ -174,11 +174,13 @@ class TxnMarkerSender:
         return retry
 
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+                             partitions: list[TopicPartition], *,
+                             verify_only: bool = False) -> dict[TopicPartition, int]:
         """Produce v12+ (KIP-890 transaction version 2) to a partition led here for a
-        transactional id coordinated by another broker: add the partitions to its transaction
-        there (AddPartitionsToTxn v5, Kafka's AddPartitionsToTxnManager); per partition, the
-        coordinator's error (NOT_COORDINATOR when it cannot be reached)."""
+        transactional id coordinated by another broker, or a TxnOffsetCommit to a group
+        coordinated here: add the partitions to its transaction there (AddPartitionsToTxn v5,
+        Kafka's AddPartitionsToTxnManager), or with ``verify_only`` only ask whether they are in
+        it; per partition, the coordinator's error (NOT_COORDINATOR when it cannot be reached)."""
         from ..coordinator.records import partition_for
 
         cache = self.broker.metadata_cache
@@ -192,7 +194,7 @@ class TxnMarkerSender:
             topics.setdefault(t, []).append(p)
         request = {"transactions": [{
             "transactional_id": txn_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "verify_only": False,
+            "verify_only": verify_only,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }]}
         try:

@@ -170,6 +170,27 @@ async def _txn_offset_commit(
     gc = ctx.broker.group_coordinator
     coord = _coordinator(ctx)
     offsets_tp = ("__consumer_offsets", gc.partition_for(group_id))
+    owned = coord.owned
+    if owned is not None and coord.partition_for(tid) not in owned:
+        # the transactional id's coordinator is another broker (a cluster): ask it whether the
+        # offsets partition is in the transaction (v5, transaction version 2: add it), as Kafka's
+        # group coordinator does through the AddPartitionsToTxnManager; only this broker's
+        # own transaction state could answer that before, and it has none for a remote id
+        remote = await ctx.broker.marker_sender.add_partitions(
+            tid, request.producer_id, request.producer_epoch, [offsets_tp], verify_only=ctx.api_version < 5
+        )
+        code = _remote_verify_error(remote.get(offsets_tp, ErrorCode.NONE), ctx.api_version)
+        if code != ErrorCode.NONE:
+            return dict.fromkeys(offsets, code)
+        return await gc.txn_commit_offsets(  # type: ignore[no-any-return]
+            group_id,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            generation_id=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=offsets,
+        )
     verify_error = ErrorCode.NONE
     if ctx.api_version >= 5:
         # transaction version 2 (KIP-890): the offsets partition joins the transaction implicitly
@@ -201,6 +222,21 @@ async def _txn_offset_commit(
             offsets=offsets,
         )
     return errors  # type: ignore[no-any-return]
+
+
+def _remote_verify_error(code: int, api_version: int) -> int:
+    """What a TxnOffsetCommit answers for another broker's transaction coordinator's verdict on
+    its offsets partition: fenced and unknown producers as they are, a partition not in the
+    transaction TRANSACTION_ABORTABLE (v4+; INVALID_TXN_STATE before, as Kafka), a coordinator
+    busy or unreachable as retriable (Kafka's group coordinator normalises those to
+    COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS)."""
+    if code == ErrorCode.TRANSACTION_ABORTABLE and api_version < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return code
 
 
 def _txn_offset_error(code: int) -> int:
