@@ -765,31 +765,8 @@ def test_an_exactly_once_pipeline_survives_its_group_coordinators_death(cluster:
     tag = uuid.uuid4().hex[:8]
     src, dst, group = f"eos-in-{tag}", f"eos-out-{tag}", f"eos-g-{tag}"
 
-    def coordinator(key: str, key_type: int) -> int:
-        def ask() -> int | None:
-            resp = c.request(c.running[0], 10, {"key": key, "key_type": key_type, "coordinator_keys": [key]})
-            found = resp.coordinators[0]
-            return int(found.node_id) if int(found.error_code) == 0 and int(found.node_id) >= 0 else None
-
-        return int(wait_for(f"the coordinator of {key}", ask, 60))
-
-    # the transaction coordinated by another node than the group, so that the group's
-    # coordinator must ask that node about each TxnOffsetCommit (the test cluster has one
-    # partition of each coordinator topic: where both lead on one node, the transaction state's
-    # leadership moves, by reordering its replicas and a preferred leader election)
     txn_id = f"eos-app-{tag}"
-    group_node = coordinator(group, 0)
-    if coordinator(txn_id, 1) == group_node:
-        tp = ("__transaction_state", 0)
-        replicas = c.partition_info(c.running[0], tp[0])[0][1]
-        target = sorted(replicas, key=lambda n: n == group_node)  # group_node last
-        res = c.run(c.running[0], lambda cl: alter_partition_reassignments(cl, {tp: target}))
-        assert res[tp] is None, res
-        wait_for("the reordered replicas", lambda: c.partition_info(c.running[0], tp[0])[0][1] == target, 60)
-        elected = c.run(c.running[0], lambda cl: elect_leaders(cl, "PREFERRED", [tp]))
-        assert elected[tp] is None, elected
-        wait_for("the transaction state led by another node than the group",
-                 lambda: coordinator(txn_id, 1) != group_node, 60)
+    group_node = coordinators_apart(c, group, txn_id)
     res = c.create_topics(c.running[0], {src: (3, 3), dst: (3, 3)}, configs={"min.insync.replicas": "2"})
     assert res[src][0] == 0 and res[dst][0] == 0, res
     for t in (src, dst):
@@ -836,7 +813,7 @@ def test_an_exactly_once_pipeline_survives_its_group_coordinators_death(cluster:
         admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
         victim = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
         assert victim == group_node
-        print(f"group {group}'s coordinator: node {victim}, {txn_id}'s: node {coordinator(txn_id, 1)}; "
+        print(f"group {group}'s coordinator: node {victim}, {txn_id}'s: node {coordinator(c, txn_id, 1)}; "
               f"committed so far {committed()}")
         c.kill(victim)
         time.sleep(3)
@@ -860,6 +837,79 @@ def test_an_exactly_once_pipeline_survives_its_group_coordinators_death(cluster:
     out = read_committed_values(c.bootstrap, dst, 3, expect=4000)
     assert len(out) == len(set(out)), f"{len(out) - len(set(out))} outputs written twice"
     assert sorted(out) == [b"REC-%06d" % i for i in range(4000)]
+
+
+def coordinator(c: ClusterProcess, key: str, key_type: int) -> int:
+    """The node FindCoordinator names for a group (``key_type`` 0) or transactional id (1)."""
+
+    def ask() -> int | None:
+        resp = c.request(c.running[0], 10, {"key": key, "key_type": key_type, "coordinator_keys": [key]})
+        found = resp.coordinators[0]
+        return int(found.node_id) if int(found.error_code) == 0 and int(found.node_id) >= 0 else None
+
+    return int(wait_for(f"the coordinator of {key}", ask, 60))
+
+
+def coordinators_apart(c: ClusterProcess, group: str, txn_id: str) -> int:
+    """Have ``txn_id``'s transaction coordinated by another node than ``group`` (whose node is
+    returned), so that the group's coordinator must ask that node about each TxnOffsetCommit.
+    The test cluster has one partition of each coordinator topic: where both lead on one node,
+    the transaction state's leadership moves (its replicas reordered, a preferred election)."""
+    group_node = coordinator(c, group, 0)
+    if coordinator(c, txn_id, 1) == group_node:
+        tp = ("__transaction_state", 0)
+        replicas = c.partition_info(c.running[0], tp[0])[0][1]
+        target = sorted(replicas, key=lambda n: n == group_node)  # group_node last
+        res = c.run(c.running[0], lambda cl: alter_partition_reassignments(cl, {tp: target}))
+        assert res[tp] is None, res
+        wait_for("the reordered replicas", lambda: c.partition_info(c.running[0], tp[0])[0][1] == target, 60)
+        elected = c.run(c.running[0], lambda cl: elect_leaders(cl, "PREFERRED", [tp]))
+        assert elected[tp] is None, elected
+        wait_for("the transaction state led by another node than the group",
+                 lambda: coordinator(c, txn_id, 1) != group_node, 60)
+    return group_node
+
+
+@pytest.fixture(scope="module")
+def txn_v2_java(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from strom.testing.java_clients import compile_java
+
+    return compile_java(Path(__file__).parent / "clients" / "TxnV2.java", tmp_path_factory.mktemp("txnv2"))
+
+
+def test_java_send_offsets_to_a_transaction_coordinated_elsewhere(
+    cluster: ClusterProcess, txn_v2_java: str
+) -> None:
+    """Java kafka-clients 4.x (transaction version 2: the offsets partition joins the transaction
+    through TxnOffsetCommit v5, no AddOffsetsToTxn) copies records in transactions whose
+    coordinator is another node than its group's: the group's coordinator adds the offsets
+    partition there, the copies are committed once and the group's offsets with them."""
+    import confluent_kafka
+
+    c = cluster
+    tag = uuid.uuid4().hex[:8]
+    src, dst, group, txn_id = f"v2-in-{tag}", f"v2-out-{tag}", f"v2-g-{tag}", f"v2-copier-{tag}"
+    coordinators_apart(c, group, txn_id)
+    res = c.create_topics(c.running[0], {src: (2, 3), dst: (2, 3)}, configs={"min.insync.replicas": "2"})
+    assert res[src][0] == 0 and res[dst][0] == 0, res
+    for t in (src, dst):
+        c.wait_topic(t, timeout=60)
+    p = confluent_kafka.Producer({"bootstrap.servers": c.bootstrap, "log_level": 0})
+    for i in range(30):
+        p.produce(src, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    cmd = ["java", "-cp", txn_v2_java, "TxnV2", "offsets", c.bootstrap, src, dst, group, txn_id, "30"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "copied=30" in r.stdout.split(), r.stdout
+    out = read_committed_values(c.bootstrap, dst, 2, expect=30)
+    assert sorted(out) == sorted(b"V%d" % i for i in range(30))
+    cons = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap, "group.id": group, "log_level": 0})
+    try:
+        got = cons.committed([confluent_kafka.TopicPartition(src, q) for q in range(2)], timeout=30)
+    finally:
+        cons.close()
+    assert [tp.offset for tp in got] == [15, 15]
 
 
 def end_offsets(c: ClusterProcess, topic: str) -> list[int]:
