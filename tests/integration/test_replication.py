@@ -471,3 +471,67 @@ def _commit(p: Any) -> BaseException | None:
 
 def _value(m: Any) -> bytes | None:
     return m.value() if m is not None and not m.error() else None
+
+
+@pytest.mark.parametrize("version", [9, 11])
+def test_a_transactional_produce_is_verified_with_a_coordinator_on_another_node(
+    ready: ClusterProcess, version: int
+) -> None:
+    """KIP-890 verification across brokers for clients before transaction version 2 (librdkafka:
+    Produce below v12, partitions added with AddPartitionsToTxn first): a leader that is not the
+    transactional id's coordinator asks the coordinator whether the partition is in the
+    transaction before the first transactional batch is appended (as a single node asks its own
+    coordinator). A batch for a partition never added is refused (INVALID_TXN_STATE, v11
+    TRANSACTION_ABORTABLE) and not written, so it cannot leave a hanging transaction; once
+    added, the same batch is appended. (It was appended unasked.)"""
+    from strom.protocol.records import build_batch
+
+    c = ready
+    tid = topic_name("verified")
+    name = topic_name("verify")
+    create(c, name, 6)
+    wait_isr_full(c, name, 6)
+
+    def call(node: int, api: int, body: dict[str, Any], v: int) -> Any:
+        async def go(client: Any) -> Any:
+            host, port = c.node_bootstrap(node).rsplit(":", 1)
+            conn = await client.connection(host, int(port))
+            return await conn.request(api, body, version=v)
+
+        return c.run(node, go)
+
+    def txn_coordinator() -> int | None:
+        resp = c.request(c.running[0], 10, {"key": tid, "key_type": 1, "coordinator_keys": [tid]})
+        found = resp.coordinators[0]
+        return int(found.node_id) if int(found.error_code) == 0 else None
+
+    coordinator = int(wait_for("the transaction coordinator", txn_coordinator, 60))
+    init = c.request(coordinator, 22, {"transactional_id": tid, "transaction_timeout": 60_000,
+                                       "producer_id": -1, "producer_epoch": -1})
+    assert int(init.error_code) == 0, init
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    info = c.partition_info(c.running[0], name)
+    partition, leader = next((p, i[0]) for p, i in sorted(info.items()) if i[0] != coordinator)
+    batch = build_batch([(None, b"in-txn", [], int(time.time() * 1000))], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=0, transactional=True)
+    produce_body = {"transactional_id": tid, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": name, "partition_data": [{"index": partition, "records": batch}]}]}
+
+    refused = call(leader, 0, produce_body, version).responses[0].partition_responses[0]
+    # TRANSACTION_ABORTABLE (120) from v11, INVALID_TXN_STATE (48) before
+    assert int(refused.error_code) == (120 if version >= 11 else 48), refused
+    ends = c.request(leader, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": name, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                       "timestamp": -1}]}]}).topics[0].partitions[0]
+    assert int(ends.offset) == 0  # nothing written
+
+    added = call(coordinator, 24, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                                   "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
+                                       {"name": name, "partitions": [partition]}]}, 3)
+    add_result = added.results_by_topic_v3_and_below[0].results_by_partition[0]
+    assert int(add_result.partition_error_code) == 0, added
+    accepted = call(leader, 0, produce_body, version).responses[0].partition_responses[0]
+    assert int(accepted.error_code) == 0 and int(accepted.base_offset) == 0, accepted
+    ended = call(coordinator, 26, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                   "committed": False}, 3)
+    assert int(ended.error_code) == 0, ended

@@ -60,11 +60,11 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
             owned = coord.owned
             if owned is not None and coord.partition_for(txn_id) not in owned:
                 # the transactional id's coordinator is another broker (a cluster): v12+ adds the
-                # partition there (AddPartitionsToTxn, as Kafka's AddPartitionsToTxnManager);
-                # older versions are not verified (Kafka before KIP-890)
-                if api_version < 12:
-                    return ErrorCode.NONE
-                errors = await ctx.broker.marker_sender.add_partitions(txn_id, pid, epoch, [tp])
+                # partition there, older versions ask whether it was added (AddPartitionsToTxn,
+                # verify_only below v12, as Kafka's AddPartitionsToTxnManager)
+                errors = await ctx.broker.marker_sender.add_partitions(
+                    txn_id, pid, epoch, [tp], verify_only=api_version < 12
+                )
             elif api_version >= 12:
                 errors = await coord.add_partitions(txn_id, pid, epoch, [tp], client_transaction_version=2)
             else:
