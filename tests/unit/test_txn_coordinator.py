@@ -386,9 +386,14 @@ def test_partition_ownership_election_and_resignation() -> None:
         assert coord2.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
         err, pid2, e2 = await coord2.init_producer_id("app", 10_000)
         assert (err, pid2, e2) == (0, pid, e + 1)
+        await coord2.add_partitions("app", pid2, e2, [("a", 0)])
+        assert coord2.verify_partitions("app", pid2, e2, [("a", 0)]) == {("a", 0): ErrorCode.NONE}
         coord2.on_resignation(part)  # and away again
         assert "app" not in coord2.sm.txns
         assert (await coord2.init_producer_id("app", 10_000))[0] == ErrorCode.NOT_COORDINATOR
+        # a leader asking with stale metadata (AddPartitionsToTxn verify_only) is sent on to the
+        # new coordinator, not told the id is unknown (INVALID_PRODUCER_ID_MAPPING is fatal)
+        assert coord2.verify_partitions("app", pid2, e2, [("a", 0)]) == {("a", 0): ErrorCode.NOT_COORDINATOR}
         await coord2.stop()
 
     run(go())

@@ -342,6 +342,13 @@ class TransactionCoordinator:
     def verify_partitions(
         self, txn_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn ``verify_only`` (asked by a partition leader or group coordinator,
+        maybe another broker): NOT_COORDINATOR for an id this broker no longer coordinates (its
+        state was dropped on resignation) and COORDINATOR_LOAD_IN_PROGRESS while loading, as
+        Kafka's ``getTransactionState``; answered from the state machine's empty state they
+        were INVALID_PRODUCER_ID_MAPPING, fatal to the producer."""
+        if (err := self._not_ready(txn_id)) is not None:
+            return dict.fromkeys(partitions, err)
         return self.sm.verify_partitions(txn_id, producer_id, epoch, partitions)
 
     async def add_offsets(
