@@ -394,6 +394,10 @@ def test_partition_ownership_election_and_resignation() -> None:
         # a leader asking with stale metadata (AddPartitionsToTxn verify_only) is sent on to the
         # new coordinator, not told the id is unknown (INVALID_PRODUCER_ID_MAPPING is fatal)
         assert coord2.verify_partitions("app", pid2, e2, [("a", 0)]) == {("a", 0): ErrorCode.NOT_COORDINATOR}
+        assert coord2.describe("app")["error_code"] == ErrorCode.NOT_COORDINATOR  # (the admin asks again)
+        assert coord2.describe(other)["error_code"] == ErrorCode.NONE
+        unknown = next(f"u{i}" for i in range(100) if coord2.partition_for(f"u{i}") != part)
+        assert coord2.describe(unknown)["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
         await coord2.stop()
 
     run(go())

@@ -394,10 +394,14 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     def describe(self, txn_id: str) -> dict[str, Any]:
-        meta = self.sm.txns.get(txn_id)
+        """DescribeTransactions for one id: NOT_COORDINATOR for an id coordinated elsewhere and
+        COORDINATOR_LOAD_IN_PROGRESS while loading (the admin client looks the coordinator up
+        again and retries, as with Kafka), TRANSACTIONAL_ID_NOT_FOUND for an unknown one."""
+        err = self._not_ready(txn_id)
+        meta = self.sm.txns.get(txn_id) if err is None else None
         if meta is None:
             return {
-                "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if err is None else err,
                 "transactional_id": txn_id,
                 "transaction_state": "",
                 "transaction_timeout": 0,
