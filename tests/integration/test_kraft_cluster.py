@@ -184,6 +184,40 @@ def test_create_topics_through_each_node_shows_on_every_node(ready: ClusterProce
     )
 
 
+def test_create_partitions_with_replica_assignments_on_a_cluster(ready: ClusterProcess) -> None:
+    """CreatePartitions with explicit assignments naming other brokers (kafka-topics --alter
+    --replica-assignment): the controller checks and places them as given; assignments naming
+    a broker that does not exist, or of the wrong replication factor, are refused
+    (INVALID_REPLICA_ASSIGNMENT) and nothing changes. (Every assignment naming a broker other
+    than the one asked was refused as naming brokers that do not exist.)"""
+    c = ready
+    topic = name("assigned")
+    ok(c.create_topics(1, {topic: (1, 2)}))
+    c.wait_topic(topic, NODES)
+
+    def grow(via: int, count: int, assignments: list[list[int]]) -> tuple[int, str | None]:
+        resp = c.request(via, CREATE_PARTITIONS, {
+            "topics": [{"name": topic, "count": count,
+                        "assignments": [{"broker_ids": a} for a in assignments]}],
+            "timeout": 30000, "validate_only": False})
+        r = resp.results[0]
+        return int(r.error_code), r.error_message
+
+    assert grow(2, 2, [[99, 1]])[0] == 39, "a broker that does not exist"  # INVALID_REPLICA_ASSIGNMENT
+    assert grow(2, 2, [[1, 2, 3]])[0] == 39, "three replicas for a topic of two"
+    assert len(topic_view(c, 2, topic)[1]) == 1
+    assert grow(2, 3, [[3, 1], [1, 3]]) == (0, None)
+    deadline = time.monotonic() + 30
+    while True:
+        views = [topic_view(c, i, topic)[1] for i in NODES]
+        if all(len(v) == 3 for v in views):
+            break
+        assert time.monotonic() < deadline, c.logs()
+        time.sleep(0.05)
+    for v in views:
+        assert list(v[1][1]) == [3, 1] and list(v[2][1]) == [1, 3], v
+
+
 def test_create_partitions_alter_configs_and_delete_through_each_node(ready: ClusterProcess) -> None:
     c = ready
     for via in NODES:

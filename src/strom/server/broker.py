@@ -752,9 +752,13 @@ class Broker:
         log.info("created topic %s with %d partitions", name, partitions)
         return info
 
-    async def add_partitions_async(self, name: str, count: int) -> None:
+    async def add_partitions_async(
+        self, name: str, count: int, assignments: list[list[int]] | None = None
+    ) -> None:
         """CreatePartitions (validated by the caller): make partitions ``current..count-1`` in a
-        worker thread, then publish them with the new count. Raises TopicError."""
+        worker thread, then publish them with the new count. ``assignments`` (the client's
+        replicas of the new partitions) go to the controller, which checks them. Raises
+        TopicError."""
         async with self._grow_lock:
             info = self.topics.get(name)
             if info is None:
@@ -766,7 +770,7 @@ class Broker:
             if self.quorum is not None:
                 self._creating[name] = count - current
                 try:
-                    await self.quorum.create_partitions(name, count)
+                    await self.quorum.create_partitions(name, count, assignments)
                 finally:
                     self._creating.pop(name, None)
                 return

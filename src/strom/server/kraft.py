@@ -643,9 +643,18 @@ class BrokerQuorum:
         gone = result["topic_id"]
         await self._settle(lambda image: image.topics.get_topic(gone) is None)
 
-    async def create_partitions(self, name: str, count: int) -> None:
+    async def create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None = None
+    ) -> None:
+        """CreatePartitions through the controller; ``assignments``: the new partitions'
+        replicas, as the client gave them (the controller checks them), None to let it place."""
+        placed = None if not assignments else tuple(
+            create_partitions.CreatePartitionsAssignment(broker_ids=tuple(BrokerId(b) for b in a))
+            for a in assignments
+        )
+        topic = create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=placed)  # type: ignore[arg-type]
         request = create_partitions.CreatePartitionsRequest(
-            topics=(create_partitions.CreatePartitionsTopic(name=name, count=i32(count), assignments=None),),  # type: ignore[arg-type]
+            topics=(topic,),
             timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30000)),
             validate_only=False,
         )

@@ -393,8 +393,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                     "assignments provided.",
                 )
                 continue
-            if any(list(a.broker_ids) != [broker.node_id] for a in assignments):
-                fail(
+            if broker.quorum is None and any(list(a.broker_ids) != [broker.node_id] for a in assignments):
+                fail(  # (with a quorum the controller checks them against the registered brokers)
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     "Replica assignment names brokers that do not exist.",
                 )
@@ -405,7 +405,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[st
                 fail(ErrorCode.THROTTLING_QUOTA_EXCEEDED, over)
                 continue
             try:  # in a worker thread, published when all exist (see Broker.add_partitions_async)
-                await broker.add_partitions_async(name, count)
+                placed = [[int(b) for b in a.broker_ids] for a in assignments] if assignments else None
+                await broker.add_partitions_async(name, count, placed)
             except TopicError as e:
                 if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
                     broker.storage_log.failed("growing topic", name, e, "answering KAFKA_STORAGE_ERROR")
