@@ -236,3 +236,33 @@ def test_java_consumer_group_survives_broker_restarts(tmp_path: Path, group_rest
         b.stop()
         if proc is not None:
             print(out.path.read_text()[-4000:])
+
+
+def test_groups_map_to_the_offsets_topics_own_partition_count(tmp_path: Path) -> None:
+    """A broker restarted with another ``offsets.topic.num.partitions`` than its
+    ``__consumer_offsets`` was created with (Kafka keeps the topic as it is) maps groups to the
+    topic's partitions, as FindCoordinator does (Kafka's partitionFor uses the topic's count):
+    every group's committed offsets are still there. (The group coordinator hashed with the
+    config's count and looked for the groups in the wrong partitions: their offsets were gone.)"""
+    b = BrokerProcess(tmp_path / "d", overrides=["offsets.topic.num.partitions=3"]).start()
+    groups = [f"g{i}-{uuid.uuid4().hex[:6]}" for i in range(8)]
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("committed", 1, 1)])["committed"].result(30)
+        del admin  # (not left retrying the stopped broker)
+        for i, g in enumerate(groups):
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": g, "log_level": 0})
+            c.commit(offsets=[TopicPartition("committed", 0, 10 + i)], asynchronous=False)
+            c.close()
+        assert b.stop() == 0, b.log()
+        b.overrides = [o for o in b.overrides if not o.startswith("offsets.topic.num.partitions")]
+        b.overrides.append("offsets.topic.num.partitions=5")
+        b.start()
+        got = []
+        for g in groups:
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": g, "log_level": 0})
+            got.append(c.committed([TopicPartition("committed", 0)], timeout=30)[0].offset)
+            c.close()
+        assert got == [10 + i for i in range(len(groups))], got
+    finally:
+        b.stop()

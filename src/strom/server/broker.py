@@ -454,11 +454,16 @@ class Broker:
         if self.quorum is not None:
             self.quorum.go_live()
         self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
-        from ..coordinator.group_coordinator import GroupCoordinator
+        from ..coordinator.group_coordinator import CoordinatorConfig, GroupCoordinator
         from ..coordinator.transaction_coordinator import TransactionCoordinator
 
+        # groups map to the partitions the topic has, as FindCoordinator maps them (Kafka's
+        # partitionFor), not to this broker's offsets.topic.num.partitions, which may differ
+        # from what the topic was created with (another node's config, or a changed one)
+        gc_config = CoordinatorConfig.from_broker(self.config)
+        gc_config.num_partitions = self.topics.topics[OFFSETS_TOPIC].partitions
         self.group_coordinator = GroupCoordinator(
-            config=self.config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC),
+            config=gc_config, clock=self.clock, storage=InternalTopicStorage(self, OFFSETS_TOPIC),
             scheduler=self.scheduler,
         )
         self.group_coordinator.group_configs = self.group_config
