@@ -535,3 +535,52 @@ def test_a_transactional_produce_is_verified_with_a_coordinator_on_another_node(
     ended = call(coordinator, 26, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                                    "committed": False}, 3)
     assert int(ended.error_code) == 0, ended
+
+
+def test_delete_records_answers_once_every_live_replica_has_deleted(ready: ClusterProcess) -> None:
+    """DeleteRecords is answered once the partition's low watermark (the lowest log start offset
+    of its live replicas) reached the new start, as Kafka's DelayedDeleteRecords: kill -9 of the
+    leader right after the answer, and the new leader's log still starts there (the deleted
+    records do not come back). A follower that cannot follow (paused, still registered) has the
+    request time out with REQUEST_TIMED_OUT and the low watermark reached. (The leader answered
+    at once whatever its followers held: "deleted" while a replica that could become leader
+    still had the records; the paused-follower half fails on that code.)"""
+    c = ready
+    name = topic_name("deleted")
+    create(c, name, 1, **{"min.insync.replicas": "2"})
+    wait_isr_full(c, name, 1)
+    acked, errors = produce(c, name, [b"v%d" % i for i in range(100)])
+    assert not errors and len(acked) == 100
+    leader = c.partition_info(c.running[0], name)[0][0]
+
+    def delete(offset: int, timeout_ms: int = 30_000) -> Any:
+        return c.request(leader, 21, {"topics": [{"name": name, "partitions": [
+            {"partition_index": 0, "offset": offset}]}], "timeout": timeout_ms},
+            timeout=timeout_ms / 1000 + 10).topics[0].partitions[0]
+
+    time.sleep(1.0)  # the followers idle in their long polls
+    answer = delete(60)
+    assert int(answer.error_code) == 0 and int(answer.low_watermark) == 60, answer
+    c.kill(leader)
+    try:
+        survivor = next(n for n in NODES if n != leader)
+        new = wait_for("a new leader", lambda: (
+            lambda info: info[0] if info[0] not in (-1, leader) else None
+        )(c.partition_info(survivor, name)[0]), 30)
+        earliest = c.request(new, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                           "timestamp": -2}]}]}).topics[0].partitions[0]
+        assert int(earliest.error_code) == 0 and int(earliest.offset) == 60, earliest
+    finally:
+        c.start_node(leader)
+    wait_isr_full(c, name, 1, timeout=60)
+
+    leader = c.partition_info(c.running[0], name)[0][0]
+    follower = next(n for n in NODES if n != leader)
+    c.pause(follower)
+    try:
+        answer = delete(80, timeout_ms=1500)
+        assert int(answer.error_code) == 7 and int(answer.low_watermark) == 60, answer  # REQUEST_TIMED_OUT
+    finally:
+        c.resume(follower)
+    assert int(delete(80).low_watermark) == 80  # followed once it runs again

@@ -47,6 +47,7 @@ class ReplicaState:
     last_fetch_leader_leo: int = -1  # the leader's log end offset at the follower's previous fetch
     broker_epoch: int = -1
     last_sent_high_watermark: int = -1  # the HW the last answer to this follower carried
+    log_start_offset: int = -1  # the follower's, as its last fetch said (-1: not told yet)
 
 
 @dataclass(slots=True)

@@ -849,12 +849,15 @@ class ReplicaManager:
         last_fetched_epoch: int = -1,
         broker_epoch: int = -1,
         min_one_message: bool = True,
+        follower_log_start_offset: int = -1,
     ) -> LogReadResult:
         """A follower's Fetch of one partition (Kafka's ``readFromLocalLog`` for a replica plus
         ``updateFollowerFetchState``): epochs checked (KIP-320), divergence answered with the
         end of the follower's last epoch on this leader (``diverging_epoch``, KIP-595's check
         that Kafka 2.7+ replicas use instead of OffsetForLeaderEpoch), else the fetch offset is
-        the follower's log end offset: the HW and the ISR may move; records up to the log end."""
+        the follower's log end offset: the HW and the ISR may move; records up to the log end.
+        ``follower_log_start_offset`` (the fetch's ``log_start_offset``) moves the partition's
+        low watermark, which a DeleteRecords may be waiting for."""
         tp = (topic, partition)
         plog, error = self.leader_log_or_error(topic, partition)
         if plog is None:
@@ -873,6 +876,9 @@ class ReplicaManager:
             r.diverging_epoch = ans.diverging_epoch
             return r
         st = p.remote.get(replica_id)
+        if st is not None and 0 <= follower_log_start_offset != st.log_start_offset:
+            st.log_start_offset = follower_log_start_offset
+            self.purgatory.notify(tp)  # (a DeleteRecords waiting for the low watermark)
         if st is not None and r.high_watermark > st.last_sent_high_watermark:
             # the follower learns a new HW at once rather than after its long poll (it serves
             # consumers up to its HW: KIP-392), as Kafka completes such a fetch without waiting
@@ -1066,8 +1072,46 @@ class ReplicaManager:
             epoch = self.leader_epoch_of((topic, partition))
         return OffsetResult(ErrorCode.NONE, offset, found_ts, epoch)
 
+    def low_watermark(self, topic: str, partition: int) -> int | None:
+        """The lowest log start offset of the partition's live replicas, this leader's included
+        (Kafka's ``lowWatermarkIfLeader``; a live follower that has not said its own yet counts
+        as -1); None when this broker does not lead the partition."""
+        tp = (topic, partition)
+        plog = self.logs.get(tp)
+        if plog is None or self.metadata_cache.leader_id(topic, partition) != self.node_id:
+            return None
+        low = plog.log_start_offset
+        p = self.partitions.get(tp)
+        if p is not None:
+            for r, st in p.remote.items():
+                if st.log_start_offset < low and self.metadata_cache.alive_broker(r) is not None:
+                    low = st.log_start_offset
+        return low
+
+    async def delete_records_and_wait(self, topic: str, partition: int, offset: int,
+                                      timeout_ms: int) -> tuple[int, int]:
+        """DeleteRecords as Kafka answers it (its ``DelayedDeleteRecords``): the leader moves
+        its log start offset, then the answer waits until every live replica's has followed
+        (the low watermark; followers learn it from their next fetch and say theirs in the one
+        after), so that records answered as deleted cannot come back with a follower that
+        becomes leader. REQUEST_TIMED_OUT (with the low watermark reached) after ``timeout_ms``."""
+        low, error = self.delete_records(topic, partition, offset)
+        if error != ErrorCode.NONE:
+            return low, error
+        deadline = self.clock.monotonic_ms() + max(0, timeout_ms)
+        while True:
+            now_low = self.low_watermark(topic, partition)
+            if now_low is None:
+                return -1, ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if now_low >= low:
+                return now_low, ErrorCode.NONE
+            remaining = deadline - self.clock.monotonic_ms()
+            if remaining <= 0:
+                return now_low, ErrorCode.REQUEST_TIMED_OUT
+            await self.purgatory.wait([(topic, partition)], remaining)
+
     def delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
-        """DeleteRecords on one partition: (new low watermark, error)."""
+        """DeleteRecords on the leader's log of one partition: (its new log start offset, error)."""
         plog, error = self.leader_log_or_error(topic, partition)
         if plog is None:
             return -1, error

@@ -314,6 +314,7 @@ def _read_partitions(
                     replica_id, name, fp.partition, fp.fetch_offset, limit, current_leader_epoch=epoch,
                     last_fetched_epoch=fp.last_fetched_epoch,
                     broker_epoch=broker_epoch, min_one_message=first_data,
+                    follower_log_start_offset=fp.log_start_offset,
                 )
             else:
                 r = rm.read(name, fp.partition, fp.fetch_offset, limit, isolation_level=isolation,
