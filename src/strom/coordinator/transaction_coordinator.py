@@ -282,6 +282,11 @@ class TransactionCoordinator:
             await self._persist(res.record)
         return res
 
+    def coordinated_elsewhere(self, txn_id: str) -> bool:
+        """Whether ``txn_id``'s ``__transaction_state`` partition is led by another broker (a
+        cluster); a single node coordinates every id."""
+        return self.owned is not None and self.partition_for(txn_id) not in self.owned
+
     def _not_ready(self, txn_id: str | None = None) -> int | None:
         """NOT_COORDINATOR for a transactional id whose ``__transaction_state`` partition this
         broker does not lead (``owns``); COORDINATOR_LOAD_IN_PROGRESS until loaded. Asked again
@@ -289,7 +294,7 @@ class TransactionCoordinator:
         waiting for the ISR, markers), the partition may have been resigned and its ids
         forgotten, and the state machine would answer INVALID_PRODUCER_ID_MAPPING (fatal for the
         client) where Kafka answers NOT_COORDINATOR (look the coordinator up again, retry)."""
-        if txn_id and self.owned is not None and self.partition_for(txn_id) not in self.owned:
+        if txn_id and self.coordinated_elsewhere(txn_id):
             return ErrorCode.NOT_COORDINATOR
         return None if self.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 

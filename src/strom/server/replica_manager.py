@@ -1076,12 +1076,11 @@ class ReplicaManager:
         """The lowest log start offset of the partition's live replicas, this leader's included
         (Kafka's ``lowWatermarkIfLeader``; a live follower that has not said its own yet counts
         as -1); None when this broker does not lead the partition."""
-        tp = (topic, partition)
-        plog = self.logs.get(tp)
-        if plog is None or self.metadata_cache.leader_id(topic, partition) != self.node_id:
+        plog, _ = self.leader_log_or_error(topic, partition)
+        if plog is None:
             return None
         low = plog.log_start_offset
-        p = self.partitions.get(tp)
+        p = self.partitions.get((topic, partition))
         if p is not None:
             for r, st in p.remote.items():
                 if st.log_start_offset < low and self.metadata_cache.alive_broker(r) is not None:

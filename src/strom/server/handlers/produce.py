@@ -57,8 +57,7 @@ def _verifier(ctx: RequestContext, txn_id: str) -> Verifier:
         pid, epoch = producer
         tp = (name, idx)
         try:
-            owned = coord.owned
-            if owned is not None and coord.partition_for(txn_id) not in owned:
+            if coord.coordinated_elsewhere(txn_id):
                 # the transactional id's coordinator is another broker (a cluster): v12+ adds the
                 # partition there, older versions ask whether it was added (AddPartitionsToTxn,
                 # verify_only below v12, as Kafka's AddPartitionsToTxnManager)

@@ -170,18 +170,8 @@ async def _txn_offset_commit(
     gc = ctx.broker.group_coordinator
     coord = _coordinator(ctx)
     offsets_tp = ("__consumer_offsets", gc.partition_for(group_id))
-    owned = coord.owned
-    if owned is not None and coord.partition_for(tid) not in owned:
-        # the transactional id's coordinator is another broker (a cluster): ask it whether the
-        # offsets partition is in the transaction (v5, transaction version 2: add it), as Kafka's
-        # group coordinator does through the AddPartitionsToTxnManager; only this broker's
-        # own transaction state could answer that before, and it has none for a remote id
-        remote = await ctx.broker.marker_sender.add_partitions(
-            tid, request.producer_id, request.producer_epoch, [offsets_tp], verify_only=ctx.api_version < 5
-        )
-        code = _remote_verify_error(remote.get(offsets_tp, ErrorCode.NONE), ctx.api_version)
-        if code != ErrorCode.NONE:
-            return dict.fromkeys(offsets, code)
+
+    async def commit() -> dict[tuple[str, int], int]:
         return await gc.txn_commit_offsets(  # type: ignore[no-any-return]
             group_id,
             producer_id=request.producer_id,
@@ -191,6 +181,17 @@ async def _txn_offset_commit(
             group_instance_id=getattr(request, "group_instance_id", None),
             offsets=offsets,
         )
+
+    if coord.coordinated_elsewhere(tid):
+        # the transactional id's coordinator is another broker (a cluster): ask it whether the
+        # offsets partition is in the transaction (v5, transaction version 2: add it), as Kafka's
+        # group coordinator does through the AddPartitionsToTxnManager; only this broker's
+        # own transaction state could answer that before, and it has none for a remote id
+        remote = await ctx.broker.marker_sender.add_partitions(
+            tid, request.producer_id, request.producer_epoch, [offsets_tp], verify_only=ctx.api_version < 5
+        )
+        code = _remote_verify_error(remote.get(offsets_tp, ErrorCode.NONE), ctx.api_version)
+        return dict.fromkeys(offsets, code) if code != ErrorCode.NONE else await commit()
     verify_error = ErrorCode.NONE
     if ctx.api_version >= 5:
         # transaction version 2 (KIP-890): the offsets partition joins the transaction implicitly
@@ -212,16 +213,8 @@ async def _txn_offset_commit(
         code = ErrorCode.TRANSACTION_ABORTABLE if ctx.api_version >= 4 else ErrorCode.INVALID_TXN_STATE
         errors = dict.fromkeys(offsets, code)
     else:
-        errors = await gc.txn_commit_offsets(
-            group_id,
-            producer_id=request.producer_id,
-            producer_epoch=request.producer_epoch,
-            generation_id=getattr(request, "generation_id", -1),
-            member_id=getattr(request, "member_id", ""),
-            group_instance_id=getattr(request, "group_instance_id", None),
-            offsets=offsets,
-        )
-    return errors  # type: ignore[no-any-return]
+        errors = await commit()
+    return errors
 
 
 def _remote_verify_error(code: int, api_version: int) -> int:
