@@ -110,6 +110,78 @@ def test_a_replicated_offsets_partition_answers_commits_once_the_isr_holds_them(
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("how", ["moved away", "dir offline"])
+def test_a_commit_waiting_for_the_isr_is_answered_when_its_partition_leaves_this_broker(
+    tmp_path: Path, how: str
+) -> None:
+    """A commit durable here waits for a follower; then the partition leaves this broker without
+    it becoming a follower first: a reassignment moves it to other brokers (one metadata record
+    takes this broker out of the replicas and moves the leadership), or its log dir fails. The
+    commit is answered NOT_COORDINATOR; it used to wait forever (nothing appends to the
+    partition any more), holding up the coordinator behind it."""
+
+    async def go() -> None:
+        async with started_broker(tmp_path / "data") as broker:
+            rm = broker.replica_manager
+            if not rm.partitions:
+                pytest.skip("the registry path has no replication state")
+            tp = ("__consumer_offsets", 0)
+            lead_with_a_made_up_follower(broker, tp)
+            plog = broker.logs[tp]
+            commit = asyncio.ensure_future(_commit(broker.group_coordinator, "g", 5))
+            await asyncio.sleep(0.3)
+            assert plog.recovery_point == plog.log_end_offset  # durable here, waiting for the ISR
+            assert not commit.done()
+            if how == "moved away":
+                rm.remove_replica(*tp)
+            else:
+                rm.metadata_log_dir = tmp_path / "elsewhere"  # (the metadata dir's failure halts)
+                rm.mark_log_dir_offline(plog.directory.parent, "simulated I/O error")
+            assert await asyncio.wait_for(commit, 5) == {("t", 0): E.NOT_COORDINATOR}
+
+    asyncio.run(go())
+
+
+def test_a_flush_round_finishing_after_a_resignation_does_not_bring_back_its_durable_offset(
+    tmp_path: Path,
+) -> None:
+    """A flush round is on its worker thread when the partition is resigned (this broker becomes
+    its follower). When the round finishes it must not record the partition as durable up to the
+    old log end: as a follower the log may be truncated below it, and on leading again the HW
+    would then never be raised past that stale mark (coordinator writes waiting forever)."""
+
+    async def go() -> None:
+        async with started_broker(tmp_path / "data") as broker:
+            writer = broker.coordinator_writer
+            tp = ("__consumer_offsets", 0)
+            real_sync = coordinator_writer.sync_flush_plan
+            entered, release = threading.Event(), threading.Event()
+
+            def slow(plan: Any) -> None:
+                entered.set()
+                release.wait(10)
+                real_sync(plan)
+
+            coordinator_writer.sync_flush_plan = slow  # type: ignore[assignment]
+            try:
+                commit = asyncio.ensure_future(_commit(broker.group_coordinator, "g", 1))
+                while not entered.is_set():
+                    await asyncio.sleep(0.01)
+                writer.resigned(tp)
+                release.set()
+                assert await asyncio.wait_for(commit, 5) == {("t", 0): E.NOT_COORDINATOR}
+                for _ in range(100):
+                    if not writer._in_flight:
+                        break
+                    await asyncio.sleep(0.01)
+            finally:
+                coordinator_writer.sync_flush_plan = real_sync  # type: ignore[assignment]
+            assert not writer._in_flight
+            assert tp not in writer._durable  # (was: the old log end, brought back by the round)
+
+    asyncio.run(go())
+
+
 def test_a_failed_flush_answers_not_coordinator_and_the_next_commit_works(tmp_path: Path) -> None:
     async def go() -> None:
         async with started_broker(tmp_path / "data") as broker:

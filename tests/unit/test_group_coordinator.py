@@ -24,7 +24,7 @@ from strom.coordinator.records import (
     java_string_hash,
     partition_for,
 )
-from strom.coordinator.storage import MemoryOffsetsStorage
+from strom.coordinator.storage import MemoryOffsetsStorage, StoredEntry
 from strom.protocol.errors import ErrorCode as E
 
 T = TypeVar("T")
@@ -434,5 +434,44 @@ def test_partition_ownership_election_and_resignation() -> None:
         assert (await asyncio.wait_for(second, 5)).error == E.NOT_COORDINATOR
         await gc.stop()
         await gc2.stop()
+
+    asyncio.run(main())
+
+
+class TwoPhaseTxnStorage(MemoryOffsetsStorage):
+    """Transactional offsets appended at once and durable when ``durable`` is set (the broker's
+    InternalTopicStorage: the append under the partition lock, the wait for the ISR outside)."""
+
+    def write_txn(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                  producer_id: int, producer_epoch: int) -> Awaitable[None]:
+        self.entries.setdefault(partition, []).extend(
+            StoredEntry(k, v, producer_id, True) for k, v in records
+        )
+        return self._completion()
+
+
+def test_a_txn_offset_commit_completing_after_a_resignation_leaves_no_group_behind() -> None:
+    """A TxnOffsetCommit for a group this broker has no state for waits for the ISR; the
+    partition is resigned meanwhile. Its completion must not create the group here again (an
+    empty leftover group, listed by ListGroups, on a broker that does not coordinate it)."""
+
+    async def main() -> None:
+        storage = TwoPhaseTxnStorage()
+        gc, _, _ = make(storage)
+        gc.owns = lambda p: True
+        await gc.start()
+        storage.durable = asyncio.Event()
+        commit = asyncio.ensure_future(gc.txn_commit_offsets(
+            "g", producer_id=7, producer_epoch=0, generation_id=-1, member_id="",
+            group_instance_id=None, offsets={("t", 0): (5, -1, None)},
+        ))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not commit.done()
+        gc.on_resignation(gc.partition_for("g"))
+        storage.durable.set()
+        await asyncio.wait_for(commit, 5)
+        assert "g" not in gc.groups and "g" not in gc.offsets
+        await gc.stop()
 
     asyncio.run(main())

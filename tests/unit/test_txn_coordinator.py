@@ -448,11 +448,97 @@ def test_a_request_waiting_for_the_lock_when_the_partition_is_resigned_gets_not_
         assert not first.done() and not any(t.done() for t in waiting)
         coord.on_resignation(part)  # its leadership moved away
         storage.gate.set()
-        await first
+        with pytest.raises(KafkaError) as err:  # its own write completed after the resignation
+            await first
+        assert err.value.code == ErrorCode.NOT_COORDINATOR
         end_b, add_b, init_b = await asyncio.gather(*waiting)
         assert end_b == ErrorCode.NOT_COORDINATOR
         assert add_b == {("out", 1): ErrorCode.NOT_COORDINATOR}
         assert init_b[0] == ErrorCode.NOT_COORDINATOR
+        await coord.stop()
+
+    run(go())
+
+
+def test_a_write_that_waited_across_a_resignation_does_not_bring_its_state_back() -> None:
+    """EndTxn's write of PREPARE_COMMIT waits for the ISR; the partition is resigned meanwhile
+    (its ids forgotten). When the write completes, the coordinator must not put the id's state
+    back (a leftover ONGOING/PREPARE entry on a broker that no longer coordinates it would time
+    out and be aborted here, and fail every later timeout check): the producer is answered
+    NOT_COORDINATOR and finds the new coordinator, which reads the write from the log."""
+
+    async def go() -> None:
+        storage = GatedStorage()
+        markers = RecordingMarkers()
+        coord, _, _ = make(storage=storage, markers=markers)
+        coord.owns = lambda p: True
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 10_000)
+        await coord.add_partitions("app", pid, e, [("out", 0)])
+        part = coord.partition_for("app")
+        storage.gate = asyncio.Event()
+        end = asyncio.create_task(coord.end_txn("app", pid, e, True))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not end.done()
+        coord.on_resignation(part)
+        storage.gate.set()
+        with pytest.raises(KafkaError) as err:
+            await end
+        assert err.value.code == ErrorCode.NOT_COORDINATOR
+        assert "app" not in coord.sm.txns and markers.written == []
+        # the write is in the log: the next coordinator (here: this one, elected again) completes it
+        coord.on_election(part)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        assert [m[3] for m in markers.written] == [("out", 0)]
+        await coord.stop()
+
+    run(go())
+
+
+class FailingPartitionStorage(MemoryStorage):
+    """Appends to ``failing`` partitions fail (a partition without an ISR, a full disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: set[int] = set()
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if partition in self.failing:
+            raise OSError("simulated: not enough replicas")
+        await super().append(partition, records)
+
+
+def test_a_timed_out_transaction_that_cannot_be_aborted_does_not_hold_up_the_others() -> None:
+    """The timeout check aborts every expired transaction it can; one whose partition refuses
+    the write is tried again next round instead of ending the round for all the others."""
+
+    async def go() -> None:
+        clock = ManualClock()
+        storage = FailingPartitionStorage()
+        coord, _, _ = make(clock=clock, storage=storage)
+        await coord.start()
+        ids = [f"t{i}" for i in range(40)]
+        parts = {coord.partition_for(t) for t in ids}
+        assert len(parts) > 1
+        for t in ids:
+            _, pid, e = await coord.init_producer_id(t, 1_000)
+            await coord.add_partitions(t, pid, e, [("out", 0)])
+        bad = coord.partition_for(ids[0])
+        storage.failing.add(bad)
+        clock.advance(2_000)
+        await coord.abort_expired()
+        for t in ids:
+            state = coord.sm.txns[t].state
+            if coord.partition_for(t) == bad:
+                assert state == TxnState.ONGOING, t
+            else:
+                assert state == TxnState.COMPLETE_ABORT, (t, state)
+        storage.failing.clear()
+        await coord.abort_expired()
+        assert all(coord.sm.txns[t].state == TxnState.COMPLETE_ABORT for t in ids)
         await coord.stop()
 
     run(go())

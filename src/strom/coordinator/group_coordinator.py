@@ -801,8 +801,8 @@ class GroupCoordinator:
                 code = coordinator_error(e)
                 return {tp: (code if err == 0 else err) for tp, err in out.items()}
         self.storage_log.ok("append to", f"__consumer_offsets-{partition}")
-        if g is None and group_id not in self.groups:
-            self.groups[group_id] = self._new_classic(group_id)
+        if g is None and group_id not in self.groups and not self._unavailable(group_id):
+            self.groups[group_id] = self._new_classic(group_id)  # (not if resigned meanwhile)
         return out
 
     async def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
@@ -1104,8 +1104,9 @@ class GroupCoordinator:
             if isinstance(g, ClassicGroup):
                 grp = g
 
-                def step(eff: Effects, grp: ClassicGroup = grp) -> None:
-                    grp.tick(eff)
+                def step(eff: Effects, gid: str = gid, grp: ClassicGroup = grp) -> None:
+                    if self.groups.get(gid) is grp:  # (else resigned, or reloaded, meanwhile)
+                        grp.tick(eff)
 
                 await self._run(gid, step)
             else:
@@ -1133,6 +1134,8 @@ class GroupCoordinator:
                 continue
 
             def step(eff: Effects, gid: str = gid, g: Group = g) -> int:
+                if self.groups.get(gid) is not g:  # resigned, or reloaded, during an earlier step
+                    return 0
                 committed = self.offsets.get(gid, {})
                 base: Callable[[OffsetAndMetadata], int] | None = None
                 keep_topics: set[str] = set()

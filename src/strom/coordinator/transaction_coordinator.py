@@ -92,6 +92,9 @@ class TransactionCoordinator:
         self.owns: Callable[[int], bool] | None = None
         self.owned: set[int] | None = None
         self._elections: set[asyncio.Task[None]] = set()  # completing prepared txns on election
+        # per partition, bumped by every election and resignation: a write that waited across
+        # one must not put its state back (Kafka checks the coordinator epoch after an append)
+        self._terms: dict[int, int] = {}
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
@@ -173,6 +176,7 @@ class TransactionCoordinator:
         transactional ids from the local log (Kafka's ``onElection``), then complete the
         prepared transactions among them, as :meth:`start` does after a restart."""
         self.on_resignation(partition)
+        self._terms[partition] = self._terms.get(partition, 0) + 1
         if self.owned is not None:
             self.owned.add(partition)
         self._load(partition)
@@ -190,6 +194,7 @@ class TransactionCoordinator:
 
     def on_resignation(self, partition: int) -> None:
         """This broker no longer leads the partition: forget its transactional ids."""
+        self._terms[partition] = self._terms.get(partition, 0) + 1
         if self.owned is not None:
             self.owned.discard(partition)
         for tid in [t for t in self.sm.txns if self.partition_for(t) == partition]:
@@ -219,14 +224,31 @@ class TransactionCoordinator:
         try:
             async with self._lock:
                 results = self.sm.expired()
+                terms = dict(self._terms)
                 for res in results:
                     assert res.record is not None and res.markers is not None
-                    log.info("aborting transaction %s: timed out", res.record.transactional_id)
-                    await self._persist(res.record)
+                    tid = res.record.transactional_id
+                    partition = self.partition_for(tid)
+                    if self._terms.get(partition, 0) != terms.get(partition, 0):
+                        continue  # resigned (or reloaded) during an earlier write of this loop
+                    log.info("aborting transaction %s: timed out", tid)
+                    try:
+                        await self._persist(res.record)
+                    except KafkaError:
+                        continue  # reported; the others still abort, this one next round
                     prepared.append(res.markers)
+                terms = dict(self._terms)
                 for tid in self.sm.expire_ids(self.id_expiration_ms):
-                    await self._append(self.partition_for(tid), [(encode_key(tid), None)])
-                    self.sm.replay(None, tid)
+                    partition = self.partition_for(tid)
+                    term = self._terms.get(partition, 0)
+                    if term != terms.get(partition, 0):
+                        continue
+                    try:
+                        await self._append(partition, [(encode_key(tid), None)])
+                    except KafkaError:
+                        continue
+                    if self._terms.get(partition, 0) == term:
+                        self.sm.replay(None, tid)
         finally:
             for markers in prepared:  # (each failure is reported and retried)
                 with contextlib.suppress(KafkaError):
@@ -247,8 +269,15 @@ class TransactionCoordinator:
         self.storage_log.ok(what, subject)
 
     async def _persist(self, meta: TxnMetadata) -> None:
+        """Log ``meta``, then apply it, unless the partition was resigned (or resigned and led
+        again, reloaded from the log) while the append waited for the ISR: then the state is
+        another broker's, or already rebuilt from the log, and the caller gets NOT_COORDINATOR."""
         tid = meta.transactional_id
-        await self._append(self.partition_for(tid), [(encode_key(tid), encode_value(meta))])
+        partition = self.partition_for(tid)
+        term = self._terms.get(partition, 0)
+        await self._append(partition, [(encode_key(tid), encode_value(meta))])
+        if self._terms.get(partition, 0) != term or self.coordinated_elsewhere(tid):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
         self.sm.replay(meta)
 
     async def _finish(self, markers: Markers) -> None:

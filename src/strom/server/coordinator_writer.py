@@ -85,6 +85,9 @@ class CoordinatorPartitionWriter:
         self._completed: dict[TopicPartition, int] = {}  # waiters answered up to here
         self._listeners: dict[TopicPartition, list[HighWatermarkListener]] = {}
         self._dirty: set[TopicPartition] = set()
+        # bumped when a partition stops being led here: a flush round planned before must not
+        # bring back its durable offset (the log may be truncated before it leads again)
+        self._generation: dict[TopicPartition, int] = {}
         self._kicked = False
         self._in_flight = False
         self._closed = False
@@ -138,6 +141,8 @@ class CoordinatorPartitionWriter:
         self._fail(tp, None, CoordinatorWriteError(ErrorCode.NOT_COORDINATOR, f"{tp[0]}-{tp[1]} moved"))
         self._durable.pop(tp, None)
         self._completed.pop(tp, None)
+        self._dirty.discard(tp)
+        self._generation[tp] = self._generation.get(tp, 0) + 1
 
     def await_offset(self, tp: TopicPartition, offset: int) -> Awaitable[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -201,6 +206,7 @@ class CoordinatorPartitionWriter:
             return
         tps, self._dirty = self._dirty, set()
         plans: list[tuple[TopicPartition, PartitionLog, FlushPlan]] = []
+        generations = {tp: self._generation.get(tp, 0) for tp in tps}
         for tp in sorted(tps):
             plog = self.broker.replica_manager.logs.get(tp)
             if plog is None:
@@ -221,7 +227,7 @@ class CoordinatorPartitionWriter:
         self._in_flight = True
         self.rounds += 1
         if self._executor is None:
-            self._round_done(plans, _sync_all([p for _tp, _l, p in plans]))
+            self._round_done(plans, _sync_all([p for _tp, _l, p in plans]), generations)
             return
         # the partitions' fsyncs run side by side (a file system commits concurrent fsyncs
         # together): plan i goes to thread i mod flush_threads
@@ -238,18 +244,19 @@ class CoordinatorPartitionWriter:
                 except BaseException as e:  # the executor was shut down (the broker stopping)
                     per_chunk.append([e] * len(chunk))
             results = [per_chunk[i % n][i // n] for i in range(len(plans))]
-            self._round_done(plans, results)
+            self._round_done(plans, results, generations)
 
         asyncio.gather(*futs, return_exceptions=True).add_done_callback(done)
 
     def _round_done(self, plans: list[tuple[TopicPartition, PartitionLog, FlushPlan]],
-                    results: list[BaseException | None]) -> None:
+                    results: list[BaseException | None], generations: dict[TopicPartition, int]) -> None:
         self._in_flight = False
         storage_log = self.broker.storage_log
         for (tp, plog, plan), exc in zip(plans, results, strict=True):
             if exc is None and self.broker.replica_manager.logs.get(tp) is plog:
                 plog.finish_flush(plan)
-                self._advance(tp, plog, plan.upto)
+                if self._generation.get(tp, 0) == generations[tp]:  # (else resigned meanwhile)
+                    self._advance(tp, plog, plan.upto)
                 if storage_log.failing:
                     storage_log.ok("flush of", f"{tp[0]}-{tp[1]}")
                 continue

@@ -677,11 +677,17 @@ class ReplicaManager:
         self.purgatory.notify(tp)
 
     def _fail_waiters(self, tp: TopicPartition, code: int) -> None:
+        """``tp`` is no longer led here (a follower now, moved away, deleted, its dir offline):
+        produces waiting for its HW get ``code``; a coordinator partition's writes waiting to be
+        covered fail too (the coordinator answers NOT_COORDINATOR), else they would wait forever
+        once nothing appends to the partition any more."""
         for _need, fut in self._hw_waiters.pop(tp, ()):
             if not fut.done():
                 exc = LogError(ErrorCode(code).name)
                 exc.error_code = code
                 fut.set_exception(exc)
+        if self.coordinator_hooks is not None and tp[0] in INTERNAL_TOPICS:
+            self.coordinator_hooks.resigned(tp)
 
     def append_to_leader(
         self,
@@ -801,8 +807,6 @@ class ReplicaManager:
                 self.isr_sender(p, p.isr)
         elif change is RoleChange.FOLLOWER:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            if self.coordinator_hooks is not None and topic in INTERNAL_TOPICS:
-                self.coordinator_hooks.resigned(tp)
             self.purgatory.notify(tp)
             self._leader_caps.pop(tp, None)
             if fetchers is not None:
