@@ -189,6 +189,11 @@ class SimMetadataCache:
     def topic(self, name: str) -> TopicInfo | None:
         return self.node.cluster.topic_info if name == TOPIC else None
 
+    def fenced_brokers(self, listener: str | None = None) -> list[Any]:
+        """None known here: the leader proposes every caught-up follower and the simulated
+        controller refuses fenced ones (INELIGIBLE_REPLICA), the invariant checks seeing both."""
+        return []
+
 
 @dataclass
 class FetchTarget:

@@ -458,3 +458,59 @@ def test_a_transaction_marker_is_answered_once_the_isr_has_it(
             assert moved.value.failed == {tp: E.NOT_LEADER_OR_FOLLOWER}
 
     asyncio.run(go())
+
+
+def test_markers_of_a_fenced_transaction_coordinator_are_refused_and_not_retried(tmp_path: Path) -> None:
+    """Broker.write_markers with the coordinator epoch: a partition holding a newer coordinator's
+    marker for the producer refuses an older one (TRANSACTION_COORDINATOR_FENCED), at once and
+    without appending, while the other partitions take theirs."""
+    from strom.server.txn_marker_sender import MarkersNotWritten
+
+    async def go() -> None:
+        async with started_broker(tmp_path / "data") as broker:
+            await broker.create_topic_async("d", 2)
+            a, b = ("d", 0), ("d", 1)
+            await broker.write_markers(7, 0, True, [a], coordinator_epoch=3)
+            ends = {tp: broker.logs[tp].log_end_offset for tp in (a, b)}
+            with pytest.raises(MarkersNotWritten) as e:
+                await asyncio.wait_for(broker.write_markers(7, 0, True, [a, b], coordinator_epoch=2), 5)
+            assert e.value.failed == {a: E.TRANSACTION_COORDINATOR_FENCED}
+            assert not e.value.retriable
+            assert broker.logs[a].log_end_offset == ends[a]  # refused: nothing appended
+            assert broker.logs[b].log_end_offset == ends[b] + 1  # the other partition took its marker
+            await broker.write_markers(7, 0, False, [a, b], coordinator_epoch=3)
+            assert broker.logs[a].log_end_offset == ends[a] + 1
+
+    asyncio.run(go())
+
+
+def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path) -> None:
+    """KIP-841: a follower that caught up but whose broker the metadata shows fenced (dead, its
+    session expired) is not proposed for the ISR; seen under faults, the leader proposed the
+    dead broker every 500 ms and the controller refused it each time (INELIGIBLE_REPLICA)."""
+    from strom.server.metadata_cache import BrokerNode
+
+    async def go() -> None:
+        async with started_broker(tmp_path / "data") as broker:
+            rm = broker.replica_manager
+            if not rm.partitions:
+                pytest.skip("the registry path has no replication state")
+            await broker.create_topic_async("d", 1)
+            tp = ("d", 0)
+            follower = lead_with_a_made_up_follower(broker, tp)
+            p = rm.partitions[tp]
+            rm.apply_partition(*tp, types.SimpleNamespace(  # the follower out of the ISR
+                replicas=(broker.node_id, follower), isr=(broker.node_id,), leader=broker.node_id,
+                leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch + 1))
+            proposed: list[Any] = []
+            rm.isr_sender = lambda part, isr: proposed.append(tuple(isr))
+            fenced: list[BrokerNode] = [BrokerNode(follower, "127.0.0.1", 1, None)]
+            rm.metadata_cache.fenced_brokers = lambda listener=None: fenced  # type: ignore[method-assign]
+            end = broker.logs[tp].log_end_offset
+            rm.read_for_follower(follower, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
+            assert proposed == []
+            fenced.clear()  # it registered again and was unfenced
+            rm.read_for_follower(follower, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
+            assert proposed and set(proposed[-1]) == {broker.node_id, follower}
+
+    asyncio.run(go())

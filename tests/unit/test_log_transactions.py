@@ -80,3 +80,49 @@ def test_coordinator_transactional_appends_are_never_taken_for_retries(tmp_path:
     again = log.append_as_leader(txn_batch(8, 0), 0)
     assert again.duplicate and again.first_offset == first.first_offset == 14
     assert log.log_end_offset == 16
+
+
+def test_a_marker_from_an_older_transaction_coordinator_is_refused(tmp_path: Path) -> None:
+    """Kafka's checkCoordinatorEpoch: once a producer's marker from coordinator epoch 5 is in
+    the partition, a marker from epoch 4 (a coordinator that lost the transaction's
+    __transaction_state partition, still retrying) is refused with TRANSACTION_COORDINATOR_FENCED
+    and nothing is appended; the same or a newer epoch is taken. A follower replicating the
+    leader's log takes every marker as it is."""
+    import pytest
+
+    from strom.log.errors import TransactionCoordinatorFencedError
+
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(7, 0), 0)
+    log.append_as_leader(build_control_batch(7, 0, True, 5, T0), 0, from_coordinator=True)
+    log.append_as_leader(txn_batch(7, 2), 0)  # the producer's next transaction, same epoch
+    end = log.log_end_offset
+    with pytest.raises(TransactionCoordinatorFencedError) as e:
+        log.append_as_leader(build_control_batch(7, 0, True, 4, T0), 0, from_coordinator=True)
+    assert e.value.error_code == 52
+    assert log.log_end_offset == end
+    log.update_high_watermark(end)
+    assert log.last_stable_offset == end - 2  # the next transaction is still open
+    log.append_as_leader(build_control_batch(7, 0, False, 5, T0), 0, from_coordinator=True)
+    assert [p["coordinator_epoch"] for p in log.describe_producers()] == [5]
+    log.append_as_leader(txn_batch(7, 4), 0)
+    log.append_as_leader(build_control_batch(7, 0, True, 6, T0), 0, from_coordinator=True)
+    assert [p["coordinator_epoch"] for p in log.describe_producers()] == [6]
+    # recovery without a producer snapshot rebuilds the epoch from the markers in the log
+    log.close_without_flush()
+    for snap in (tmp_path / "t-0").glob("*.snapshot"):
+        snap.unlink()
+    log = open_log(tmp_path / "t-0")
+    assert [p["coordinator_epoch"] for p in log.describe_producers()] == [6]
+    log.append_as_leader(txn_batch(7, 6), 0)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append_as_leader(build_control_batch(7, 0, True, 5, T0), 0, from_coordinator=True)
+
+    follower = open_log(tmp_path / "f-0")
+    for b in (txn_batch(8, 0), build_control_batch(8, 0, True, 5, T0), txn_batch(8, 2),
+              build_control_batch(8, 0, True, 4, T0)):
+        data = bytearray(b)
+        from strom.protocol.records import patch_base_offset
+        patch_base_offset(data, 0, follower.log_end_offset)
+        follower.append_as_follower(bytes(data))
+    assert [p["coordinator_epoch"] for p in follower.describe_producers()] == [4]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from strom.clock import ManualClock
 from strom.coordinator.transaction import TransactionStateMachine, TxnState
-from strom.coordinator.transaction_coordinator import TransactionCoordinator
+from strom.coordinator.transaction_coordinator import MARKER_RETRY_BACKOFF_MS, TransactionCoordinator
 from strom.coordinator.transaction_records import decode_key, decode_value, encode_key, encode_value
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.testing.scheduler import ManualScheduler
@@ -39,7 +39,8 @@ class RecordingMarkers:
         self.fail_after = fail_after
 
     async def write_markers(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TP]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TP],
+        coordinator_epoch: int = 0,
     ) -> None:
         for tp in partitions:
             if self.fail_after is not None and len(self.written) >= self.fail_after:
@@ -182,7 +183,7 @@ def test_markers_not_written_are_retried_until_written() -> None:
         failing: set[TP] = {("a", 0)}
 
         async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP]) -> None:
+                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
             partitions = list(partitions)
             if self.failing & set(partitions):
                 raise OSError("NOT_ENOUGH_REPLICAS")
@@ -241,7 +242,7 @@ def test_markers_waiting_for_a_partition_hold_up_only_their_own_transaction() ->
             self.waiting = asyncio.Event()
 
         async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP]) -> None:
+                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
             partitions = list(partitions)
             if ("slow", 0) in partitions:
                 self.waiting.set()
@@ -539,6 +540,78 @@ def test_a_timed_out_transaction_that_cannot_be_aborted_does_not_hold_up_the_oth
         storage.failing.clear()
         await coord.abort_expired()
         assert all(coord.sm.txns[t].state == TxnState.COMPLETE_ABORT for t in ids)
+        await coord.stop()
+
+    run(go())
+
+
+def test_stale_markers_written_across_a_resignation_do_not_complete_the_next_transaction() -> None:
+    """The coordinator writes a transaction's markers (slow: a partition's new leader); its
+    __transaction_state partition is resigned meanwhile, another coordinator completes that
+    transaction, the producer (same id and epoch: transaction version 1) prepares its next one
+    on other partitions, and the partition is elected here again (loaded from the log). When
+    the stale write ends, the old transaction's completion must not be logged over the new one
+    (the new one's markers would never be written: its partitions stay open, read_committed
+    consumers stall); the new one is completed with its own markers. The markers carry the
+    coordinator epoch of the partition here."""
+
+    class Gated(RecordingMarkers):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.waiting = asyncio.Event()
+            self.epochs: list[int] = []
+
+        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
+            partitions = list(partitions)
+            self.epochs.append(coordinator_epoch)
+            if ("slow", 0) in partitions:
+                self.waiting.set()
+                await self.gate.wait()
+            await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        markers = Gated()
+        storage = MemoryStorage()
+        ids = itertools.count(1000)
+        coord = TransactionCoordinator(clock=clock, storage=storage, markers=markers,
+                                       allocate_producer_id=lambda: next(ids), num_partitions=5,
+                                       scheduler=sched)
+        coord.owns = lambda p: True
+        leader_epochs = {p: 7 for p in range(5)}
+        coord.coordinator_epoch = lambda p: leader_epochs[p]
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 60_000)
+        await coord.add_partitions("app", pid, e, [("slow", 0)])
+        part = coord.partition_for("app")
+        commit = asyncio.create_task(coord.end_txn("app", pid, e, True))
+        await asyncio.wait_for(markers.waiting.wait(), 5)
+        first = coord.sm.txns["app"]
+        assert first.state == TxnState.PREPARE_COMMIT
+        coord.on_resignation(part)
+        # another coordinator completes it; the producer prepares its next transaction there
+        done = first.with_(state=TxnState.COMPLETE_COMMIT, partitions=frozenset())
+        nxt = first.with_(state=TxnState.PREPARE_COMMIT, partitions=frozenset({("next", 0)}))
+        for meta in (done, nxt):
+            await storage.append(part, [(encode_key("app"), encode_value(meta))])
+        leader_epochs[part] = 9
+        coord.on_election(part)  # led here again: loaded from the log
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert coord.sm.txns["app"].state == TxnState.PREPARE_COMMIT
+        markers.gate.set()  # the stale write ends
+        with pytest.raises(KafkaError) as err:
+            await asyncio.wait_for(commit, 5)
+        assert err.value.code == ErrorCode.NOT_COORDINATOR
+        assert coord.sm.txns["app"].partitions == frozenset({("next", 0)})  # not completed by it
+        sched.advance(MARKER_RETRY_BACKOFF_MS)
+        await sched.settle()
+        assert [m[3] for m in markers.written] == [("slow", 0), ("next", 0)]
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        assert markers.epochs == [7, 9]
         await coord.stop()
 
     run(go())

@@ -376,18 +376,20 @@ class TransactionStateMachine:
     def incomplete(self) -> list[TxnResult]:
         """After recovery: transactions whose markers may not all have been written."""
         out = []
-        for meta in self.txns.values():
-            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                commit = meta.state == TxnState.PREPARE_COMMIT
-                complete = self._completion(meta, self.clock.time_ms())
-                out.append(
-                    TxnResult(
-                        markers=Markers(
-                            meta.producer_id, meta.producer_epoch, commit, meta.partitions, complete
-                        )
-                    )
-                )
+        for tid in self.txns:
+            markers = self.prepared_markers(tid)
+            if markers is not None:
+                out.append(TxnResult(markers=markers))
         return out
+
+    def prepared_markers(self, txn_id: str) -> Markers | None:
+        """The markers of ``txn_id``'s transaction if it is prepared (PREPARE_COMMIT/ABORT) now."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return None
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        complete = self._completion(meta, self.clock.time_ms())
+        return Markers(meta.producer_id, meta.producer_epoch, commit, meta.partitions, complete)
 
     def expire_ids(self, expiration_ms: int) -> list[str]:
         """``transactional.id.expiration.ms``: idle, completed ids to tombstone."""

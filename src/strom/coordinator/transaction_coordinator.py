@@ -54,7 +54,8 @@ class TxnStorage(Protocol):
 
 class MarkerWriter(Protocol):
     async def write_markers(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TopicPartition]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[TopicPartition],
+        coordinator_epoch: int = 0,
     ) -> None: ...
 
 
@@ -95,6 +96,9 @@ class TransactionCoordinator:
         # per partition, bumped by every election and resignation: a write that waited across
         # one must not put its state back (Kafka checks the coordinator epoch after an append)
         self._terms: dict[int, int] = {}
+        # the coordinator epoch of a __transaction_state partition: its leader epoch here, sent
+        # with the markers (a partition refuses an older coordinator's marker); 0 on a single node
+        self.coordinator_epoch: Callable[[int], int] = lambda partition: 0
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
@@ -146,12 +150,15 @@ class TransactionCoordinator:
         the rate-limited failure line)."""
         tid = markers.complete.transactional_id
         async with self._lock:
-            if not self._still_prepared(markers) or tid in self._finishing:
+            # the id's transaction as prepared now: not stale markers of an earlier transaction
+            # of the same producer id and epoch (its partition resigned and loaded again meanwhile)
+            current = self.sm.prepared_markers(tid)
+            if current is None or tid in self._finishing:
                 return
             if why is not None:
                 log.info("%s", why)
         with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
-            await self._finish(markers)
+            await self._finish(current)
 
     def _markers_failed(self, markers: Markers) -> None:
         """Kafka's marker channel retries until the markers are written (a leader moving, an
@@ -287,11 +294,14 @@ class TransactionCoordinator:
         and KafkaError NOT_COORDINATOR raised (the producer retries its EndTxn, which gets
         CONCURRENT_TRANSACTIONS until the markers are written)."""
         tid = markers.complete.transactional_id
+        partition = self.partition_for(tid)
+        term = self._terms.get(partition, 0)
         what, subject = "writing transaction markers of producer", str(markers.producer_id)
         self._finishing.add(tid)
         try:
             await self.markers.write_markers(
-                markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions)
+                markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions),
+                coordinator_epoch=self.coordinator_epoch(partition),
             )
         except Exception as e:
             self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR, retrying")
@@ -300,6 +310,13 @@ class TransactionCoordinator:
         finally:
             self._finishing.discard(tid)
         self.storage_log.ok(what, subject)
+        if self._terms.get(partition, 0) != term:
+            # resigned (and maybe loaded again) while the markers were written: the state here, if
+            # any, is the log's; a transaction prepared in it is completed with its own markers
+            # (the election skipped it: this id was being finished)
+            if self.sm.prepared_markers(tid) is not None:
+                self._markers_failed(markers)  # (the retry writes the current transaction's)
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
         async with self._lock:
             if self._still_prepared(markers):
                 await self._persist(markers.complete)

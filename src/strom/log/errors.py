@@ -63,6 +63,13 @@ class InvalidProducerEpochError(LogError):
     error_code = 47
 
 
+class TransactionCoordinatorFencedError(LogError):
+    """A transaction marker from a coordinator older than the one whose marker the partition
+    already has for the producer (Kafka's TransactionCoordinatorFencedException)."""
+
+    error_code = 52
+
+
 class PolicyViolationError(LogError):
     """E.g. DeleteRecords on a topic whose cleanup.policy does not include delete."""
 

@@ -141,7 +141,7 @@ from strom.protocol.records import (
     CONTROL_ABORT,
     BatchHeader,
     CorruptRecordError,
-    control_type,
+    control_marker,
     iter_batches,
     parse_header,
     patch_base_offset,
@@ -378,7 +378,7 @@ class PartitionLog:
     def _replay_producers(self, start_offset: int, note_markers: bool = True) -> None:
         """Rebuild producer state (and, with ``note_markers``, aborted-transaction entries) from
         batch headers; only a control batch's single record is decoded, for its commit/abort
-        type."""
+        type and the coordinator epoch it carries (the producer's, as Kafka's recovery keeps)."""
         local = self._local
         psm = self.producer_state
         for seg in local.segments[local.segment_index_for(start_offset):]:
@@ -386,17 +386,20 @@ class PartitionLog:
             if found is None:
                 continue
             for pos, h in seg.iter_headers(found[0]):
-                if note_markers and h.is_control and h.producer_id >= 0:
-                    self._note_marker(seg, pos, h)
+                # (a control batch without records: a marker emptied by the cleaner)
+                if not (h.is_control and h.producer_id >= 0 and h.records_count):
+                    psm.replay([h])
+                    continue
+                ctype, coordinator_epoch = control_marker(seg.read_batch(pos, h), 0, h)
+                entry = psm.last_entry(h.producer_id)
+                first = entry.current_txn_first_offset if entry is not None else None
+                if note_markers and first is not None and ctype == CONTROL_ABORT:
+                    aborted = AbortedTxn(h.producer_id, first, h.base_offset, first)
+                    self._txn_index(seg.base_offset).append(aborted)
                 psm.replay([h])
-
-    def _note_marker(self, seg: LogSegment, pos: int, h: BatchHeader) -> None:
-        entry = self.producer_state.last_entry(h.producer_id)
-        first = entry.current_txn_first_offset if entry is not None else None
-        if first is None or h.records_count == 0:  # (a marker emptied by the cleaner)
-            return
-        if control_type(seg.read_batch(pos, h), 0, h) == CONTROL_ABORT:
-            self._txn_index(seg.base_offset).append(AbortedTxn(h.producer_id, first, h.base_offset, first))
+                entry = psm.last_entry(h.producer_id)
+                if entry is not None and coordinator_epoch >= 0:
+                    entry.coordinator_epoch = coordinator_epoch
 
     @property
     def last_stable_offset(self) -> int:
@@ -627,9 +630,10 @@ class PartitionLog:
                     info = infos[pid] = psm.prepare_update(pid, validate=not from_coordinator)
                 if h.is_control:
                     txn_first = info.updated.current_txn_first_offset
-                    if txn_first is not None and control_type(data, pos, h) == CONTROL_ABORT:
+                    ctype, coordinator_epoch = control_marker(data, pos, h)
+                    info.append_control_batch(h, first, ts, coordinator_epoch, fence=from_coordinator)
+                    if txn_first is not None and ctype == CONTROL_ABORT:
                         aborted.append(AbortedTxn(pid, txn_first, first, txn_first))
-                    info.append_control_batch(h, first, ts)
                 else:
                     info.append_data_batch(h, first, last, ts)
             if ts > max_ts:
@@ -743,10 +747,12 @@ class PartitionLog:
                     info = infos[h.producer_id] = psm.prepare_update(h.producer_id, validate=False)
                 if h.is_control:
                     txn_first = info.updated.current_txn_first_offset
-                    if (txn_first is not None and h.records_count
-                            and control_type(records, pos, h) == CONTROL_ABORT):
+                    ctype, coordinator_epoch = (-1, -1)
+                    if h.records_count:
+                        ctype, coordinator_epoch = control_marker(records, pos, h)
+                    if txn_first is not None and ctype == CONTROL_ABORT:
                         aborted.append(AbortedTxn(h.producer_id, txn_first, h.base_offset, txn_first))
-                    info.append_control_batch(h, h.base_offset, h.max_timestamp)
+                    info.append_control_batch(h, h.base_offset, h.max_timestamp, coordinator_epoch)
                 else:
                     info.append_data_batch(h, h.base_offset, h.last_offset, h.max_timestamp)
             if h.max_timestamp > max_ts:

@@ -42,7 +42,11 @@ from typing import Any
 from crc32c import crc32c
 
 from strom.durable_file import replace_file
-from strom.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from strom.log.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from strom.protocol.records import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -190,11 +194,23 @@ class ProducerAppendInfo:
         if header.is_transactional and self.updated.current_txn_first_offset is None:
             self.updated.current_txn_first_offset = first_offset
 
-    def append_control_batch(self, header: BatchHeader, offset: int, timestamp: int) -> None:
-        """A transaction marker: ends the producer's ongoing transaction. (Commit/abort and the
-        coordinator epoch are interpreted by the transactions work; here the marker is kept.)"""
+    def append_control_batch(self, header: BatchHeader, offset: int, timestamp: int,
+                             coordinator_epoch: int = -1, *, fence: bool = False) -> None:
+        """A transaction marker: ends the producer's ongoing transaction. ``coordinator_epoch``:
+        the epoch of the ``__transaction_state`` partition leader that wrote it (-1: unknown,
+        e.g. a replay from batch headers). With ``fence`` (a marker appended by this leader, not
+        replicated) one older than the last marker's is refused, as Kafka's
+        ``checkCoordinatorEpoch``: a coordinator that lost its partition must not end a
+        transaction its successor already ended (the producer may be in its next one)."""
         if self.validate:
             self._check_epoch(header.producer_epoch)
+        if fence and 0 <= coordinator_epoch < self.updated.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {self.producer_id}: marker from coordinator epoch {coordinator_epoch}, "
+                f"older than {self.updated.coordinator_epoch}"
+            )
+        if coordinator_epoch >= 0:
+            self.updated.coordinator_epoch = coordinator_epoch
         if header.producer_epoch != self.updated.producer_epoch:
             self.updated.batches.clear()
             self.updated.producer_epoch = header.producer_epoch

@@ -475,9 +475,17 @@ def build_control_batch(
 
 def control_type(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> int:
     """CONTROL_COMMIT or CONTROL_ABORT for a control batch (decodes its single small record)."""
+    return control_marker(buf, pos, header)[0]
+
+
+def control_marker(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> tuple[int, int]:
+    """A control batch's type (CONTROL_COMMIT or CONTROL_ABORT) and, for a transaction marker,
+    the coordinator epoch its value carries (-1 when it has none)."""
     for rec in decode_batch_records(buf, pos, header):
         if rec.key is None or len(rec.key) < 4:
             raise CorruptRecordError("control record without a valid key")
         ctype: int = struct.unpack_from(">hh", rec.key)[1]
-        return ctype
+        value = rec.value
+        epoch: int = struct.unpack_from(">i", value, 2)[0] if value is not None and len(value) >= 6 else -1
+        return ctype, epoch
     raise CorruptRecordError("control batch without records")

@@ -490,6 +490,8 @@ class Broker:
         )
         if self.quorum is not None:
             self.txn_coordinator.owns = self._leads(TXN_TOPIC)
+        rm = self.replica_manager
+        self.txn_coordinator.coordinator_epoch = lambda p: rm.leader_epoch_of((TXN_TOPIC, p))
         await self.txn_coordinator.start()
         await self._start_share_coordinator()
         if listen:
@@ -853,25 +855,29 @@ class Broker:
 
     # ------------------------------------------------------------------ data path
     async def write_markers(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]],
+        coordinator_epoch: int = 0,
     ) -> None:
         """Write a transaction marker (control batch) to each partition: those led here by
         :meth:`write_local_markers`, those another broker leads (a cluster) by that broker,
-        through :class:`~strom.server.txn_marker_sender.TxnMarkerSender` (WriteTxnMarkers)."""
+        through :class:`~strom.server.txn_marker_sender.TxnMarkerSender` (WriteTxnMarkers).
+        ``coordinator_epoch``: the leader epoch of the transactional id's ``__transaction_state``
+        partition here; a partition that has a newer coordinator's marker for the producer
+        refuses it (TRANSACTION_COORDINATOR_FENCED, raised)."""
         partitions = list(partitions)
         cache, me = self.metadata_cache, self.node_id
         elsewhere = [tp for tp in partitions if (leader := cache.leader_id(*tp)) is not None and leader != me
                      and tp not in self.replica_manager.offline_partitions]
         if not elsewhere:
-            await self._write_markers_here(producer_id, producer_epoch, commit, partitions)
+            await self._write_markers_here(producer_id, producer_epoch, commit, partitions, coordinator_epoch)
             return
         here = [tp for tp in partitions if tp not in set(elsewhere)]
         # both halves run to their end before a failure is raised: a half still retrying after
         # the coordinator wrote the markers again and completed the transaction could put a
         # stale marker in the producer's next transaction
         outcomes = await asyncio.gather(
-            self._write_markers_here(producer_id, producer_epoch, commit, here),
-            self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere),
+            self._write_markers_here(producer_id, producer_epoch, commit, here, coordinator_epoch),
+            self.marker_sender.write(producer_id, producer_epoch, commit, elsewhere, coordinator_epoch),
             return_exceptions=True,
         )
         for outcome in outcomes:
@@ -879,20 +885,23 @@ class Broker:
                 raise outcome
 
     async def _write_markers_here(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]],
+        coordinator_epoch: int = 0,
     ) -> None:
         """:meth:`write_local_markers`; the markers of partitions whose leadership moved before
         they were replicated, or whose ISR is too small, go again through the sender (to
         whichever broker leads each now, retried until written)."""
         try:
-            await self.write_local_markers(producer_id, producer_epoch, commit, partitions)
+            await self.write_local_markers(producer_id, producer_epoch, commit, partitions, coordinator_epoch)
         except MarkersNotWritten as e:
             if not e.retriable:
                 raise
-            await self.marker_sender.write(producer_id, producer_epoch, commit, sorted(e.failed))
+            await self.marker_sender.write(producer_id, producer_epoch, commit, sorted(e.failed),
+                                           coordinator_epoch)
 
     async def write_local_markers(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: Iterable[tuple[str, int]],
+        coordinator_epoch: int = 0,
     ) -> None:
         """Write a transaction marker (control batch) to each partition here, as Kafka appends
         them (acks=-1): refused while the partition's ISR is below ``min.insync.replicas``,
@@ -917,11 +926,12 @@ class Broker:
                 failed[tp] = ErrorCode.NOT_ENOUGH_REPLICAS
                 continue
             try:
-                written.append((tp, writer.append_marker(tp, producer_id, producer_epoch, commit)))
+                end = writer.append_marker(tp, producer_id, producer_epoch, commit, coordinator_epoch)
+                written.append((tp, end))
             except CoordinatorWriteError as e:
-                if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                if e.code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.TRANSACTION_COORDINATOR_FENCED):
                     raise
-                failed[tp] = e.code  # (moved since the caller looked)
+                failed[tp] = e.code  # (moved since the caller looked; a newer coordinator's marker is here)
         for tp, end in written:
             await writer.await_offset(tp, end)
         # replicated too (Kafka appends markers with acks=-1): a marker only this leader had is

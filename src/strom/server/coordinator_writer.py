@@ -116,8 +116,10 @@ class CoordinatorPartitionWriter:
             batch = build_batch(recs)
         return self._append(tp, batch, transactional)
 
-    def append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool) -> int:
-        batch = build_control_batch(producer_id, producer_epoch, commit, 0, self.broker.clock.time_ms())
+    def append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int = 0) -> int:
+        batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                    self.broker.clock.time_ms())
         return self._append(tp, batch, True)
 
     def _committed(self, tp: TopicPartition, plog: PartitionLog | None = None) -> int:

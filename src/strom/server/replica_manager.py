@@ -764,6 +764,12 @@ class ReplicaManager:
             self.purgatory.notify(tp)
 
     # ------------------------------------------------------------------ replication
+    def _isr_eligible(self, replica_id: int) -> bool:
+        """KIP-841 (Kafka's ``isReplicaIsrEligible``): a fenced broker is not proposed for the
+        ISR (the controller would refuse it, INELIGIBLE_REPLICA, and the leader would propose
+        it again at every answer to that replica's fetches still in flight)."""
+        return not any(b.node_id == replica_id for b in self.metadata_cache.fenced_brokers())
+
     def leader_epoch_of(self, tp: TopicPartition) -> int:
         """The partition's leader epoch here (0 on the registry path: one leader, never elected)."""
         p = self.partitions.get(tp)
@@ -892,7 +898,7 @@ class ReplicaManager:
             # only a HW that moved wakes anyone: waking every waiting fetch at each follower
             # fetch made two idle followers' long polls wake each other without end
             self._high_watermark_changed(tp, plog)
-        if ans.expand_isr is not None and self.isr_sender is not None:
+        if ans.expand_isr is not None and self.isr_sender is not None and self._isr_eligible(replica_id):
             if self.metrics is not None:
                 self.metrics.isr_expands += 1
             log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr),

@@ -26,8 +26,12 @@ Produce v12+ (transaction version 2) to a partition led here for a transactional
 broker coordinates adds the partition to the transaction there (:meth:`TxnMarkerSender.add_partitions`,
 AddPartitionsToTxn v5, Kafka's ``AddPartitionsToTxnManager``).
 
-Not yet: TLS/SASL on the inter-broker connection (the default listener must be PLAINTEXT), the
-coordinator epoch check (``coordinator_epoch`` is sent as 0 and not checked).
+Each marker carries the coordinator epoch (the leader epoch of the transactional id's
+``__transaction_state`` partition at the coordinator); a leader holding a newer coordinator's
+marker for the producer refuses it with TRANSACTION_COORDINATOR_FENCED, and the write stops at
+once (not retried: the partition's new coordinator owns the transaction now), as Kafka's.
+
+Not yet: TLS/SASL on the inter-broker connection (the default listener must be PLAINTEXT).
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ class TxnMarkerSender:
         self._clients: dict[tuple[str, int], Client] = {}
 
     async def write(self, producer_id: int, producer_epoch: int, commit: bool,
-                    partitions: list[TopicPartition]) -> None:
+                    partitions: list[TopicPartition], coordinator_epoch: int = 0) -> None:
         """The markers of ``partitions`` (led elsewhere, or moving), written by their leaders.
         Raises KafkaError when some could not be written in ``TIMEOUT_S``, or at once (after
         the others) NOT_ENOUGH_REPLICAS when some partitions' ISR is below
@@ -116,17 +120,23 @@ class TxnMarkerSender:
             here = by_leader.pop(broker.node_id, [])
             if here:  # led here now
                 try:
-                    await broker.write_local_markers(producer_id, producer_epoch, commit, here)
+                    await broker.write_local_markers(producer_id, producer_epoch, commit, here,
+                                                     coordinator_epoch)
                 except MarkersNotWritten as e:  # moved before the ISR had them, ISR too small: again
                     if not e.retriable:
                         raise
                     failed.extend(e.failed.items())
             results = await asyncio.gather(
-                *(self._send(leader, producer_id, producer_epoch, commit, tps)
+                *(self._send(leader, producer_id, producer_epoch, commit, tps, coordinator_epoch)
                   for leader, tps in by_leader.items())
             )
             for answered in results:
                 failed.extend(answered)
+            fenced = [tp for tp, code in failed if code == ErrorCode.TRANSACTION_COORDINATOR_FENCED]
+            if fenced:  # a newer coordinator ended this transaction there: this one must stop
+                names = ", ".join(f"{t}-{p}" for t, p in fenced)
+                raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                 f"transaction markers refused by {names}: a newer coordinator wrote its own")
             for tp, code in failed:
                 (too_few if code in TOO_FEW_REPLICAS else retry).append(tp)
             if not retry:
@@ -142,7 +152,8 @@ class TxnMarkerSender:
             await asyncio.sleep(self.RETRY_BACKOFF_S)
 
     async def _send(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
-                    tps: list[TopicPartition]) -> list[tuple[TopicPartition, int]]:
+                    tps: list[TopicPartition], coordinator_epoch: int = 0,
+                    ) -> list[tuple[TopicPartition, int]]:
         """One WriteTxnMarkers to ``leader``; returns the partitions to try again, with why."""
         node = self.broker.metadata_cache.alive_broker(leader, self.listener)
         if node is None:
@@ -155,7 +166,7 @@ class TxnMarkerSender:
             "producer_epoch": producer_epoch,
             "transaction_result": commit,
             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-            "coordinator_epoch": 0,
+            "coordinator_epoch": coordinator_epoch,
         }]}
         try:
             conn = await self._connection(node.host, node.port)

@@ -333,13 +333,16 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[st
     not led here answers NOT_LEADER_OR_FOLLOWER (the sender looks its leader up again), one
     whose ISR is below min.insync.replicas NOT_ENOUGH_REPLICAS, one whose ISR did not catch up
     in time REQUEST_TIMED_OUT (the sender tries those again), one that does not exist
-    UNKNOWN_TOPIC_OR_PARTITION, one on a failed log dir KAFKA_STORAGE_ERROR."""
+    UNKNOWN_TOPIC_OR_PARTITION, one on a failed log dir KAFKA_STORAGE_ERROR, one holding a
+    newer coordinator's marker for the producer TRANSACTION_COORDINATOR_FENCED (the marker's
+    coordinator epoch is older: that coordinator lost the transaction's partition)."""
     broker = ctx.broker
     rm = broker.replica_manager
     out = []
     for marker in request.markers:
         pid, epoch = int(marker.producer_id), int(marker.producer_epoch)
         commit = bool(marker.transaction_result)
+        coordinator_epoch = int(marker.coordinator_epoch)
         codes: dict[tuple[str, int], int] = {}
         for t in marker.topics:
             for p in t.partition_indexes:
@@ -347,7 +350,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[st
         led = [tp for tp, code in codes.items() if code == ErrorCode.NONE]
         if led:
             try:
-                await broker.write_local_markers(pid, epoch, commit, led)
+                await broker.write_local_markers(pid, epoch, commit, led, coordinator_epoch)
             except MarkersNotWritten as e:  # the others are written; the sender tries these again
                 codes.update(e.failed)
             except Exception as e:  # a storage error: the sender tries again
