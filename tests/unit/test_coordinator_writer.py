@@ -486,8 +486,9 @@ def test_markers_of_a_fenced_transaction_coordinator_are_refused_and_not_retried
 
 def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path) -> None:
     """KIP-841: a follower that caught up but whose broker the metadata shows fenced (dead, its
-    session expired) is not proposed for the ISR; seen under faults, the leader proposed the
-    dead broker every 500 ms and the controller refused it each time (INELIGIBLE_REPLICA)."""
+    session expired) is not proposed for the ISR, and does not keep a live follower that caught
+    up out of it (a proposal naming the fenced one is refused whole). Seen under faults: the
+    leader proposed a dead broker every 500 ms and the controller refused it each time."""
     from strom.server.metadata_cache import BrokerNode
 
     async def go() -> None:
@@ -497,20 +498,24 @@ def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path) -> None:
                 pytest.skip("the registry path has no replication state")
             await broker.create_topic_async("d", 1)
             tp = ("d", 0)
-            follower = lead_with_a_made_up_follower(broker, tp)
+            me = broker.node_id
+            dead = lead_with_a_made_up_follower(broker, tp)
+            live = dead + 1
             p = rm.partitions[tp]
-            rm.apply_partition(*tp, types.SimpleNamespace(  # the follower out of the ISR
-                replicas=(broker.node_id, follower), isr=(broker.node_id,), leader=broker.node_id,
+            rm.apply_partition(*tp, types.SimpleNamespace(  # both followers out of the ISR
+                replicas=(me, dead, live), isr=(me,), leader=me,
                 leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch + 1))
             proposed: list[Any] = []
-            rm.isr_sender = lambda part, isr: proposed.append(tuple(isr))
-            fenced: list[BrokerNode] = [BrokerNode(follower, "127.0.0.1", 1, None)]
+            rm.isr_sender = lambda part, isr: proposed.append(tuple(sorted(isr)))
+            fenced: list[BrokerNode] = [BrokerNode(dead, "127.0.0.1", 1, None)]
             rm.metadata_cache.fenced_brokers = lambda listener=None: fenced  # type: ignore[method-assign]
             end = broker.logs[tp].log_end_offset
-            rm.read_for_follower(follower, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
-            assert proposed == []
-            fenced.clear()  # it registered again and was unfenced
-            rm.read_for_follower(follower, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
-            assert proposed and set(proposed[-1]) == {broker.node_id, follower}
+            rm.read_for_follower(dead, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
+            assert proposed == []  # caught up, but fenced
+            rm.read_for_follower(live, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
+            assert proposed == [(me, live)]  # the live one alone
+            fenced.clear()  # the dead one registered again and was unfenced
+            rm.read_for_follower(dead, *tp, end, 1 << 20, current_leader_epoch=p.leader_epoch)
+            assert proposed[-1] == tuple(sorted((me, dead, live)))
 
     asyncio.run(go())

@@ -615,3 +615,109 @@ def test_stale_markers_written_across_a_resignation_do_not_complete_the_next_tra
         await coord.stop()
 
     run(go())
+
+
+def test_a_stale_completion_waiting_for_the_lock_is_not_logged_after_a_reload() -> None:
+    """As above, but the partition is resigned and loaded again after the markers were written,
+    while the completion waits for the coordinator's lock (held by another id's write waiting for
+    the ISR): the completion must still not be logged over the producer's next transaction."""
+
+    class Gated(RecordingMarkers):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.waiting = asyncio.Event()
+
+        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
+            partitions = list(partitions)
+            if ("slow", 0) in partitions:
+                self.waiting.set()
+                await self.gate.wait()
+            await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+    async def go() -> None:
+        clock = ManualClock()
+        sched = ManualScheduler(clock)
+        markers = Gated()
+        storage = GatedStorage()
+        ids = itertools.count(1000)
+        coord = TransactionCoordinator(clock=clock, storage=storage, markers=markers,
+                                       allocate_producer_id=lambda: next(ids), num_partitions=5,
+                                       scheduler=sched)
+        coord.owns = lambda p: True
+        await coord.start()
+        part = coord.partition_for("app")
+        other = next(f"b{i}" for i in range(100) if coord.partition_for(f"b{i}") != part)
+        _, pid, e = await coord.init_producer_id("app", 60_000)
+        await coord.add_partitions("app", pid, e, [("slow", 0)])
+        _, pid_b, e_b = await coord.init_producer_id(other, 60_000)
+        await coord.add_partitions(other, pid_b, e_b, [("b", 0)])
+        commit = asyncio.create_task(coord.end_txn("app", pid, e, True))
+        await asyncio.wait_for(markers.waiting.wait(), 5)
+        first = coord.sm.txns["app"]
+        storage.gate = asyncio.Event()  # the next write (the other id's) waits for the ISR
+        holder = asyncio.create_task(coord.end_txn(other, pid_b, e_b, True))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        markers.gate.set()  # app's markers are written; its completion waits for the lock
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not commit.done() and not holder.done()
+        coord.on_resignation(part)
+        nxt = first.with_(state=TxnState.PREPARE_COMMIT, partitions=frozenset({("next", 0)}))
+        storage.parts.setdefault(part, []).extend([
+            (encode_key("app"), encode_value(first.with_(state=TxnState.COMPLETE_COMMIT,
+                                                          partitions=frozenset()))),
+            (encode_key("app"), encode_value(nxt)),
+        ])
+        coord.on_election(part)  # loaded again, the producer's next transaction prepared
+        storage.gate.set()
+        assert await asyncio.wait_for(holder, 5) == ErrorCode.NONE
+        with pytest.raises(KafkaError) as err:
+            await asyncio.wait_for(commit, 5)
+        assert err.value.code == ErrorCode.NOT_COORDINATOR
+        # the next transaction is completed with its own markers (by the election's task, or
+        # the retry), never by the stale completion (which would leave ("next", 0) open)
+        sched.advance(MARKER_RETRY_BACKOFF_MS)
+        await sched.settle()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert ("next", 0) in [m[3] for m in markers.written]
+        assert coord.sm.txns["app"].state == TxnState.COMPLETE_COMMIT
+        await coord.stop()
+
+    run(go())
+
+
+def test_markers_carry_the_coordinator_epoch_read_when_the_partition_was_loaded() -> None:
+    """Kafka's coordinatorEpoch: the leader epoch of the __transaction_state partition when this
+    broker loaded it, not the live one. Between the replica manager learning of a new leader (a
+    higher epoch) and the coordinator's resignation, markers written here must carry the old
+    epoch, so partitions that already have the new coordinator's markers refuse them."""
+
+    class Recording(RecordingMarkers):
+        def __init__(self) -> None:
+            super().__init__()
+            self.epochs: list[int] = []
+
+        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
+            self.epochs.append(coordinator_epoch)
+            await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+    async def go() -> None:
+        markers = Recording()
+        coord, _, _ = make(markers=markers)
+        coord.owns = lambda p: True
+        live = {p: 4 for p in range(5)}
+        coord.coordinator_epoch = lambda p: live[p]
+        await coord.start()
+        _, pid, e = await coord.init_producer_id("app", 60_000)
+        await coord.add_partitions("app", pid, e, [("out", 0)])
+        live[coord.partition_for("app")] = 5  # another broker leads it now; not resigned here yet
+        assert await coord.end_txn("app", pid, e, True) == ErrorCode.NONE
+        assert markers.epochs == [4]
+        await coord.stop()
+
+    run(go())

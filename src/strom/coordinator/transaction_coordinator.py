@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ..clock import Clock
 from ..protocol.errors import ErrorCode, KafkaError
@@ -96,9 +96,14 @@ class TransactionCoordinator:
         # per partition, bumped by every election and resignation: a write that waited across
         # one must not put its state back (Kafka checks the coordinator epoch after an append)
         self._terms: dict[int, int] = {}
-        # the coordinator epoch of a __transaction_state partition: its leader epoch here, sent
-        # with the markers (a partition refuses an older coordinator's marker); 0 on a single node
+        # the coordinator epoch of a __transaction_state partition: its leader epoch here, read
+        # when the partition is loaded (Kafka's coordinatorEpoch) and sent with its markers (a
+        # partition refuses an older coordinator's marker); 0 on a single node
         self.coordinator_epoch: Callable[[int], int] = lambda partition: 0
+        self._epochs: dict[int, int] = {}
+        # transactional id -> the term in which its prepared transaction was logged or loaded
+        # here: its markers are this coordinator's to write only in that term
+        self._prepare_terms: dict[str, int] = {}
         self.storage_log = RateLimitedLog(log, clock)  # failed __transaction_state / marker writes
 
     def partition_for(self, transactional_id: str) -> int:
@@ -111,6 +116,7 @@ class TransactionCoordinator:
             self.owned = {p for p in range(self.num_partitions) if owns(p)}
         for p in range(self.num_partitions):
             if self.owned is None or p in self.owned:  # (else led elsewhere: another broker's)
+                self._epochs[p] = self.coordinator_epoch(p)
                 self._load(p)
         self.loaded = True
         await self._complete_prepared(None, "after restart")
@@ -153,8 +159,9 @@ class TransactionCoordinator:
             # the id's transaction as prepared now: not stale markers of an earlier transaction
             # of the same producer id and epoch (its partition resigned and loaded again meanwhile)
             current = self.sm.prepared_markers(tid)
-            if current is None or tid in self._finishing:
+            if current is None or tid in self._finishing or self.coordinated_elsewhere(tid):
                 return
+            self._prepare_terms[tid] = self._terms.get(self.partition_for(tid), 0)
             if why is not None:
                 log.info("%s", why)
         with contextlib.suppress(KafkaError):  # reported (rate-limited); tried again
@@ -184,6 +191,7 @@ class TransactionCoordinator:
         prepared transactions among them, as :meth:`start` does after a restart."""
         self.on_resignation(partition)
         self._terms[partition] = self._terms.get(partition, 0) + 1
+        self._epochs[partition] = self.coordinator_epoch(partition)
         if self.owned is not None:
             self.owned.add(partition)
         self._load(partition)
@@ -206,6 +214,7 @@ class TransactionCoordinator:
             self.owned.discard(partition)
         for tid in [t for t in self.sm.txns if self.partition_for(t) == partition]:
             del self.sm.txns[tid]
+            self._prepare_terms.pop(tid, None)
 
     async def stop(self) -> None:
         for task in list(self._elections):
@@ -286,6 +295,10 @@ class TransactionCoordinator:
         if self._terms.get(partition, 0) != term or self.coordinated_elsewhere(tid):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
         self.sm.replay(meta)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._prepare_terms[tid] = term
+        else:
+            self._prepare_terms.pop(tid, None)
 
     async def _finish(self, markers: Markers) -> None:
         """Outside the lock: write the markers of a prepared transaction, then, under the lock,
@@ -295,13 +308,17 @@ class TransactionCoordinator:
         CONCURRENT_TRANSACTIONS until the markers are written)."""
         tid = markers.complete.transactional_id
         partition = self.partition_for(tid)
-        term = self._terms.get(partition, 0)
+        # the term its prepare was logged (or loaded) in: resigned since (the producer's next
+        # transaction may be prepared here now, or another broker owns it), these are stale
+        term = self._prepare_terms.get(tid)
+        if term is None or term != self._terms.get(partition, 0) or self.coordinated_elsewhere(tid):
+            self._stale_finish(tid)
         what, subject = "writing transaction markers of producer", str(markers.producer_id)
         self._finishing.add(tid)
         try:
             await self.markers.write_markers(
                 markers.producer_id, markers.producer_epoch, markers.commit, sorted(markers.partitions),
-                coordinator_epoch=self.coordinator_epoch(partition),
+                coordinator_epoch=self._epochs.get(partition, 0),
             )
         except Exception as e:
             self.storage_log.failed(what, subject, e, "answering NOT_COORDINATOR, retrying")
@@ -311,15 +328,23 @@ class TransactionCoordinator:
             self._finishing.discard(tid)
         self.storage_log.ok(what, subject)
         if self._terms.get(partition, 0) != term:
-            # resigned (and maybe loaded again) while the markers were written: the state here, if
-            # any, is the log's; a transaction prepared in it is completed with its own markers
-            # (the election skipped it: this id was being finished)
-            if self.sm.prepared_markers(tid) is not None:
-                self._markers_failed(markers)  # (the retry writes the current transaction's)
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
+            self._stale_finish(tid)
         async with self._lock:
+            if self._terms.get(partition, 0) != term:  # (resigned while this waited for the lock)
+                self._stale_finish(tid)
             if self._still_prepared(markers):
                 await self._persist(markers.complete)
+
+    def _stale_finish(self, tid: str) -> NoReturn:
+        """Markers of ``tid`` whose partition was resigned (and maybe loaded again) since their
+        transaction was prepared here: no completion is logged for them. The state here, if any,
+        is the log's; a transaction prepared in it is completed with its own markers (an
+        election skips an id being finished), by the retry."""
+        current = self.sm.prepared_markers(tid)
+        if current is not None and not self.coordinated_elsewhere(tid):
+            self._markers_failed(current)
+        raise KafkaError(ErrorCode.NOT_COORDINATOR,
+                         f"__transaction_state-{self.partition_for(tid)} moved meanwhile")
 
     async def _apply(self, res: TxnResult) -> TxnResult:
         """Under the lock: log the state machine's decision. Its markers, if any, are the

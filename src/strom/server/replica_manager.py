@@ -764,11 +764,15 @@ class ReplicaManager:
             self.purgatory.notify(tp)
 
     # ------------------------------------------------------------------ replication
-    def _isr_eligible(self, replica_id: int) -> bool:
-        """KIP-841 (Kafka's ``isReplicaIsrEligible``): a fenced broker is not proposed for the
-        ISR (the controller would refuse it, INELIGIBLE_REPLICA, and the leader would propose
-        it again at every answer to that replica's fetches still in flight)."""
-        return not any(b.node_id == replica_id for b in self.metadata_cache.fenced_brokers())
+    def _isr_eligible(self, isr: Iterable[int], proposed: tuple[int, ...]) -> tuple[int, ...] | None:
+        """KIP-841 (Kafka's ``isReplicaIsrEligible``): the caught-up followers a proposal adds,
+        without those on fenced brokers (the controller would refuse the whole proposal,
+        INELIGIBLE_REPLICA, and the leader would propose it again at every follower fetch, also
+        keeping a live follower out); None when none is left to add."""
+        current = set(isr)
+        fenced = {b.node_id for b in self.metadata_cache.fenced_brokers()}
+        kept = tuple(r for r in proposed if r in current or r not in fenced)
+        return kept if set(kept) != current else None
 
     def leader_epoch_of(self, tp: TopicPartition) -> int:
         """The partition's leader epoch here (0 on the registry path: one leader, never elected)."""
@@ -898,12 +902,12 @@ class ReplicaManager:
             # only a HW that moved wakes anyone: waking every waiting fetch at each follower
             # fetch made two idle followers' long polls wake each other without end
             self._high_watermark_changed(tp, plog)
-        if ans.expand_isr is not None and self.isr_sender is not None and self._isr_eligible(replica_id):
+        expand = self._isr_eligible(p.isr, ans.expand_isr) if ans.expand_isr is not None else None
+        if expand is not None and self.isr_sender is not None:
             if self.metrics is not None:
                 self.metrics.isr_expands += 1
-            log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr),
-                     list(ans.expand_isr))
-            self.isr_sender(p, ans.expand_isr)
+            log.info("%s-%d: expanding the ISR %s to %s", p.topic, p.partition, list(p.isr), list(expand))
+            self.isr_sender(p, expand)
         if ans.read_to <= fetch_offset or (max_bytes <= 0 and not min_one_message):
             return r
         try:
