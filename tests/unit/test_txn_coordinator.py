@@ -48,10 +48,31 @@ class RecordingMarkers:
             self.written.append((producer_id, producer_epoch, commit, tp))
 
 
+class GatedMarkers(RecordingMarkers):
+    """Markers for ``("slow", 0)`` wait for ``gate`` (a partition's new leader, its ISR); every
+    write's coordinator epoch is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+        self.epochs: list[int] = []
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                            partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
+        partitions = list(partitions)
+        self.epochs.append(coordinator_epoch)
+        if ("slow", 0) in partitions:
+            self.waiting.set()
+            await self.gate.wait()
+        await super().write_markers(producer_id, producer_epoch, commit, partitions)
+
+
 def make(
     clock: ManualClock | None = None,
     storage: MemoryStorage | None = None,
     markers: RecordingMarkers | None = None,
+    scheduler: ManualScheduler | None = None,
 ) -> tuple[TransactionCoordinator, MemoryStorage, RecordingMarkers]:
     storage = storage or MemoryStorage()
     markers = markers or RecordingMarkers()
@@ -63,6 +84,7 @@ def make(
         allocate_producer_id=lambda: next(ids),
         num_partitions=5,
         max_timeout_ms=60_000,
+        scheduler=scheduler,
     )
     return coord, storage, markers
 
@@ -235,22 +257,8 @@ def test_markers_waiting_for_a_partition_hold_up_only_their_own_transaction() ->
     the waiting transaction's own requests get CONCURRENT_TRANSACTIONS; its EndTxn answers once
     its markers are written and its completion logged."""
 
-    class Gated(RecordingMarkers):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate = asyncio.Event()
-            self.waiting = asyncio.Event()
-
-        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
-            partitions = list(partitions)
-            if ("slow", 0) in partitions:
-                self.waiting.set()
-                await self.gate.wait()
-            await super().write_markers(producer_id, producer_epoch, commit, partitions)
-
     async def go() -> None:
-        markers = Gated()
+        markers = GatedMarkers()
         coord, _storage, _ = make(markers=markers)
         await coord.start()
         _, pid, e = await coord.init_producer_id("app", 60_000)
@@ -555,31 +563,12 @@ def test_stale_markers_written_across_a_resignation_do_not_complete_the_next_tra
     consumers stall); the new one is completed with its own markers. The markers carry the
     coordinator epoch of the partition here."""
 
-    class Gated(RecordingMarkers):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate = asyncio.Event()
-            self.waiting = asyncio.Event()
-            self.epochs: list[int] = []
-
-        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
-            partitions = list(partitions)
-            self.epochs.append(coordinator_epoch)
-            if ("slow", 0) in partitions:
-                self.waiting.set()
-                await self.gate.wait()
-            await super().write_markers(producer_id, producer_epoch, commit, partitions)
-
     async def go() -> None:
         clock = ManualClock()
         sched = ManualScheduler(clock)
-        markers = Gated()
+        markers = GatedMarkers()
         storage = MemoryStorage()
-        ids = itertools.count(1000)
-        coord = TransactionCoordinator(clock=clock, storage=storage, markers=markers,
-                                       allocate_producer_id=lambda: next(ids), num_partitions=5,
-                                       scheduler=sched)
+        coord, _, _ = make(clock, storage, markers, scheduler=sched)
         coord.owns = lambda p: True
         leader_epochs = {p: 7 for p in range(5)}
         coord.coordinator_epoch = lambda p: leader_epochs[p]
@@ -622,29 +611,12 @@ def test_a_stale_completion_waiting_for_the_lock_is_not_logged_after_a_reload() 
     while the completion waits for the coordinator's lock (held by another id's write waiting for
     the ISR): the completion must still not be logged over the producer's next transaction."""
 
-    class Gated(RecordingMarkers):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate = asyncio.Event()
-            self.waiting = asyncio.Event()
-
-        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
-            partitions = list(partitions)
-            if ("slow", 0) in partitions:
-                self.waiting.set()
-                await self.gate.wait()
-            await super().write_markers(producer_id, producer_epoch, commit, partitions)
-
     async def go() -> None:
         clock = ManualClock()
         sched = ManualScheduler(clock)
-        markers = Gated()
+        markers = GatedMarkers()
         storage = GatedStorage()
-        ids = itertools.count(1000)
-        coord = TransactionCoordinator(clock=clock, storage=storage, markers=markers,
-                                       allocate_producer_id=lambda: next(ids), num_partitions=5,
-                                       scheduler=sched)
+        coord, _, _ = make(clock, storage, markers, scheduler=sched)
         coord.owns = lambda p: True
         await coord.start()
         part = coord.partition_for("app")
@@ -696,18 +668,8 @@ def test_markers_carry_the_coordinator_epoch_read_when_the_partition_was_loaded(
     higher epoch) and the coordinator's resignation, markers written here must carry the old
     epoch, so partitions that already have the new coordinator's markers refuse them."""
 
-    class Recording(RecordingMarkers):
-        def __init__(self) -> None:
-            super().__init__()
-            self.epochs: list[int] = []
-
-        async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                                partitions: Iterable[TP], coordinator_epoch: int = 0) -> None:
-            self.epochs.append(coordinator_epoch)
-            await super().write_markers(producer_id, producer_epoch, commit, partitions)
-
     async def go() -> None:
-        markers = Recording()
+        markers = GatedMarkers()  # (no ("slow", 0) here: nothing waits)
         coord, _, _ = make(markers=markers)
         coord.owns = lambda p: True
         live = {p: 4 for p in range(5)}
