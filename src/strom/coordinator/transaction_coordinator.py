@@ -256,14 +256,10 @@ class TransactionCoordinator:
                 terms = dict(self._terms)
                 for tid in self.sm.expire_ids(self.id_expiration_ms):
                     partition = self.partition_for(tid)
-                    term = self._terms.get(partition, 0)
-                    if term != terms.get(partition, 0):
+                    if self._terms.get(partition, 0) != terms.get(partition, 0):
                         continue
-                    try:
-                        await self._append(partition, [(encode_key(tid), None)])
-                    except KafkaError:
-                        continue
-                    if self._terms.get(partition, 0) == term:
+                    with contextlib.suppress(KafkaError):  # (reported; tried again next round)
+                        await self._append_in_term(tid, None)
                         self.sm.replay(None, tid)
         finally:
             for markers in prepared:  # (each failure is reported and retried)
@@ -289,16 +285,24 @@ class TransactionCoordinator:
         again, reloaded from the log) while the append waited for the ISR: then the state is
         another broker's, or already rebuilt from the log, and the caller gets NOT_COORDINATOR."""
         tid = meta.transactional_id
-        partition = self.partition_for(tid)
-        term = self._terms.get(partition, 0)
-        await self._append(partition, [(encode_key(tid), encode_value(meta))])
-        if self._terms.get(partition, 0) != term or self.coordinated_elsewhere(tid):
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
+        term = await self._append_in_term(tid, encode_value(meta))
         self.sm.replay(meta)
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             self._prepare_terms[tid] = term
         else:
             self._prepare_terms.pop(tid, None)
+
+    async def _append_in_term(self, tid: str, value: bytes | None) -> int:
+        """Append ``tid``'s record (None: its tombstone) and return the partition's term, or
+        raise NOT_COORDINATOR when the partition was resigned (or resigned and loaded again)
+        while the append waited for the ISR: the state is then another broker's, or already
+        rebuilt from the log, and must not be applied."""
+        partition = self.partition_for(tid)
+        term = self._terms.get(partition, 0)
+        await self._append(partition, [(encode_key(tid), value)])
+        if self._terms.get(partition, 0) != term or self.coordinated_elsewhere(tid):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"__transaction_state-{partition} moved meanwhile")
+        return term
 
     async def _finish(self, markers: Markers) -> None:
         """Outside the lock: write the markers of a prepared transaction, then, under the lock,

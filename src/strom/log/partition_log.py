@@ -396,10 +396,7 @@ class PartitionLog:
                 if note_markers and first is not None and ctype == CONTROL_ABORT:
                     aborted = AbortedTxn(h.producer_id, first, h.base_offset, first)
                     self._txn_index(seg.base_offset).append(aborted)
-                psm.replay([h])
-                entry = psm.last_entry(h.producer_id)
-                if entry is not None and coordinator_epoch >= 0:
-                    entry.coordinator_epoch = coordinator_epoch
+                psm.replay([h], coordinator_epoch)
 
     @property
     def last_stable_offset(self) -> int:

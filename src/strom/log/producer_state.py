@@ -252,13 +252,14 @@ class ProducerStateManager:
         """Smallest first offset of any ongoing transaction (for the last stable offset)."""
         return min(self._ongoing.values()) if self._ongoing else None
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Rebuild state from batches already in the log (headers only, no validation)."""
+    def replay(self, headers: Iterable[BatchHeader], coordinator_epoch: int = -1) -> None:
+        """Rebuild state from batches already in the log (headers only, no validation);
+        ``coordinator_epoch``: what a marker among them carries, when the caller decoded it."""
         for h in headers:
             if h.producer_id >= 0:
                 info = self.prepare_update(h.producer_id, validate=False)
                 if h.is_control:
-                    info.append_control_batch(h, h.base_offset, h.max_timestamp)
+                    info.append_control_batch(h, h.base_offset, h.max_timestamp, coordinator_epoch)
                 else:
                     info.append_data_batch(h, h.base_offset, h.last_offset, h.max_timestamp)
                 self.update(info)
